@@ -1,0 +1,33 @@
+//! The `Context` seam: ops are applied through a context, never called directly. The eager
+//! context runs kernels; a graph context (graph mode) adds nodes; `TapeContext` (in `tape`) wraps
+//! either and records what runs, which is how gradients of gradients come for free.
+
+use smallvec::SmallVec;
+
+use crate::error::Result;
+use crate::ops::{Op, Values};
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+pub trait Context<V: Value> {
+    /// Applies `op` to `inputs`, returning its outputs.
+    fn apply(&mut self, op: &Op, inputs: &[V]) -> Result<Values<V>>;
+}
+
+/// Runs ops at once on the CPU kernels.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EagerContext;
+
+impl Context<Tensor> for EagerContext {
+    fn apply(&mut self, op: &Op, inputs: &[Tensor]) -> Result<Values<Tensor>> {
+        execute(op, inputs)
+    }
+}
+
+/// Checks `inputs` against the op's rule, then runs its kernel.
+pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Values<Tensor>> {
+    let types: SmallVec<[TensorType; 2]> = inputs.iter().map(|t| t.ty().clone()).collect();
+    let outputs = op.infer(&types)?;
+    op.compute(inputs, &outputs)
+}

@@ -1,0 +1,229 @@
+//! Element types and the single point where kernels dispatch on them.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// The five element types a tensor can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F64,
+    I32,
+    I64,
+    Bool,
+}
+
+impl DType {
+    /// The numpy-style name (`float32`, `int64`, `bool`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::Bool => "bool",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<DType> {
+        Ok(match name {
+            "float32" | "f32" => DType::F32,
+            "float64" | "f64" => DType::F64,
+            "int32" | "i32" => DType::I32,
+            "int64" | "i64" => DType::I64,
+            "bool" | "bool_" => DType::Bool,
+            other => {
+                return Err(Error::dtype(
+                    "dtype",
+                    format!("unsupported dtype '{other}'; expected float32, float64, int32, int64 or bool"),
+                ))
+            }
+        })
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I64)
+    }
+
+    /// Numeric means arithmetic makes sense: floats and integers, not bool.
+    pub fn is_numeric(self) -> bool {
+        self.is_float() || self.is_int()
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::Bool => 1,
+        }
+    }
+
+    /// All dtypes, in a fixed order (for tests and tables).
+    pub const ALL: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust type a tensor can hold. Kernels are generic over it; `Storage` is the closed set.
+pub trait Element:
+    Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static
+{
+    const DTYPE: DType;
+    fn into_storage(data: Vec<Self>) -> Storage;
+    fn slice(storage: &Storage) -> Option<&[Self]>;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! element {
+    ($t:ty, $variant:ident, $from:expr, $to:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn into_storage(data: Vec<Self>) -> Storage {
+                Storage::$variant(data)
+            }
+            fn slice(storage: &Storage) -> Option<&[Self]> {
+                match storage {
+                    Storage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn from_f64(v: f64) -> Self {
+                ($from)(v)
+            }
+            fn to_f64(self) -> f64 {
+                ($to)(self)
+            }
+        }
+    };
+}
+
+element!(f32, F32, |v: f64| v as f32, |x: f32| x as f64);
+element!(f64, F64, |v: f64| v, |x: f64| x);
+element!(i32, I32, |v: f64| v as i32, |x: i32| x as f64);
+element!(i64, I64, |v: f64| v as i64, |x: i64| x as f64);
+element!(bool, Bool, |v: f64| v != 0.0, |x: bool| if x { 1.0 } else { 0.0 });
+
+/// Contiguous, row-major element buffer. Immutable once inside a `Tensor` (shared by `Arc`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+impl Storage {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::F32(_) => DType::F32,
+            Storage::F64(_) => DType::F64,
+            Storage::I32(_) => DType::I32,
+            Storage::I64(_) => DType::I64,
+            Storage::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::F32(v) => v.len(),
+            Storage::F64(v) => v.len(),
+            Storage::I32(v) => v.len(),
+            Storage::I64(v) => v.len(),
+            Storage::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A buffer of `len` copies of `value` (converted from f64).
+    pub fn filled(dtype: DType, len: usize, value: f64) -> Storage {
+        crate::with_dtype!(dtype, T, { T::into_storage(vec![T::from_f64(value); len]) })
+    }
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype` (any of the five dtypes).
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident, $body:block) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+
+/// Like `with_dtype!` for the numeric dtypes; `$otherwise` is evaluated for bool.
+#[macro_export]
+macro_rules! with_numeric {
+    ($dtype:expr, $T:ident, $body:block, $otherwise:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::Bool => $otherwise,
+        }
+    };
+}
+
+/// Like `with_dtype!` for the float dtypes; `$otherwise` is evaluated for the others.
+#[macro_export]
+macro_rules! with_float {
+    ($dtype:expr, $T:ident, $body:block, $otherwise:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::I32 | $crate::DType::I64 | $crate::DType::Bool => $otherwise,
+        }
+    };
+}

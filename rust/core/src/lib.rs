@@ -1,0 +1,24 @@
+//! gradloop: differentiable dynamic control flow — the Rust core.
+//!
+//! Pure Rust, no Python: tensors (`tensor`, `dtype`), the op table (`ops`), the `Context` seam
+//! (`context`) and the gradient tape (`tape`). The Python bindings are a thin layer over this.
+
+pub mod context;
+pub mod dtype;
+pub mod error;
+pub mod ops;
+pub mod shape;
+pub mod tape;
+pub mod tensor;
+pub mod value;
+
+pub use context::{execute, Context, EagerContext};
+pub use dtype::{DType, Element, Storage};
+pub use error::{Error, ErrorKind, Result};
+pub use ops::{Op, OpKind};
+pub use shape::{Shape, TensorType, DYN};
+pub use tape::{
+    compute_gradient, ForwardOperation, GradientFunction, GradientRegistry, Tape, TapeContext, TapeRef,
+};
+pub use tensor::{Scalar, Tensor, TensorId};
+pub use value::Value;

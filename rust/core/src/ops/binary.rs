@@ -1,0 +1,294 @@
+//! Binary elementwise ops with numpy broadcasting, and `select` (where). Both operands must
+//! share a dtype (Python scalars adapt before they get here, see `Scalar`).
+//!
+//! Gradients (z = f(a, b), g = dL/dz), each reduced back to its operand's shape:
+//! add (g, g); sub (g, -g); mul (g*b, g*a); div (g/b, -g*a/b^2);
+//! pow (g*b*a^(b-1), g*z*log a where a > 0 else 0); maximum/minimum route g to the chosen
+//! operand (ties to a); select (-, g where c, g where !c). Comparisons and logical ops have no
+//! gradient: their output is bool.
+
+use smallvec::smallvec;
+
+use super::kernels::{self, Arith};
+use super::rules::{broadcast_binary, check_dtype, Accepts};
+use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::{broadcast_shapes, TensorType};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
+    Error::internal(op, format!("kernel called with {dtype} (rule should have rejected it)"))
+}
+
+/// `g` reduced to the shape of input `i`, if that input needs a gradient.
+fn unbroadcast<V: Value>(ctx: &mut dyn Context<V>, saved: &Saved<V>, i: usize, g: V) -> Result<V> {
+    let shape = saved.input_types[i].shape.clone();
+    build::sum_to_shape(ctx, &g, &shape)
+}
+
+macro_rules! binary_op {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $opname:literal, $builder:ident, $accepts:ident -> $out:ident,
+        kernel: |$x:ident, $y:ident| $kernel:expr,
+        saves: $saves:expr,
+        grad: |$ctx:ident, $saved:ident, $g:ident, $needs:ident| $grad:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+        pub struct $name;
+
+        impl OpDef for $name {
+            fn name(&self) -> &'static str {
+                $opname
+            }
+
+            fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+                let out = binary_op!(@outdtype $out);
+                Ok(smallvec![broadcast_binary($opname, Accepts::$accepts, inputs, out)?])
+            }
+
+            fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
+                let (a, b, shape) = (&inputs[0], &inputs[1], &outputs[0].shape);
+                let out = binary_op!(@dispatch $accepts -> $out, $opname, a, b, shape, |$x, $y| $kernel)?;
+                Ok(smallvec![out])
+            }
+
+            fn saves(&self) -> Saves {
+                $saves
+            }
+
+            #[allow(unused_variables)]
+            fn gradient<V: Value>(
+                &self,
+                $ctx: &mut dyn Context<V>,
+                $saved: &Saved<V>,
+                grads: &[Option<V>],
+                $needs: &[bool],
+            ) -> Result<Grads<V>> {
+                let Some($g) = grads[0].as_ref() else {
+                    return Ok(smallvec![None, None]);
+                };
+                let (ga, gb): (Option<V>, Option<V>) = $grad;
+                let ga = match ga { Some(v) => Some(unbroadcast($ctx, $saved, 0, v)?), None => None };
+                let gb = match gb { Some(v) => Some(unbroadcast($ctx, $saved, 1, v)?), None => None };
+                Ok(smallvec![ga, gb])
+            }
+        }
+
+        #[doc = concat!("`", $opname, "(a, b)` elementwise, with broadcasting.")]
+        pub fn $builder<V: Value>(ctx: &mut dyn Context<V>, a: &V, b: &V) -> Result<V> {
+            build::apply1(ctx, $name, &[a.clone(), b.clone()])
+        }
+    };
+    (@outdtype Same) => { None };
+    (@outdtype Bool) => { Some(DType::Bool) };
+    (@dispatch Float -> Same, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_float!($a.dtype(), T, { kernels::zip::<T, T>($a, $b, $shape, |$x: T, $y: T| $kernel) },
+            Err(kernel_dtype_bug($opname, $a.dtype())))
+    };
+    (@dispatch Numeric -> Same, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_numeric!($a.dtype(), T, { kernels::zip::<T, T>($a, $b, $shape, |$x: T, $y: T| $kernel) },
+            Err(kernel_dtype_bug($opname, $a.dtype())))
+    };
+    (@dispatch Numeric -> Bool, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_numeric!($a.dtype(), T, { kernels::zip::<T, bool>($a, $b, $shape, |$x: T, $y: T| $kernel) },
+            Err(kernel_dtype_bug($opname, $a.dtype())))
+    };
+    (@dispatch Any -> Bool, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_dtype!($a.dtype(), T, { kernels::zip::<T, bool>($a, $b, $shape, |$x: T, $y: T| $kernel) })
+    };
+    (@dispatch Bool -> Bool, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        match $a.dtype() {
+            DType::Bool => kernels::zip::<bool, bool>($a, $b, $shape, |$x: bool, $y: bool| $kernel),
+            other => Err(kernel_dtype_bug($opname, other)),
+        }
+    };
+}
+
+binary_op! {
+    /// a + b.
+    Add, "add", add, Numeric -> Same,
+    kernel: |x, y| x.wadd(y),
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g, needs| (needs[0].then(|| g.clone()), needs[1].then(|| g.clone()))
+}
+
+binary_op! {
+    /// a - b.
+    Sub, "sub", sub, Numeric -> Same,
+    kernel: |x, y| x.wsub(y),
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g, needs| {
+        let gb = if needs[1] { Some(build::neg(ctx, g)?) } else { None };
+        (needs[0].then(|| g.clone()), gb)
+    }
+}
+
+binary_op! {
+    /// a * b.
+    Mul, "mul", mul, Numeric -> Same,
+    kernel: |x, y| x.wmul(y),
+    saves: Saves::INPUTS,
+    grad: |ctx, saved, g, needs| {
+        let ga = if needs[0] { Some(mul(ctx, g, saved.input(1)?)?) } else { None };
+        let gb = if needs[1] { Some(mul(ctx, g, saved.input(0)?)?) } else { None };
+        (ga, gb)
+    }
+}
+
+binary_op! {
+    /// a / b (float only: integer division is not silently truncated or promoted).
+    Div, "div", div, Float -> Same,
+    kernel: |x, y| x / y,
+    saves: Saves::INPUTS,
+    grad: |ctx, saved, g, needs| {
+        let b = saved.input(1)?;
+        let ga = div(ctx, g, b)?;
+        let gb = if needs[1] {
+            let a = saved.input(0)?;
+            let t = mul(ctx, &ga, a)?;
+            let t = div(ctx, &t, b)?;
+            Some(build::neg(ctx, &t)?)
+        } else {
+            None
+        };
+        (needs[0].then_some(ga), gb)
+    }
+}
+
+binary_op! {
+    /// a ** b (float only).
+    Pow, "pow", pow, Float -> Same,
+    kernel: |x, y| x.powf(y),
+    saves: Saves::Values { inputs: 0b11, outputs: 1 },
+    grad: |ctx, saved, g, needs| {
+        let (a, b) = (saved.input(0)?, saved.input(1)?);
+        let ga = if needs[0] {
+            let one = build::ones_like(ctx, b)?;
+            let bm1 = sub(ctx, b, &one)?;
+            let p = pow(ctx, a, &bm1)?;
+            let d = mul(ctx, b, &p)?;
+            Some(mul(ctx, g, &d)?)
+        } else {
+            None
+        };
+        let gb = if needs[1] {
+            // d/db a^b = a^b log a, defined as 0 where a <= 0 (as TensorFlow does).
+            let zero = build::zeros_like(ctx, a)?;
+            let positive = greater(ctx, a, &zero)?;
+            let ones = build::ones_like(ctx, a)?;
+            let safe = select(ctx, &positive, a, &ones)?;
+            let log_a = build::log(ctx, &safe)?;
+            let log_a = select(ctx, &positive, &log_a, &zero)?;
+            let d = mul(ctx, saved.output(0)?, &log_a)?;
+            Some(mul(ctx, g, &d)?)
+        } else {
+            None
+        };
+        (ga, gb)
+    }
+}
+
+binary_op! {
+    /// Elementwise maximum (NaN-propagating as numpy's).
+    Maximum, "maximum", maximum, Numeric -> Same,
+    kernel: |x, y| if x >= y || x != x { x } else { y },
+    saves: Saves::INPUTS,
+    grad: |ctx, saved, g, needs| {
+        let mask = greater_equal(ctx, saved.input(0)?, saved.input(1)?)?;
+        route(ctx, &mask, g, needs)?
+    }
+}
+
+binary_op! {
+    /// Elementwise minimum (NaN-propagating as numpy's).
+    Minimum, "minimum", minimum, Numeric -> Same,
+    kernel: |x, y| if x <= y || x != x { x } else { y },
+    saves: Saves::INPUTS,
+    grad: |ctx, saved, g, needs| {
+        let mask = less_equal(ctx, saved.input(0)?, saved.input(1)?)?;
+        route(ctx, &mask, g, needs)?
+    }
+}
+
+/// Sends `g` to a where `mask`, to b elsewhere (broadcast to the output's shape).
+fn route<V: Value>(ctx: &mut dyn Context<V>, mask: &V, g: &V, needs: &[bool]) -> Result<(Option<V>, Option<V>)> {
+    let zero = build::zeros_like(ctx, g)?;
+    let ga = if needs[0] { Some(select(ctx, mask, g, &zero)?) } else { None };
+    let gb = if needs[1] { Some(select(ctx, mask, &zero, g)?) } else { None };
+    Ok((ga, gb))
+}
+
+macro_rules! comparison_op {
+    ($($name:ident, $opname:literal, $builder:ident, $accepts:ident, |$x:ident, $y:ident| $kernel:expr;)*) => {$(
+        binary_op! {
+            #[doc = concat!("Elementwise `", $opname, "`; the result is bool.")]
+            $name, $opname, $builder, $accepts -> Bool,
+            kernel: |$x, $y| $kernel,
+            saves: Saves::NotDifferentiable("its output is bool"),
+            grad: |ctx, saved, g, needs| (None, None)
+        }
+    )*};
+}
+
+comparison_op! {
+    Equal, "equal", equal, Any, |x, y| x == y;
+    NotEqual, "not_equal", not_equal, Any, |x, y| x != y;
+    Less, "less", less, Numeric, |x, y| x < y;
+    LessEqual, "less_equal", less_equal, Numeric, |x, y| x <= y;
+    Greater, "greater", greater, Numeric, |x, y| x > y;
+    GreaterEqual, "greater_equal", greater_equal, Numeric, |x, y| x >= y;
+    LogicalAnd, "logical_and", logical_and, Bool, |x, y| x && y;
+    LogicalOr, "logical_or", logical_or, Bool, |x, y| x || y;
+}
+
+/// `where(cond, a, b)`: a where cond, else b; all three broadcast together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Select;
+
+impl OpDef for Select {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("where", inputs, 3)?;
+        let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+        check_dtype("where", Accepts::Bool, c)?;
+        super::rules::check_same_dtype("where", a, b)?;
+        let shape = broadcast_shapes("where", &c.shape, &a.shape)?;
+        let shape = broadcast_shapes("where", &shape, &b.shape)?;
+        Ok(smallvec![TensorType::new(a.dtype, &shape)])
+    }
+
+    fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+        let shape = &outputs[0].shape;
+        let out = crate::with_dtype!(a.dtype(), T, {
+            kernels::zip3::<bool, T, T, T>(c, a, b, shape, |c, x, y| if c { x } else { y })?
+        });
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::inputs(0b001)
+    }
+
+    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], needs: &[bool]) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None, None, None]);
+        };
+        let (ga, gb) = route(ctx, saved.input(0)?, g, &needs[1..])?;
+        let ga = match ga { Some(v) => Some(unbroadcast(ctx, saved, 1, v)?), None => None };
+        let gb = match gb { Some(v) => Some(unbroadcast(ctx, saved, 2, v)?), None => None };
+        Ok(smallvec![None, ga, gb])
+    }
+}
+
+pub fn select<V: Value>(ctx: &mut dyn Context<V>, cond: &V, a: &V, b: &V) -> Result<V> {
+    build::apply1(ctx, Select, &[cond.clone(), a.clone(), b.clone()])
+}

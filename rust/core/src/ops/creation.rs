@@ -1,0 +1,202 @@
+//! Ops that create values or change only their dtype or identity: `fill`, `arange`, `cast`,
+//! `stop_gradient`.
+//!
+//! Gradients: fill and arange have no inputs; cast's gradient casts back (float to float only);
+//! stop_gradient has none, by definition.
+
+use smallvec::smallvec;
+
+use super::rules::{check_dtype, Accepts};
+use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
+use crate::context::Context;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::shape::{numel, Shape, ShapeDisplay, TensorType};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// A tensor of `shape` filled with `value` (converted to `dtype`). MLIR: a splat constant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fill {
+    pub dtype: DType,
+    pub shape: Shape,
+    pub value: f64,
+}
+
+impl OpDef for Fill {
+    fn name(&self) -> &'static str {
+        "fill"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("fill", inputs, 0)?;
+        Ok(smallvec![TensorType::new(self.dtype, &self.shape)])
+    }
+
+    fn compute(&self, _inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        Ok(smallvec![Tensor::filled(self.dtype, &self.shape, self.value)])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NotDifferentiable("fill has no inputs")
+    }
+
+    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, _: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        Ok(Grads::new())
+    }
+}
+
+/// A tensor of `shape`, every element `value`.
+pub fn fill<V: Value>(ctx: &mut dyn Context<V>, dtype: DType, shape: &[usize], value: f64) -> Result<V> {
+    build::apply1(ctx, Fill { dtype, shape: shape.into(), value }, &[])
+}
+
+/// A tensor shaped like `like`, every element `value`.
+pub fn fill_like<V: Value>(ctx: &mut dyn Context<V>, like: &V, value: f64) -> Result<V> {
+    let ty = like.ty().clone();
+    fill(ctx, ty.dtype, &ty.shape, value)
+}
+
+pub fn zeros_like<V: Value>(ctx: &mut dyn Context<V>, like: &V) -> Result<V> {
+    fill_like(ctx, like, 0.0)
+}
+
+pub fn ones_like<V: Value>(ctx: &mut dyn Context<V>, like: &V) -> Result<V> {
+    fill_like(ctx, like, 1.0)
+}
+
+/// `start, start + step, ...` (`len` values). MLIR: iota, scaled and shifted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arange {
+    pub dtype: DType,
+    pub start: f64,
+    pub step: f64,
+    pub len: usize,
+}
+
+impl OpDef for Arange {
+    fn name(&self) -> &'static str {
+        "arange"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("arange", inputs, 0)?;
+        check_dtype("arange", Accepts::Numeric, &TensorType::scalar(self.dtype))?;
+        Ok(smallvec![TensorType::new(self.dtype, &[self.len])])
+    }
+
+    fn compute(&self, _inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let out = crate::with_dtype!(self.dtype, T, {
+            let data: Vec<T> = (0..self.len).map(|i| T::from_f64(self.start + self.step * i as f64)).collect();
+            Tensor::from_vec(data, &[self.len])?
+        });
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NotDifferentiable("arange has no inputs")
+    }
+
+    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, _: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        Ok(Grads::new())
+    }
+}
+
+/// numpy's `arange(start, stop, step)`: values in [start, stop) spaced by `step`.
+pub fn arange<V: Value>(ctx: &mut dyn Context<V>, start: f64, stop: f64, step: f64, dtype: DType) -> Result<V> {
+    if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
+        return Err(Error::invalid("arange", format!("need finite start, stop and a non-zero step, got ({start}, {stop}, {step})")));
+    }
+    let len = ((stop - start) / step).ceil().max(0.0) as usize;
+    build::apply1(ctx, Arange { dtype, start, step, len }, &[])
+}
+
+/// Converts elements to another dtype (floats to ints truncate toward zero; to bool: != 0).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cast {
+    pub to: DType,
+}
+
+fn convert<T: Element, U: Element>(x: &Tensor) -> Result<Tensor> {
+    kernels::map::<T, U>(x, |v| U::from_f64(v.to_f64()))
+}
+
+impl OpDef for Cast {
+    fn name(&self) -> &'static str {
+        "cast"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("cast", inputs, 1)?;
+        Ok(smallvec![inputs[0].with_dtype(self.to)])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        if x.dtype() == self.to {
+            return Ok(smallvec![x.with_new_id()]);
+        }
+        let out = match (x.dtype(), self.to) {
+            (DType::I64, DType::I32) => kernels::map::<i64, i32>(x, |v| v as i32)?,
+            (DType::I32, DType::I64) => kernels::map::<i32, i64>(x, |v| v as i64)?,
+            (from, to) => crate::with_dtype!(from, T, { crate::with_dtype!(to, U, { convert::<T, U>(x)? }) }),
+        };
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        if self.to.is_float() {
+            Saves::NOTHING
+        } else {
+            Saves::NotDifferentiable("its output is not a float")
+        }
+    }
+
+    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        let from = saved.input_types[0].dtype;
+        match &grads[0] {
+            Some(g) if from.is_float() => Ok(smallvec![Some(cast(ctx, g, from)?)]),
+            _ => Ok(smallvec![None]),
+        }
+    }
+}
+
+pub fn cast<V: Value>(ctx: &mut dyn Context<V>, x: &V, to: DType) -> Result<V> {
+    build::apply1(ctx, Cast { to }, std::slice::from_ref(x))
+}
+
+/// Identity whose gradient is nothing: values pass, gradients stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StopGradient;
+
+impl OpDef for StopGradient {
+    fn name(&self) -> &'static str {
+        "stop_gradient"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("stop_gradient", inputs, 1)?;
+        Ok(smallvec![inputs[0].clone()])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        Ok(smallvec![inputs[0].with_new_id()])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NotDifferentiable("stop_gradient blocks gradients by definition")
+    }
+
+    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, _: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        Ok(smallvec![None])
+    }
+}
+
+pub fn stop_gradient<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
+    build::apply1(ctx, StopGradient, std::slice::from_ref(x))
+}
+
+#[allow(dead_code)]
+fn describe(shape: &[usize]) -> String {
+    format!("{} ({} elements)", ShapeDisplay(shape), numel(shape))
+}

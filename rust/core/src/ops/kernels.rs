@@ -1,0 +1,137 @@
+//! Shared CPU kernel helpers: elementwise maps with numpy broadcasting, parallel above a size
+//! threshold (rayon). Op kernels are written against these, generic over the element type.
+
+use ndarray::{IxDyn, Zip};
+use rayon::prelude::*;
+
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Below this many elements a kernel stays on one thread: splitting costs more than it saves.
+pub const PARALLEL_THRESHOLD: usize = 1 << 15;
+
+/// `f` applied to every element.
+pub fn map<T: Element, U: Element>(x: &Tensor, f: impl Fn(T) -> U + Sync + Send) -> Result<Tensor> {
+    let xs = x.as_slice::<T>()?;
+    let data: Vec<U> = if xs.len() >= PARALLEL_THRESHOLD {
+        xs.par_iter().map(|&v| f(v)).collect()
+    } else {
+        xs.iter().map(|&v| f(v)).collect()
+    };
+    Tensor::from_vec(data, x.shape())
+}
+
+/// `f` applied elementwise to `a` and `b` broadcast to `out_shape`.
+pub fn zip<T: Element, U: Element>(
+    a: &Tensor,
+    b: &Tensor,
+    out_shape: &[usize],
+    f: impl Fn(T, T) -> U + Sync + Send,
+) -> Result<Tensor> {
+    let (xs, ys) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+    let n = xs.len().max(ys.len());
+    let parallel = n >= PARALLEL_THRESHOLD;
+    let data: Vec<U> = if a.shape() == b.shape() {
+        if parallel {
+            xs.par_iter().zip(ys.par_iter()).map(|(&x, &y)| f(x, y)).collect()
+        } else {
+            xs.iter().zip(ys).map(|(&x, &y)| f(x, y)).collect()
+        }
+    } else if ys.len() == 1 && a.shape() == out_shape {
+        let y = ys[0];
+        if parallel {
+            xs.par_iter().map(|&x| f(x, y)).collect()
+        } else {
+            xs.iter().map(|&x| f(x, y)).collect()
+        }
+    } else if xs.len() == 1 && b.shape() == out_shape {
+        let x = xs[0];
+        if parallel {
+            ys.par_iter().map(|&y| f(x, y)).collect()
+        } else {
+            ys.iter().map(|&y| f(x, y)).collect()
+        }
+    } else {
+        let shape = IxDyn(out_shape);
+        let av = a.view::<T>()?;
+        let bv = b.view::<T>()?;
+        let av = av.broadcast(shape.clone()).ok_or_else(|| broadcast_bug(a, out_shape))?;
+        let bv = bv.broadcast(shape).ok_or_else(|| broadcast_bug(b, out_shape))?;
+        let zipped = Zip::from(&av).and(&bv);
+        let out = if parallel { zipped.par_map_collect(|&x, &y| f(x, y)) } else { zipped.map_collect(|&x, &y| f(x, y)) };
+        return Ok(Tensor::from_array(out));
+    };
+    Tensor::from_vec(data, out_shape)
+}
+
+/// `f` applied elementwise to three tensors broadcast to `out_shape`.
+pub fn zip3<A: Element, B: Element, C: Element, U: Element>(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    out_shape: &[usize],
+    f: impl Fn(A, B, C) -> U + Sync + Send,
+) -> Result<Tensor> {
+    let shape = IxDyn(out_shape);
+    let (av, bv, cv) = (a.view::<A>()?, b.view::<B>()?, c.view::<C>()?);
+    let av = av.broadcast(shape.clone()).ok_or_else(|| broadcast_bug(a, out_shape))?;
+    let bv = bv.broadcast(shape.clone()).ok_or_else(|| broadcast_bug(b, out_shape))?;
+    let cv = cv.broadcast(shape).ok_or_else(|| broadcast_bug(c, out_shape))?;
+    let zipped = Zip::from(&av).and(&bv).and(&cv);
+    let out = if av.len() >= PARALLEL_THRESHOLD {
+        zipped.par_map_collect(|&x, &y, &z| f(x, y, z))
+    } else {
+        zipped.map_collect(|&x, &y, &z| f(x, y, z))
+    };
+    Ok(Tensor::from_array(out))
+}
+
+fn broadcast_bug(t: &Tensor, out_shape: &[usize]) -> Error {
+    Error::internal(
+        "broadcast",
+        format!("shape {:?} does not broadcast to {:?} (shape rule and kernel disagree)", t.shape(), out_shape),
+    )
+}
+
+/// Arithmetic that wraps on integer overflow (as numpy and XLA do) instead of panicking.
+pub trait Arith: Element {
+    fn wadd(self, other: Self) -> Self;
+    fn wsub(self, other: Self) -> Self;
+    fn wmul(self, other: Self) -> Self;
+    fn wneg(self) -> Self;
+    fn wabs(self) -> Self;
+    fn zero() -> Self;
+    fn one() -> Self;
+}
+
+macro_rules! arith_float {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            fn wadd(self, o: Self) -> Self { self + o }
+            fn wsub(self, o: Self) -> Self { self - o }
+            fn wmul(self, o: Self) -> Self { self * o }
+            fn wneg(self) -> Self { -self }
+            fn wabs(self) -> Self { self.abs() }
+            fn zero() -> Self { 0.0 }
+            fn one() -> Self { 1.0 }
+        }
+    )*};
+}
+
+macro_rules! arith_int {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn wsub(self, o: Self) -> Self { self.wrapping_sub(o) }
+            fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn wneg(self) -> Self { self.wrapping_neg() }
+            fn wabs(self) -> Self { self.wrapping_abs() }
+            fn zero() -> Self { 0 }
+            fn one() -> Self { 1 }
+        }
+    )*};
+}
+
+arith_float!(f32, f64);
+arith_int!(i32, i64);

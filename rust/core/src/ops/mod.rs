@@ -1,0 +1,244 @@
+//! The op table: every primitive op defined once — shape/dtype rule, CPU kernel, gradient rule —
+//! and listed once in `op_table!`, which generates the closed `Op` enum and its dispatch.
+//!
+//! Adding an op: implement `OpDef` for a struct holding its attributes (in the file of its
+//! family), then add one line to `op_table!` below. Eager execution, tracing, the tape and
+//! (later) the MLIR emitter all go through `Op`, so nothing else needs a list of ops.
+//!
+//! Attributes are stored normalised (absolute, sorted axes; explicit shapes): the builder
+//! functions in `build` do that once, so rules and kernels never re-validate user input.
+
+use smallvec::SmallVec;
+use std::fmt;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+pub mod binary;
+pub mod build;
+pub mod creation;
+pub mod index;
+pub mod kernels;
+pub mod layout;
+pub mod matmul;
+pub mod reduce;
+pub mod rules;
+pub mod unary;
+
+/// Output types of a shape rule (most ops have one output: no allocation).
+pub type Types = SmallVec<[TensorType; 1]>;
+/// Values produced by an op.
+pub type Values<V> = SmallVec<[V; 1]>;
+/// Input gradients returned by a gradient rule: `None` where an input gets no gradient.
+pub type Grads<V> = SmallVec<[Option<V>; 2]>;
+
+/// Which forward values an op's gradient keeps (bit `i` = input/output `i`). Types of all
+/// inputs and outputs are always kept: they are small and rules need shapes to unbroadcast.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Saves {
+    /// The op has no gradient; the reason is shown when someone asks for one.
+    NotDifferentiable(&'static str),
+    Values { inputs: u8, outputs: u8 },
+}
+
+impl Saves {
+    pub const NOTHING: Saves = Saves::Values { inputs: 0, outputs: 0 };
+    pub const INPUTS: Saves = Saves::Values { inputs: 0xff, outputs: 0 };
+    pub const OUTPUT: Saves = Saves::Values { inputs: 0, outputs: 1 };
+
+    pub fn inputs(mask: u8) -> Saves {
+        Saves::Values { inputs: mask, outputs: 0 }
+    }
+}
+
+/// What a gradient rule sees of its forward op: attributes live on the op itself; this holds
+/// the types of every input and output and only the values `saves()` asked for.
+#[derive(Clone, Debug)]
+pub struct Saved<V> {
+    pub input_types: SmallVec<[TensorType; 2]>,
+    pub output_types: Types,
+    inputs: SmallVec<[Option<V>; 2]>,
+    outputs: SmallVec<[Option<V>; 1]>,
+}
+
+impl<V: Value> Saved<V> {
+    /// Keeps from `inputs`/`outputs` what `saves` names.
+    pub fn capture(saves: Saves, inputs: &[V], outputs: &[V]) -> Saved<V> {
+        let (im, om) = match saves {
+            Saves::NotDifferentiable(_) => (0, 0),
+            Saves::Values { inputs, outputs } => (inputs, outputs),
+        };
+        let keep = |mask: u8, i: usize, v: &V| (i < 8 && mask & (1 << i) != 0).then(|| v.clone());
+        Saved {
+            input_types: inputs.iter().map(|v| v.ty().clone()).collect(),
+            output_types: outputs.iter().map(|v| v.ty().clone()).collect(),
+            inputs: inputs.iter().enumerate().map(|(i, v)| keep(im, i, v)).collect(),
+            outputs: outputs.iter().enumerate().map(|(i, v)| keep(om, i, v)).collect(),
+        }
+    }
+
+    /// Saved input `i`; asking for one the op did not save is a bug in its rule.
+    pub fn input(&self, i: usize) -> Result<&V> {
+        self.inputs.get(i).and_then(Option::as_ref).ok_or_else(|| {
+            Error::internal("gradient", format!("input {i} was not saved by the forward op"))
+        })
+    }
+
+    pub fn output(&self, i: usize) -> Result<&V> {
+        self.outputs.get(i).and_then(Option::as_ref).ok_or_else(|| {
+            Error::internal("gradient", format!("output {i} was not saved by the forward op"))
+        })
+    }
+}
+
+/// One primitive op. Implemented by a struct holding the op's (normalised) attributes.
+pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> {
+    /// The op's name in errors, graph text and MLIR locations.
+    fn name(&self) -> &'static str;
+
+    /// Shape and dtype rule: validates the inputs and gives the output types.
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types>;
+
+    /// CPU kernel. `outputs` is what `infer` returned for these inputs.
+    fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>>;
+
+    /// What the gradient rule needs from the forward pass.
+    fn saves(&self) -> Saves;
+
+    /// Input gradients from output gradients, built through `ctx` (so they run eagerly, trace
+    /// into a graph, and are recorded by outer tapes for higher order). `grads[i]` is `None`
+    /// when output `i` received no gradient; rules make their own zeros when they need them.
+    /// `needs[i]` is false for inputs nobody watches: their gradient may be skipped.
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        needs: &[bool],
+    ) -> Result<Grads<V>>;
+}
+
+/// Checks the number of inputs an op received.
+pub fn expect_arity(op: &'static str, inputs: &[TensorType], n: usize) -> Result<()> {
+    if inputs.len() != n {
+        return Err(Error::invalid(op, format!("expected {n} inputs, got {}", inputs.len())));
+    }
+    Ok(())
+}
+
+/// Error for a rule asked for the gradient of an op that has none.
+pub fn not_differentiable<V>(op: &'static str, reason: &str) -> Result<Grads<V>> {
+    Err(Error::gradient(op, format!("{op} is not differentiable: {reason}")))
+}
+
+macro_rules! op_table {
+    ($( $variant:ident($ty:ty) ),* $(,)?) => {
+        /// Every primitive op, with its attributes. Closed: a pass that matches on it without a
+        /// catch-all arm stops compiling when an op is added.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Op { $( $variant($ty), )* }
+
+        /// The op without its attributes (a key for registries and statistics).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum OpKind { $( $variant, )* }
+
+        impl OpKind {
+            pub const ALL: &'static [OpKind] = &[$( OpKind::$variant, )*];
+        }
+
+        impl Op {
+            pub fn kind(&self) -> OpKind {
+                match self { $( Op::$variant(_) => OpKind::$variant, )* }
+            }
+            pub fn name(&self) -> &'static str {
+                match self { $( Op::$variant(o) => o.name(), )* }
+            }
+            pub fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+                match self { $( Op::$variant(o) => o.infer(inputs), )* }
+            }
+            pub fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
+                match self { $( Op::$variant(o) => o.compute(inputs, outputs), )* }
+            }
+            pub fn saves(&self) -> Saves {
+                match self { $( Op::$variant(o) => o.saves(), )* }
+            }
+            pub fn gradient<V: Value>(
+                &self,
+                ctx: &mut dyn Context<V>,
+                saved: &Saved<V>,
+                grads: &[Option<V>],
+                needs: &[bool],
+            ) -> Result<Grads<V>> {
+                match self { $( Op::$variant(o) => o.gradient(ctx, saved, grads, needs), )* }
+            }
+        }
+
+        $( impl From<$ty> for Op { fn from(o: $ty) -> Op { Op::$variant(o) } } )*
+    };
+}
+
+op_table! {
+    // creation
+    Fill(creation::Fill),
+    Arange(creation::Arange),
+    StopGradient(creation::StopGradient),
+    Cast(creation::Cast),
+    // unary elementwise
+    Neg(unary::Neg),
+    Exp(unary::Exp),
+    Log(unary::Log),
+    Sin(unary::Sin),
+    Cos(unary::Cos),
+    Tanh(unary::Tanh),
+    Sigmoid(unary::Sigmoid),
+    Relu(unary::Relu),
+    Sqrt(unary::Sqrt),
+    Abs(unary::Abs),
+    Sign(unary::Sign),
+    LogicalNot(unary::LogicalNot),
+    // binary elementwise (numpy broadcasting)
+    Add(binary::Add),
+    Sub(binary::Sub),
+    Mul(binary::Mul),
+    Div(binary::Div),
+    Pow(binary::Pow),
+    Maximum(binary::Maximum),
+    Minimum(binary::Minimum),
+    Equal(binary::Equal),
+    NotEqual(binary::NotEqual),
+    Less(binary::Less),
+    LessEqual(binary::LessEqual),
+    Greater(binary::Greater),
+    GreaterEqual(binary::GreaterEqual),
+    LogicalAnd(binary::LogicalAnd),
+    LogicalOr(binary::LogicalOr),
+    Select(binary::Select),
+    // reductions
+    Sum(reduce::Sum),
+    ReduceMax(reduce::ReduceMax),
+    ReduceMin(reduce::ReduceMin),
+    // linear algebra
+    MatMul(matmul::MatMul),
+    // layout
+    Reshape(layout::Reshape),
+    Transpose(layout::Transpose),
+    BroadcastTo(layout::BroadcastTo),
+    Concatenate(layout::Concatenate),
+    Slice(layout::Slice),
+    Pad(layout::Pad),
+    Reverse(layout::Reverse),
+    // data-dependent indexing
+    DynamicSlice(index::DynamicSlice),
+    DynamicUpdateSlice(index::DynamicUpdateSlice),
+    Take(index::Take),
+    ScatterAdd(index::ScatterAdd),
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,262 @@
+//! Unary elementwise ops. Each `unary_op!` block is the whole op: name, accepted dtypes,
+//! kernel, what the gradient saves and the gradient rule.
+//!
+//! Output shape and dtype equal the input's. Gradients (y = f(x), g = dL/dy):
+//! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
+//! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign 0; logical_not none.
+
+
+use super::kernels::Arith;
+
+use super::rules::{check_dtype, Accepts};
+use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
+    Error::internal(op, format!("kernel called with {dtype} (rule should have rejected it)"))
+}
+
+macro_rules! unary_op {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $opname:literal, $builder:ident, $accepts:ident,
+        kernel: |$x:ident: $T:ident| $kernel:expr,
+        saves: $saves:expr,
+        grad: |$ctx:ident, $saved:ident, $g:ident| $grad:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+        pub struct $name;
+
+        impl OpDef for $name {
+            fn name(&self) -> &'static str {
+                $opname
+            }
+
+            fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+                expect_arity($opname, inputs, 1)?;
+                check_dtype($opname, Accepts::$accepts, &inputs[0])?;
+                Ok(smallvec::smallvec![inputs[0].clone()])
+            }
+
+            fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+                let input = &inputs[0];
+                let out = unary_op!(@dispatch $accepts, input, $opname, |$x: $T| $kernel)?;
+                Ok(smallvec::smallvec![out])
+            }
+
+            fn saves(&self) -> Saves {
+                $saves
+            }
+
+            #[allow(unused_variables)]
+            fn gradient<V: Value>(
+                &self,
+                $ctx: &mut dyn Context<V>,
+                $saved: &Saved<V>,
+                grads: &[Option<V>],
+                needs: &[bool],
+            ) -> Result<Grads<V>> {
+                let Some($g) = grads[0].as_ref() else {
+                    return Ok(smallvec::smallvec![None]);
+                };
+                let gx: Result<Option<V>> = $grad;
+                Ok(smallvec::smallvec![gx?])
+            }
+        }
+
+        #[doc = concat!("`", $opname, "(x)` elementwise.")]
+        pub fn $builder<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
+            build::apply1(ctx, $name, std::slice::from_ref(x))
+        }
+    };
+    (@dispatch Float, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_float!($input.dtype(), $T, { kernels::map::<$T, $T>($input, |$x: $T| $kernel) },
+            Err(kernel_dtype_bug($opname, $input.dtype())))
+    };
+    (@dispatch Numeric, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_numeric!($input.dtype(), $T, { kernels::map::<$T, $T>($input, |$x: $T| $kernel) },
+            Err(kernel_dtype_bug($opname, $input.dtype())))
+    };
+    (@dispatch Bool, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
+        match $input.dtype() {
+            DType::Bool => {
+                type $T = bool;
+                kernels::map::<$T, $T>($input, |$x: $T| $kernel)
+            }
+            other => Err(kernel_dtype_bug($opname, other)),
+        }
+    };
+}
+
+unary_op! {
+    /// Negation.
+    Neg, "neg", neg, Numeric,
+    kernel: |x: T| x.wneg(),
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g| Ok(Some(neg(ctx, g)?))
+}
+
+unary_op! {
+    /// e^x.
+    Exp, "exp", exp, Float,
+    kernel: |x: T| x.exp(),
+    saves: Saves::OUTPUT,
+    grad: |ctx, saved, g| Ok(Some(build::mul(ctx, g, saved.output(0)?)?))
+}
+
+unary_op! {
+    /// Natural logarithm.
+    Log, "log", log, Float,
+    kernel: |x: T| x.ln(),
+    saves: Saves::inputs(1),
+    grad: |ctx, saved, g| Ok(Some(build::div(ctx, g, saved.input(0)?)?))
+}
+
+unary_op! {
+    /// Sine.
+    Sin, "sin", sin, Float,
+    kernel: |x: T| x.sin(),
+    saves: Saves::inputs(1),
+    grad: |ctx, saved, g| {
+        let c = cos(ctx, saved.input(0)?)?;
+        Ok(Some(build::mul(ctx, g, &c)?))
+    }
+}
+
+unary_op! {
+    /// Cosine.
+    Cos, "cos", cos, Float,
+    kernel: |x: T| x.cos(),
+    saves: Saves::inputs(1),
+    grad: |ctx, saved, g| {
+        let s = sin(ctx, saved.input(0)?)?;
+        let gs = build::mul(ctx, g, &s)?;
+        Ok(Some(neg(ctx, &gs)?))
+    }
+}
+
+unary_op! {
+    /// Hyperbolic tangent.
+    Tanh, "tanh", tanh, Float,
+    kernel: |x: T| x.tanh(),
+    saves: Saves::OUTPUT,
+    grad: |ctx, saved, g| {
+        let y = saved.output(0)?;
+        let yy = build::mul(ctx, y, y)?;
+        let one = build::ones_like(ctx, y)?;
+        let d = build::sub(ctx, &one, &yy)?;
+        Ok(Some(build::mul(ctx, g, &d)?))
+    }
+}
+
+unary_op! {
+    /// Logistic sigmoid 1/(1+e^-x), computed without overflow for large |x|.
+    Sigmoid, "sigmoid", sigmoid, Float,
+    kernel: |x: T| {
+        if x >= T::zero() {
+            T::one() / (T::one() + (-x).exp())
+        } else {
+            let e = x.exp();
+            e / (T::one() + e)
+        }
+    },
+    saves: Saves::OUTPUT,
+    grad: |ctx, saved, g| {
+        let y = saved.output(0)?;
+        let one = build::ones_like(ctx, y)?;
+        let d = build::sub(ctx, &one, y)?;
+        let yd = build::mul(ctx, y, &d)?;
+        Ok(Some(build::mul(ctx, g, &yd)?))
+    }
+}
+
+unary_op! {
+    /// max(x, 0).
+    Relu, "relu", relu, Numeric,
+    kernel: |x: T| if x > T::zero() { x } else { T::zero() },
+    saves: Saves::inputs(1),
+    grad: |ctx, saved, g| {
+        let x = saved.input(0)?;
+        let zero = build::zeros_like(ctx, x)?;
+        let positive = build::greater(ctx, x, &zero)?;
+        let zg = build::zeros_like(ctx, g)?;
+        Ok(Some(build::select(ctx, &positive, g, &zg)?))
+    }
+}
+
+unary_op! {
+    /// Square root.
+    Sqrt, "sqrt", sqrt, Float,
+    kernel: |x: T| x.sqrt(),
+    saves: Saves::OUTPUT,
+    grad: |ctx, saved, g| {
+        let y = saved.output(0)?;
+        let two_y = build::add(ctx, y, y)?;
+        Ok(Some(build::div(ctx, g, &two_y)?))
+    }
+}
+
+unary_op! {
+    /// Absolute value.
+    Abs, "abs", abs, Numeric,
+    kernel: |x: T| x.wabs(),
+    saves: Saves::inputs(1),
+    grad: |ctx, saved, g| {
+        let s = sign(ctx, saved.input(0)?)?;
+        Ok(Some(build::mul(ctx, g, &s)?))
+    }
+}
+
+unary_op! {
+    /// -1, 0 or 1 (0 for 0 and NaN-free inputs; its gradient is zero everywhere).
+    Sign, "sign", sign, Numeric,
+    kernel: |x: T| if x == T::zero() { x } else if x > T::zero() { T::one() } else { T::one().wneg() },
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?))
+}
+
+unary_op! {
+    /// Logical negation of a bool tensor.
+    LogicalNot, "logical_not", logical_not, Bool,
+    kernel: |x: T| !x,
+    saves: Saves::NotDifferentiable("its output is bool"),
+    grad: |ctx, saved, g| Err(Error::gradient("logical_not", "logical_not is not differentiable"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::EagerContext;
+
+    fn t(v: Vec<f64>) -> Tensor {
+        let n = v.len();
+        Tensor::from_vec(v, &[n]).unwrap()
+    }
+
+    #[test]
+    fn kernels_match_std() {
+        let x = t(vec![-1.5, 0.0, 0.25, 2.0]);
+        let mut ctx = EagerContext;
+        assert_eq!(sin(&mut ctx, &x).unwrap().to_f64_vec(), x.to_f64_vec().iter().map(|v| v.sin()).collect::<Vec<_>>());
+        assert_eq!(relu(&mut ctx, &x).unwrap().to_f64_vec(), vec![0.0, 0.0, 0.25, 2.0]);
+        assert_eq!(sign(&mut ctx, &x).unwrap().to_f64_vec(), vec![-1.0, 0.0, 1.0, 1.0]);
+        let y = sigmoid(&mut ctx, &t(vec![-800.0, 800.0])).unwrap().to_f64_vec();
+        assert_eq!(y, vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn float_only_ops_reject_ints_with_the_op_name() {
+        let x = Tensor::from_vec(vec![1i32, 2], &[2]).unwrap();
+        let err = exp(&mut EagerContext, &x).unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::DType);
+        assert!(err.to_string().starts_with("exp:"), "{err}");
+        assert!(err.to_string().contains("int32"), "{err}");
+        assert_eq!(neg(&mut EagerContext, &x).unwrap().to_f64_vec(), vec![-1.0, -2.0]);
+    }
+}

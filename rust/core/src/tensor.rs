@@ -1,0 +1,257 @@
+//! `Tensor`: an immutable, contiguous, row-major buffer shared by `Arc`, with a unique identity.
+//!
+//! Immutability is what lets the tape keep forward values without copying and lets numpy view
+//! a tensor's memory without a copy (read-only). The identity (`id`) is what tapes track: two
+//! handles to the same value share it; a value re-wrapped with `with_new_id` is a new tensor.
+
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::dtype::{DType, Element, Storage};
+use crate::error::{Error, Result};
+use crate::shape::{numel, Shape, ShapeDisplay, TensorType};
+
+/// Identity of a tensor value, unique within the process.
+pub type TensorId = u64;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> TensorId {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    id: TensorId,
+    ty: TensorType,
+    storage: Arc<Storage>,
+}
+
+impl Tensor {
+    /// Wraps `storage` with `shape`; the element count must match.
+    pub fn new(storage: Storage, shape: &[usize]) -> Result<Tensor> {
+        let shape: Shape = shape.into();
+        if numel(&shape) != storage.len() {
+            return Err(Error::shape(
+                "tensor",
+                format!("{} elements cannot have shape {}", storage.len(), ShapeDisplay(&shape)),
+            ));
+        }
+        Ok(Tensor::from_parts(Arc::new(storage), shape))
+    }
+
+    fn from_parts(storage: Arc<Storage>, shape: Shape) -> Tensor {
+        let ty = TensorType { dtype: storage.dtype(), shape };
+        Tensor { id: next_id(), ty, storage }
+    }
+
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        Tensor::new(T::into_storage(data), shape)
+    }
+
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::from_parts(Arc::new(T::into_storage(vec![value])), Shape::new())
+    }
+
+    /// A tensor of `shape` whose every element is `value` converted to `dtype`.
+    pub fn filled(dtype: DType, shape: &[usize], value: f64) -> Tensor {
+        let shape: Shape = shape.into();
+        Tensor::from_parts(Arc::new(Storage::filled(dtype, numel(&shape), value)), shape)
+    }
+
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor::filled(dtype, shape, 0.0)
+    }
+
+    pub fn ones(dtype: DType, shape: &[usize]) -> Tensor {
+        Tensor::filled(dtype, shape, 1.0)
+    }
+
+    /// An ndarray result as a tensor (copied only if it is not already row-major).
+    pub fn from_array<T: Element>(array: ArrayD<T>) -> Tensor {
+        let shape: Shape = array.shape().into();
+        let data = if array.is_standard_layout() {
+            let n = array.len();
+            let (mut data, offset) = array.into_raw_vec_and_offset();
+            let offset = offset.unwrap_or(0);
+            if offset != 0 || data.len() != n {
+                data.drain(..offset);
+                data.truncate(n);
+            }
+            data
+        } else {
+            array.iter().copied().collect()
+        };
+        Tensor::from_parts(Arc::new(T::into_storage(data)), shape)
+    }
+
+    /// The same elements under a new identity (so a tape sees a distinct value).
+    pub fn with_new_id(&self) -> Tensor {
+        Tensor { id: next_id(), ty: self.ty.clone(), storage: self.storage.clone() }
+    }
+
+    /// The same elements with another shape of equal size; shares storage (no copy).
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) != self.numel() {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "cannot reshape a tensor of shape {} ({} elements) into shape {}",
+                    ShapeDisplay(self.shape()),
+                    self.numel(),
+                    ShapeDisplay(shape)
+                ),
+            ));
+        }
+        Ok(Tensor::from_parts(self.storage.clone(), shape.into()))
+    }
+
+    pub fn id(&self) -> TensorId {
+        self.id
+    }
+
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.ty.shape
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.ty.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.storage.len()
+    }
+
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The elements as a slice of `T`; a dtype mismatch is an internal error.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        T::slice(&self.storage).ok_or_else(|| {
+            Error::internal(
+                "tensor",
+                format!("expected {} storage, found {}", T::DTYPE, self.dtype()),
+            )
+        })
+    }
+
+    /// An ndarray view (no copy).
+    pub fn view<T: Element>(&self) -> Result<ArrayViewD<'_, T>> {
+        let data = self.as_slice::<T>()?;
+        ArrayViewD::from_shape(IxDyn(self.shape()), data)
+            .map_err(|e| Error::internal("tensor", e.to_string()))
+    }
+
+    /// Every element converted to f64 (tests and printing).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        crate::with_dtype!(self.dtype(), T, {
+            T::slice(&self.storage).map(|s| s.iter().map(|x| x.to_f64()).collect()).unwrap_or_default()
+        })
+    }
+
+    /// The single element of a size-1 tensor as f64.
+    pub fn item_f64(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "item",
+                format!("expected a tensor with one element, got shape {}", ShapeDisplay(self.shape())),
+            ));
+        }
+        Ok(self.to_f64_vec()[0])
+    }
+}
+
+/// A Python-style scalar before it meets a tensor: it adapts to the tensor's dtype (as in JAX).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    /// The scalar as a 0-d tensor of `dtype`. Ints adapt to any numeric dtype, floats to float
+    /// dtypes only, bools to bool only: anything else would silently change the meaning.
+    pub fn to_tensor(self, dtype: DType, op: &'static str) -> Result<Tensor> {
+        let ok = match self {
+            Scalar::Bool(_) => dtype == DType::Bool,
+            Scalar::Int(_) => dtype.is_numeric(),
+            Scalar::Float(_) => dtype.is_float(),
+        };
+        if !ok {
+            return Err(Error::dtype(
+                op,
+                format!(
+                    "cannot combine a Python {} with a {dtype} tensor; cast one of them first",
+                    self.kind()
+                ),
+            ));
+        }
+        let value = match self {
+            Scalar::Bool(b) => f64::from(u8::from(b)),
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        };
+        Ok(match (self, dtype) {
+            (Scalar::Int(i), DType::I64) => Tensor::scalar(i),
+            _ => Tensor::filled(dtype, &[], value),
+        })
+    }
+
+    /// The dtype a scalar gets on its own (`gl.tensor(1.5)`): float32, int32 or bool.
+    pub fn default_dtype(self) -> DType {
+        match self {
+            Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(_) => DType::I32,
+            Scalar::Float(_) => DType::F32,
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Scalar::Bool(_) => "bool",
+            Scalar::Int(_) => "int",
+            Scalar::Float(_) => "float",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn construction_checks_element_count() {
+        assert!(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).is_ok());
+        let err = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[2, 2]).unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::Shape);
+    }
+
+    #[test]
+    fn reshape_shares_storage_and_gets_a_new_identity() {
+        let t = Tensor::from_vec(vec![1i32, 2, 3, 4], &[4]).unwrap();
+        let r = t.reshaped(&[2, 2]).unwrap();
+        assert_ne!(t.id(), r.id());
+        assert_eq!(r.as_slice::<i32>().unwrap(), &[1, 2, 3, 4]);
+        assert!(t.reshaped(&[3]).is_err());
+    }
+
+    #[test]
+    fn scalars_adapt_only_where_meaningful() {
+        assert_eq!(Scalar::Int(2).to_tensor(DType::F32, "add").unwrap().dtype(), DType::F32);
+        assert_eq!(Scalar::Float(0.5).to_tensor(DType::F64, "add").unwrap().to_f64_vec(), vec![0.5]);
+        assert_eq!(Scalar::Float(0.5).to_tensor(DType::I32, "add").unwrap_err().kind, crate::ErrorKind::DType);
+        assert!(Scalar::Int(1).to_tensor(DType::Bool, "add").is_err());
+        assert_eq!(Scalar::Int(i64::MAX).to_tensor(DType::I64, "add").unwrap().to_f64_vec()[0], i64::MAX as f64);
+    }
+}
