@@ -14,8 +14,11 @@ pub use super::binary::{
     add, div, equal, greater, greater_equal, less, less_equal, logical_and, logical_or, maximum,
     minimum, mul, not_equal, pow, select, sub,
 };
-pub use super::creation::{arange, cast, fill, fill_like, ones_like, stop_gradient, zeros_like};
+pub use super::creation::{
+    arange, cast, fill, fill_like, identity, ones_like, stop_gradient, zeros_like,
+};
 pub use super::index::{dynamic_slice, dynamic_update_slice, scatter_add, take};
+pub use super::indexing::{getitem, IndexItem};
 pub use super::layout::{
     broadcast_to, concatenate, expand_dims, pad, reshape, reverse, slice, squeeze, stack, transpose,
 };

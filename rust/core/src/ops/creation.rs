@@ -11,7 +11,7 @@ use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Val
 use crate::context::Context;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::shape::{numel, Shape, ShapeDisplay, TensorType};
+use crate::shape::{Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -196,7 +196,34 @@ pub fn stop_gradient<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
     build::apply1(ctx, StopGradient, std::slice::from_ref(x))
 }
 
-#[allow(dead_code)]
-fn describe(shape: &[usize]) -> String {
-    format!("{} ({} elements)", ShapeDisplay(shape), numel(shape))
+/// The same value under a new identity (no copy); the gradient passes through. Used where a
+/// value must be distinct for the tape (a Variable's stored value, custom-gradient outputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Identity;
+
+impl OpDef for Identity {
+    fn name(&self) -> &'static str {
+        "identity"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("identity", inputs, 1)?;
+        Ok(smallvec![inputs[0].clone()])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        Ok(smallvec![inputs[0].with_new_id()])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+
+    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        Ok(smallvec![grads[0].clone()])
+    }
+}
+
+pub fn identity<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
+    build::apply1(ctx, Identity, std::slice::from_ref(x))
 }

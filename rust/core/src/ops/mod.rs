@@ -20,12 +20,17 @@ use crate::value::Value;
 pub mod binary;
 pub mod build;
 pub mod creation;
+pub mod gather;
+#[cfg(test)]
+pub(crate) mod gradcheck;
 pub mod index;
+pub mod indexing;
 pub mod kernels;
 pub mod layout;
 pub mod matmul;
 pub mod reduce;
 pub mod rules;
+pub mod slicing;
 pub mod unary;
 
 /// Output types of a shape rule (most ops have one output: no allocation).
@@ -185,6 +190,7 @@ op_table! {
     Fill(creation::Fill),
     Arange(creation::Arange),
     StopGradient(creation::StopGradient),
+    Identity(creation::Identity),
     Cast(creation::Cast),
     // unary elementwise
     Neg(unary::Neg),

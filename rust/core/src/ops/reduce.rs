@@ -4,9 +4,8 @@
 //! Gradients: sum broadcasts g back over the reduced axes; max/min send g to the elements equal
 //! to the result, split evenly between ties (as TensorFlow does); mean is sum times 1/n.
 
-use ndarray::{ArrayD, Axis};
 use rayon::prelude::*;
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::rules::{check_dtype, Accepts};
@@ -14,7 +13,7 @@ use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::shape::{normalize_axes, Shape, TensorType};
+use crate::shape::{normalize_axes, numel, Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -41,22 +40,136 @@ fn reduce_infer(op: &'static str, accepts: Accepts, axes: &[usize], keepdims: bo
     Ok(smallvec![TensorType::new(x.dtype, &reduced_shape(&x.shape, axes, keepdims))])
 }
 
-/// Folds `x` over `axes` with `f`, starting from `init`; the result has `out_shape`.
+/// Folds `x` over `axes` with `f`, starting from `init`; the result has `out_shape`. Reads the
+/// input in place: trailing reduced axes fold contiguous runs, trailing kept axes accumulate
+/// whole rows, so both inner loops stream memory (and vectorise).
 fn fold<T: Element + Arith>(x: &Tensor, axes: &[usize], out_shape: &[usize], init: T, f: impl Fn(T, T) -> T + Sync + Send) -> Result<Tensor> {
     let data = x.as_slice::<T>()?;
-    if axes.len() == x.ndim() {
-        let total = if data.len() >= PARALLEL_THRESHOLD {
-            data.par_chunks(PARALLEL_THRESHOLD / 4).map(|c| c.iter().fold(init, |a, &b| f(a, b))).reduce(|| init, &f)
+    let out_len = numel(out_shape);
+    if out_len == 0 || data.is_empty() {
+        return Tensor::from_vec(vec![init; out_len], out_shape);
+    }
+    let dims = merge_dims(x.shape(), axes);
+    let out = match dims.as_slice() {
+        [] => vec![fold_all(data, init, &f)],
+        [(_, false)] => return x.reshaped(out_shape),
+        [(_, true)] => vec![fold_all(data, init, &f)],
+        &[(r, true), (k, false)] => fold_leading(data, r, k, init, &f),
+        _ => fold_general(data, &dims, out_len, init, &f),
+    };
+    Tensor::from_vec(out, out_shape)
+}
+
+/// The input's dimensions as (size, reduced), without size-1 dimensions and with neighbours of
+/// the same kind merged: [2, 3, 4] reduced over (1, 2) is [(2, kept), (12, reduced)].
+fn merge_dims(shape: &[usize], axes: &[usize]) -> SmallVec<[(usize, bool); 4]> {
+    let mut dims: SmallVec<[(usize, bool); 4]> = SmallVec::new();
+    for (i, &d) in shape.iter().enumerate().filter(|&(_, &d)| d != 1) {
+        let reduced = axes.contains(&i);
+        match dims.last_mut() {
+            Some((size, r)) if *r == reduced => *size *= d,
+            _ => dims.push((d, reduced)),
+        }
+    }
+    dims
+}
+
+/// Folds a contiguous run with eight independent accumulators: the chain of dependent adds
+/// (or compares) would otherwise bound the speed, and the lanes vectorise.
+fn fold_run<T: Copy>(run: &[T], init: T, f: &impl Fn(T, T) -> T) -> T {
+    let mut lanes = [init; 8];
+    let mut chunks = run.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = f(*l, v);
+        }
+    }
+    let acc = chunks.remainder().iter().fold(init, |a, &v| f(a, v));
+    lanes.iter().fold(acc, |a, &l| f(a, l))
+}
+
+fn fold_all<T: Copy + Send + Sync>(data: &[T], init: T, f: &(impl Fn(T, T) -> T + Sync)) -> T {
+    if data.len() < PARALLEL_THRESHOLD {
+        return fold_run(data, init, f);
+    }
+    data.par_chunks(PARALLEL_THRESHOLD / 4).map(|c| fold_run(c, init, f)).reduce(|| init, f)
+}
+
+/// Column folds of a row-major [r, k] block: `acc[j] = f(acc[j], x[i, j])` row after row.
+fn fold_rows_into<T: Copy>(acc: &mut [T], rows: &[T], f: &impl Fn(T, T) -> T) {
+    for row in rows.chunks_exact(acc.len()) {
+        acc.iter_mut().zip(row).for_each(|(a, &v)| *a = f(*a, v));
+    }
+}
+
+/// Reduction of the leading axis of [r, k] (a bias gradient over the batch). In parallel, wide
+/// blocks split their columns; tall narrow ones split their rows into partial results.
+fn fold_leading<T: Copy + Send + Sync>(data: &[T], r: usize, k: usize, init: T, f: &(impl Fn(T, T) -> T + Sync)) -> Vec<T> {
+    let mut acc = vec![init; k];
+    if data.len() < PARALLEL_THRESHOLD {
+        fold_rows_into(&mut acc, data, f);
+    } else if k >= 4096 {
+        acc.par_chunks_mut(1024).enumerate().for_each(|(c, block)| {
+            let cols = c * 1024..c * 1024 + block.len();
+            (0..r).for_each(|i| block.iter_mut().zip(&data[i * k..][cols.clone()]).for_each(|(a, &v)| *a = f(*a, v)));
+        });
+    } else {
+        let rows_per_task = (PARALLEL_THRESHOLD / 4 / k).max(1);
+        let partials: Vec<Vec<T>> = data
+            .par_chunks(rows_per_task * k)
+            .map(|rows| {
+                let mut part = vec![init; k];
+                fold_rows_into(&mut part, rows, f);
+                part
+            })
+            .collect();
+        partials.iter().for_each(|p| fold_rows_into(&mut acc, p, f));
+    }
+    acc
+}
+
+/// Any other pattern. Output units are single elements when the innermost dimension is reduced
+/// (each folds runs of it) and rows of the innermost kept dimension otherwise (each
+/// accumulates whole input rows); units are independent, so they are split between threads.
+fn fold_general<T: Copy + Send + Sync>(data: &[T], dims: &[(usize, bool)], out_len: usize, init: T, f: &(impl Fn(T, T) -> T + Sync)) -> Vec<T> {
+    let (inner, inner_reduced) = dims[dims.len() - 1];
+    let mut stride = 1;
+    let mut strides: SmallVec<[usize; 4]> = smallvec![0; dims.len()];
+    for (s, &(d, _)) in strides.iter_mut().zip(dims).rev() {
+        *s = stride;
+        stride *= d;
+    }
+    let outer = dims.len() - 1;
+    let reduced: Vec<usize> = dims[..outer].iter().zip(&strides).filter(|((_, r), _)| *r).fold(vec![0], |offs, (&(d, _), &s)| {
+        offs.iter().flat_map(|&o| (0..d).map(move |i| o + i * s)).collect()
+    });
+    let kept: SmallVec<[(usize, usize); 4]> = dims[..outer].iter().zip(&strides).filter(|((_, r), _)| !*r).map(|(&(d, _), &s)| (d, s)).collect();
+    let base = |mut unit: usize| {
+        kept.iter().rev().fold(0, |off, &(d, s)| {
+            let i = unit % d;
+            unit /= d;
+            off + i * s
+        })
+    };
+    let unit = if inner_reduced { 1 } else { inner };
+    let work = |(u, dst): (usize, &mut [T])| {
+        let b = base(u);
+        if inner_reduced {
+            dst[0] = reduced.iter().fold(init, |a, &o| f(a, fold_run(&data[b + o..b + o + inner], init, f)));
         } else {
-            data.iter().fold(init, |a, &b| f(a, b))
-        };
-        return Tensor::from_vec(vec![total], out_shape);
+            reduced.iter().for_each(|&o| fold_rows_into(dst, &data[b + o..b + o + inner], f));
+        }
+    };
+    let mut out = vec![init; out_len];
+    if data.len() < PARALLEL_THRESHOLD {
+        out.chunks_mut(unit).enumerate().for_each(work);
+    } else if inner_reduced && out_len < rayon::current_num_threads() && reduced.len() == 1 {
+        // A few long rows: the parallelism is inside each row.
+        out.iter_mut().enumerate().for_each(|(u, d)| *d = fold_all(&data[base(u)..base(u) + inner], init, f));
+    } else {
+        out.par_chunks_mut(unit).enumerate().for_each(work);
     }
-    let mut acc: ArrayD<T> = x.view::<T>()?.to_owned();
-    for &axis in axes.iter().rev() {
-        acc = acc.fold_axis(Axis(axis), init, |&a, &b| f(a, b));
-    }
-    Tensor::from_array(acc).reshaped(out_shape)
+    out
 }
 
 macro_rules! reduction {

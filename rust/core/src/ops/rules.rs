@@ -39,7 +39,7 @@ pub fn check_dtype(op: &'static str, accepts: Accepts, t: &TensorType) -> Result
     if accepts.allows(t.dtype) {
         return Ok(());
     }
-    Err(Error::dtype(op, format!("expected {}, got a {} tensor of shape {}", accepts.expected(), t.dtype, shape_str(t))))
+    Err(Error::dtype(op, format!("expected {}, got {} with shape {}", accepts.expected(), t.dtype, shape_str(t))))
 }
 
 /// Both operands must have the same dtype (no implicit promotion).

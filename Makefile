@@ -1,0 +1,51 @@
+# `make test` and `make demo` work on a fresh machine: they create .venv, install what is
+# needed, build the extension in release mode, then run.
+
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.deps-installed
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: all dev test test-rust test-python lint fmt demo bench clean
+
+all: dev
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): requirements-dev.txt | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+# Builds the Rust extension (release) into the virtual environment.
+dev: $(STAMP)
+	$(VENV)/bin/maturin develop --release --quiet
+
+test: test-rust test-python
+
+test-rust:
+	cargo test -p gradloop --quiet
+
+test-python: dev
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check py tests benches examples
+	$(VENV)/bin/ruff format --check py tests benches examples
+
+fmt: $(STAMP)
+	cargo fmt --all
+	$(VENV)/bin/ruff format py tests benches examples
+
+demo: dev
+	$(PY) examples/projectile.py
+
+bench: dev
+	$(PY) benches/run.py
+
+clean:
+	rm -rf $(VENV) target

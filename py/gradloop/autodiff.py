@@ -1,0 +1,495 @@
+"""Reverse-mode autodiff: `GradientTape`, `grad`, `value_and_grad`, `custom_gradient`,
+`stop_gradient` and `recompute_grad`, over the Rust tape (`_core.Tape`).
+
+Higher order comes from nesting: a tape records the ops of gradients computed while it is
+active, so `grad(grad(f))` is a tape inside a tape. Variable reads are seen through a registry
+of the Python tapes active on this thread (`_state`), which maps each Variable to the tensors
+read from it while a tape recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from . import _core, errors, nest
+from . import variables as _variables
+
+__all__ = [
+    "GradientTape",
+    "custom_gradient",
+    "grad",
+    "recompute_grad",
+    "stop_gradient",
+    "value_and_grad",
+]
+
+_UNCONNECTED = ("none", "zero")
+
+
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.tapes: list[GradientTape] = []  # recording Python tapes, innermost last
+        self.pause_marks: list[
+            int
+        ] = []  # len(tapes) at each pause_recording still in force
+
+
+_state = _ThreadState()
+
+
+def _recording_tapes() -> list[GradientTape]:
+    """Python tapes that record now: those entered since the innermost pause."""
+    start = _state.pause_marks[-1] if _state.pause_marks else 0
+    return _state.tapes[start:]
+
+
+@contextlib.contextmanager
+def _paused() -> Iterator[None]:
+    """Stops recording on every active tape (Rust and Python side) for the block."""
+    token = _core.pause_recording()
+    _state.pause_marks.append(len(_state.tapes))
+    try:
+        yield
+    finally:
+        _state.pause_marks.pop()
+        _core.resume_recording(token)
+
+
+def note_variable_read(variable: _variables.Variable, value: _core.Tensor) -> None:
+    """Called by `Variable.read()`: makes the read visible to the recording tapes."""
+    if variable.trainable and value.dtype.is_floating and _core.any_tape_active():
+        _core.watch_on_active_tapes(value)
+    for tape in _recording_tapes():
+        tape._note_read(variable, value)
+
+
+def _float_source(x: Any, path: str, where: str) -> Any:
+    """Checks that a gradient source is a float tensor or Variable."""
+    if not isinstance(x, (_core.Tensor, _variables.Variable)):
+        raise errors.GradientError(
+            f"{where}: source at {nest.path_str(path)} must be a Tensor or a Variable; got {type(x).__name__}"
+        )
+    if not x.dtype.is_floating:
+        raise errors.GradientError(
+            f"{where}: source at {nest.path_str(path)} has dtype {x.dtype.name}; only float32 and "
+            "float64 values have gradients (cast it to a float dtype)"
+        )
+    return x
+
+
+def _add_all(grads: list[Any]) -> Any:
+    present = [g for g in grads if g is not None]
+    return functools.reduce(_core.add, present) if present else None
+
+
+class GradientTape:
+    """Records the ops run on watched tensors inside `with` so that `gradient` can differentiate.
+
+    Trainable Variables read inside the block are watched automatically; the gradient with
+    respect to a Variable sums the gradients of every value read from it while the tape was
+    recording. A non-persistent tape computes one gradient; `persistent=True` allows many.
+    Gradients computed while other tapes record are recorded by them (higher order).
+    """
+
+    def __init__(self, persistent: bool = False) -> None:
+        self._persistent = persistent
+        self._tape = _core.Tape(persistent)
+        self._recording = False
+        self._used = False
+        self._watched_vars: dict[_variables.Variable, None] = {}  # ordered set
+        self._reads: dict[_variables.Variable, list[_core.Tensor]] = {}
+
+    @property
+    def persistent(self) -> bool:
+        return self._persistent
+
+    def __enter__(self) -> GradientTape:
+        if self._recording:
+            raise errors.GradientError(
+                "GradientTape: this tape is already recording (entered twice)"
+            )
+        self._start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._recording:
+            self._stop()
+
+    def _start(self) -> None:
+        self._tape.push()
+        _state.tapes.append(self)
+        self._recording = True
+
+    def _stop(self) -> None:
+        self._recording = False
+        _state.tapes.remove(self)
+        self._tape.pop()
+
+    @contextlib.contextmanager
+    def stop_recording(self) -> Iterator[None]:
+        """Ops in this block are not recorded by this tape (other tapes still record)."""
+        if not self._recording:
+            raise errors.GradientError(
+                "GradientTape.stop_recording: the tape is not recording"
+            )
+        self._stop()
+        try:
+            yield
+        finally:
+            self._start()
+
+    def reset(self) -> None:
+        """Forgets everything recorded and watched, as if a fresh tape had been entered."""
+        recording = self._recording
+        if recording:
+            self._stop()
+        self.__init__(self._persistent)  # type: ignore[misc]
+        if recording:
+            self._start()
+
+    def watch(self, x: Any) -> None:
+        """Watches a float tensor, a Variable, or a nested structure of them."""
+        for path, leaf in nest.flatten_with_paths(x):
+            _float_source(leaf, path, "GradientTape.watch")
+            if isinstance(leaf, _variables.Variable):
+                self._watched_vars.setdefault(leaf)
+            else:
+                self._tape.watch(leaf)
+
+    def watched_variables(self) -> tuple[_variables.Variable, ...]:
+        """Variables watched explicitly or read while recording, in first-seen order."""
+        return tuple(self._watched_vars)
+
+    def _note_read(self, variable: _variables.Variable, value: _core.Tensor) -> None:
+        if not value.dtype.is_floating:
+            return
+        if not variable.trainable:
+            if variable not in self._watched_vars:
+                return
+            self._tape.watch(
+                value
+            )  # explicitly watched: not covered by watch_on_active_tapes
+        self._watched_vars.setdefault(variable)
+        reads = self._reads.setdefault(variable, [])
+        if not any(
+            r is value for r in reads
+        ):  # the same stored value read twice counts once
+            reads.append(value)
+
+    def gradient(
+        self,
+        target: Any,
+        sources: Any,
+        output_gradients: Any = None,
+        unconnected_gradients: str = "none",
+    ) -> Any:
+        """Gradients of `target` (summed over its elements) with respect to `sources`.
+
+        `target` and `sources` may be nested structures; the result has the structure of
+        `sources`. `output_gradients` (the structure of `target`, None leaves allowed) seeds
+        each target instead of ones. A source the target does not depend on gets None, or zeros
+        with `unconnected_gradients="zero"`.
+        """
+        if unconnected_gradients not in _UNCONNECTED:
+            raise errors.InvalidArgumentError(
+                f"GradientTape.gradient: unconnected_gradients must be 'none' or 'zero'; got {unconnected_gradients!r}"
+            )
+        if self._used and not self._persistent:
+            raise errors.GradientError(
+                "GradientTape.gradient: a non-persistent GradientTape can only compute one gradient; "
+                "create it with GradientTape(persistent=True) to call gradient() more than once"
+            )
+        targets = [
+            self._target(leaf, path) for path, leaf in nest.flatten_with_paths(target)
+        ]
+        seeds = self._seeds(target, targets, output_gradients)
+        flat = [
+            _float_source(leaf, path, "GradientTape.gradient")
+            for path, leaf in nest.flatten_with_paths(sources)
+        ]
+        groups = [
+            self._reads.get(s, []) if isinstance(s, _variables.Variable) else [s]
+            for s in flat
+        ]
+        raw = self._tape.gradient(targets, [t for g in groups for t in g], seeds)
+        self._used = True
+        grads, start = [], 0
+        for source, group in zip(flat, groups):
+            g = _add_all(raw[start : start + len(group)])
+            start += len(group)
+            if g is None and unconnected_gradients == "zero":
+                g = _core.zeros_like(
+                    source.value if isinstance(source, _variables.Variable) else source
+                )
+            grads.append(g)
+        return nest.pack_sequence_as(sources, grads)
+
+    @staticmethod
+    def _target(leaf: Any, path: str) -> _core.Tensor:
+        if isinstance(leaf, _variables.Variable):
+            return leaf.read()
+        if not isinstance(leaf, _core.Tensor):
+            raise errors.GradientError(
+                f"GradientTape.gradient: target at {nest.path_str(path)} must be a Tensor; got {type(leaf).__name__}"
+            )
+        return leaf
+
+    @staticmethod
+    def _seeds(
+        target: Any, targets: list[_core.Tensor], output_gradients: Any
+    ) -> list[Any] | None:
+        if output_gradients is None:
+            return None
+        if nest.structure_difference(target, output_gradients) is None:
+            flat = nest.flatten(output_gradients)
+        elif isinstance(output_gradients, (list, tuple)) and len(
+            output_gradients
+        ) == len(targets):
+            flat = list(output_gradients)  # TensorFlow also takes a flat list
+        else:
+            nest.assert_same_structure(target, output_gradients)
+        return [
+            g
+            if g is None or isinstance(g, _core.Tensor)
+            else _core.tensor(g, dtype=t.dtype)
+            for t, g in zip(targets, flat)
+        ]
+
+
+def _to_differentiable(x: Any, where: str) -> Any:
+    """An argument of `grad` as a structure of float tensors (floats become float32)."""
+
+    def convert(path: str, leaf: Any) -> Any:
+        if isinstance(leaf, (np.ndarray, np.generic)):
+            leaf = _core.tensor(leaf)  # numpy keeps its dtype (float64 stays float64)
+        elif isinstance(leaf, float):
+            leaf = _core.tensor(leaf, dtype=_core.float32)
+        elif isinstance(leaf, int):
+            leaf = _core.tensor(leaf)
+        return _float_source(leaf, path, where)
+
+    flat = [convert(path, leaf) for path, leaf in nest.flatten_with_paths(x)]
+    return nest.pack_sequence_as(x, flat)
+
+
+def _argnums_tuple(argnums: int | tuple[int, ...]) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else argnums
+    if (
+        not isinstance(nums, tuple)
+        or not nums
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in nums)
+    ):
+        raise errors.InvalidArgumentError(
+            f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}"
+        )
+    return nums
+
+
+def _scalar_output(out: Any, where: str) -> _core.Tensor:
+    if isinstance(out, float):
+        out = _core.tensor(out, dtype=_core.float32)
+    if not isinstance(out, _core.Tensor):
+        raise errors.GradientError(
+            f"{where}: the function must return a scalar float tensor; got {type(out).__name__}"
+        )
+    if out.shape != () or not out.dtype.is_floating:
+        raise errors.GradientError(
+            f"{where}: the function must return a scalar float tensor; got {out.dtype.name} of shape {tuple(out.shape)}"
+        )
+    return out
+
+
+def value_and_grad(
+    fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """`fn` turned into a function returning `(fn(*args), gradient)` (JAX semantics).
+
+    The gradient is with respect to argument `argnums` (or a tuple of gradients for a tuple of
+    argnums) and has that argument's structure. Arguments may be nested tuples/lists/dicts of
+    float tensors, Python floats (converted to float32: pass a float64 tensor or numpy array for
+    float64) or numpy arrays. `fn` must return a scalar float tensor, or `(scalar, aux)` with
+    `has_aux=True`, in which case the value is `(scalar, aux)`. Unconnected inputs get zeros.
+    Each call runs a fresh tape, so the result can be differentiated again.
+    """
+    return _value_and_grad(fn, argnums, has_aux, "value_and_grad")
+
+
+def _value_and_grad(
+    fn: Callable[..., Any], argnums: Any, has_aux: bool, api: str
+) -> Callable[..., Any]:
+    nums = _argnums_tuple(argnums)
+    where = f"{api}({getattr(fn, '__name__', 'fn')})"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args_list = list(args)
+        for i in nums:
+            if not -len(args) <= i < len(args):
+                raise errors.InvalidArgumentError(
+                    f"{where}: argnums {i} is out of range for {len(args)} arguments"
+                )
+            args_list[i] = _to_differentiable(args_list[i], f"{where}, argument {i}")
+        wrt = tuple(args_list[i] for i in nums)
+        with GradientTape() as tape:
+            tape.watch(wrt)
+            out = fn(*args_list, **kwargs)
+            value, aux = out if has_aux else (out, None)
+            y = _scalar_output(value, where)
+        grads = tape.gradient(y, wrt, unconnected_gradients="zero")
+        grads = grads[0] if isinstance(argnums, int) else grads
+        return ((y, aux) if has_aux else y), grads
+
+    return wrapper
+
+
+def grad(
+    fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """The gradient of scalar `fn` with respect to argument(s) `argnums` (see `value_and_grad`).
+
+    With `has_aux=True` it returns `(gradient, aux)`. Composable: `grad(grad(f))`.
+    """
+    vg = _value_and_grad(fn, argnums, has_aux, "grad")
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        value, g = vg(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    return wrapper
+
+
+def stop_gradient(x: Any) -> Any:
+    """`x` (a tensor, Variable or nested structure of them) with gradients blocked."""
+    return nest.map_structure(
+        lambda leaf: _core.stop_gradient(
+            leaf.read() if isinstance(leaf, _variables.Variable) else leaf
+        ),
+        x,
+    )
+
+
+def _input_tensor(x: Any, i: int, where: str) -> _core.Tensor:
+    if isinstance(x, _variables.Variable):
+        return x.read()
+    if isinstance(x, float):
+        return _core.tensor(x, dtype=_core.float32)
+    if isinstance(x, (_core.Tensor, int, np.ndarray, np.generic)):
+        return x if isinstance(x, _core.Tensor) else _core.tensor(x)
+    raise errors.InvalidArgumentError(
+        f"{where}: argument {i} must be a tensor; got {type(x).__name__}"
+    )
+
+
+def _fresh_outputs(y: Any, where: str) -> list[_core.Tensor]:
+    """New identities for `y`'s tensors, so the tape sees the custom op's outputs as new values."""
+    flat = nest.flatten(y)
+    for path, leaf in nest.flatten_with_paths(y):
+        if not isinstance(leaf, _core.Tensor):
+            raise errors.GradientError(
+                f"{where}: output at {nest.path_str(path)} must be a Tensor; got {type(leaf).__name__}"
+            )
+    return [_core.identity(t) for t in flat]
+
+
+def _check_input_grads(grads: Any, inputs: list[_core.Tensor], where: str) -> list[Any]:
+    grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
+    if len(grads) != len(inputs):
+        raise errors.GradientError(
+            f"{where}: grad_fn returned {len(grads)} gradients for {len(inputs)} tensor arguments"
+        )
+    for i, (g, x) in enumerate(zip(grads, inputs)):
+        if g is not None and not isinstance(g, _core.Tensor):
+            grads[i] = g = _core.tensor(g, dtype=x.dtype)
+        if g is not None and (g.dtype != x.dtype or tuple(g.shape) != tuple(x.shape)):
+            raise errors.GradientError(
+                f"{where}: grad_fn returned a {g.dtype.name}{list(g.shape)} gradient for argument {i}, "
+                f"which is {x.dtype.name}{list(x.shape)}"
+            )
+    return grads
+
+
+def _record(
+    name: str,
+    inputs: list[_core.Tensor],
+    outs: list[_core.Tensor],
+    backward: Callable[..., Any],
+) -> None:
+    if _core.any_tape_active():
+        _core.record_custom_gradient(name, inputs, outs, backward)
+
+
+def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: `fn(*args)` returns `(y, grad_fn)`; gradients of `y` use `grad_fn`.
+
+    Every positional argument is a tensor input (Python numbers and numpy arrays are converted,
+    Variables read); keyword arguments pass through undifferentiated. `grad_fn` receives the
+    gradient of `y` in `y`'s structure, spread when `y` is a tuple/list (one argument per item,
+    as TensorFlow does), and returns one gradient (or None) per positional argument: a tuple, or
+    a single tensor when there is one argument. The forward pass is not recorded; the ops of
+    `grad_fn` are recorded by outer tapes, so custom gradients can be differentiated again.
+    """
+    name = getattr(fn, "__name__", "custom_gradient")
+    where = f"custom_gradient({name})"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        inputs = [_input_tensor(a, i, where) for i, a in enumerate(args)]
+        with _paused():
+            result = fn(*inputs, **kwargs)
+            if not (
+                isinstance(result, tuple) and len(result) == 2 and callable(result[1])
+            ):
+                raise errors.GradientError(
+                    f"{where}: the function must return (outputs, grad_fn)"
+                )
+            y, grad_fn = result
+            outs = _fresh_outputs(y, where)
+
+        def backward(*out_grads: _core.Tensor) -> list[Any]:
+            dys = nest.pack_sequence_as(y, out_grads)
+            grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
+            return _check_input_grads(grads, inputs, where)
+
+        _record(name, inputs, outs, backward)
+        return nest.pack_sequence_as(y, outs)
+
+    return wrapper
+
+
+def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator trading compute for memory: the forward pass keeps no intermediates.
+
+    The tapes record `fn` as one op; its gradient re-runs `fn` under a fresh tape and
+    differentiates that. Gradients (of any order) equal those of `fn`. Positional arguments are
+    the tensor inputs (as in `custom_gradient`); Variables read inside `fn` get no gradient.
+    """
+    name = getattr(fn, "__name__", "recompute_grad")
+    where = f"recompute_grad({name})"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        inputs = [_input_tensor(a, i, where) for i, a in enumerate(args)]
+        with _paused():
+            y = fn(*inputs, **kwargs)
+            outs = _fresh_outputs(y, where)
+
+        def backward(*out_grads: _core.Tensor) -> list[Any]:
+            floats = [x for x in inputs if x.dtype.is_floating]
+            # Recorded by the outer tapes (active now), so the recomputation is differentiable.
+            with GradientTape() as tape:
+                tape.watch(floats)
+                again = nest.flatten(fn(*inputs, **kwargs))
+            grads = iter(tape.gradient(again, floats, output_gradients=list(out_grads)))
+            return [next(grads) if x.dtype.is_floating else None for x in inputs]
+
+        _record(name, inputs, outs, backward)
+        return nest.pack_sequence_as(y, outs)
+
+    return wrapper

@@ -1,0 +1,66 @@
+"""The gradloop exception hierarchy.
+
+Every error raised by gradloop is a `GradloopError`. Each class also derives from the builtin
+exception a Python user would expect, so `except ValueError` keeps working: shape errors are
+`ValueError`s, dtype errors `TypeError`s, out-of-range indices `IndexError`s. The Rust core's
+error kinds map one-to-one onto these classes (see `rust/python/src/errors.rs`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompileError",
+    "ControlFlowError",
+    "DTypeError",
+    "GradientError",
+    "GradloopError",
+    "GraphError",
+    "IndexError",
+    "InternalError",
+    "InvalidArgumentError",
+    "ShapeError",
+]
+
+import builtins
+
+
+class GradloopError(Exception):
+    """Base class of every gradloop error."""
+
+
+class ShapeError(GradloopError, ValueError):
+    """Operand shapes do not fit the op (broadcasting, matmul, reshape, ...)."""
+
+
+class DTypeError(GradloopError, TypeError):
+    """A dtype the op does not accept, or operands whose dtypes differ."""
+
+
+class IndexError(GradloopError, builtins.IndexError):  # noqa: A001 - mirrors the builtin on purpose
+    """An index or axis out of range."""
+
+
+class InvalidArgumentError(GradloopError, ValueError):
+    """Any other bad argument value."""
+
+
+class ControlFlowError(GradloopError, ValueError, TypeError):
+    """cond/switch_case/while_loop functions whose structure, dtypes or shapes disagree, or a
+    predicate/index that is not a scalar of the right dtype."""
+
+
+class GradientError(GradloopError, ValueError, RuntimeError):
+    """A gradient that cannot be computed as asked (non-persistent tape reused, integer source,
+    non-scalar output of a function passed to `grad`, ...)."""
+
+
+class GraphError(GradloopError, ValueError):
+    """A malformed graph or graph text."""
+
+
+class CompileError(GradloopError, RuntimeError):
+    """The MLIR emitter or the compiler behind it failed."""
+
+
+class InternalError(GradloopError, RuntimeError):
+    """A bug in gradloop itself; please report it."""

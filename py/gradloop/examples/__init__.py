@@ -1,0 +1,1 @@
+"""Runnable examples shipped with gradloop (so that the installed `gradloop demo` finds them)."""

@@ -1,0 +1,172 @@
+"""`Variable`: mutable state holding an immutable tensor, with TensorFlow's gradient semantics.
+
+A Variable's value is replaced, never mutated: `assign` stores a new tensor under a fresh
+identity. Reading a trainable Variable while tapes record watches the value read, and each
+Python `GradientTape` notes the read, so the gradient with respect to the Variable is the sum
+of the gradients of the values read from it. As in TensorFlow, assignment itself is not
+differentiable: the stored value is cut from the tape (gradients flow through reads only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core, autodiff, errors
+
+__all__ = ["Variable"]
+
+
+def _fresh(t: _core.Tensor) -> _core.Tensor:
+    """`t`'s value under a new identity, disconnected from every tape (assignment has no gradient)."""
+    return _core.identity(_core.stop_gradient(t))
+
+
+class Variable:
+    """Mutable state: `read()`, `assign(value)`, `assign_add(delta)`, `assign_sub(delta)`.
+
+    Arithmetic and comparison operators act on `read()` (so `v * 2` is a tensor), except `==`
+    and `!=`: Variables compare and hash by identity, so they can key dicts and sets; compare
+    values with `v.read() == x`.
+    """
+
+    def __init__(
+        self,
+        initial_value: Any,
+        dtype: Any = None,
+        name: str | None = None,
+        trainable: bool = True,
+    ) -> None:
+        self._name = "Variable" if name is None else str(name)
+        self._trainable = bool(trainable)
+        if callable(initial_value):
+            initial_value = initial_value()  # TensorFlow's lazy initialiser
+        if isinstance(initial_value, Variable):
+            initial_value = initial_value._value
+        if isinstance(initial_value, _core.Tensor):
+            if dtype is not None and _core.as_dtype(dtype) != initial_value.dtype:
+                raise errors.DTypeError(
+                    f"Variable '{self._name}': the initial value is {initial_value.dtype.name}, "
+                    f"not {_core.as_dtype(dtype).name} (cast it with gl.cast)"
+                )
+            value = initial_value
+        else:
+            value = _core.tensor(initial_value, dtype=dtype)
+        self._value = _fresh(value)
+
+    # ---- properties ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @property
+    def dtype(self) -> _core.DType:
+        return self._value.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._value.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self._value.ndim
+
+    @property
+    def value(self) -> _core.Tensor:
+        """The current value (a read: seen by the recording tapes)."""
+        return self.read()
+
+    # ---- reading and assigning -----------------------------------------------------------------
+
+    def read(self) -> _core.Tensor:
+        """The current value. Trainable reads are watched by the tapes recording now."""
+        value = self._value
+        if autodiff._state.tapes or _core.any_tape_active():
+            autodiff.note_variable_read(self, value)
+        return value
+
+    def _convert(self, value: Any, what: str) -> _core.Tensor:
+        """`value` as a tensor of this Variable's dtype, or DTypeError (no silent casts)."""
+        if isinstance(value, Variable):
+            value = value.read()
+        if not isinstance(value, _core.Tensor):
+            natural = np.asarray(value)
+            if natural.dtype.kind == "f" and not self.dtype.is_floating:
+                raise errors.DTypeError(
+                    f"Variable '{self._name}': cannot {what} a float value to a {self.dtype.name} variable"
+                )
+            value = _core.tensor(value, dtype=self.dtype)
+        if value.dtype != self.dtype:
+            raise errors.DTypeError(
+                f"Variable '{self._name}': cannot {what} a {value.dtype.name} value to a "
+                f"{self.dtype.name} variable (cast it with gl.cast)"
+            )
+        return value
+
+    def _store(self, value: _core.Tensor, what: str) -> Variable:
+        if tuple(value.shape) != self.shape:
+            raise errors.ShapeError(
+                f"Variable '{self._name}': cannot {what} a value of shape {tuple(value.shape)} to a "
+                f"variable of shape {self.shape}"
+            )
+        self._value = _fresh(value)
+        return self
+
+    def assign(self, value: Any) -> Variable:
+        """Replaces the value (same dtype and shape); returns the Variable."""
+        return self._store(self._convert(value, "assign"), "assign")
+
+    def assign_add(self, delta: Any) -> Variable:
+        """`assign(read() + delta)`; `delta` may broadcast to the Variable's shape."""
+        delta = self._convert(delta, "add")
+        return self._store(_core.add(self._value, _core.stop_gradient(delta)), "add")
+
+    def assign_sub(self, delta: Any) -> Variable:
+        """`assign(read() - delta)`; `delta` may broadcast to the Variable's shape."""
+        delta = self._convert(delta, "subtract")
+        return self._store(
+            _core.sub(self._value, _core.stop_gradient(delta)), "subtract"
+        )
+
+    # ---- numpy interop and printing ------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        return self._value.numpy()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return np.asarray(self._value.numpy(), dtype=dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"<gl.Variable '{self._name}' shape={self.shape} dtype={self.dtype.name} "
+            f"numpy={np.array2string(self.numpy(), separator=', ')}>"
+        )
+
+    __hash__ = object.__hash__  # identity: Variables key dicts and sets
+
+
+def _delegate(name: str) -> Any:
+    """`Variable.<name>` acting on `read()` (Variable operands are read too)."""
+
+    def method(self: Variable, *args: Any) -> Any:
+        args = tuple(a.read() if isinstance(a, Variable) else a for a in args)
+        return getattr(self.read(), name)(*args)
+
+    method.__name__ = name
+    method.__doc__ = f"`read().{name}(...)`"
+    return method
+
+
+_OPERATORS = (
+    "__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ __rpow__ "
+    "__matmul__ __rmatmul__ __neg__ __pos__ __abs__ __lt__ __le__ __gt__ __ge__ __and__ __or__ "
+    "__invert__ __getitem__ __bool__ __float__ __int__ __index__ __len__"
+).split()
+for _name in _OPERATORS:
+    setattr(Variable, _name, _delegate(_name))

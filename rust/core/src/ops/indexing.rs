@@ -1,0 +1,196 @@
+//! numpy basic indexing (`t[...]` in Python) as a composition of existing ops: `reverse` (for
+//! negative steps), `slice`, `dynamic_slice` (for tensor indices) and `reshape` (to drop
+//! integer-indexed axes and insert new ones). No kernel or gradient of its own: gradients, to
+//! any order, and MLIR come from those ops.
+//!
+//! Semantics are numpy's for ints (negative wrap, out of range is an error), slices (any
+//! nonzero step, bounds clipped), `None` and one `...`. A scalar integer tensor index selects
+//! one element of its axis at a position known only at run time (`xs[t]` in a loop body): as in
+//! JAX, a negative value wraps once and the position is then clamped into range, never an error.
+
+use super::build;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::shape::{Shape, ShapeDisplay, DYN};
+use crate::value::Value;
+
+/// One entry of an index expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexItem<V> {
+    /// Picks one position; the axis is dropped.
+    Int(i64),
+    /// `start:stop:step`, `None` meaning the numpy default for the step's direction.
+    Slice { start: Option<i64>, stop: Option<i64>, step: Option<i64> },
+    /// Inserts an axis of size 1.
+    NewAxis,
+    /// As many full slices as the other entries leave axes.
+    Ellipsis,
+    /// A scalar int32/int64 tensor: a data-dependent position; the axis is dropped.
+    Tensor(V),
+}
+
+/// What the index does to one input axis.
+struct AxisPlan<V> {
+    reverse: bool,
+    start: usize,
+    stop: usize,
+    step: usize,
+    dynamic: Option<V>,
+}
+
+/// numpy's `slice.indices(n)` and length: (start, step, len) over positions
+/// `start + k * step`, `k < len`.
+fn resolve_slice(start: Option<i64>, stop: Option<i64>, step: Option<i64>, axis: usize, n: usize) -> Result<(i64, i64, usize)> {
+    let step = step.unwrap_or(1);
+    if step == 0 {
+        return Err(Error::invalid("getitem", format!("slice step cannot be zero (axis {axis})")));
+    }
+    let n = n as i64;
+    let (lower, upper) = if step > 0 { (0, n) } else { (-1, n - 1) };
+    let clip = |v: Option<i64>, default: i64| match v {
+        None => default,
+        Some(v) if v < 0 => (v + n).max(lower),
+        Some(v) => v.min(upper),
+    };
+    let start_ = clip(start, if step > 0 { lower } else { upper });
+    let stop_ = clip(stop, if step > 0 { upper } else { lower });
+    let distance = if step > 0 { stop_ - start_ } else { start_ - stop_ };
+    let len = if distance > 0 { ((distance - 1) / step.abs() + 1) as usize } else { 0 };
+    Ok((start_, step, len))
+}
+
+/// The static part of one slice entry for an axis of size `n`, as reverse + positive slice.
+fn slice_plan<V>(start: Option<i64>, stop: Option<i64>, step: Option<i64>, axis: usize, n: usize) -> Result<(AxisPlan<V>, usize)> {
+    let full = AxisPlan { reverse: false, start: 0, stop: n, step: 1, dynamic: None };
+    if n == DYN {
+        return match (start, stop, step) {
+            (None, None, None | Some(1)) => Ok((full, DYN)),
+            _ => Err(Error::shape("getitem", format!("cannot slice axis {axis}: its size is not known statically"))),
+        };
+    }
+    let (first, step, len) = resolve_slice(start, stop, step, axis, n)?;
+    if len == 0 {
+        return Ok((AxisPlan { stop: 0, ..full }, 0));
+    }
+    // A negative step walks the reversed axis forwards, from the mirrored first position.
+    let reverse = step < 0;
+    let first = if reverse { n - 1 - first as usize } else { first as usize };
+    let step = step.unsigned_abs() as usize;
+    Ok((AxisPlan { reverse, start: first, stop: first + (len - 1) * step + 1, step, dynamic: None }, len))
+}
+
+fn int_plan<V>(i: i64, axis: usize, n: usize) -> Result<AxisPlan<V>> {
+    if n == DYN {
+        return Err(Error::shape("getitem", format!("cannot index axis {axis} with {i}: its size is not known statically")));
+    }
+    let j = if i < 0 { i + n as i64 } else { i };
+    if j < 0 || j >= n as i64 {
+        return Err(Error::index("getitem", format!("index {i} is out of bounds for axis {axis} with size {n}")));
+    }
+    let j = j as usize;
+    Ok(AxisPlan { reverse: false, start: j, stop: j + 1, step: 1, dynamic: None })
+}
+
+fn tensor_plan<V: Value>(t: &V, axis: usize, n: usize) -> Result<AxisPlan<V>> {
+    let ty = t.ty();
+    if !ty.dtype.is_int() {
+        return Err(Error::dtype("getitem", format!("a tensor index must be an int32 or int64 scalar, got {ty} (axis {axis})")));
+    }
+    if !ty.is_scalar() {
+        return Err(Error::index(
+            "getitem",
+            format!("a tensor index must be a scalar, got {ty} (axis {axis}); use take() to gather with an index array"),
+        ));
+    }
+    if n == DYN {
+        return Err(Error::shape("getitem", format!("cannot index axis {axis} with a tensor: its size is not known statically")));
+    }
+    Ok(AxisPlan { reverse: false, start: 0, stop: n, step: 1, dynamic: Some(t.clone()) })
+}
+
+/// Per-axis plans and the result's shape.
+fn plan<V: Value>(shape: &[usize], items: &[IndexItem<V>]) -> Result<(Vec<AxisPlan<V>>, Shape)> {
+    let ndim = shape.len();
+    let ellipses = items.iter().filter(|it| matches!(it, IndexItem::Ellipsis)).count();
+    if ellipses > 1 {
+        return Err(Error::index("getitem", format!("an index can only have a single ellipsis ('...'), got {ellipses}")));
+    }
+    let used = items.iter().filter(|it| !matches!(it, IndexItem::Ellipsis | IndexItem::NewAxis)).count();
+    if used > ndim {
+        return Err(Error::index(
+            "getitem",
+            format!("too many indices for a tensor of shape {}: {used} were given", ShapeDisplay(shape)),
+        ));
+    }
+    let full = |n: usize| AxisPlan { reverse: false, start: 0, stop: n, step: 1, dynamic: None };
+    let (mut plans, mut out) = (Vec::with_capacity(ndim), Shape::new());
+    for item in items {
+        let axis = plans.len();
+        match item {
+            IndexItem::Int(i) => plans.push(int_plan(*i, axis, shape[axis])?),
+            IndexItem::Tensor(t) => plans.push(tensor_plan(t, axis, shape[axis])?),
+            IndexItem::Slice { start, stop, step } => {
+                let (p, len) = slice_plan(*start, *stop, *step, axis, shape[axis])?;
+                plans.push(p);
+                out.push(len);
+            }
+            IndexItem::NewAxis => out.push(1),
+            IndexItem::Ellipsis => {
+                for &n in &shape[axis..axis + ndim - used] {
+                    plans.push(full(n));
+                    out.push(n);
+                }
+            }
+        }
+    }
+    for &n in &shape[plans.len()..] {
+        plans.push(full(n));
+        out.push(n);
+    }
+    Ok((plans, out))
+}
+
+/// A tensor index wrapped once if negative (JAX's normalisation): `t < 0 ? t + n : t`.
+fn wrap_negative<V: Value>(ctx: &mut dyn Context<V>, t: &V, n: usize) -> Result<V> {
+    let dtype = t.ty().dtype;
+    let zero = build::scalar(ctx, dtype, 0.0)?;
+    let negative = build::less(ctx, t, &zero)?;
+    let size = build::scalar(ctx, dtype, n as f64)?;
+    let wrapped = build::add(ctx, t, &size)?;
+    build::select(ctx, &negative, &wrapped, t)
+}
+
+/// `x[items]` with numpy basic-indexing semantics (see the module docs).
+pub fn getitem<V: Value>(ctx: &mut dyn Context<V>, x: &V, items: &[IndexItem<V>]) -> Result<V> {
+    let shape = x.ty().shape.clone();
+    let (plans, out_shape) = plan(&shape, items)?;
+    let mut y = x.clone();
+    let reversed: Vec<usize> = (0..plans.len()).filter(|&d| plans[d].reverse).collect();
+    if !reversed.is_empty() {
+        y = build::reverse(ctx, &y, &reversed)?;
+    }
+    let start: Vec<usize> = plans.iter().map(|p| p.start).collect();
+    let stop: Vec<usize> = plans.iter().map(|p| p.stop).collect();
+    let step: Vec<usize> = plans.iter().map(|p| p.step).collect();
+    if start.iter().any(|&a| a != 0) || stop.as_slice() != shape.as_slice() || step.iter().any(|&s| s != 1) {
+        y = build::slice(ctx, &y, &start, &stop, &step)?;
+    }
+    if let Some(dtype) = plans.iter().find_map(|p| p.dynamic.as_ref().map(|t| t.ty().dtype)) {
+        let mut sizes = y.ty().shape.to_vec();
+        let mut starts = Vec::with_capacity(plans.len());
+        for (d, p) in plans.iter().enumerate() {
+            starts.push(match &p.dynamic {
+                Some(t) => {
+                    sizes[d] = 1;
+                    wrap_negative(ctx, t, shape[d])?
+                }
+                None => build::scalar(ctx, dtype, 0.0)?,
+            });
+        }
+        y = build::dynamic_slice(ctx, &y, &starts, &sizes)?;
+    }
+    if y.ty().shape != out_shape {
+        y = build::reshape(ctx, &y, &out_shape)?;
+    }
+    Ok(y)
+}

@@ -1,0 +1,189 @@
+//! Strided `slice` and zero `pad`: each is the other's gradient. Attributes are absolute and
+//! per dimension, with the semantics of `stablehlo.slice` and `stablehlo.pad` (pad value 0, no
+//! negative padding), which the MLIR emitter maps them onto. Any dtype (bool pads with false).
+//!
+//! Negative steps and numpy's wrap-around bounds are resolved by the indexing builder
+//! (`indexing::getitem`) into `reverse` + `slice`, so these ops never see them.
+
+use ndarray::{ArrayD, IxDyn};
+use smallvec::smallvec;
+
+use super::layout::{owned, static_shape};
+use super::rules::shape_str;
+use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::shape::{Shape, TensorType, DYN};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// Elements `start, start + step, ...` below `stop` of each dimension, where
+/// `0 <= start <= stop <= dim` and `step >= 1`; output dimension `ceil((stop - start) / step)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    pub start: Vec<usize>,
+    pub stop: Vec<usize>,
+    pub step: Vec<usize>,
+}
+
+/// Every per-dimension attribute list must have one entry per dimension of `x`.
+fn check_lengths(op: &'static str, x: &TensorType, attrs: &[(&str, &[usize])]) -> Result<()> {
+    for (name, v) in attrs {
+        if v.len() != x.ndim() {
+            return Err(Error::invalid(
+                op,
+                format!("{name} has {} entries but the input has rank {} (shape {})", v.len(), x.ndim(), shape_str(x)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Slice {
+    fn is_identity(&self, shape: &[usize]) -> bool {
+        self.start.iter().all(|&a| a == 0) && self.stop.as_slice() == shape && self.step.iter().all(|&s| s == 1)
+    }
+}
+
+impl OpDef for Slice {
+    fn name(&self) -> &'static str {
+        "slice"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("slice", inputs, 1)?;
+        let x = &inputs[0];
+        check_lengths("slice", x, &[("start", &self.start), ("stop", &self.stop), ("step", &self.step)])?;
+        let mut shape = Shape::with_capacity(x.ndim());
+        for d in 0..x.ndim() {
+            let (a, b, s, n) = (self.start[d], self.stop[d], self.step[d], x.shape[d]);
+            if s == 0 {
+                return Err(Error::invalid("slice", format!("step must be >= 1, got 0 in dimension {d}")));
+            }
+            if a > b || (n != DYN && b > n) {
+                return Err(Error::index(
+                    "slice",
+                    format!("dimension {d} of shape {}: need 0 <= start <= stop <= {n}, got start {a}, stop {b}", shape_str(x)),
+                ));
+            }
+            shape.push((b - a).div_ceil(s));
+        }
+        Ok(smallvec![TensorType::new(x.dtype, &shape)])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        if self.is_identity(x.shape()) {
+            return Ok(smallvec![x.with_new_id()]);
+        }
+        let out = crate::with_dtype!(x.dtype(), T, {
+            owned(x.view::<T>()?.slice_each_axis(|ax| {
+                let d = ax.axis.index();
+                ndarray::Slice::new(self.start[d] as isize, Some(self.stop[d] as isize), self.step[d] as isize)
+            }))
+        });
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+
+    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+        let dims = static_shape("slice", &saved.input_types[0])?;
+        let out = &saved.output_types[0].shape;
+        let interior: Vec<usize> = self.step.iter().map(|&s| s - 1).collect();
+        // Zeros after the last element taken; an empty slice pads all of the dimension.
+        let high: Vec<usize> = (0..dims.len())
+            .map(|d| match out[d] {
+                0 => dims[d] - self.start[d],
+                k => dims[d] - (self.start[d] + (k - 1) * self.step[d] + 1),
+            })
+            .collect();
+        Ok(smallvec![Some(pad(ctx, g, &self.start, &high, &interior)?)])
+    }
+}
+
+/// Zero padding: `low[d]` zeros before, `high[d]` after, `interior[d]` between neighbours, so
+/// dimension `n` becomes `low + n + max(n - 1, 0) * interior + high`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pad {
+    pub low: Vec<usize>,
+    pub high: Vec<usize>,
+    pub interior: Vec<usize>,
+}
+
+impl Pad {
+    /// Extent the input's elements occupy in dimension `d` of the output (after `low`).
+    fn span(&self, d: usize, n: usize) -> Option<usize> {
+        match n {
+            0 => Some(0),
+            n => (n - 1).checked_mul(self.interior[d] + 1)?.checked_add(1),
+        }
+    }
+}
+
+impl OpDef for Pad {
+    fn name(&self) -> &'static str {
+        "pad"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("pad", inputs, 1)?;
+        let x = &inputs[0];
+        check_lengths("pad", x, &[("low", &self.low), ("high", &self.high), ("interior", &self.interior)])?;
+        let mut shape = Shape::with_capacity(x.ndim());
+        for d in 0..x.ndim() {
+            let n = x.shape[d];
+            let size = if n == DYN {
+                Some(DYN)
+            } else {
+                self.span(d, n).and_then(|s| s.checked_add(self.low[d])?.checked_add(self.high[d]))
+            };
+            let size = size.ok_or_else(|| Error::invalid("pad", format!("padding dimension {d} of shape {} overflows", shape_str(x))))?;
+            shape.push(size);
+        }
+        Ok(smallvec![TensorType::new(x.dtype, &shape)])
+    }
+
+    fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        if outputs[0].shape.as_slice() == x.shape() {
+            return Ok(smallvec![x.with_new_id()]);
+        }
+        let out = crate::with_dtype!(x.dtype(), T, {
+            let mut out = ArrayD::<T>::default(IxDyn(&outputs[0].shape));
+            out.slice_each_axis_mut(|ax| {
+                let d = ax.axis.index();
+                let span = self.span(d, x.shape()[d]).unwrap_or(0);
+                ndarray::Slice::new(self.low[d] as isize, Some((self.low[d] + span) as isize), (self.interior[d] + 1) as isize)
+            })
+            .assign(&x.view::<T>()?);
+            Tensor::from_array(out)
+        });
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+
+    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+        let dims = static_shape("pad", &saved.input_types[0])?;
+        let stop: Vec<usize> = (0..dims.len()).map(|d| self.low[d] + self.span(d, dims[d]).unwrap_or(0)).collect();
+        let step: Vec<usize> = self.interior.iter().map(|&i| i + 1).collect();
+        Ok(smallvec![Some(slice(ctx, g, &self.low, &stop, &step)?)])
+    }
+}
+
+/// `x[start:stop:step]` per dimension (absolute bounds, positive steps).
+pub fn slice<V: Value>(ctx: &mut dyn Context<V>, x: &V, start: &[usize], stop: &[usize], step: &[usize]) -> Result<V> {
+    build::apply1(ctx, Slice { start: start.to_vec(), stop: stop.to_vec(), step: step.to_vec() }, std::slice::from_ref(x))
+}
+
+/// Zero padding (`low`, `high`, `interior` per dimension).
+pub fn pad<V: Value>(ctx: &mut dyn Context<V>, x: &V, low: &[usize], high: &[usize], interior: &[usize]) -> Result<V> {
+    build::apply1(ctx, Pad { low: low.to_vec(), high: high.to_vec(), interior: interior.to_vec() }, std::slice::from_ref(x))
+}

@@ -1,0 +1,179 @@
+//! Python values to core tensors: `gl.tensor(...)`, operands of ops (tensors, Python scalars
+//! that adapt to the other operand's dtype, nested lists, numpy arrays), and numpy views of
+//! tensors without a copy.
+
+use gradloop::{DType, Element, ErrorKind, Scalar, Tensor};
+use numpy::{PyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt};
+
+use crate::dtype::{numpy_name, to_dtype};
+use crate::errors::{new_err, IntoPyResult};
+use crate::tensor::PyTensor;
+
+/// An op argument before dtype adaptation.
+pub enum Operand {
+    Tensor(Tensor),
+    Scalar(Scalar),
+}
+
+/// A Python bool/int/float as a `Scalar` (None for anything else).
+pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
+    if obj.is_instance_of::<PyBool>() {
+        return Ok(Some(Scalar::Bool(obj.extract()?)));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        let v: i64 = obj.extract().map_err(|_| {
+            new_err(obj.py(), ErrorKind::InvalidArgument, "tensor", format!("integer {} does not fit in int64", obj))
+        })?;
+        return Ok(Some(Scalar::Int(v)));
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        return Ok(Some(Scalar::Float(obj.extract()?)));
+    }
+    Ok(None)
+}
+
+pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(Operand::Tensor(t.get().inner.clone()));
+    }
+    if let Some(s) = scalar(obj)? {
+        return Ok(Operand::Scalar(s));
+    }
+    Ok(Operand::Tensor(to_tensor(obj, None)?))
+}
+
+/// A single op input: a tensor, or anything `gl.tensor` accepts.
+pub fn input(obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    match operand(obj)? {
+        Operand::Tensor(t) => Ok(t),
+        Operand::Scalar(s) => s.to_tensor(s.default_dtype(), "tensor").py(obj.py()),
+    }
+}
+
+/// Operands of an op that needs one dtype: Python scalars take the dtype of the tensors.
+pub fn unify(py: Python<'_>, op: &'static str, objs: &[&Bound<'_, PyAny>]) -> PyResult<Vec<Tensor>> {
+    let operands: Vec<Operand> = objs.iter().map(|o| operand(o)).collect::<PyResult<_>>()?;
+    let dtype = operands
+        .iter()
+        .find_map(|o| match o {
+            Operand::Tensor(t) => Some(t.dtype()),
+            Operand::Scalar(_) => None,
+        })
+        .or_else(|| {
+            // Only scalars: the widest kind decides (float over int over bool).
+            operands.iter().map(|o| match o {
+                Operand::Scalar(s) => s.default_dtype(),
+                Operand::Tensor(t) => t.dtype(),
+            }).max_by_key(|d| match d {
+                DType::Bool => 0,
+                DType::I32 | DType::I64 => 1,
+                _ => 2,
+            })
+        })
+        .unwrap_or(DType::F32);
+    operands
+        .into_iter()
+        .map(|o| match o {
+            Operand::Tensor(t) => Ok(t),
+            Operand::Scalar(s) => s.to_tensor(dtype, op).py(py),
+        })
+        .collect()
+}
+
+/// `gl.tensor(data, dtype=None)`.
+pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+    let py = obj.py();
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        let t = &t.get().inner;
+        return match dtype {
+            Some(d) if d != t.dtype() => gradloop::ops::build::cast(&mut gradloop::EagerContext, t, d).py(py),
+            _ => Ok(t.with_new_id()),
+        };
+    }
+    if let Some(s) = scalar(obj)? {
+        return s.to_tensor(dtype.unwrap_or(s.default_dtype()), "tensor").or_else(|_| {
+            // An explicit dtype converts like numpy (gl.tensor(1.5, dtype=gl.int32) -> 1).
+            let v = match s { Scalar::Bool(b) => f64::from(u8::from(b)), Scalar::Int(i) => i as f64, Scalar::Float(f) => f };
+            Ok(Tensor::filled(dtype.unwrap_or(s.default_dtype()), &[], v))
+        });
+    }
+    let np = py.import("numpy")?;
+    let is_ndarray = obj.is_instance(&np.getattr("ndarray")?)? || obj.is_instance(&np.getattr("generic")?)?;
+    let array = match dtype {
+        Some(d) => np.call_method1("asarray", (obj, numpy_name(d)))?,
+        None => np.call_method1("asarray", (obj,))?,
+    };
+    let array = if dtype.is_none() && !is_ndarray { python_defaults(&array)? } else { array };
+    from_numpy(&array)
+}
+
+/// Nested Python lists follow the scalar defaults: floats -> float32, ints -> int32.
+fn python_defaults<'py>(array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let kind: String = array.getattr("dtype")?.getattr("kind")?.extract()?;
+    match kind.as_str() {
+        "f" => array.call_method1("astype", ("float32",)),
+        "i" | "u" => array.call_method1("astype", ("int32",)),
+        _ => Ok(array.clone()),
+    }
+}
+
+fn copy_array<T: Element + numpy::Element>(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let a: PyReadonlyArrayDyn<'_, T> = array.extract()?;
+    let view = a.as_array();
+    let data: Vec<T> = match view.as_slice() {
+        Some(s) => s.to_vec(),
+        None => view.iter().copied().collect(),
+    };
+    Tensor::from_vec(data, view.shape()).py(array.py())
+}
+
+/// Copies a numpy array of a supported dtype into a tensor.
+pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let py = array.py();
+    let name: String = array.getattr("dtype")?.getattr("name")?.extract()?;
+    let dtype = match DType::from_name(&name) {
+        Ok(d) => d,
+        Err(_) if name == "object" => {
+            return Err(new_err(py, ErrorKind::Shape, "tensor", "cannot make a tensor from ragged nested sequences or objects"));
+        }
+        Err(_) => {
+            return Err(new_err(
+                py,
+                ErrorKind::DType,
+                "tensor",
+                format!("numpy dtype {name} is not supported; use float32, float64, int32, int64 or bool (pass dtype= to convert)"),
+            ));
+        }
+    };
+    gradloop::with_dtype!(dtype, T, { copy_array::<T>(array) })
+}
+
+/// A read-only numpy array viewing the tensor's memory; `owner` keeps the memory alive.
+pub fn numpy_view<'py>(owner: &Bound<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
+    let t = &owner.get().inner;
+    let py = owner.py();
+    let array = gradloop::with_dtype!(t.dtype(), T, { view_as::<T>(t, owner.clone().into_any()).py(py)? });
+    Ok(array)
+}
+
+fn view_as<'py, T: Element + numpy::Element>(t: &Tensor, owner: Bound<'py, PyAny>) -> gradloop::Result<Bound<'py, PyAny>> {
+    let view = t.view::<T>()?;
+    // SAFETY: the view borrows the tensor's storage, which `owner` (the Python tensor holding an
+    // Arc to it) keeps alive for the array's lifetime; storage is immutable and the array is made
+    // read-only below, so no one can write through it.
+    let array: Bound<'py, PyArrayDyn<T>> = unsafe { PyArray::borrow_from_array(&view, owner) };
+    unsafe {
+        (*array.as_array_ptr()).fields.flags &= !numpy::npyffi::NPY_ARRAY_WRITEABLE;
+    }
+    Ok(array.into_any())
+}
+
+/// `dtype=None` or any dtype spelling.
+pub fn opt_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
+    match obj {
+        Some(o) if !o.is_none() => Ok(Some(to_dtype(o)?)),
+        _ => Ok(None),
+    }
+}

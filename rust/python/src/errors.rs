@@ -1,0 +1,87 @@
+//! The one mapping from core errors to `gradloop.errors` exceptions, with the user's source line.
+
+use std::cell::RefCell;
+
+use gradloop::Error;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+static PACKAGE_DIR: PyOnceLock<String> = PyOnceLock::new();
+
+thread_local! {
+    /// A Python exception raised inside a callback the core invoked (a custom gradient): it is
+    /// re-raised as it was instead of the core error that carried it out.
+    static PENDING: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// Parks a Python exception raised in a callback; returns the core error that unwinds the core.
+pub fn park(err: PyErr) -> Error {
+    PENDING.with(|p| *p.borrow_mut() = Some(err));
+    Error::internal("callback", "a Python callback raised an exception")
+}
+
+/// The Python exception for a core error: the parked callback exception if there is one, else
+/// the `gradloop.errors` class of the error's kind with the caller's file and line appended.
+pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
+    if let Some(parked) = PENDING.with(|p| p.borrow_mut().take()) {
+        return parked;
+    }
+    let message = match user_location(py) {
+        Some(loc) => format!("{err} (at {loc})"),
+        None => err.to_string(),
+    };
+    match error_class(py, err.kind.name()) {
+        Ok(class) => PyErr::from_value(
+            class.call1((message,)).unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()),
+        ),
+        Err(_) => PyRuntimeError::new_err(message),
+    }
+}
+
+/// A `gradloop.errors` exception of class `name` raised from the bindings themselves.
+pub fn new_err(py: Python<'_>, kind: gradloop::ErrorKind, op: &'static str, message: impl Into<String>) -> PyErr {
+    to_py(py, Error::new(kind, op, message))
+}
+
+fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("gradloop.errors")?.getattr(name)
+}
+
+/// `file:line` of the innermost Python frame outside the gradloop package.
+fn user_location(py: Python<'_>) -> Option<String> {
+    let package = PACKAGE_DIR
+        .get_or_try_init(py, || -> PyResult<String> {
+            let file: String = py.import("gradloop")?.getattr("__file__")?.extract()?;
+            let dir = std::path::Path::new(&file).parent().map(|p| p.display().to_string());
+            Ok(dir.unwrap_or_default())
+        })
+        .ok()?;
+    let sys = py.import("sys").ok()?;
+    let mut frame = sys.call_method1("_getframe", (0,)).ok()?;
+    for _ in 0..64 {
+        let code = frame.getattr("f_code").ok()?;
+        let file: String = code.getattr("co_filename").ok()?.extract().ok()?;
+        if package.is_empty() || !file.starts_with(package.as_str()) {
+            let line: i64 = frame.getattr("f_lineno").ok()?.extract().ok()?;
+            let name = std::path::Path::new(&file).file_name().map(|f| f.to_string_lossy().into_owned());
+            return Some(format!("{}:{line}", name.unwrap_or(file)));
+        }
+        frame = frame.getattr("f_back").ok()?;
+        if frame.is_none() {
+            return None;
+        }
+    }
+    None
+}
+
+/// Extension trait: `result.py(py)?` converts a core result at the boundary.
+pub trait IntoPyResult<T> {
+    fn py(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for gradloop::Result<T> {
+    fn py(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, e))
+    }
+}

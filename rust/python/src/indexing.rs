@@ -1,0 +1,75 @@
+//! Python index expressions (`t[1, ::-2, None, ...]`, `xs[i]` with a scalar int tensor) to the
+//! core's index items.
+
+use gradloop::ops::indexing::{getitem as core_getitem, IndexItem};
+use gradloop::{ErrorKind, Tensor};
+use pyo3::prelude::*;
+use pyo3::types::{PyEllipsis, PyInt, PySlice, PyTuple};
+
+use crate::errors::new_err;
+use crate::runtime::run;
+use crate::tensor::PyTensor;
+
+fn opt_i64(obj: Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if obj.is_none() {
+        Ok(None)
+    } else {
+        Ok(Some(obj.extract()?))
+    }
+}
+
+fn item(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<IndexItem<Tensor>> {
+    if obj.is_none() {
+        return Ok(IndexItem::NewAxis);
+    }
+    if obj.is_instance_of::<PyEllipsis>() {
+        return Ok(IndexItem::Ellipsis);
+    }
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        let t = &t.get().inner;
+        if t.ndim() == 0 && t.dtype().is_int() {
+            return Ok(IndexItem::Tensor(t.clone()));
+        }
+        return Err(new_err(
+            py,
+            ErrorKind::Index,
+            "getitem",
+            format!(
+                "a tensor index must be a scalar int32/int64 tensor, got {} of shape {:?}; use gl.take to gather",
+                t.dtype(),
+                t.shape()
+            ),
+        ));
+    }
+    if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Ok(IndexItem::Int(obj.extract()?));
+    }
+    if let Ok(s) = obj.cast::<PySlice>() {
+        return Ok(IndexItem::Slice {
+            start: opt_i64(s.getattr("start")?)?,
+            stop: opt_i64(s.getattr("stop")?)?,
+            step: opt_i64(s.getattr("step")?)?,
+        });
+    }
+    if obj.hasattr("__index__")? && !obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Ok(IndexItem::Int(obj.call_method0("__index__")?.extract()?));
+    }
+    Err(new_err(
+        py,
+        ErrorKind::Index,
+        "getitem",
+        format!(
+            "unsupported index {}: use ints, slices, None, ..., or a scalar int tensor (gl.take gathers with arrays)",
+            obj.repr()?
+        ),
+    ))
+}
+
+pub fn getitem(py: Python<'_>, x: &Tensor, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    let items: Vec<IndexItem<Tensor>> = match index.cast::<PyTuple>() {
+        Ok(t) => t.iter().map(|o| item(py, &o)).collect::<PyResult<_>>()?,
+        Err(_) => vec![item(py, index)?],
+    };
+    let x = x.clone();
+    run(py, x.numel(), move |ctx| core_getitem(ctx, &x, &items)).map(PyTensor::new)
+}

@@ -1,0 +1,419 @@
+//! Op functions exposed as `gradloop.<name>`. Each converts its arguments, then calls the core
+//! builder through `runtime::run` (eager execution + tape recording). No logic lives here.
+
+use gradloop::ops::{build, layout, reduce};
+use gradloop::shape::normalize_axis;
+use gradloop::{DType, Tensor};
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PySequence};
+
+use crate::convert::{input, opt_dtype, scalar, unify};
+use crate::dtype::to_dtype;
+use crate::errors::IntoPyResult;
+use crate::runtime::run;
+use crate::tensor::PyTensor;
+
+fn numel(ts: &[&Tensor]) -> usize {
+    ts.iter().map(|t| t.numel()).sum()
+}
+
+macro_rules! unary_fns {
+    ($($name:ident => $builder:path;)*) => {
+        $(
+            pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                let x = input(x)?;
+                run(py, x.numel(), move |ctx| $builder(ctx, &x)).map(PyTensor::new)
+            }
+        )*
+        pub mod py_unary {
+            use pyo3::prelude::*;
+            use crate::tensor::PyTensor;
+            $(
+                #[doc = concat!("`", stringify!($name), "(x)` elementwise.")]
+                #[pyfunction]
+                pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                    super::$name(py, x)
+                }
+            )*
+            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+                $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+                Ok(())
+            }
+        }
+    };
+}
+
+macro_rules! binary_fns {
+    ($($name:ident => $builder:path;)*) => {
+        $(
+            pub fn $name(py: Python<'_>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                let [a, b]: [Tensor; 2] = unify(py, stringify!($name), &[a, b])?.try_into().map_err(|_| {
+                    pyo3::exceptions::PyRuntimeError::new_err("operand conversion")
+                })?;
+                run(py, numel(&[&a, &b]), move |ctx| $builder(ctx, &a, &b)).map(PyTensor::new)
+            }
+        )*
+        pub mod py_binary {
+            use pyo3::prelude::*;
+            use crate::tensor::PyTensor;
+            $(
+                #[doc = concat!("`", stringify!($name), "(a, b)` elementwise with broadcasting; Python scalars adapt to the tensor's dtype.")]
+                #[pyfunction]
+                pub fn $name(py: Python<'_>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                    super::$name(py, a, b)
+                }
+            )*
+            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+                $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+                Ok(())
+            }
+        }
+    };
+}
+
+unary_fns! {
+    neg => build::neg;
+    exp => build::exp;
+    log => build::log;
+    sin => build::sin;
+    cos => build::cos;
+    tanh => build::tanh;
+    sigmoid => build::sigmoid;
+    relu => build::relu;
+    sqrt => build::sqrt;
+    abs => build::abs;
+    sign => build::sign;
+    logical_not => build::logical_not;
+    stop_gradient => build::stop_gradient;
+    identity => build::identity;
+}
+
+binary_fns! {
+    add => build::add;
+    sub => build::sub;
+    mul => build::mul;
+    div => build::div;
+    pow => build::pow;
+    maximum => build::maximum;
+    minimum => build::minimum;
+    equal => build::equal;
+    not_equal => build::not_equal;
+    less => build::less;
+    less_equal => build::less_equal;
+    greater => build::greater;
+    greater_equal => build::greater_equal;
+    logical_and => build::logical_and;
+    logical_or => build::logical_or;
+    matmul => build::matmul;
+}
+
+/// `axis` as None, an int or a sequence of ints, made absolute for rank `ndim`.
+fn axes(op: &'static str, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, ndim: usize) -> PyResult<Vec<usize>> {
+    let raw: Option<Vec<i64>> = match axis {
+        None => None,
+        Some(a) if a.is_none() => None,
+        Some(a) if a.is_instance_of::<PyInt>() => Some(vec![a.extract()?]),
+        Some(a) => Some(a.extract()?),
+    };
+    reduce::axes_for(op, raw.as_deref(), ndim).py(py)
+}
+
+macro_rules! reduction_fns {
+    ($($name:ident, $opname:literal => $builder:path;)*) => {
+        $(
+            pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+                let x = input(x)?;
+                let axes = axes($opname, py, axis, x.ndim())?;
+                run(py, x.numel(), move |ctx| $builder(ctx, &x, &axes, keepdims)).map(PyTensor::new)
+            }
+        )*
+        pub mod py_reduce {
+            use pyo3::prelude::*;
+            use crate::tensor::PyTensor;
+            $(
+                #[doc = concat!("`", $opname, "` over `axis` (None: all axes; an int or a tuple of ints).")]
+                #[pyfunction]
+                #[pyo3(signature = (x, axis=None, keepdims=false))]
+                pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+                    super::$name(py, x, axis, keepdims)
+                }
+            )*
+            pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+                $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+                Ok(())
+            }
+        }
+    };
+}
+
+reduction_fns! {
+    sum, "sum" => build::sum;
+    mean, "mean" => build::mean;
+    max, "max" => build::reduce_max;
+    min, "min" => build::reduce_min;
+}
+
+fn int_list(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if obj.is_instance_of::<PyInt>() {
+        return Ok(vec![obj.extract()?]);
+    }
+    obj.extract()
+}
+
+pub fn reshape(py: Python<'_>, x: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    let x = input(x)?;
+    let shape = layout::resolve_shape(x.numel(), &int_list(shape)?).py(py)?;
+    run(py, 0, move |ctx| build::reshape(ctx, &x, &shape)).map(PyTensor::new)
+}
+
+pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, axes: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    let x = input(x)?;
+    let n = x.ndim();
+    let perm: Vec<usize> = match axes.filter(|a| !a.is_none()) {
+        None => (0..n).rev().collect(),
+        Some(a) => int_list(a)?
+            .into_iter()
+            .map(|ax| normalize_axis("transpose", ax, n))
+            .collect::<gradloop::Result<_>>()
+            .py(py)?,
+    };
+    run(py, x.numel(), move |ctx| build::transpose(ctx, &x, &perm)).map(PyTensor::new)
+}
+
+pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    let x = input(x)?;
+    let to = to_dtype(dtype)?;
+    run(py, x.numel(), move |ctx| build::cast(ctx, &x, to)).map(PyTensor::new)
+}
+
+fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    int_list(shape)?
+        .into_iter()
+        .map(|d| usize::try_from(d).map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("negative dimension {d}"))))
+        .collect()
+}
+
+pub mod py_shape {
+    use super::*;
+
+    /// Same elements in a new shape (one dimension may be -1).
+    #[pyfunction]
+    pub fn reshape(py: Python<'_>, x: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        super::reshape(py, x, shape)
+    }
+
+    /// Permutes axes (reverses them when `axes` is None).
+    #[pyfunction]
+    #[pyo3(signature = (x, axes=None))]
+    pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, axes: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        super::transpose(py, x, axes)
+    }
+
+    /// Converts elements to `dtype`.
+    #[pyfunction]
+    pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        super::cast(py, x, dtype)
+    }
+
+    /// numpy's broadcast_to.
+    #[pyfunction]
+    pub fn broadcast_to(py: Python<'_>, x: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let x = input(x)?;
+        let shape = shape_arg(shape)?;
+        run(py, x.numel(), move |ctx| build::broadcast_to(ctx, &x, &shape)).map(PyTensor::new)
+    }
+
+    fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+        let seq = xs.cast::<PySequence>()?;
+        (0..seq.len()?).map(|i| input(&seq.get_item(i)?)).collect()
+    }
+
+    fn first_ndim(py: Python<'_>, op: &'static str, xs: &[Tensor]) -> PyResult<usize> {
+        xs.first().map(|t| t.ndim()).ok_or_else(|| {
+            crate::errors::new_err(py, gradloop::ErrorKind::InvalidArgument, op, "need at least one tensor")
+        })
+    }
+
+    /// Joins tensors along an existing axis.
+    #[pyfunction]
+    #[pyo3(signature = (xs, axis=0))]
+    pub fn concatenate(py: Python<'_>, xs: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
+        let xs = inputs(xs)?;
+        let axis = normalize_axis("concatenate", axis, first_ndim(py, "concatenate", &xs)?).py(py)?;
+        let n = xs.iter().map(|t| t.numel()).sum();
+        run(py, n, move |ctx| build::concatenate(ctx, &xs, axis)).map(PyTensor::new)
+    }
+
+    /// Joins tensors along a new axis.
+    #[pyfunction]
+    #[pyo3(signature = (xs, axis=0))]
+    pub fn stack(py: Python<'_>, xs: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
+        let xs = inputs(xs)?;
+        let axis = normalize_axis("stack", axis, first_ndim(py, "stack", &xs)? + 1).py(py)?;
+        let n = xs.iter().map(|t| t.numel()).sum();
+        run(py, n, move |ctx| build::stack(ctx, &xs, axis)).map(PyTensor::new)
+    }
+
+    /// Inserts a size-1 axis at `axis`.
+    #[pyfunction]
+    pub fn expand_dims(py: Python<'_>, x: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
+        let x = input(x)?;
+        let axis = normalize_axis("expand_dims", axis, x.ndim() + 1).py(py)?;
+        run(py, 0, move |ctx| build::expand_dims(ctx, &x, axis)).map(PyTensor::new)
+    }
+
+    /// Removes size-1 axes (all of them when `axis` is None).
+    #[pyfunction]
+    #[pyo3(signature = (x, axis=None))]
+    pub fn squeeze(py: Python<'_>, x: &Bound<'_, PyAny>, axis: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        let x = input(x)?;
+        let shape = x.shape().to_vec();
+        let axes: Vec<usize> = match axis.filter(|a| !a.is_none()) {
+            None => (0..shape.len()).filter(|&i| shape[i] == 1).collect(),
+            Some(a) => {
+                let axes = int_list(a)?
+                    .into_iter()
+                    .map(|ax| normalize_axis("squeeze", ax, shape.len()))
+                    .collect::<gradloop::Result<Vec<_>>>()
+                    .py(py)?;
+                if let Some(&bad) = axes.iter().find(|&&ax| shape[ax] != 1) {
+                    return Err(crate::errors::new_err(py, gradloop::ErrorKind::Shape, "squeeze",
+                        format!("cannot squeeze axis {bad} of size {} (shape {shape:?})", shape[bad])));
+                }
+                axes
+            }
+        };
+        run(py, 0, move |ctx| build::squeeze(ctx, &x, &axes)).map(PyTensor::new)
+    }
+
+    /// `where(cond, x, y)`: x where cond is true, else y (broadcasting).
+    #[pyfunction]
+    #[pyo3(name = "where")]
+    pub fn where_(py: Python<'_>, cond: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, y: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let c = input(cond)?;
+        let [x, y]: [Tensor; 2] = unify(py, "where", &[x, y])?.try_into().map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("operand conversion"))?;
+        let n = c.numel() + x.numel() + y.numel();
+        run(py, n, move |ctx| build::select(ctx, &c, &x, &y)).map(PyTensor::new)
+    }
+
+    /// numpy's take: elements of `x` at `indices` along `axis` (flattened x when None).
+    #[pyfunction]
+    #[pyo3(signature = (x, indices, axis=None))]
+    pub fn take(py: Python<'_>, x: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, axis: Option<i64>) -> PyResult<PyTensor> {
+        let x = input(x)?;
+        let indices = input(indices)?;
+        let (x, axis) = match axis {
+            None => (x.reshaped(&[x.numel()]).py(py)?, 0),
+            Some(a) => { let ax = normalize_axis("take", a, x.ndim()).py(py)?; (x, ax) }
+        };
+        run(py, x.numel(), move |ctx| build::take(ctx, &x, &indices, axis)).map(PyTensor::new)
+    }
+}
+
+fn creation_dtype(dtype: Option<&Bound<'_, PyAny>>, default: DType) -> PyResult<DType> {
+    Ok(opt_dtype(dtype)?.unwrap_or(default))
+}
+
+pub mod py_creation {
+    use super::*;
+
+    /// A tensor of `shape` filled with zeros.
+    #[pyfunction]
+    #[pyo3(signature = (shape, dtype=None))]
+    pub fn zeros(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        full_impl(py, shape, 0.0, creation_dtype(dtype, DType::F32)?)
+    }
+
+    /// A tensor of `shape` filled with ones.
+    #[pyfunction]
+    #[pyo3(signature = (shape, dtype=None))]
+    pub fn ones(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        full_impl(py, shape, 1.0, creation_dtype(dtype, DType::F32)?)
+    }
+
+    /// A tensor of `shape` filled with `value` (dtype from the value when not given).
+    #[pyfunction]
+    #[pyo3(signature = (shape, value, dtype=None))]
+    pub fn full(py: Python<'_>, shape: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        let s = scalar(value)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("full: value must be a Python bool, int or float"))?;
+        let dtype = creation_dtype(dtype, s.default_dtype())?;
+        let v = match s { gradloop::Scalar::Bool(b) => f64::from(u8::from(b)), gradloop::Scalar::Int(i) => i as f64, gradloop::Scalar::Float(f) => f };
+        full_impl(py, shape, v, dtype)
+    }
+
+    fn full_impl(py: Python<'_>, shape: &Bound<'_, PyAny>, value: f64, dtype: DType) -> PyResult<PyTensor> {
+        let shape = shape_arg(shape)?;
+        run(py, 0, move |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
+    }
+
+    /// Zeros shaped like `x` (its dtype unless `dtype` is given).
+    #[pyfunction]
+    #[pyo3(signature = (x, dtype=None))]
+    pub fn zeros_like(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        like(py, x, dtype, 0.0)
+    }
+
+    /// Ones shaped like `x` (its dtype unless `dtype` is given).
+    #[pyfunction]
+    #[pyo3(signature = (x, dtype=None))]
+    pub fn ones_like(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        like(py, x, dtype, 1.0)
+    }
+
+    fn like(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, value: f64) -> PyResult<PyTensor> {
+        let x = input(x)?;
+        let dtype = creation_dtype(dtype, x.dtype())?;
+        let shape = x.shape().to_vec();
+        run(py, 0, move |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
+    }
+
+    /// numpy's arange: `arange(stop)` or `arange(start, stop, step)`; int32 when all are ints.
+    #[pyfunction]
+    #[pyo3(signature = (start, stop=None, step=None, dtype=None))]
+    pub fn arange(py: Python<'_>, start: &Bound<'_, PyAny>, stop: Option<&Bound<'_, PyAny>>, step: Option<&Bound<'_, PyAny>>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        let all_int = [Some(start), stop, step].into_iter().flatten().filter(|o| !o.is_none()).all(|o| o.is_instance_of::<PyInt>());
+        let f = |o: Option<&Bound<'_, PyAny>>, d: f64| -> PyResult<f64> { match o { Some(o) if !o.is_none() => o.extract(), _ => Ok(d) } };
+        let (a, b) = match stop.filter(|s| !s.is_none()) {
+            None => (0.0, start.extract::<f64>()?),
+            Some(s) => (start.extract::<f64>()?, s.extract::<f64>()?),
+        };
+        let st = f(step, 1.0)?;
+        let dtype = creation_dtype(dtype, if all_int { DType::I32 } else { DType::F32 })?;
+        run(py, 0, move |ctx| build::arange(ctx, a, b, st, dtype)).map(PyTensor::new)
+    }
+
+    /// `gl.tensor(data, dtype=None)`: from Python scalars, nested lists, numpy arrays or tensors.
+    #[pyfunction]
+    #[pyo3(signature = (data, dtype=None))]
+    pub fn tensor(data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        Ok(PyTensor::new(crate::convert::to_tensor(data, opt_dtype(dtype)?)?))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    py_unary::register(m)?;
+    py_binary::register(m)?;
+    py_reduce::register(m)?;
+    for f in [
+        wrap_pyfunction!(py_shape::reshape, m)?,
+        wrap_pyfunction!(py_shape::transpose, m)?,
+        wrap_pyfunction!(py_shape::cast, m)?,
+        wrap_pyfunction!(py_shape::broadcast_to, m)?,
+        wrap_pyfunction!(py_shape::concatenate, m)?,
+        wrap_pyfunction!(py_shape::stack, m)?,
+        wrap_pyfunction!(py_shape::expand_dims, m)?,
+        wrap_pyfunction!(py_shape::squeeze, m)?,
+        wrap_pyfunction!(py_shape::where_, m)?,
+        wrap_pyfunction!(py_shape::take, m)?,
+        wrap_pyfunction!(py_creation::zeros, m)?,
+        wrap_pyfunction!(py_creation::ones, m)?,
+        wrap_pyfunction!(py_creation::full, m)?,
+        wrap_pyfunction!(py_creation::zeros_like, m)?,
+        wrap_pyfunction!(py_creation::ones_like, m)?,
+        wrap_pyfunction!(py_creation::arange, m)?,
+        wrap_pyfunction!(py_creation::tensor, m)?,
+    ] {
+        m.add_function(f)?;
+    }
+    Ok(())
+}

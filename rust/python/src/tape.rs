@@ -1,0 +1,200 @@
+//! `gradloop._core.Tape` and the recording controls the Python autodiff API is built on.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use gradloop::ops::{build, Grads};
+use gradloop::tape::{compute_gradient, record_custom, Tape};
+use gradloop::{Context, EagerContext, ErrorKind, GradientFunction, TapeContext, TapeRef, Tensor};
+use pyo3::prelude::*;
+use pyo3::types::{PySequence, PyTuple};
+
+use crate::errors::{new_err, park, to_py, IntoPyResult};
+use crate::runtime::{self, panic_error};
+use crate::tensor::PyTensor;
+
+/// A gradient tape. Records only while on the active stack of its thread (`push`/`pop`).
+#[pyclass(frozen, name = "Tape", module = "gradloop._core")]
+pub struct PyTape {
+    inner: TapeRef<Tensor>,
+}
+
+fn tensors(seq: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    let seq = seq.cast::<PySequence>()?;
+    (0..seq.len()?).map(|i| Ok(seq.get_item(i)?.cast::<PyTensor>()?.get().inner.clone())).collect()
+}
+
+fn lock(t: &TapeRef<Tensor>) -> std::sync::MutexGuard<'_, Tape<Tensor>> {
+    t.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[pymethods]
+impl PyTape {
+    #[new]
+    #[pyo3(signature = (persistent=false))]
+    fn new(persistent: bool) -> Self {
+        PyTape { inner: Tape::new_ref(persistent) }
+    }
+
+    #[getter]
+    fn persistent(&self) -> bool {
+        lock(&self.inner).persistent()
+    }
+
+    fn watch(&self, py: Python<'_>, t: &Bound<'_, PyTensor>) -> PyResult<()> {
+        lock(&self.inner).watch(&t.get().inner).py(py)
+    }
+
+    fn is_watched(&self, t: &Bound<'_, PyTensor>) -> bool {
+        lock(&self.inner).is_watched(t.get().inner.id())
+    }
+
+    fn __len__(&self) -> usize {
+        lock(&self.inner).len()
+    }
+
+    fn push(&self) {
+        runtime::push_tape(self.inner.clone());
+    }
+
+    fn pop(&self) -> bool {
+        runtime::pop_tape(&self.inner)
+    }
+
+    /// Gradients of `targets` w.r.t. `sources` (one entry per source; None if unconnected).
+    #[pyo3(signature = (targets, sources, output_gradients=None))]
+    fn gradient(
+        &self,
+        py: Python<'_>,
+        targets: &Bound<'_, PyAny>,
+        sources: &Bound<'_, PyAny>,
+        output_gradients: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<Option<PyTensor>>> {
+        let targets = tensors(targets)?;
+        let sources = tensors(sources)?;
+        let seeds: Option<Vec<Option<Tensor>>> = match output_gradients.filter(|o| !o.is_none()) {
+            None => None,
+            Some(og) => {
+                let seq = og.cast::<PySequence>()?;
+                let seeds = (0..seq.len()?)
+                    .map(|i| {
+                        let item = seq.get_item(i)?;
+                        if item.is_none() {
+                            Ok(None)
+                        } else {
+                            Ok(Some(crate::convert::input(&item)?))
+                        }
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                Some(seeds)
+            }
+        };
+        let tape = self.inner.clone();
+        let outer = runtime::active_tapes();
+        let work = move || {
+            catch_unwind(AssertUnwindSafe(|| {
+                let mut eager = EagerContext;
+                let mut ctx = TapeContext { inner: &mut eager, tapes: &outer, registry: runtime::registry() };
+                compute_gradient(&tape, &mut ctx, &targets, &sources, seeds.as_deref())
+            }))
+            .unwrap_or_else(|p| Err(panic_error(p)))
+        };
+        let grads = py.detach(work).map_err(|e| to_py(py, e))?;
+        Ok(grads.into_iter().map(|g| g.map(PyTensor::new)).collect())
+    }
+}
+
+/// Watches `t` on every active tape (a Variable read).
+#[pyfunction]
+pub fn watch_on_active_tapes(py: Python<'_>, t: &Bound<'_, PyTensor>) -> PyResult<()> {
+    for tape in runtime::active_tapes() {
+        lock(&tape).watch(&t.get().inner).py(py)?;
+    }
+    Ok(())
+}
+
+#[pyfunction]
+pub fn any_tape_active() -> bool {
+    !runtime::active_tapes().is_empty()
+}
+
+/// Sets the active tapes aside (nothing is recorded) until `resume_recording(token)`.
+#[pyfunction]
+pub fn pause_recording() -> usize {
+    runtime::pause()
+}
+
+#[pyfunction]
+pub fn resume_recording(py: Python<'_>, token: usize) -> PyResult<()> {
+    runtime::resume(token).map_err(|m| new_err(py, ErrorKind::InvalidArgument, "resume_recording", m))
+}
+
+/// A gradient function implemented in Python (`gl.custom_gradient`, `gl.recompute_grad`).
+struct PyGradientFunction {
+    callable: Py<PyAny>,
+    output_types: Vec<gradloop::TensorType>,
+    n_inputs: usize,
+}
+
+impl GradientFunction<Tensor> for PyGradientFunction {
+    fn compute(&self, ctx: &mut dyn Context<Tensor>, grad_outputs: &[Option<Tensor>], _needs: &[bool]) -> gradloop::Result<Grads<Tensor>> {
+        // Missing output gradients become zeros: the user's function expects every one.
+        let mut seeds = Vec::with_capacity(grad_outputs.len());
+        for (g, ty) in grad_outputs.iter().zip(&self.output_types) {
+            seeds.push(match g {
+                Some(g) => g.clone(),
+                None => build::fill(ctx, ty.dtype, &ty.shape, 0.0)?,
+            });
+        }
+        Python::attach(|py| self.call(py, seeds).map_err(park))
+    }
+}
+
+impl PyGradientFunction {
+    fn call(&self, py: Python<'_>, seeds: Vec<Tensor>) -> PyResult<Grads<Tensor>> {
+        let args = PyTuple::new(py, seeds.into_iter().map(PyTensor::new))?;
+        let result = self.callable.bind(py).call1(args)?;
+        let seq = result.cast::<PySequence>().map_err(|_| {
+            new_err(py, ErrorKind::Gradient, "custom_gradient", "the gradient function must return a sequence with one gradient (or None) per input")
+        })?;
+        if seq.len()? != self.n_inputs {
+            return Err(new_err(
+                py,
+                ErrorKind::Gradient,
+                "custom_gradient",
+                format!("the gradient function returned {} gradients for {} inputs", seq.len()?, self.n_inputs),
+            ));
+        }
+        (0..self.n_inputs)
+            .map(|i| {
+                let item = seq.get_item(i)?;
+                if item.is_none() {
+                    Ok(None)
+                } else {
+                    Ok(Some(crate::convert::input(&item)?))
+                }
+            })
+            .collect()
+    }
+}
+
+/// Records an op on the active tapes whose gradient is `grad_fn(*output_grads)`.
+#[pyfunction]
+pub fn record_custom_gradient(
+    name: &str,
+    inputs: &Bound<'_, PyAny>,
+    outputs: &Bound<'_, PyAny>,
+    grad_fn: Py<PyAny>,
+) -> PyResult<()> {
+    // The tape keeps static op names; the user's name is for error messages only.
+    let _ = name;
+    let inputs = tensors(inputs)?;
+    let outputs = tensors(outputs)?;
+    let function = Arc::new(PyGradientFunction {
+        callable: grad_fn,
+        output_types: outputs.iter().map(|t| t.ty().clone()).collect(),
+        n_inputs: inputs.len(),
+    });
+    record_custom(&runtime::active_tapes(), "custom_gradient", &inputs, &outputs, function);
+    Ok(())
+}

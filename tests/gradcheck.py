@@ -1,0 +1,207 @@
+"""One numerical gradient checker for every gradient test (first and second order).
+
+`check_grads(fn, args)` compares gradloop's reverse-mode gradients of `fn` with central finite
+differences computed in float64:
+
+* first order: for L(x) = sum(fn(x) * c) with a fixed random cotangent `c` (so non-scalar outputs
+  are checked in every component), dL/dx from `gl.GradientTape` and from `gl.grad` is compared
+  element by element with (L(x + h e_i) - L(x - h e_i)) / 2h;
+* second order: for H(x) = sum_i <dL/dx_i, v_i> with a fixed random direction `v`, dH/dx is the
+  Hessian-vector product H v; it is taken by differentiating the gradient (nested tapes, and
+  `gl.grad` of a function that calls `gl.grad`) and compared with the directional difference of
+  the first-order gradient, (grad L(x + h v) - grad L(x - h v)) / 2h.
+
+`fn` maps gl tensors (float64, one per arg) to a float64 gl tensor of any shape; constants such as
+a `where` condition or `take` indices are closed over. Gradients must have the dtype and shape of
+their argument (a size-0 argument is checked for that alone); an unconnected gradient (None) is
+read as zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import gradloop as gl
+import numpy as np
+
+Fn = Callable[..., "gl.Tensor"]
+MODES = ("tape", "grad")
+
+
+def check_grads(
+    fn: Fn,
+    args: Sequence[np.ndarray | gl.Tensor],
+    order: int = 2,
+    *,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    eps: float = 1e-6,
+    seed: int = 0,
+    modes: Sequence[str] = MODES,
+) -> None:
+    """Asserts that gradloop's gradients of `fn` at `args` match finite differences.
+
+    `order` is 1 (gradients) or 2 (also Hessian-vector products); `modes` picks the
+    differentiation APIs checked: "tape" (`gl.GradientTape`) and/or "grad" (`gl.grad`).
+    """
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1 or 2, got {order}")
+    xs = [_as_float64_array(a) for a in args]
+    rng = np.random.default_rng(seed)
+    out = fn(*_tensors(xs))
+    assert out.dtype == gl.float64, f"fn must return a float64 tensor, got {out.dtype}"
+    loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
+    expected = numerical_gradient(lambda *a: _scalar(loss(*_tensors(a))), xs, eps)
+    for mode in modes:
+        got = _first_order(loss, xs, mode)
+        _compare(got, expected, xs, f"order 1 ({mode})", atol, rtol)
+    if order == 1:
+        return
+    vs = [rng.standard_normal(x.shape) for x in xs]
+    expected_hvp = _directional_difference(
+        lambda *a: _first_order(loss, a, "tape"), xs, vs, eps
+    )
+    for mode in modes:
+        got = _hvp(loss, xs, vs, mode)
+        _compare(got, expected_hvp, xs, f"order 2 ({mode})", atol, rtol)
+
+
+def numerical_gradient(
+    f: Callable[..., float], xs: Sequence[np.ndarray], eps: float = 1e-6
+) -> list[np.ndarray]:
+    """Central differences of the scalar function `f(*xs)` (numpy float64 arrays) per element."""
+    grads = []
+    for i, x in enumerate(xs):
+        g = np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            plus = [a.copy() for a in xs]
+            minus = [a.copy() for a in xs]
+            plus[i][idx] += eps
+            minus[i][idx] -= eps
+            g[idx] = (f(*plus) - f(*minus)) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+def gradients(
+    fn: Fn, args: Sequence[np.ndarray | gl.Tensor], mode: str = "tape"
+) -> list[np.ndarray]:
+    """First-order gradients of `sum(fn(*args))` as numpy arrays (None read as zeros)."""
+    xs = [_as_float64_array(a) for a in args]
+    return _first_order(lambda *t: gl.sum(fn(*t)), xs, mode)
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _as_float64_array(a: np.ndarray | gl.Tensor) -> np.ndarray:
+    arr = np.array(a, dtype=np.float64, copy=True)
+    return arr
+
+
+def _tensors(xs: Sequence[np.ndarray]) -> list[gl.Tensor]:
+    return [gl.tensor(np.asarray(x, dtype=np.float64)) for x in xs]
+
+
+def _scalar(t: gl.Tensor) -> float:
+    return float(np.asarray(t))
+
+
+def _loss(fn: Fn, cotangent: gl.Tensor) -> Fn:
+    def loss(*ts: gl.Tensor) -> gl.Tensor:
+        return gl.sum(gl.mul(fn(*ts), cotangent))
+
+    return loss
+
+
+def _to_numpy(g: gl.Tensor | None, like: np.ndarray) -> np.ndarray:
+    if g is None:
+        return np.zeros_like(like)
+    assert isinstance(g, gl.Tensor), (
+        f"a gradient must be a gl.Tensor, got {type(g).__name__}"
+    )
+    assert g.dtype == gl.float64, f"gradient dtype {g.dtype} != float64"
+    assert tuple(g.shape) == like.shape, (
+        f"gradient shape {g.shape} != argument shape {like.shape}"
+    )
+    return np.array(g, dtype=np.float64)
+
+
+def _first_order(loss: Fn, xs: Sequence[np.ndarray], mode: str) -> list[np.ndarray]:
+    ts = _tensors(xs)
+    if mode == "tape":
+        with gl.GradientTape() as tape:
+            for t in ts:
+                tape.watch(t)
+            y = loss(*ts)
+        gs = tape.gradient(y, ts)
+    elif mode == "grad":
+        gs = gl.grad(loss, argnums=tuple(range(len(ts))))(*ts)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    assert len(gs) == len(ts), f"{len(gs)} gradients for {len(ts)} arguments"
+    return [_to_numpy(g, x) for g, x in zip(gs, xs, strict=True)]
+
+
+def _inner(gs: Sequence[gl.Tensor | None], vs: Sequence[gl.Tensor]) -> gl.Tensor:
+    """sum_i <gs[i], vs[i]>, skipping unconnected (None) gradients."""
+    total = gl.tensor(0.0, dtype=gl.float64)
+    for g, v in zip(gs, vs, strict=True):
+        if g is not None:
+            total = gl.add(total, gl.sum(gl.mul(g, v)))
+    return total
+
+
+def _hvp(
+    loss: Fn, xs: Sequence[np.ndarray], vs: Sequence[np.ndarray], mode: str
+) -> list[np.ndarray]:
+    ts, vts = _tensors(xs), _tensors(vs)
+    argnums = tuple(range(len(ts)))
+    if mode == "tape":
+        with gl.GradientTape() as outer:
+            for t in ts:
+                outer.watch(t)
+            with gl.GradientTape() as inner:
+                for t in ts:
+                    inner.watch(t)
+                y = loss(*ts)
+            h = _inner(inner.gradient(y, ts), vts)
+        hs = outer.gradient(h, ts)
+    elif mode == "grad":
+
+        def directional(*args: gl.Tensor) -> gl.Tensor:
+            return _inner(gl.grad(loss, argnums=argnums)(*args), vts)
+
+        hs = gl.grad(directional, argnums=argnums)(*ts)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    return [_to_numpy(g, x) for g, x in zip(hs, xs, strict=True)]
+
+
+def _directional_difference(
+    grad_fn: Callable[..., list[np.ndarray]],
+    xs: Sequence[np.ndarray],
+    vs: Sequence[np.ndarray],
+    eps: float,
+) -> list[np.ndarray]:
+    plus = grad_fn(*[x + eps * v for x, v in zip(xs, vs, strict=True)])
+    minus = grad_fn(*[x - eps * v for x, v in zip(xs, vs, strict=True)])
+    return [(p - m) / (2 * eps) for p, m in zip(plus, minus, strict=True)]
+
+
+def _compare(
+    got: Sequence[np.ndarray],
+    expected: Sequence[np.ndarray],
+    xs: Sequence[np.ndarray],
+    what: str,
+    atol: float,
+    rtol: float,
+) -> None:
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        np.testing.assert_allclose(
+            g,
+            e,
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{what}: gradient of argument {i} (shape {xs[i].shape}) differs from finite differences",
+        )

@@ -1,0 +1,97 @@
+"""The flagship example (`gradloop demo`): its simulation, its gradients and its command line."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+
+import gradloop as gl
+import pytest
+from gradloop.examples import projectile
+
+
+def f64(x: float) -> gl.Tensor:
+    return gl.tensor(x, dtype=gl.float64)
+
+
+def reference_flight(theta: float, dt: float = projectile.DT) -> tuple[float, int]:
+    """The same flight in plain Python floats: semi-implicit Euler with quadratic drag,
+    v <- v + dt * (-DRAG |v| v - g e_y);  p <- p + dt * v;  while y > 0,
+    then the landing point interpolated linearly between the last two positions."""
+    x, y = 0.0, projectile.HEIGHT
+    vx, vy = projectile.SPEED * math.cos(theta), projectile.SPEED * math.sin(theta)
+    x_prev, y_prev, n = x, y, 0
+    while y > 0:
+        speed = math.hypot(vx, vy)
+        vx, vy = (
+            vx - projectile.DRAG * speed * vx * dt,
+            vy - (projectile.GRAVITY + projectile.DRAG * speed * vy) * dt,
+        )
+        x_prev, y_prev, x, y, n = x, y, x + vx * dt, y + vy * dt, n + 1
+    return x_prev + (x - x_prev) * y_prev / (y_prev - y), n
+
+
+@pytest.mark.parametrize("theta", [-0.05, 0.1, 0.33, 0.8])
+def test_simulation_matches_plain_python(theta):
+    landing, n = projectile.simulate(f64(theta))
+    expected, expected_n = reference_flight(theta)
+    assert landing.dtype == gl.float64 and landing.shape == ()
+    assert n.dtype == gl.int32 and int(n) == expected_n
+    assert float(landing) == pytest.approx(expected, rel=1e-12)
+
+
+def test_trip_count_depends_on_the_angle():
+    trips = [int(projectile.simulate(f64(theta))[1]) for theta in (0.1, 0.4, 0.8)]
+    assert trips[0] < trips[1] < trips[2]
+
+
+def test_a_few_gradient_steps_decrease_the_loss():
+    result = projectile.fit(steps=4, log=None)
+    losses = [loss for loss, _, _ in result.history]
+    assert all(later < earlier for earlier, later in itertools.pairwise(losses))
+    assert losses[-1] < 1e-2 * losses[0]
+    # the angles move towards the one that lands on the target
+    thetas = [theta for _, theta, _ in result.history] + [result.theta]
+    assert all(later > earlier for earlier, later in itertools.pairwise(thetas))
+
+
+@pytest.mark.parametrize("theta", [0.1, 0.33, 0.8])
+def test_loop_gradient_matches_central_differences(theta):
+    reverse, central = projectile.check_gradient(theta, eps=1e-6)
+    assert reverse == pytest.approx(central, rel=1e-6)
+
+
+@pytest.mark.parametrize("theta", [0.1, 0.8])
+def test_second_derivative_through_the_loop(theta):
+    def landing(t):
+        return projectile.simulate(t)[0]
+
+    second = float(gl.grad(gl.grad(landing))(f64(theta)))
+    eps = 1e-5
+    first = gl.grad(landing)
+    central = (float(first(f64(theta + eps))) - float(first(f64(theta - eps)))) / (2 * eps)
+    assert second == pytest.approx(central, rel=1e-5)
+
+
+def test_command_line_demo_runs():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradloop", "demo", "--steps", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "fitted angle" in proc.stdout
+    assert "gradient check" in proc.stdout
+
+
+def test_command_line_requires_a_subcommand(capsys):
+    from gradloop import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main([])
+    assert exc.value.code == 2
+    assert "demo" in capsys.readouterr().err
