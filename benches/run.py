@@ -188,7 +188,7 @@ def bench_mlp(number: int, repeats: int) -> tuple[dict[str, list[float]], float,
 
 
 def fmt_ns(s: Stat) -> tuple[str, str]:
-    return f"{s.median:,.0f} ns", f"{s.q1:,.0f} - {s.q3:,.0f}"
+    return f"{s.median * 1e9:,.0f} ns", f"{s.q1 * 1e9:,.0f} - {s.q3 * 1e9:,.0f}"
 
 
 def fmt_ms(s: Stat) -> tuple[str, str]:
@@ -204,36 +204,56 @@ def verdict(value: float, limit: float) -> str:
 
 
 def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    """Columns: measure (left-aligned), median and IQR (right-aligned), target (left-aligned)."""
     header = ("measure", "median", "IQR", "target")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    line = "  ".join("-" * w for w in widths)
-    print(line)
-    for i, row in enumerate([header, *rows]):
-        left, *right = row
-        print(
-            "  ".join(
-                [
-                    left.ljust(widths[0]),
-                    *(c.rjust(w) for c, w in zip(right, widths[1:], strict=True)),
-                ]
-            )
-        )
-        if i == 0:
-            print(line)
-    print(line)
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(4)]
+    rule = "  ".join("-" * w for w in widths)
+
+    def fmt(row: tuple[str, str, str, str]) -> str:
+        name, median, iqr, target = row
+        cells = [name.ljust(widths[0]), median.rjust(widths[1]), iqr.rjust(widths[2]), target]
+        return "  ".join(cells).rstrip()
+
+    print("\n".join([rule, fmt(header), rule, *map(fmt, rows), rule]))
+
+
+_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")
+
+
+def _reexec_with_threads(threads: int, argv: list[str]) -> None:
+    """Thread pools read their size when they start, so the process restarts with it set."""
+    wanted = str(threads)
+    if all(os.environ.get(var) == wanted for var in _THREAD_VARS):
+        return
+    env = {**os.environ, **dict.fromkeys(_THREAD_VARS, wanted)}
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], env)
+
+
+def _threads_note() -> str:
+    set_vars = [f"{var}={os.environ[var]}" for var in _THREAD_VARS if var in os.environ]
+    return ", ".join(set_vars) if set_vars else "thread pools at their defaults"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls per repeat (a smoke run)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats (default 15; 5 quick)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for numpy's BLAS and gradloop's pool alike (default: all cores)",
+    )
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        _reexec_with_threads(args.threads, sys.argv[1:] if argv is None else list(argv))
     repeats = args.repeats or (5 if args.quick else 15)
     chain_number, mlp_number = (3, 2) if args.quick else (20, 10)
 
     print(
         f"gradloop {gl.__version__} benchmarks: {platform.system()} {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}\n"
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}; "
+        f"{_threads_note()}; load average {os.getloadavg()[0]:.2f} (1 min)\n"
         f"{repeats} repeats; medians and interquartile ranges over them; ratios are per repeat\n"
     )
 

@@ -58,9 +58,7 @@ def check_grads(
     if order == 1:
         return
     vs = [rng.standard_normal(x.shape) for x in xs]
-    expected_hvp = _directional_difference(
-        lambda *a: _first_order(loss, a, "tape"), xs, vs, eps
-    )
+    expected_hvp = _directional_difference(lambda *a: _first_order(loss, a, "tape"), xs, vs, eps)
     for mode in modes:
         got = _hvp(loss, xs, vs, mode)
         _compare(got, expected_hvp, xs, f"order 2 ({mode})", atol, rtol)
@@ -95,8 +93,7 @@ def gradients(
 
 
 def _as_float64_array(a: np.ndarray | gl.Tensor) -> np.ndarray:
-    arr = np.array(a, dtype=np.float64, copy=True)
-    return arr
+    return np.array(a, dtype=np.float64, copy=True)  # a private, writable 0-d+ array
 
 
 def _tensors(xs: Sequence[np.ndarray]) -> list[gl.Tensor]:
@@ -117,13 +114,9 @@ def _loss(fn: Fn, cotangent: gl.Tensor) -> Fn:
 def _to_numpy(g: gl.Tensor | None, like: np.ndarray) -> np.ndarray:
     if g is None:
         return np.zeros_like(like)
-    assert isinstance(g, gl.Tensor), (
-        f"a gradient must be a gl.Tensor, got {type(g).__name__}"
-    )
+    assert isinstance(g, gl.Tensor), f"a gradient must be a gl.Tensor, got {type(g).__name__}"
     assert g.dtype == gl.float64, f"gradient dtype {g.dtype} != float64"
-    assert tuple(g.shape) == like.shape, (
-        f"gradient shape {g.shape} != argument shape {like.shape}"
-    )
+    assert tuple(g.shape) == like.shape, f"gradient shape {g.shape} != argument shape {like.shape}"
     return np.array(g, dtype=np.float64)
 
 
@@ -203,5 +196,5 @@ def _compare(
             e,
             rtol=rtol,
             atol=atol,
-            err_msg=f"{what}: gradient of argument {i} (shape {xs[i].shape}) differs from finite differences",
+            err_msg=f"{what}: gradient of argument {i} (shape {xs[i].shape}) != finite differences",
         )

@@ -30,9 +30,7 @@ class Row:
 
     @property
     def label(self) -> str:
-        return (
-            self.op + "-" + ",".join("x".join(map(str, s)) or "()" for s in self.shapes)
-        )
+        return self.op + "-" + ",".join("x".join(map(str, s)) or "()" for s in self.shapes)
 
 
 def sample(domain: str, shape: Shape, rng: np.random.Generator) -> np.ndarray:
@@ -41,9 +39,7 @@ def sample(domain: str, shape: Shape, rng: np.random.Generator) -> np.ndarray:
     if domain == "pos":
         return rng.uniform(0.5, 2.0, shape)
     if domain == "away0":  # |x| >= 0.3: no kink of relu/abs/sign, no pole of 1/x
-        return np.where(rng.uniform(size=shape) < 0.5, -1.0, 1.0) * rng.uniform(
-            0.3, 2.0, shape
-        )
+        return np.where(rng.uniform(size=shape) < 0.5, -1.0, 1.0) * rng.uniform(0.3, 2.0, shape)
     if domain in ("even", "odd"):  # an "even" value is >= 0.2 from every "odd" one
         centre = 2.0 * rng.integers(-2, 2, shape) + (1.0 if domain == "odd" else 0.0)
         return centre + rng.uniform(-0.4, 0.4, shape)
@@ -94,9 +90,7 @@ def _where_rows() -> list[Row]:
     rows = []
     for c_shape, x_shape, y_shape in cases:
         c = _cond(c_shape)
-        rows.append(
-            Row("where", lambda x, y, c=c: gl.where(c, x, y), (x_shape, y_shape))
-        )
+        rows.append(Row("where", lambda x, y, c=c: gl.where(c, x, y), (x_shape, y_shape)))
     return rows
 
 
@@ -139,9 +133,7 @@ def _reduction_rows() -> list[Row]:
             )
     rows.append(Row("method_sum", lambda x: x.sum(axis=1), ((2, 3),)))
     rows.append(Row("method_mean", lambda x: x.mean(), ((2, 3),)))
-    rows.append(
-        Row("method_max", lambda x: x.max(axis=0, keepdims=True), ((3, 2),), "distinct")
-    )
+    rows.append(Row("method_max", lambda x: x.max(axis=0, keepdims=True), ((3, 2),), "distinct"))
     rows.append(Row("method_min", lambda x: x.min(axis=-1), ((3, 2),), "distinct"))
     return rows
 
@@ -203,9 +195,7 @@ def _layout_rows() -> list[Row]:
         (((2, 0),) * 2, 0),
         (((),) * 2, 0),
     ):
-        rows.append(
-            Row(f"stack{axis}", lambda *xs, a=axis: gl.stack(list(xs), axis=a), shapes)
-        )
+        rows.append(Row(f"stack{axis}", lambda *xs, a=axis: gl.stack(list(xs), axis=a), shapes))
     return rows
 
 
@@ -220,10 +210,7 @@ def _take_rows() -> list[Row]:
         ((2, 3), np.array([4, 0, -1], i64), None),  # axis None: the flattened tensor
         ((3, 2), np.zeros((0,), i32), 0),
     ]
-    return [
-        Row(f"take{axis}", _take(gl.tensor(idx), axis), (shape,))
-        for shape, idx, axis in cases
-    ]
+    return [Row(f"take{axis}", _take(gl.tensor(idx), axis), (shape,)) for shape, idx, axis in cases]
 
 
 def _take(indices: gl.Tensor, axis: int | None) -> Callable[[gl.Tensor], gl.Tensor]:
@@ -236,9 +223,7 @@ def _index_text(index: object) -> str:
     parts = []
     for i in items:
         if isinstance(i, slice):
-            parts.append(
-                ":".join("" if v is None else str(v) for v in (i.start, i.stop, i.step))
-            )
+            parts.append(":".join("" if v is None else str(v) for v in (i.start, i.stop, i.step)))
         elif isinstance(i, gl.Tensor):
             parts.append(f"t({i.item()}:{i.dtype.name})")
         else:
@@ -339,6 +324,7 @@ ROWS: list[Row] = [
     Row("op_scalar_square", lambda x: x**2, ((2, 3),)),
     Row("op_scalar_cube", lambda x: x**3.0, ((4,),)),
     Row("op_scalar_rpow", lambda x: 2.0**x, ((4,),)),
+    Row("fan_out", lambda x: x * x + gl.sin(x) * x - gl.exp(x) / (1.0 + x * x), ((2, 3),)),
     Row(
         "composite",
         lambda x, y: gl.tanh(x @ y) * gl.sigmoid(gl.sum(x, axis=1, keepdims=True)),
@@ -350,22 +336,42 @@ ROWS: list[Row] = [
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.label) for r in ROWS])
 def test_gradient(row: Row) -> None:
     rng = np.random.default_rng(zlib.crc32(row.label.encode()))
-    domains = (
-        row.domain if isinstance(row.domain, tuple) else (row.domain,) * len(row.shapes)
-    )
+    domains = row.domain if isinstance(row.domain, tuple) else (row.domain,) * len(row.shapes)
     args = [sample(d, s, rng) for d, s in zip(domains, row.shapes, strict=True)]
     atol, rtol, eps = row.tol
     check_grads(row.fn, args, order=2, atol=atol, rtol=rtol, eps=eps)
 
 
+def _sum_gradients(fn: Callable[..., gl.Tensor], args: list[np.ndarray]) -> list[gl.Tensor]:
+    ts = [gl.tensor(a) for a in args]
+    with gl.GradientTape() as tape:
+        for t in ts:
+            tape.watch(t)
+        y = gl.sum(fn(*ts))
+    return tape.gradient(y, ts, unconnected_gradients="zero")
+
+
+@pytest.mark.parametrize(
+    "row", [pytest.param(r, id=r.label) for r in ROWS if not r.op.startswith("cast")]
+)
+def test_float32_gradients(row: Row) -> None:
+    # the same gradients in float32: float32 dtype, values close to the float64 ones
+    rng = np.random.default_rng(zlib.crc32(row.label.encode()))
+    domains = row.domain if isinstance(row.domain, tuple) else (row.domain,) * len(row.shapes)
+    args = [np.asarray(sample(d, s, rng)) for d, s in zip(domains, row.shapes, strict=True)]
+    expected = _sum_gradients(row.fn, args)
+    got = _sum_gradients(row.fn, [a.astype(np.float32) for a in args])
+    for g, e, a in zip(got, expected, args, strict=True):
+        assert g.dtype == gl.float32 and g.shape == a.shape
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("shape", UNARY_SHAPES)
 def test_sign_gradient_is_zero(shape: Shape) -> None:
-    x = gl.tensor(sample("away0", shape, np.random.default_rng(0)))
+    x = gl.tensor(np.asarray(sample("away0", shape, np.random.default_rng(0))))
     with gl.GradientTape() as tape:
         tape.watch(x)
-        y = gl.sum(
-            gl.sign(x) * x
-        )  # d/dx (sign(x) x) = sign(x): sign itself contributes 0
+        y = gl.sum(gl.sign(x) * x)  # d/dx (sign(x) x) = sign(x): sign itself contributes 0
     (g,) = tape.gradient(y, [x])
     np.testing.assert_array_equal(np.asarray(g), np.sign(np.asarray(x)))
     with gl.GradientTape() as tape:
@@ -415,8 +421,32 @@ def test_comparison_inside_where_routes_gradient() -> None:
     xv, yv = np.array([0.5, -1.0, 2.0, 3.0]), np.array([1.0, -2.0, 1.5, 4.0])
     check_grads(lambda x, y: gl.where(x > y, x * y, x), [xv, yv])
     x, y = gl.tensor(xv), gl.tensor(yv)
-    gx, gy = gl.grad(lambda a, b: gl.sum(gl.where(a > b, a * b, a)), argnums=(0, 1))(
-        x, y
-    )
+    gx, gy = gl.grad(lambda a, b: gl.sum(gl.where(a > b, a * b, a)), argnums=(0, 1))(x, y)
     np.testing.assert_allclose(np.asarray(gx), np.where(xv > yv, yv, 1.0))
     np.testing.assert_allclose(np.asarray(gy), np.where(xv > yv, xv, 0.0))
+
+
+# ---- the checker itself can fail -------------------------------------------------------------
+
+
+@gl.custom_gradient
+def _square_wrong_first_order(x: gl.Tensor):
+    return x * x, lambda g: g * 3.0 * x  # d/dx x^2 is 2x, not 3x
+
+
+@gl.custom_gradient
+def _square_wrong_second_order(x: gl.Tensor):
+    # right first derivative 2x, but computed from a constant: its own derivative is lost
+    return x * x, lambda g: g * 2.0 * gl.stop_gradient(x)
+
+
+def test_checker_detects_wrong_first_order() -> None:
+    with pytest.raises(AssertionError, match="order 1"):
+        check_grads(_square_wrong_first_order, [np.array([0.5, -1.0, 2.0])], order=1)
+
+
+def test_checker_detects_wrong_second_order() -> None:
+    args = [np.array([0.5, -1.0, 2.0])]
+    check_grads(_square_wrong_second_order, args, order=1)
+    with pytest.raises(AssertionError, match="order 2"):
+        check_grads(_square_wrong_second_order, args, order=2)

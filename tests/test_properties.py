@@ -47,9 +47,7 @@ def test_binary_broadcasting(a, b, name, seed) -> None:
             assert isinstance(e, ValueError)
             assert name in str(e)
         else:
-            raise AssertionError(
-                f"{name} of shapes {a} and {b} should raise ShapeError"
-            )
+            raise AssertionError(f"{name} of shapes {a} and {b} should raise ShapeError")
         return
     got = fn(gl.tensor(x), gl.tensor(y))
     assert got.shape == expected.shape and got.dtype == gl.as_dtype(expected.dtype)
@@ -80,9 +78,7 @@ def reduction_case(draw):
     if draw(st.booleans()) or ndim == 0:
         axis = None
     else:
-        chosen = draw(
-            st.lists(st.integers(0, ndim - 1), unique=True, min_size=1, max_size=ndim)
-        )
+        chosen = draw(st.lists(st.integers(0, ndim - 1), unique=True, min_size=1, max_size=ndim))
         signed = [a - ndim if draw(st.booleans()) else a for a in chosen]
         axis = signed[0] if len(signed) == 1 and draw(st.booleans()) else tuple(signed)
     return shape, axis, draw(st.booleans())
@@ -99,12 +95,8 @@ def test_reductions(case, name, seed) -> None:
     x = values(shape, seed, np.float64 if name == "mean" else np.int32)
     reduced = range(len(shape)) if axis is None else np.atleast_1d(axis)
     empty_reduction = any(shape[a] == 0 for a in reduced)
-    assume(
-        not (empty_reduction and name != "sum")
-    )  # max/min/mean of nothing are undefined
-    expected = np.asarray(getattr(np, name)(x, axis=axis, keepdims=keepdims)).astype(
-        x.dtype
-    )
+    assume(not (empty_reduction and name != "sum"))  # max/min/mean of nothing are undefined
+    expected = np.asarray(getattr(np, name)(x, axis=axis, keepdims=keepdims)).astype(x.dtype)
     got = getattr(gl, name)(gl.tensor(x), axis=axis, keepdims=keepdims)
     assert got.shape == expected.shape and got.dtype == gl.as_dtype(x.dtype)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12)
@@ -126,9 +118,7 @@ def test_basic_indexing(data, shape, seed) -> None:
 def test_take(data, shape, seed) -> None:
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
     n = shape[axis]
-    idx_shape = data.draw(
-        hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=3)
-    )
+    idx_shape = data.draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=3))
     idx = np.random.default_rng(seed).integers(-n, n, idx_shape)
     x = values(shape, seed)
     got = gl.take(gl.tensor(x), gl.tensor(idx), axis=axis)
@@ -160,9 +150,7 @@ def test_transpose_and_reshape_round_trips(data, shape, seed) -> None:
 def test_broadcast_to(shapes, seed) -> None:
     x = values(shapes.input_shapes[0], seed)
     got = gl.broadcast_to(gl.tensor(x), shapes.result_shape)
-    np.testing.assert_array_equal(
-        np.asarray(got), np.broadcast_to(x, shapes.result_shape)
-    )
+    np.testing.assert_array_equal(np.asarray(got), np.broadcast_to(x, shapes.result_shape))
 
 
 def sum_to(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -189,12 +177,8 @@ def test_gradient_of_sum_of_product(shapes, seed) -> None:
         z = gl.sum(tx * ty)
     gx, gy = tape.gradient(z, [tx, ty])
     out = shapes.result_shape
-    np.testing.assert_allclose(
-        np.asarray(gx), sum_to(np.broadcast_to(y, out), a), rtol=1e-12
-    )
-    np.testing.assert_allclose(
-        np.asarray(gy), sum_to(np.broadcast_to(x, out), b), rtol=1e-12
-    )
+    np.testing.assert_allclose(np.asarray(gx), sum_to(np.broadcast_to(y, out), a), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gy), sum_to(np.broadcast_to(x, out), b), rtol=1e-12)
     assert gx.shape == a and gy.shape == b
 
 
@@ -208,9 +192,9 @@ def test_gradient_of_mean(case, seed) -> None:
     assume(count > 0)
     x = values(shape, seed)
     c = values(np.mean(x, axis=axis, keepdims=keepdims).shape, seed + 1)
-    g = gl.grad(
-        lambda t: gl.sum(gl.mean(t, axis=axis, keepdims=keepdims) * gl.tensor(c))
-    )(gl.tensor(x))
+    g = gl.grad(lambda t: gl.sum(gl.mean(t, axis=axis, keepdims=keepdims) * gl.tensor(c)))(
+        gl.tensor(x)
+    )
     kept = np.mean(x, axis=axis, keepdims=True).shape
     expected = np.broadcast_to(c.reshape(kept), shape) / count
     np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-12)

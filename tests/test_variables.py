@@ -4,9 +4,12 @@ tape recorded; assignment is not differentiable)."""
 
 from __future__ import annotations
 
+import threading
+
 import gradloop as gl
 import numpy as np
 import pytest
+from gradloop import autodiff
 
 
 def f64(*values: float) -> gl.Tensor:
@@ -29,7 +32,9 @@ def test_initial_values() -> None:
     assert gl.Variable(lambda: gl.zeros([2, 3])).shape == (2, 3)
     src = gl.Variable(f64(1.0))
     assert gl.Variable(src).dtype == gl.float64
-    with pytest.raises(gl.errors.DTypeError, match="Variable 'x': the initial value is float64, not float32"):
+    with pytest.raises(
+        gl.errors.DTypeError, match="Variable 'x': the initial value is float64, not float32"
+    ):
         gl.Variable(f64(1.0), dtype=gl.float32, name="x")
 
 
@@ -68,8 +73,16 @@ def test_assigning_the_same_tensor_gives_a_fresh_identity() -> None:
 @pytest.mark.parametrize(
     ("value", "error", "message"),
     [
-        (gl.tensor([1.0, 2.0]), gl.errors.DTypeError, "Variable 'w': cannot assign a float32 value to a float64 variable"),
-        (f64(1.0, 2.0, 3.0), gl.errors.ShapeError, r"Variable 'w': cannot assign a value of shape \(3,\) to a variable of shape \(2,\)"),
+        (
+            gl.tensor([1.0, 2.0]),
+            gl.errors.DTypeError,
+            "Variable 'w': cannot assign a float32 value to a float64 variable",
+        ),
+        (
+            f64(1.0, 2.0, 3.0),
+            gl.errors.ShapeError,
+            r"Variable 'w': cannot assign a value of shape \(3,\) to a variable of shape \(2,\)",
+        ),
         (f64(1.0), gl.errors.ShapeError, r"shape \(1,\)"),
     ],
 )
@@ -84,7 +97,9 @@ def test_assign_add_checks_too() -> None:
     v = gl.Variable(gl.tensor([1, 2], dtype=gl.int32), name="n")
     v.assign_add(1)
     np.testing.assert_array_equal(v.numpy(), [2, 3])
-    with pytest.raises(gl.errors.DTypeError, match="Variable 'n': cannot add a float value to a int32 variable"):
+    with pytest.raises(
+        gl.errors.DTypeError, match="Variable 'n': cannot add a float value to a int32 variable"
+    ):
         v.assign_add(0.5)
     with pytest.raises(gl.errors.ShapeError, match="Variable 'n'"):
         v.assign_add(gl.tensor([[1, 1], [1, 1]], dtype=gl.int32))
@@ -182,7 +197,9 @@ def test_side_effects_only_in_the_taken_branch() -> None:
 
 def test_variable_updated_inside_a_loop() -> None:
     total = gl.Variable(0.0)
-    gl.while_loop(lambda i: i < 4, lambda i: (total.assign_add(gl.cast(i, gl.float32)), i + 1)[1], 0)
+    gl.while_loop(
+        lambda i: i < 4, lambda i: (total.assign_add(gl.cast(i, gl.float32)), i + 1)[1], 0
+    )
     assert float(total.numpy()) == 6.0
 
 
@@ -205,11 +222,6 @@ def test_variables_with_grad_and_nested_tapes() -> None:
     assert float(outer.gradient(g, v)) == 12.0  # 6 v
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_core converts a non-Tensor operand with np.asarray (as a nested list: float32), so "
-    "Tensor <op> Variable bypasses Variable.read(): dtype changes and the gradient is lost",
-)
 def test_tensor_op_variable_reads_the_variable() -> None:
     v = gl.Variable(f64(2.0))
     x = f64(3.0)
@@ -217,3 +229,34 @@ def test_tensor_op_variable_reads_the_variable() -> None:
         y = x * v
     assert y.dtype == gl.float64
     assert float(tape.gradient(y, v)) == 3.0
+
+
+def test_stop_gradient_over_structures_with_variables() -> None:
+    x = gl.tensor(2.0, dtype=gl.float64)
+    v = gl.Variable(f64(1.0))
+    with gl.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        s = gl.autodiff.stop_gradient({"a": x * x, "b": [x, v]})
+        y = s["a"] * x + s["b"][0] + s["b"][1].sum()
+    assert set(s) == {"a", "b"} and isinstance(s["b"], list)
+    assert float(tape.gradient(y, x)) == 4.0  # only the unstopped factor x
+    assert tape.gradient(y, v) is None
+
+
+def test_registry_of_tapes_that_see_variable_reads() -> None:
+    with gl.GradientTape() as a:
+        with gl.GradientTape() as b:
+            assert autodiff._recording_tapes() == [a, b]
+            with autodiff._paused():
+                assert autodiff._recording_tapes() == [] and not gl._core.any_tape_active()
+        assert autodiff._recording_tapes() == [a]
+    assert autodiff._recording_tapes() == [] and not gl._core.any_tape_active()
+
+
+def test_reads_on_other_threads_are_not_seen() -> None:
+    v = gl.Variable(1.0)
+    with gl.GradientTape() as tape:
+        reader = threading.Thread(target=v.read)
+        reader.start()
+        reader.join()
+    assert tape.watched_variables() == ()

@@ -56,7 +56,6 @@ from ._core import (
     sqrt,
     squeeze,
     stack,
-    stop_gradient,
     sub,
     sum,
     take,
@@ -67,7 +66,14 @@ from ._core import (
     zeros,
     zeros_like,
 )
-from .autodiff import GradientTape, custom_gradient, grad, recompute_grad, value_and_grad
+from .autodiff import (
+    GradientTape,
+    custom_gradient,
+    grad,
+    recompute_grad,
+    stop_gradient,
+    value_and_grad,
+)
 from .control_flow import cond, switch_case, while_loop
 from .variables import Variable
 

@@ -1,9 +1,11 @@
 """Type stub of the Rust extension `gradloop._core` (thin bindings over the Rust core)."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
+
+TensorLike: TypeAlias = Tensor | float | int | bool | Sequence[Any] | np.ndarray
 
 class DType:
     """An element type: float32, float64, int32, int64 or bool."""
@@ -30,6 +32,7 @@ bool_: DType
 class Tensor:
     """An immutable, contiguous tensor held by the Rust core."""
 
+    def __init__(self, data: TensorLike, dtype: DType | str | type | None = None) -> None: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
@@ -81,8 +84,6 @@ class Tensor:
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor: ...
     def min(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor: ...
     def astype(self, dtype: DType | str | type) -> Tensor: ...
-
-TensorLike = Tensor | float | int | bool | Sequence[Any] | np.ndarray
 
 def tensor(data: TensorLike, dtype: DType | str | type | None = None) -> Tensor: ...
 def as_dtype(dtype: DType | str | type | np.dtype[Any]) -> DType: ...

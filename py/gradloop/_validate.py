@@ -1,9 +1,10 @@
-"""Validation of control-flow arguments, shared by eager, graph and compiled modes.
+"""Argument validation shared by eager, graph and compiled modes.
 
-Every check lives here once so that `cond`, `switch_case` and `while_loop` report the same
-errors whichever mode runs them. Each failure is an `errors.ControlFlowError` whose message
-names the function, the path inside the structure, what was expected and what was found, and
-the user's source line (the first stack frame outside the gradloop package).
+Every check lives here once so that `cond`, `switch_case`, `while_loop` and the gradient APIs
+report the same errors whichever mode runs them. A control-flow failure is an
+`errors.ControlFlowError` whose message names the function, the path inside the structure, what
+was expected and what was found, and the user's source line (the first stack frame outside the
+gradloop package). Gradient-argument failures are `errors.GradientError`s.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from . import _core, errors, nest
+from . import _core, errors, nest, variables
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INT_DTYPES = (_core.int32, _core.int64)
@@ -24,18 +25,21 @@ _INT_DTYPES = (_core.int32, _core.int64)
 def user_location() -> str:
     """`file:line` of the innermost stack frame outside the gradloop package."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
-        _PACKAGE_DIR
-    ):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         frame = frame.f_back
     if frame is None:
         return "<unknown>"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def at_user(message: str) -> str:
+    """`message` with the user's `file:line` appended, as the Rust core's errors have it."""
+    return f"{message} (at {user_location()})"
 
 
 def fail(fn: str, message: str) -> NoReturn:
     """Raises the ControlFlowError of `fn` (cond/switch_case/while_loop) at the user's line."""
-    raise errors.ControlFlowError(f"{fn}: {message} (called at {user_location()})")
+    raise errors.ControlFlowError(at_user(f"{fn}: {message}"))
 
 
 def function_location(f: Callable[..., Any]) -> str:
@@ -66,8 +70,7 @@ def check_callable(fn: str, arg: str, value: Any) -> None:
 
 def _host_scalar(x: Any) -> Any:
     """Reads a Variable's value; a tensor stays a tensor (read on the host by the caller)."""
-    read = getattr(x, "read", None)
-    return read() if read is not None and not isinstance(x, _core.Tensor) else x
+    return x.read() if isinstance(x, variables.Variable) else x
 
 
 def check_predicate(fn: str, pred: Any, what: str = "pred") -> bool:
@@ -77,11 +80,7 @@ def check_predicate(fn: str, pred: Any, what: str = "pred") -> bool:
         return bool(pred)
     if isinstance(pred, np.ndarray) and pred.dtype == np.bool_ and pred.shape == ():
         return bool(pred)
-    if (
-        isinstance(pred, _core.Tensor)
-        and pred.dtype == _core.bool_
-        and pred.shape == ()
-    ):
+    if isinstance(pred, _core.Tensor) and pred.dtype == _core.bool_ and pred.shape == ():
         return bool(pred.item())
     fail(
         fn,
@@ -94,11 +93,7 @@ def check_branch_index(fn: str, index: Any) -> int:
     index = _host_scalar(index)
     if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
         return int(index)
-    if (
-        isinstance(index, _core.Tensor)
-        and index.dtype in _INT_DTYPES
-        and index.shape == ()
-    ):
+    if isinstance(index, _core.Tensor) and index.dtype in _INT_DTYPES and index.shape == ():
         return int(index.item())
     fail(
         fn,
@@ -115,7 +110,8 @@ def check_branch_fns(fn: str, branch_fns: Any, default: Any) -> list[Callable[[]
         if sorted(keys) != list(range(len(keys))):
             fail(
                 fn,
-                f"branch_fns dict keys must be 0..{len(keys) - 1} without gaps; got {sorted(keys)!r}",
+                f"branch_fns dict keys must be 0..{len(keys) - 1} without gaps; "
+                f"got {sorted(keys)!r}",
             )
         branches = [branch_fns[k] for k in range(len(keys))]
     elif isinstance(branch_fns, (list, tuple)):
@@ -123,7 +119,8 @@ def check_branch_fns(fn: str, branch_fns: Any, default: Any) -> list[Callable[[]
     else:
         fail(
             fn,
-            f"branch_fns must be a list of callables or a dict int -> callable; got {describe(branch_fns)}",
+            "branch_fns must be a list of callables or a dict int -> callable; "
+            f"got {describe(branch_fns)}",
         )
     if not branches:
         fail(fn, "branch_fns must not be empty")
@@ -136,11 +133,7 @@ def check_branch_fns(fn: str, branch_fns: Any, default: Any) -> list[Callable[[]
 
 def _adapts(x: Any, like: Any) -> bool:
     """Python ints adapt to any numeric dtype, floats to float dtypes (as in ops)."""
-    if (
-        not isinstance(like, _core.Tensor)
-        or isinstance(x, bool)
-        or not isinstance(x, (int, float))
-    ):
+    if not isinstance(like, _core.Tensor) or isinstance(x, bool) or not isinstance(x, (int, float)):
         return False
     return like.dtype.is_floating or (isinstance(x, int) and like.dtype.is_integer)
 
@@ -153,13 +146,9 @@ def to_tensor(fn: str, x: Any, path: str, what: str, like: Any = None) -> Any:
     if not isinstance(x, (bool, int, float, np.ndarray, np.generic)):
         fail(fn, f"{what} at {nest.path_str(path)} must be a tensor; got {describe(x)}")
     try:
-        return (
-            _core.tensor(x, dtype=like.dtype) if _adapts(x, like) else _core.tensor(x)
-        )
+        return _core.tensor(x, dtype=like.dtype) if _adapts(x, like) else _core.tensor(x)
     except (errors.GradloopError, TypeError, ValueError) as e:
-        fail(
-            fn, f"{what} at {nest.path_str(path)} cannot be converted to a tensor: {e}"
-        )
+        fail(fn, f"{what} at {nest.path_str(path)} cannot be converted to a tensor: {e}")
 
 
 def _leaf_mismatch(expected: Any, actual: Any) -> tuple[str, str] | None:
@@ -203,7 +192,7 @@ def check_branch_outputs(fn: str, results_per_branch: Sequence[tuple[str, Any]])
                 f"{name} returns {in_out} but {first_name} returns {in_first} "
                 f"({describe_structure(out)} vs {describe_structure(first)})",
             )
-        for (path, a), b in zip(nest.flatten_with_paths(first), nest.flatten(out)):
+        for (path, a), b in zip(nest.flatten_with_paths(first), nest.flatten(out), strict=True):
             bad = _leaf_mismatch(a, b)
             if bad is not None:
                 fail(
@@ -222,16 +211,13 @@ def check_maximum_iterations(fn: str, value: Any) -> int | None:
     n: int | None = None
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         n = int(value)
-    elif (
-        isinstance(value, _core.Tensor)
-        and value.dtype in _INT_DTYPES
-        and value.shape == ()
-    ):
+    elif isinstance(value, _core.Tensor) and value.dtype in _INT_DTYPES and value.shape == ():
         n = int(value.item())
     if n is None:
         fail(
             fn,
-            f"maximum_iterations must be None, an int or a scalar int tensor; got {describe(value)}",
+            "maximum_iterations must be None, an int or a scalar int tensor; "
+            f"got {describe(value)}",
         )
     if n < 0:
         fail(fn, f"maximum_iterations must be >= 0; got {n}")
@@ -257,14 +243,16 @@ def convert_loop_vars(fn: str, loop_vars: Any) -> Any:
 
 
 def check_loop_body_output(
-    fn: str, loop_vars: Any, new_vars: Any, iteration: int | None = None
+    fn: str, loop_vars: Any, new_vars: Any, iteration: int | None = None, body: Any = None
 ) -> Any:
     """The body's result converted and packed as `loop_vars`; same structure, dtypes and shapes.
 
     Sequences may change kind (a body may return a list for a tuple of loop variables), and the
-    body of a single loop variable given in a tuple/list may return the bare value.
+    body of a single loop variable given in a tuple/list may return the bare value. `iteration`
+    and `body` (the function) only enrich the messages.
     """
     when = "" if iteration is None else f" (iteration {iteration})"
+    when += "" if body is None else f" (body: {function_location(body)})"
     if (
         isinstance(loop_vars, (tuple, list))
         and len(loop_vars) == 1
@@ -282,15 +270,127 @@ def check_loop_body_output(
         )
     out = []
     for (path, old), new in zip(
-        nest.flatten_with_paths(loop_vars), nest.flatten(new_vars)
+        nest.flatten_with_paths(loop_vars), nest.flatten(new_vars), strict=True
     ):
         new = to_tensor(fn, new, path, "body output", like=old)
         bad = _leaf_mismatch(old, new)
         if bad is not None:
             fail(
                 fn,
-                f"body output at {nest.path_str(path)}{when} has {bad[0]} but the loop variable has "
-                f"{bad[1]}; loop variables must keep their dtype and shape (shape_invariants is not supported)",
+                f"body output at {nest.path_str(path)} has {bad[0]} but the loop variable has "
+                f"{bad[1]}{when}; loop variables must keep their dtype and shape "
+                "(shape_invariants is not supported)",
             )
         out.append(new)
     return nest.pack_sequence_as(loop_vars, out)
+
+
+# ---- gradient APIs ----------------------------------------------------------------------------
+
+
+def check_gradient_source(x: Any, path: str, where: str) -> Any:
+    """A gradient source must be a float tensor or Variable (integers have no gradient)."""
+    if not isinstance(x, (_core.Tensor, variables.Variable)):
+        raise errors.GradientError(
+            at_user(
+                f"{where}: source at {nest.path_str(path)} must be a Tensor or a Variable; "
+                f"got {type(x).__name__}"
+            )
+        )
+    if not x.dtype.is_floating:
+        raise errors.GradientError(
+            at_user(
+                f"{where}: source at {nest.path_str(path)} has dtype {x.dtype.name}; only "
+                "float32 and float64 values have gradients (cast it to a float dtype)"
+            )
+        )
+    return x
+
+
+def convert_number(leaf: Any) -> Any:
+    """Python numbers and numpy values as tensors (a float becomes float32; numpy keeps dtype)."""
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return _core.tensor(leaf)
+    if isinstance(leaf, float):
+        return _core.tensor(leaf, dtype=_core.float32)
+    return _core.tensor(leaf) if isinstance(leaf, int) else leaf
+
+
+def differentiable_args(args: tuple[Any, ...], nums: tuple[int, ...], where: str) -> list[Any]:
+    """`args` with those at `nums` as structures of float tensors or Variables."""
+    out = list(args)
+    for i in nums:
+        if not -len(args) <= i < len(args):
+            raise errors.InvalidArgumentError(
+                at_user(f"{where}: argnums {i} is out of range for {len(args)} arguments")
+            )
+        flat = [
+            check_gradient_source(convert_number(leaf), path, f"{where}, argument {i}")
+            for path, leaf in nest.flatten_with_paths(args[i])
+        ]
+        out[i] = nest.pack_sequence_as(args[i], flat)
+    return out
+
+
+def check_argnums(argnums: Any) -> tuple[int, ...]:
+    """`argnums` of grad/value_and_grad: an int or a non-empty tuple of ints."""
+    nums = (argnums,) if isinstance(argnums, int) else argnums
+    ok = isinstance(nums, tuple) and nums
+    if not ok or not all(isinstance(i, int) and not isinstance(i, bool) for i in nums):
+        raise errors.InvalidArgumentError(
+            at_user(f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}")
+        )
+    return nums
+
+
+def check_scalar_output(out: Any, where: str) -> _core.Tensor:
+    """What a function passed to `grad` returns: a scalar float tensor (or a Python float)."""
+    if isinstance(out, float):
+        out = _core.tensor(out, dtype=_core.float32)
+    if not isinstance(out, _core.Tensor):
+        raise errors.GradientError(
+            at_user(
+                f"{where}: the function must return a scalar float tensor; got {type(out).__name__}"
+            )
+        )
+    if out.shape != () or not out.dtype.is_floating:
+        raise errors.GradientError(
+            at_user(
+                f"{where}: the function must return a scalar float tensor; got {out.dtype.name} of "
+                f"shape {tuple(out.shape)}"
+            )
+        )
+    return out
+
+
+def input_tensor(x: Any, i: int, where: str) -> _core.Tensor:
+    """A positional argument of a custom_gradient/recompute_grad function, as a tensor."""
+    x = x.read() if isinstance(x, variables.Variable) else convert_number(x)
+    if not isinstance(x, _core.Tensor):
+        raise errors.InvalidArgumentError(
+            at_user(f"{where}: argument {i} must be a tensor; got {type(x).__name__}")
+        )
+    return x
+
+
+def check_custom_gradients(grads: Any, inputs: list[_core.Tensor], where: str) -> list[Any]:
+    """What a custom grad_fn returned: one gradient (or None) per input, of its dtype and shape."""
+    grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
+    if len(grads) != len(inputs):
+        raise errors.GradientError(
+            at_user(
+                f"{where}: grad_fn returned {len(grads)} gradients for {len(inputs)} tensor "
+                "arguments"
+            )
+        )
+    for i, (g, x) in enumerate(zip(grads, inputs, strict=True)):
+        if g is not None and not isinstance(g, _core.Tensor):
+            grads[i] = g = _core.tensor(g, dtype=x.dtype)
+        if g is not None and (g.dtype != x.dtype or tuple(g.shape) != tuple(x.shape)):
+            raise errors.GradientError(
+                at_user(
+                    f"{where}: grad_fn returned a {g.dtype.name}{list(g.shape)} gradient for "
+                    f"argument {i}, which is {x.dtype.name}{list(x.shape)}"
+                )
+            )
+    return grads

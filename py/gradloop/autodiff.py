@@ -15,9 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
-from . import _core, errors, nest
+from . import _core, _validate, errors, nest
 from . import variables as _variables
 
 __all__ = [
@@ -35,9 +33,7 @@ _UNCONNECTED = ("none", "zero")
 class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.tapes: list[GradientTape] = []  # recording Python tapes, innermost last
-        self.pause_marks: list[
-            int
-        ] = []  # len(tapes) at each pause_recording still in force
+        self.pause_marks: list[int] = []  # len(tapes) at each pause_recording still in force
 
 
 _state = _ThreadState()
@@ -69,20 +65,6 @@ def note_variable_read(variable: _variables.Variable, value: _core.Tensor) -> No
         tape._note_read(variable, value)
 
 
-def _float_source(x: Any, path: str, where: str) -> Any:
-    """Checks that a gradient source is a float tensor or Variable."""
-    if not isinstance(x, (_core.Tensor, _variables.Variable)):
-        raise errors.GradientError(
-            f"{where}: source at {nest.path_str(path)} must be a Tensor or a Variable; got {type(x).__name__}"
-        )
-    if not x.dtype.is_floating:
-        raise errors.GradientError(
-            f"{where}: source at {nest.path_str(path)} has dtype {x.dtype.name}; only float32 and "
-            "float64 values have gradients (cast it to a float dtype)"
-        )
-    return x
-
-
 def _add_all(grads: list[Any]) -> Any:
     present = [g for g in grads if g is not None]
     return functools.reduce(_core.add, present) if present else None
@@ -99,8 +81,11 @@ class GradientTape:
 
     def __init__(self, persistent: bool = False) -> None:
         self._persistent = persistent
-        self._tape = _core.Tape(persistent)
         self._recording = False
+        self._clear()
+
+    def _clear(self) -> None:
+        self._tape = _core.Tape(self._persistent)
         self._used = False
         self._watched_vars: dict[_variables.Variable, None] = {}  # ordered set
         self._reads: dict[_variables.Variable, list[_core.Tensor]] = {}
@@ -112,7 +97,7 @@ class GradientTape:
     def __enter__(self) -> GradientTape:
         if self._recording:
             raise errors.GradientError(
-                "GradientTape: this tape is already recording (entered twice)"
+                _validate.at_user("GradientTape: this tape is already recording (entered twice)")
             )
         self._start()
         return self
@@ -136,7 +121,7 @@ class GradientTape:
         """Ops in this block are not recorded by this tape (other tapes still record)."""
         if not self._recording:
             raise errors.GradientError(
-                "GradientTape.stop_recording: the tape is not recording"
+                _validate.at_user("GradientTape.stop_recording: the tape is not recording")
             )
         self._stop()
         try:
@@ -149,14 +134,14 @@ class GradientTape:
         recording = self._recording
         if recording:
             self._stop()
-        self.__init__(self._persistent)  # type: ignore[misc]
+        self._clear()
         if recording:
             self._start()
 
     def watch(self, x: Any) -> None:
         """Watches a float tensor, a Variable, or a nested structure of them."""
         for path, leaf in nest.flatten_with_paths(x):
-            _float_source(leaf, path, "GradientTape.watch")
+            _validate.check_gradient_source(leaf, path, "GradientTape.watch")
             if isinstance(leaf, _variables.Variable):
                 self._watched_vars.setdefault(leaf)
             else:
@@ -172,14 +157,10 @@ class GradientTape:
         if not variable.trainable:
             if variable not in self._watched_vars:
                 return
-            self._tape.watch(
-                value
-            )  # explicitly watched: not covered by watch_on_active_tapes
+            self._tape.watch(value)  # explicitly watched: not covered by watch_on_active_tapes
         self._watched_vars.setdefault(variable)
         reads = self._reads.setdefault(variable, [])
-        if not any(
-            r is value for r in reads
-        ):  # the same stored value read twice counts once
+        if not any(r is value for r in reads):  # the same stored value read twice counts once
             reads.append(value)
 
     def gradient(
@@ -198,35 +179,36 @@ class GradientTape:
         """
         if unconnected_gradients not in _UNCONNECTED:
             raise errors.InvalidArgumentError(
-                f"GradientTape.gradient: unconnected_gradients must be 'none' or 'zero'; got {unconnected_gradients!r}"
+                _validate.at_user(
+                    "GradientTape.gradient: unconnected_gradients must be 'none' or 'zero'; "
+                    f"got {unconnected_gradients!r}"
+                )
             )
         if self._used and not self._persistent:
             raise errors.GradientError(
-                "GradientTape.gradient: a non-persistent GradientTape can only compute one gradient; "
-                "create it with GradientTape(persistent=True) to call gradient() more than once"
+                _validate.at_user(
+                    "GradientTape.gradient: a non-persistent GradientTape can only compute one "
+                    "gradient; create it with GradientTape(persistent=True) to call gradient() "
+                    "more than once"
+                )
             )
-        targets = [
-            self._target(leaf, path) for path, leaf in nest.flatten_with_paths(target)
-        ]
+        targets = [self._target(leaf, path) for path, leaf in nest.flatten_with_paths(target)]
         seeds = self._seeds(target, targets, output_gradients)
         flat = [
-            _float_source(leaf, path, "GradientTape.gradient")
+            _validate.check_gradient_source(leaf, path, "GradientTape.gradient")
             for path, leaf in nest.flatten_with_paths(sources)
         ]
+        # A Variable stands for every value read from it: its gradient is their sum.
         groups = [
-            self._reads.get(s, []) if isinstance(s, _variables.Variable) else [s]
-            for s in flat
+            self._reads.get(s, []) if isinstance(s, _variables.Variable) else [s] for s in flat
         ]
-        raw = self._tape.gradient(targets, [t for g in groups for t in g], seeds)
+        raw = iter(self._tape.gradient(targets, [t for g in groups for t in g], seeds))
         self._used = True
-        grads, start = [], 0
-        for source, group in zip(flat, groups):
-            g = _add_all(raw[start : start + len(group)])
-            start += len(group)
+        grads = []
+        for source, group in zip(flat, groups, strict=True):
+            g = _add_all([next(raw) for _ in group])
             if g is None and unconnected_gradients == "zero":
-                g = _core.zeros_like(
-                    source.value if isinstance(source, _variables.Variable) else source
-                )
+                g = _core.zeros(source.shape, dtype=source.dtype)
             grads.append(g)
         return nest.pack_sequence_as(sources, grads)
 
@@ -236,73 +218,34 @@ class GradientTape:
             return leaf.read()
         if not isinstance(leaf, _core.Tensor):
             raise errors.GradientError(
-                f"GradientTape.gradient: target at {nest.path_str(path)} must be a Tensor; got {type(leaf).__name__}"
+                _validate.at_user(
+                    f"GradientTape.gradient: target at {nest.path_str(path)} must be a Tensor; "
+                    f"got {type(leaf).__name__}"
+                )
             )
         return leaf
 
     @staticmethod
-    def _seeds(
-        target: Any, targets: list[_core.Tensor], output_gradients: Any
-    ) -> list[Any] | None:
+    def _seeds(target: Any, targets: list[_core.Tensor], output_gradients: Any) -> list[Any] | None:
         if output_gradients is None:
             return None
-        if nest.structure_difference(target, output_gradients) is None:
+        found = nest.structure_difference(target, output_gradients)
+        if found is None:
             flat = nest.flatten(output_gradients)
-        elif isinstance(output_gradients, (list, tuple)) and len(
-            output_gradients
-        ) == len(targets):
+        elif isinstance(output_gradients, (list, tuple)) and len(output_gradients) == len(targets):
             flat = list(output_gradients)  # TensorFlow also takes a flat list
         else:
-            nest.assert_same_structure(target, output_gradients)
+            raise errors.InvalidArgumentError(
+                _validate.at_user(
+                    "GradientTape.gradient: output_gradients must have the structure of target "
+                    f"(or be a flat list of {len(targets)}); at {nest.path_str(found[0])}: "
+                    f"{found[1]} vs {found[2]}"
+                )
+            )
         return [
-            g
-            if g is None or isinstance(g, _core.Tensor)
-            else _core.tensor(g, dtype=t.dtype)
-            for t, g in zip(targets, flat)
+            g if g is None or isinstance(g, _core.Tensor) else _core.tensor(g, dtype=t.dtype)
+            for t, g in zip(targets, flat, strict=True)
         ]
-
-
-def _to_differentiable(x: Any, where: str) -> Any:
-    """An argument of `grad` as a structure of float tensors (floats become float32)."""
-
-    def convert(path: str, leaf: Any) -> Any:
-        if isinstance(leaf, (np.ndarray, np.generic)):
-            leaf = _core.tensor(leaf)  # numpy keeps its dtype (float64 stays float64)
-        elif isinstance(leaf, float):
-            leaf = _core.tensor(leaf, dtype=_core.float32)
-        elif isinstance(leaf, int):
-            leaf = _core.tensor(leaf)
-        return _float_source(leaf, path, where)
-
-    flat = [convert(path, leaf) for path, leaf in nest.flatten_with_paths(x)]
-    return nest.pack_sequence_as(x, flat)
-
-
-def _argnums_tuple(argnums: int | tuple[int, ...]) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, int) else argnums
-    if (
-        not isinstance(nums, tuple)
-        or not nums
-        or not all(isinstance(i, int) and not isinstance(i, bool) for i in nums)
-    ):
-        raise errors.InvalidArgumentError(
-            f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}"
-        )
-    return nums
-
-
-def _scalar_output(out: Any, where: str) -> _core.Tensor:
-    if isinstance(out, float):
-        out = _core.tensor(out, dtype=_core.float32)
-    if not isinstance(out, _core.Tensor):
-        raise errors.GradientError(
-            f"{where}: the function must return a scalar float tensor; got {type(out).__name__}"
-        )
-    if out.shape != () or not out.dtype.is_floating:
-        raise errors.GradientError(
-            f"{where}: the function must return a scalar float tensor; got {out.dtype.name} of shape {tuple(out.shape)}"
-        )
-    return out
 
 
 def value_and_grad(
@@ -323,24 +266,22 @@ def value_and_grad(
 def _value_and_grad(
     fn: Callable[..., Any], argnums: Any, has_aux: bool, api: str
 ) -> Callable[..., Any]:
-    nums = _argnums_tuple(argnums)
+    nums = _validate.check_argnums(argnums)
     where = f"{api}({getattr(fn, '__name__', 'fn')})"
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        args_list = list(args)
-        for i in nums:
-            if not -len(args) <= i < len(args):
-                raise errors.InvalidArgumentError(
-                    f"{where}: argnums {i} is out of range for {len(args)} arguments"
-                )
-            args_list[i] = _to_differentiable(args_list[i], f"{where}, argument {i}")
+        args_list = _validate.differentiable_args(args, nums, where)
         wrt = tuple(args_list[i] for i in nums)
         with GradientTape() as tape:
             tape.watch(wrt)
             out = fn(*args_list, **kwargs)
+            if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+                raise errors.GradientError(
+                    _validate.at_user(f"{where}: with has_aux=True, fn must return (value, aux)")
+                )
             value, aux = out if has_aux else (out, None)
-            y = _scalar_output(value, where)
+            y = _validate.check_scalar_output(value, where)
         grads = tape.gradient(y, wrt, unconnected_gradients="zero")
         grads = grads[0] if isinstance(argnums, int) else grads
         return ((y, aux) if has_aux else y), grads
@@ -367,62 +308,48 @@ def grad(
 
 def stop_gradient(x: Any) -> Any:
     """`x` (a tensor, Variable or nested structure of them) with gradients blocked."""
-    return nest.map_structure(
-        lambda leaf: _core.stop_gradient(
-            leaf.read() if isinstance(leaf, _variables.Variable) else leaf
-        ),
-        x,
-    )
-
-
-def _input_tensor(x: Any, i: int, where: str) -> _core.Tensor:
-    if isinstance(x, _variables.Variable):
-        return x.read()
-    if isinstance(x, float):
-        return _core.tensor(x, dtype=_core.float32)
-    if isinstance(x, (_core.Tensor, int, np.ndarray, np.generic)):
-        return x if isinstance(x, _core.Tensor) else _core.tensor(x)
-    raise errors.InvalidArgumentError(
-        f"{where}: argument {i} must be a tensor; got {type(x).__name__}"
-    )
+    read = lambda v: v.read() if isinstance(v, _variables.Variable) else v  # noqa: E731
+    return nest.map_structure(lambda leaf: _core.stop_gradient(read(leaf)), x)
 
 
 def _fresh_outputs(y: Any, where: str) -> list[_core.Tensor]:
     """New identities for `y`'s tensors, so the tape sees the custom op's outputs as new values."""
-    flat = nest.flatten(y)
     for path, leaf in nest.flatten_with_paths(y):
         if not isinstance(leaf, _core.Tensor):
             raise errors.GradientError(
-                f"{where}: output at {nest.path_str(path)} must be a Tensor; got {type(leaf).__name__}"
+                _validate.at_user(
+                    f"{where}: output at {nest.path_str(path)} must be a Tensor; "
+                    f"got {type(leaf).__name__}"
+                )
             )
-    return [_core.identity(t) for t in flat]
+    return [_core.identity(t) for t in nest.flatten(y)]
 
 
-def _check_input_grads(grads: Any, inputs: list[_core.Tensor], where: str) -> list[Any]:
-    grads = list(grads) if isinstance(grads, (tuple, list)) else [grads]
-    if len(grads) != len(inputs):
-        raise errors.GradientError(
-            f"{where}: grad_fn returned {len(grads)} gradients for {len(inputs)} tensor arguments"
-        )
-    for i, (g, x) in enumerate(zip(grads, inputs)):
-        if g is not None and not isinstance(g, _core.Tensor):
-            grads[i] = g = _core.tensor(g, dtype=x.dtype)
-        if g is not None and (g.dtype != x.dtype or tuple(g.shape) != tuple(x.shape)):
-            raise errors.GradientError(
-                f"{where}: grad_fn returned a {g.dtype.name}{list(g.shape)} gradient for argument {i}, "
-                f"which is {x.dtype.name}{list(x.shape)}"
-            )
-    return grads
+def _custom_op(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+    """`fn(*tensors) -> (y, grad_fn)` as one recorded op whose gradient is `grad_fn`."""
 
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
+        with _paused():  # the forward pass records nothing: the op below stands for it
+            result = fn(*inputs, **kwargs)
+            if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+                raise errors.GradientError(
+                    _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
+                )
+            y, grad_fn = result
+            outs = _fresh_outputs(y, where)
 
-def _record(
-    name: str,
-    inputs: list[_core.Tensor],
-    outs: list[_core.Tensor],
-    backward: Callable[..., Any],
-) -> None:
-    if _core.any_tape_active():
-        _core.record_custom_gradient(name, inputs, outs, backward)
+        def backward(*out_grads: _core.Tensor) -> list[Any]:
+            dys = nest.pack_sequence_as(y, out_grads)
+            grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
+            return _validate.check_custom_gradients(grads, inputs, where)
+
+        if _core.any_tape_active():
+            _core.record_custom_gradient(where, inputs, outs, backward)
+        return nest.pack_sequence_as(y, outs)
+
+    return wrapper
 
 
 def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -432,35 +359,11 @@ def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
     Variables read); keyword arguments pass through undifferentiated. `grad_fn` receives the
     gradient of `y` in `y`'s structure, spread when `y` is a tuple/list (one argument per item,
     as TensorFlow does), and returns one gradient (or None) per positional argument: a tuple, or
-    a single tensor when there is one argument. The forward pass is not recorded; the ops of
-    `grad_fn` are recorded by outer tapes, so custom gradients can be differentiated again.
+    a single tensor when there is one argument. The forward pass is not recorded (Variables read
+    in it get no gradient); the ops of `grad_fn` are recorded by the tapes active when it runs,
+    so custom gradients can be differentiated again.
     """
-    name = getattr(fn, "__name__", "custom_gradient")
-    where = f"custom_gradient({name})"
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        inputs = [_input_tensor(a, i, where) for i, a in enumerate(args)]
-        with _paused():
-            result = fn(*inputs, **kwargs)
-            if not (
-                isinstance(result, tuple) and len(result) == 2 and callable(result[1])
-            ):
-                raise errors.GradientError(
-                    f"{where}: the function must return (outputs, grad_fn)"
-                )
-            y, grad_fn = result
-            outs = _fresh_outputs(y, where)
-
-        def backward(*out_grads: _core.Tensor) -> list[Any]:
-            dys = nest.pack_sequence_as(y, out_grads)
-            grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
-            return _check_input_grads(grads, inputs, where)
-
-        _record(name, inputs, outs, backward)
-        return nest.pack_sequence_as(y, outs)
-
-    return wrapper
+    return _custom_op(fn, f"custom_gradient({getattr(fn, '__name__', 'fn')})")
 
 
 def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -470,26 +373,18 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
     differentiates that. Gradients (of any order) equal those of `fn`. Positional arguments are
     the tensor inputs (as in `custom_gradient`); Variables read inside `fn` get no gradient.
     """
-    name = getattr(fn, "__name__", "recompute_grad")
-    where = f"recompute_grad({name})"
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        inputs = [_input_tensor(a, i, where) for i, a in enumerate(args)]
-        with _paused():
-            y = fn(*inputs, **kwargs)
-            outs = _fresh_outputs(y, where)
-
-        def backward(*out_grads: _core.Tensor) -> list[Any]:
+    def forward(*inputs: _core.Tensor, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        def backward(*dys: Any) -> list[Any]:
             floats = [x for x in inputs if x.dtype.is_floating]
-            # Recorded by the outer tapes (active now), so the recomputation is differentiable.
+            # Runs while the outer tapes record, so the recomputation is differentiable again.
             with GradientTape() as tape:
                 tape.watch(floats)
                 again = nest.flatten(fn(*inputs, **kwargs))
-            grads = iter(tape.gradient(again, floats, output_gradients=list(out_grads)))
+            grads = iter(tape.gradient(again, floats, output_gradients=nest.flatten(list(dys))))
             return [next(grads) if x.dtype.is_floating else None for x in inputs]
 
-        _record(name, inputs, outs, backward)
-        return nest.pack_sequence_as(y, outs)
+        return fn(*inputs, **kwargs), backward
 
-    return wrapper
+    return _custom_op(forward, f"recompute_grad({getattr(fn, '__name__', 'fn')})")

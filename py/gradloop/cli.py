@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Differentiable dynamic control flow for numerical Python.",
     )
     parser.add_argument("--version", action="version", version=f"gradloop {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(title="commands", dest="command", required=True)
     for add in _SUBCOMMANDS:
         add(commands)
     return parser

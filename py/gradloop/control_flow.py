@@ -128,12 +128,9 @@ def while_loop(
     call = _caller(isinstance(loop_vars, (tuple, list)))
     values, i = loop_vars, 0
     while limit is None or i < limit:
-        if not _validate.check_predicate(
-            "while_loop", call(cond, values), "the result of cond"
-        ):
+        if not _validate.check_predicate("while_loop", call(cond, values), "the result of cond"):
             break
-        values = _validate.check_loop_body_output(
-            "while_loop", loop_vars, call(body, values), i
-        )
+        new_values = call(body, values)
+        values = _validate.check_loop_body_output("while_loop", loop_vars, new_values, i, body)
         i += 1
     return values

@@ -53,14 +53,14 @@ def _children(x: Any) -> list[tuple[str, Any]]:
     if isinstance(x, dict):
         return [(f"[{k!r}]", x[k]) for k in _sorted_keys(x)]
     if _is_namedtuple(x):
-        return [(f".{name}", v) for name, v in zip(type(x)._fields, x)]
+        return [(f".{name}", v) for name, v in zip(type(x)._fields, x, strict=True)]
     return [(f"[{i}]", v) for i, v in enumerate(x)]
 
 
 def _rebuild(like: Any, values: list[Any]) -> Any:
     """A value of `like`'s type holding `values` (in flattening order)."""
     if isinstance(like, dict):
-        by_key = dict(zip(_sorted_keys(like), values))
+        by_key = dict(zip(_sorted_keys(like), values, strict=True))
         # Keep the original key order (and dict subclass) for the user's benefit.
         return type(like)((k, by_key[k]) for k in like)
     if _is_namedtuple(like):
@@ -109,7 +109,8 @@ def pack_sequence_as(structure: Any, flat_sequence: Sequence[Any]) -> Any:
     n = len(flatten(structure))
     if n != len(flat_sequence):
         raise errors.InvalidArgumentError(
-            f"pack_sequence_as: the structure has {n} leaves but {len(flat_sequence)} values were given"
+            f"pack_sequence_as: the structure has {n} leaves but {len(flat_sequence)} values "
+            "were given"
         )
     return _pack(structure, flat_sequence, 0)[0]
 
@@ -142,23 +143,19 @@ def _same_node(a: Any, b: Any, check_types: bool) -> bool:
     return len(a) == len(b)
 
 
-def _difference(
-    a: Any, b: Any, path: str, check_types: bool
-) -> tuple[str, str, str] | None:
+def _difference(a: Any, b: Any, path: str, check_types: bool) -> tuple[str, str, str] | None:
     if not _same_node(a, b, check_types):
         return path, _kind(a), _kind(b)
     if not is_nested(a):
         return None
-    for (part, ca), (_, cb) in zip(_children(a), _children(b)):
+    for (part, ca), (_, cb) in zip(_children(a), _children(b), strict=True):
         found_child = _difference(ca, cb, path + part, check_types)
         if found_child is not None:
             return found_child
     return None
 
 
-def structure_difference(
-    a: Any, b: Any, check_types: bool = True
-) -> tuple[str, str, str] | None:
+def structure_difference(a: Any, b: Any, check_types: bool = True) -> tuple[str, str, str] | None:
     """The first place where `a` and `b` differ, as `(path, what a has there, what b has)`.
 
     Leaves match any leaf. With `check_types=False` any two sequences (tuple, list, namedtuple)
@@ -177,15 +174,13 @@ def assert_same_structure(a: Any, b: Any, check_types: bool = True) -> None:
         )
 
 
-def map_structure(
-    fn: Callable[..., Any], *structures: Any, check_types: bool = True
-) -> Any:
+def map_structure(fn: Callable[..., Any], *structures: Any, check_types: bool = True) -> Any:
     """`fn` applied leaf-wise to structures of the same shape; the result has the first's shape."""
     if not structures:
         raise errors.InvalidArgumentError("map_structure needs at least one structure")
     for other in structures[1:]:
         assert_same_structure(structures[0], other, check_types)
-    columns = zip(*(flatten(s) for s in structures))
+    columns = zip(*(flatten(s) for s in structures), strict=True)
     return pack_sequence_as(structures[0], [fn(*leaves) for leaves in columns])
 
 
@@ -194,13 +189,11 @@ def format_structure(structure: Any, leaf: Callable[[Any], str]) -> str:
     if not is_nested(structure):
         return leaf(structure)
     if isinstance(structure, dict):
-        inner = ", ".join(
-            f"{k!r}: {format_structure(structure[k], leaf)}" for k in structure
-        )
+        inner = ", ".join(f"{k!r}: {format_structure(structure[k], leaf)}" for k in structure)
         return "{" + inner + "}"
     items = [format_structure(v, leaf) for v in structure]
     if _is_namedtuple(structure):
-        fields = ", ".join(f"{n}={v}" for n, v in zip(type(structure)._fields, items))
+        fields = ", ".join(f"{n}={v}" for n, v in zip(type(structure)._fields, items, strict=True))
         return f"{type(structure).__name__}({fields})"
     if isinstance(structure, list):
         return "[" + ", ".join(items) + "]"

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, autodiff, errors
+from . import _core, _validate, autodiff, errors
 
 __all__ = ["Variable"]
 
 
 def _fresh(t: _core.Tensor) -> _core.Tensor:
-    """`t`'s value under a new identity, disconnected from every tape (assignment has no gradient)."""
+    """`t`'s value under a new identity, cut from every tape (assignment has no gradient)."""
     return _core.identity(_core.stop_gradient(t))
 
 
@@ -47,8 +47,11 @@ class Variable:
         if isinstance(initial_value, _core.Tensor):
             if dtype is not None and _core.as_dtype(dtype) != initial_value.dtype:
                 raise errors.DTypeError(
-                    f"Variable '{self._name}': the initial value is {initial_value.dtype.name}, "
-                    f"not {_core.as_dtype(dtype).name} (cast it with gl.cast)"
+                    _validate.at_user(
+                        f"Variable '{self._name}': the initial value is "
+                        f"{initial_value.dtype.name}, not {_core.as_dtype(dtype).name} "
+                        "(cast it with gl.cast)"
+                    )
                 )
             value = initial_value
         else:
@@ -91,6 +94,10 @@ class Variable:
             autodiff.note_variable_read(self, value)
         return value
 
+    def __gl_tensor__(self) -> _core.Tensor:
+        """The tensor this Variable stands for in an op (a read)."""
+        return self.read()
+
     def _convert(self, value: Any, what: str) -> _core.Tensor:
         """`value` as a tensor of this Variable's dtype, or DTypeError (no silent casts)."""
         if isinstance(value, Variable):
@@ -99,21 +106,28 @@ class Variable:
             natural = np.asarray(value)
             if natural.dtype.kind == "f" and not self.dtype.is_floating:
                 raise errors.DTypeError(
-                    f"Variable '{self._name}': cannot {what} a float value to a {self.dtype.name} variable"
+                    _validate.at_user(
+                        f"Variable '{self._name}': cannot {what} a float value to a "
+                        f"{self.dtype.name} variable"
+                    )
                 )
             value = _core.tensor(value, dtype=self.dtype)
         if value.dtype != self.dtype:
             raise errors.DTypeError(
-                f"Variable '{self._name}': cannot {what} a {value.dtype.name} value to a "
-                f"{self.dtype.name} variable (cast it with gl.cast)"
+                _validate.at_user(
+                    f"Variable '{self._name}': cannot {what} a {value.dtype.name} value to a "
+                    f"{self.dtype.name} variable (cast it with gl.cast)"
+                )
             )
         return value
 
     def _store(self, value: _core.Tensor, what: str) -> Variable:
         if tuple(value.shape) != self.shape:
             raise errors.ShapeError(
-                f"Variable '{self._name}': cannot {what} a value of shape {tuple(value.shape)} to a "
-                f"variable of shape {self.shape}"
+                _validate.at_user(
+                    f"Variable '{self._name}': cannot {what} a value of shape {tuple(value.shape)} "
+                    f"to a variable of shape {self.shape}"
+                )
             )
         self._value = _fresh(value)
         return self
@@ -130,9 +144,7 @@ class Variable:
     def assign_sub(self, delta: Any) -> Variable:
         """`assign(read() - delta)`; `delta` may broadcast to the Variable's shape."""
         delta = self._convert(delta, "subtract")
-        return self._store(
-            _core.sub(self._value, _core.stop_gradient(delta)), "subtract"
-        )
+        return self._store(_core.sub(self._value, _core.stop_gradient(delta)), "subtract")
 
     # ---- numpy interop and printing ------------------------------------------------------------
 
@@ -164,9 +176,10 @@ def _delegate(name: str) -> Any:
 
 
 _OPERATORS = (
-    "__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ __rpow__ "
-    "__matmul__ __rmatmul__ __neg__ __pos__ __abs__ __lt__ __le__ __gt__ __ge__ __and__ __or__ "
-    "__invert__ __getitem__ __bool__ __float__ __int__ __index__ __len__"
-).split()
+    *("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__neg__", "__pos__"),
+    *("__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__"),
+    *("__lt__", "__le__", "__gt__", "__ge__", "__and__", "__or__", "__invert__", "__abs__"),
+    *("__getitem__", "__len__", "__bool__", "__float__", "__int__", "__index__"),
+)
 for _name in _OPERATORS:
     setattr(Variable, _name, _delegate(_name))

@@ -55,8 +55,9 @@ def simulate(theta: gl.Tensor, dt: float = DT) -> tuple[gl.Tensor, gl.Tensor]:
         above_ground, euler_step, loop_vars, maximum_iterations=MAX_STEPS
     )
     # The ground (y = 0) was crossed between (x_prev, y_prev > 0) and (x, y <= 0): interpolate.
-    # As the angle changes and a step moves across the ground, the trip count jumps by one, yet
-    # this landing point moves continuously, so gradient descent sees a smooth landscape.
+    # Where a change of angle moves a step across the ground the trip count jumps by one, yet
+    # this landing point moves continuously (only its slope changes there, by O(dt)), so
+    # gradient descent sees an almost smooth landscape.
     landing = x_prev + (x - x_prev) * y_prev / (y_prev - y)
     return landing, n
 
@@ -114,8 +115,8 @@ def main(
 ) -> Fit:
     """Runs the demo and prints its progress; returns the fit."""
     print(
-        f"Fitting the launch angle of a projectile (speed {SPEED} m/s, drag {DRAG} 1/m, "
-        f"height {HEIGHT} m, dt {DT} s) to land at {target} m.\n"
+        f"Fitting the launch angle of a projectile (speed {SPEED} m/s, drag {DRAG} 1/m,\n"
+        f"launch height {HEIGHT} m, time step {DT} s) so that it lands at {target} m.\n"
         "Each loss evaluation runs an eager gl.while_loop until the projectile hits the ground;\n"
         "gl.value_and_grad differentiates through it in reverse mode.\n"
     )
@@ -127,8 +128,9 @@ def main(
         f"\nfitted angle: {math.degrees(result.theta):.4f} deg ({result.theta:.6f} rad)\n"
         f"landing distance: {float(landing):.6f} m after {int(n)} steps "
         f"(target {target} m, miss {float(landing) - target:+.2e} m)\n"
-        f"gradient check, d landing / d angle: {reverse:.9f} m/rad through the while_loop, "
-        f"{central:.9f} m/rad by central difference (relative difference {rel:.1e})"
+        f"gradient check, d landing / d angle at the fitted angle:\n"
+        f"  {reverse:.9f} m/rad by reverse mode through the while_loop\n"
+        f"  {central:.9f} m/rad by central difference (relative difference {rel:.1e})"
     )
     return result
 

@@ -445,3 +445,7 @@ fn check_gradient<V: Value>(entry: &TapeEntry<V>, i: usize, g: &V) -> Result<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "tape_tests.rs"]
+mod tests;

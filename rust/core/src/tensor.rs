@@ -197,6 +197,11 @@ impl Scalar {
                 ),
             ));
         }
+        if let (Scalar::Int(i), DType::I32) = (self, dtype) {
+            if i32::try_from(i).is_err() {
+                return Err(Error::invalid(op, format!("Python int {i} does not fit in int32")));
+            }
+        }
         let value = match self {
             Scalar::Bool(b) => f64::from(u8::from(b)),
             Scalar::Int(i) => i as f64,
@@ -208,10 +213,12 @@ impl Scalar {
         })
     }
 
-    /// The dtype a scalar gets on its own (`gl.tensor(1.5)`): float32, int32 or bool.
+    /// The dtype a scalar gets on its own (`gl.tensor(1.5)`): float32, int32 (int64 when it does
+    /// not fit, as TensorFlow does) or bool.
     pub fn default_dtype(self) -> DType {
         match self {
             Scalar::Bool(_) => DType::Bool,
+            Scalar::Int(i) if i32::try_from(i).is_err() => DType::I64,
             Scalar::Int(_) => DType::I32,
             Scalar::Float(_) => DType::F32,
         }

@@ -19,16 +19,17 @@ pub enum Operand {
 
 /// A Python bool/int/float as a `Scalar` (None for anything else).
 pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
-    if obj.is_instance_of::<PyBool>() {
+    // Exact types only: numpy scalars (np.float64 subclasses float) keep their own dtype.
+    if obj.is_exact_instance_of::<PyBool>() {
         return Ok(Some(Scalar::Bool(obj.extract()?)));
     }
-    if obj.is_instance_of::<PyInt>() {
+    if obj.is_exact_instance_of::<PyInt>() {
         let v: i64 = obj.extract().map_err(|_| {
             new_err(obj.py(), ErrorKind::InvalidArgument, "tensor", format!("integer {} does not fit in int64", obj))
         })?;
         return Ok(Some(Scalar::Int(v)));
     }
-    if obj.is_instance_of::<PyFloat>() {
+    if obj.is_exact_instance_of::<PyFloat>() {
         return Ok(Some(Scalar::Float(obj.extract()?)));
     }
     Ok(None)
@@ -40,6 +41,11 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
     }
     if let Some(s) = scalar(obj)? {
         return Ok(Operand::Scalar(s));
+    }
+    // Objects that stand for a tensor (a Variable) hand it over, so tapes see the real value.
+    if obj.hasattr(pyo3::intern!(obj.py(), "__gl_tensor__"))? {
+        let t = obj.call_method0(pyo3::intern!(obj.py(), "__gl_tensor__"))?;
+        return Ok(Operand::Tensor(t.cast::<PyTensor>()?.get().inner.clone()));
     }
     Ok(Operand::Tensor(to_tensor(obj, None)?))
 }
@@ -93,30 +99,50 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
         };
     }
     if let Some(s) = scalar(obj)? {
-        return s.to_tensor(dtype.unwrap_or(s.default_dtype()), "tensor").or_else(|_| {
-            // An explicit dtype converts like numpy (gl.tensor(1.5, dtype=gl.int32) -> 1).
-            let v = match s { Scalar::Bool(b) => f64::from(u8::from(b)), Scalar::Int(i) => i as f64, Scalar::Float(f) => f };
-            Ok(Tensor::filled(dtype.unwrap_or(s.default_dtype()), &[], v))
-        });
+        let target = dtype.unwrap_or(s.default_dtype());
+        return match s {
+            // An explicit dtype converts like numpy: gl.tensor(1.5, dtype=gl.int32) is 1.
+            Scalar::Float(f) if !target.is_float() => Ok(Tensor::filled(target, &[], f)),
+            Scalar::Int(i) if target == DType::Bool => Ok(Tensor::filled(target, &[], i as f64)),
+            Scalar::Bool(b) if target != DType::Bool => Ok(Tensor::filled(target, &[], f64::from(u8::from(b)))),
+            _ => s.to_tensor(target, "tensor").py(py),
+        };
     }
     let np = py.import("numpy")?;
     let is_ndarray = obj.is_instance(&np.getattr("ndarray")?)? || obj.is_instance(&np.getattr("generic")?)?;
     let array = match dtype {
-        Some(d) => np.call_method1("asarray", (obj, numpy_name(d)))?,
-        None => np.call_method1("asarray", (obj,))?,
-    };
+        Some(d) => np.call_method1("asarray", (obj, numpy_name(d))),
+        None => np.call_method1("asarray", (obj,)),
+    }
+    .map_err(|e| {
+        new_err(py, ErrorKind::Shape, "tensor", format!("cannot make a tensor from {}: {e}", short_repr(obj)))
+    })?;
     let array = if dtype.is_none() && !is_ndarray { python_defaults(&array)? } else { array };
     from_numpy(&array)
 }
 
-/// Nested Python lists follow the scalar defaults: floats -> float32, ints -> int32.
+/// Nested Python lists follow the scalar defaults: floats -> float32, ints -> int32 (int64
+/// when a value does not fit, as TensorFlow does: never a silent wrap).
 fn python_defaults<'py>(array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let kind: String = array.getattr("dtype")?.getattr("kind")?.extract()?;
     match kind.as_str() {
         "f" => array.call_method1("astype", ("float32",)),
-        "i" | "u" => array.call_method1("astype", ("int32",)),
+        "i" | "u" => {
+            let size: usize = array.getattr("size")?.extract()?;
+            let fits = size == 0 || {
+                let lo: i128 = array.call_method0("min")?.extract()?;
+                let hi: i128 = array.call_method0("max")?.extract()?;
+                lo >= i128::from(i32::MIN) && hi <= i128::from(i32::MAX)
+            };
+            array.call_method1("astype", (if fits { "int32" } else { "int64" },))
+        }
         _ => Ok(array.clone()),
     }
+}
+
+fn short_repr(obj: &Bound<'_, PyAny>) -> String {
+    let r = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "<object>".into());
+    if r.len() > 60 { format!("{}...", &r[..57]) } else { r }
 }
 
 fn copy_array<T: Element + numpy::Element>(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {

@@ -187,9 +187,13 @@ pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> P
 }
 
 fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-    int_list(shape)?
-        .into_iter()
-        .map(|d| usize::try_from(d).map_err(|_| pyo3::exceptions::PyValueError::new_err(format!("negative dimension {d}"))))
+    let dims = int_list(shape)?;
+    dims.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                crate::errors::new_err(shape.py(), gradloop::ErrorKind::Shape, "shape", format!("negative dimension {d} in shape {dims:?}"))
+            })
+        })
         .collect()
 }
 
@@ -302,11 +306,16 @@ pub mod py_shape {
     pub fn take(py: Python<'_>, x: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, axis: Option<i64>) -> PyResult<PyTensor> {
         let x = input(x)?;
         let indices = input(indices)?;
-        let (x, axis) = match axis {
-            None => (x.reshaped(&[x.numel()]).py(py)?, 0),
-            Some(a) => { let ax = normalize_axis("take", a, x.ndim()).py(py)?; (x, ax) }
+        // axis=None takes from the flattened tensor; the flattening is recorded like any op.
+        let (flatten, axis) = match axis {
+            None => (true, 0),
+            Some(a) => (false, normalize_axis("take", a, x.ndim()).py(py)?),
         };
-        run(py, x.numel(), move |ctx| build::take(ctx, &x, &indices, axis)).map(PyTensor::new)
+        run(py, x.numel(), move |ctx| {
+            let x = if flatten { build::reshape(ctx, &x, &[x.numel()])? } else { x };
+            build::take(ctx, &x, &indices, axis)
+        })
+        .map(PyTensor::new)
     }
 }
 
@@ -337,7 +346,8 @@ pub mod py_creation {
     pub fn full(py: Python<'_>, shape: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
         let s = scalar(value)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("full: value must be a Python bool, int or float"))?;
         let dtype = creation_dtype(dtype, s.default_dtype())?;
-        let v = match s { gradloop::Scalar::Bool(b) => f64::from(u8::from(b)), gradloop::Scalar::Int(i) => i as f64, gradloop::Scalar::Float(f) => f };
+        // The scalar rules apply (no silent float -> int or int32 overflow); then fill.
+        let v = s.to_tensor(dtype, "full").py(py)?.item_f64().py(py)?;
         full_impl(py, shape, v, dtype)
     }
 

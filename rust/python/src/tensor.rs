@@ -5,7 +5,7 @@ use gradloop::ops::build;
 use gradloop::{ErrorKind, Tensor};
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::PyTuple;
 
 use crate::convert::{numpy_view, opt_dtype};
 use crate::dtype::{py_dtype, PyDType};
@@ -26,6 +26,13 @@ impl PyTensor {
 
 #[pymethods]
 impl PyTensor {
+    /// `Tensor(data, dtype=None)`: the same as `gl.tensor(data, dtype)`.
+    #[new]
+    #[pyo3(signature = (data, dtype=None))]
+    fn py_new(data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        Ok(PyTensor::new(crate::convert::to_tensor(data, opt_dtype(dtype)?)?))
+    }
+
     /// numpy defers binary operators to a Tensor operand (so `array + tensor` is a Tensor).
     #[classattr]
     fn __array_priority__() -> f64 {
@@ -173,16 +180,21 @@ impl PyTensor {
     fn __abs__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> { ops::abs(slf.py(), slf.as_any()) }
     fn __invert__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> { ops::logical_not(slf.py(), slf.as_any()) }
 
-    fn __richcmp__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<PyTensor> {
+    fn __richcmp__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
         let (py, a) = (slf.py(), slf.as_any());
-        match op {
+        // `t == None` is plain Python identity, not an elementwise op.
+        if o.is_none() {
+            return Ok(py.NotImplemented());
+        }
+        let result = match op {
             CompareOp::Lt => ops::less(py, a, o),
             CompareOp::Le => ops::less_equal(py, a, o),
             CompareOp::Gt => ops::greater(py, a, o),
             CompareOp::Ge => ops::greater_equal(py, a, o),
             CompareOp::Eq => ops::equal(py, a, o),
             CompareOp::Ne => ops::not_equal(py, a, o),
-        }
+        }?;
+        Ok(Py::new(py, result)?.into_any())
     }
 
     /// `t.reshape(2, 3)` or `t.reshape((2, 3))`; one dimension may be -1.
@@ -230,9 +242,4 @@ impl PyTensor {
         ops::cast(slf.py(), slf.as_any(), dtype)
     }
 
-    #[classmethod]
-    #[pyo3(signature = (data, dtype=None))]
-    fn from_data(_cls: &Bound<'_, PyType>, data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
-        Ok(PyTensor::new(crate::convert::to_tensor(data, opt_dtype(dtype)?)?))
-    }
 }

@@ -26,7 +26,10 @@ fn check_indices(op: &'static str, indices: &TensorType) -> Result<()> {
     if indices.dtype.is_int() {
         return Ok(());
     }
-    Err(Error::dtype(op, format!("indices must be int32 or int64, got {indices}")))
+    Err(Error::dtype(
+        op,
+        format!("indices must be int32 or int64, got {indices}"),
+    ))
 }
 
 /// Indices made non-negative (numpy's wrap-around); any still outside `[0, n)` is an error.
@@ -34,7 +37,12 @@ fn wrapped_indices(op: &'static str, t: &Tensor, n: usize, axis: usize) -> Resul
     let raw: Vec<i64> = match t.dtype() {
         DType::I32 => t.as_slice::<i32>()?.iter().map(|&v| i64::from(v)).collect(),
         DType::I64 => t.as_slice::<i64>()?.to_vec(),
-        other => return Err(Error::internal(op, format!("indices of dtype {other} reached the kernel"))),
+        other => {
+            return Err(Error::internal(
+                op,
+                format!("indices of dtype {other} reached the kernel"),
+            ))
+        }
     };
     let size = n as i64;
     raw.into_iter()
@@ -43,7 +51,10 @@ fn wrapped_indices(op: &'static str, t: &Tensor, n: usize, axis: usize) -> Resul
             if (0..size).contains(&j) {
                 Ok(j as usize)
             } else {
-                Err(Error::index(op, format!("index {i} is out of bounds for axis {axis} with size {n}")))
+                Err(Error::index(
+                    op,
+                    format!("index {i} is out of bounds for axis {axis} with size {n}"),
+                ))
             }
         })
         .collect()
@@ -65,7 +76,14 @@ impl OpDef for Take {
         let (x, idx) = (&inputs[0], &inputs[1]);
         check_indices("take", idx)?;
         if self.axis >= x.ndim() {
-            return Err(Error::index("take", format!("axis {} is out of bounds for a tensor of shape {}", self.axis, shape_str(x))));
+            return Err(Error::index(
+                "take",
+                format!(
+                    "axis {} is out of bounds for a tensor of shape {}",
+                    self.axis,
+                    shape_str(x)
+                ),
+            ));
         }
         let mut shape: Shape = x.shape[..self.axis].into();
         shape.extend_from_slice(&idx.shape);
@@ -76,7 +94,9 @@ impl OpDef for Take {
     fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
         let (x, idx) = (&inputs[0], &inputs[1]);
         let idx = wrapped_indices("take", idx, x.shape()[self.axis], self.axis)?;
-        let out = crate::with_dtype!(x.dtype(), T, { Tensor::from_array(x.view::<T>()?.select(Axis(self.axis), &idx)) });
+        let out = crate::with_dtype!(x.dtype(), T, {
+            Tensor::from_array(x.view::<T>()?.select(Axis(self.axis), &idx))
+        });
         Ok(smallvec![out.reshaped(&outputs[0].shape)?])
     }
 
@@ -84,10 +104,21 @@ impl OpDef for Take {
         Saves::inputs(0b10)
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], needs: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref().filter(|_| needs[0]) else { return Ok(smallvec![None, None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        needs: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref().filter(|_| needs[0]) else {
+            return Ok(smallvec![None, None]);
+        };
         let dim_size = static_shape("take", &saved.input_types[0])?[self.axis];
-        Ok(smallvec![Some(scatter_add(ctx, g, saved.input(1)?, self.axis, dim_size)?), None])
+        Ok(smallvec![
+            Some(scatter_add(ctx, g, saved.input(1)?, self.axis, dim_size)?),
+            None
+        ])
     }
 }
 
@@ -112,7 +143,10 @@ impl OpDef for ScatterAdd {
         check_indices("scatter_add", idx)?;
         let (axis, k) = (self.axis, idx.ndim());
         let fits = u.ndim() >= axis + k
-            && u.shape[axis..axis + k].iter().zip(&idx.shape).all(|(&a, &b)| a == b || a == DYN || b == DYN);
+            && u.shape[axis..axis + k]
+                .iter()
+                .zip(&idx.shape)
+                .all(|(&a, &b)| a == b || a == DYN || b == DYN);
         if !fits {
             return Err(Error::shape(
                 "scatter_add",
@@ -138,14 +172,23 @@ impl OpDef for ScatterAdd {
         flat.push(idx.len());
         flat.extend_from_slice(&u.shape()[self.axis + idx_t.ndim()..]);
         let axis = Axis(self.axis);
-        let out = crate::with_numeric!(u.dtype(), T, {
-            let updates = ArrayViewD::from_shape(IxDyn(&flat), u.as_slice::<T>()?).map_err(|e| Error::internal("scatter_add", e.to_string()))?;
-            let mut out = ArrayD::<T>::from_elem(IxDyn(&outputs[0].shape), <T as Arith>::zero());
-            for (j, &i) in idx.iter().enumerate() {
-                Zip::from(out.index_axis_mut(axis, i)).and(updates.index_axis(axis, j)).for_each(|o, &v| *o = o.wadd(v));
-            }
-            Tensor::from_array(out)
-        }, return Err(Error::internal("scatter_add", "bool reached the kernel")));
+        let out = crate::with_numeric!(
+            u.dtype(),
+            T,
+            {
+                let updates = ArrayViewD::from_shape(IxDyn(&flat), u.as_slice::<T>()?)
+                    .map_err(|e| Error::internal("scatter_add", e.to_string()))?;
+                let mut out =
+                    ArrayD::<T>::from_elem(IxDyn(&outputs[0].shape), <T as Arith>::zero());
+                for (j, &i) in idx.iter().enumerate() {
+                    Zip::from(out.index_axis_mut(axis, i))
+                        .and(updates.index_axis(axis, j))
+                        .for_each(|o, &v| *o = o.wadd(v));
+                }
+                Tensor::from_array(out)
+            },
+            return Err(Error::internal("scatter_add", "bool reached the kernel"))
+        );
         Ok(smallvec![out])
     }
 
@@ -153,9 +196,20 @@ impl OpDef for ScatterAdd {
         Saves::inputs(0b10)
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], needs: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref().filter(|_| needs[0]) else { return Ok(smallvec![None, None]) };
-        Ok(smallvec![Some(take(ctx, g, saved.input(1)?, self.axis)?), None])
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        needs: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref().filter(|_| needs[0]) else {
+            return Ok(smallvec![None, None]);
+        };
+        Ok(smallvec![
+            Some(take(ctx, g, saved.input(1)?, self.axis)?),
+            None
+        ])
     }
 }
 
@@ -165,6 +219,166 @@ pub fn take<V: Value>(ctx: &mut dyn Context<V>, x: &V, indices: &V, axis: usize)
 }
 
 /// Zeros with `dim_size` along `axis`, `updates` summed in at `indices`.
-pub fn scatter_add<V: Value>(ctx: &mut dyn Context<V>, updates: &V, indices: &V, axis: usize, dim_size: usize) -> Result<V> {
-    build::apply1(ctx, ScatterAdd { axis, dim_size }, &[updates.clone(), indices.clone()])
+pub fn scatter_add<V: Value>(
+    ctx: &mut dyn Context<V>,
+    updates: &V,
+    indices: &V,
+    axis: usize,
+    dim_size: usize,
+) -> Result<V> {
+    build::apply1(
+        ctx,
+        ScatterAdd { axis, dim_size },
+        &[updates.clone(), indices.clone()],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::EagerContext;
+    use crate::ops::gradcheck::{check_op_gradients, ramp};
+    use crate::ErrorKind;
+
+    fn iota(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
+    }
+
+    fn idx(v: Vec<i64>, shape: &[usize]) -> Tensor {
+        Tensor::from_vec(v, shape).unwrap()
+    }
+
+    fn check_err(r: Result<Tensor>, kind: ErrorKind, op: &str, needles: &[&str]) {
+        let err = r.unwrap_err();
+        assert_eq!(err.kind, kind, "{err}");
+        assert!(err.to_string().starts_with(&format!("{op}:")), "{err}");
+        for n in needles {
+            assert!(err.to_string().contains(n), "{err} should mention {n}");
+        }
+    }
+
+    #[test]
+    fn take_gathers_like_numpy() {
+        let x = iota(&[3, 4]);
+        let y = take(&mut EagerContext, &x, &idx(vec![2, 0, -1, 1], &[2, 2]), 0).unwrap();
+        assert_eq!(y.shape(), &[2, 2, 4]);
+        let rows = [2.0, 0.0, 2.0, 1.0];
+        let want: Vec<f64> = rows
+            .iter()
+            .flat_map(|r| (0..4).map(move |c| 4.0 * r + c as f64))
+            .collect();
+        assert_eq!(y.to_f64_vec(), want);
+        let y = take(&mut EagerContext, &x, &Tensor::scalar(-1i32), 1).unwrap();
+        assert_eq!(
+            (y.shape(), y.to_f64_vec()),
+            (&[3][..], vec![3.0, 7.0, 11.0])
+        );
+        assert_eq!(
+            take(&mut EagerContext, &x, &idx(vec![], &[0]), 1)
+                .unwrap()
+                .shape(),
+            &[3, 0]
+        );
+        assert_eq!(
+            take(&mut EagerContext, &iota(&[0, 2]), &idx(vec![1], &[1]), 1)
+                .unwrap()
+                .shape(),
+            &[0, 1]
+        );
+        let b = Tensor::from_vec(vec![true, false], &[2]).unwrap();
+        assert_eq!(
+            take(&mut EagerContext, &b, &idx(vec![1, 1, 0], &[3]), 0)
+                .unwrap()
+                .to_f64_vec(),
+            vec![0.0, 0.0, 1.0]
+        );
+    }
+
+    #[test]
+    fn take_errors_name_the_index_and_size() {
+        let x = iota(&[3, 4]);
+        check_err(
+            take(&mut EagerContext, &x, &idx(vec![0, 3], &[2]), 0),
+            ErrorKind::Index,
+            "take",
+            &["index 3", "size 3"],
+        );
+        check_err(
+            take(&mut EagerContext, &x, &idx(vec![-5], &[1]), 1),
+            ErrorKind::Index,
+            "take",
+            &["index -5", "axis 1", "size 4"],
+        );
+        check_err(
+            take(&mut EagerContext, &x, &idx(vec![0], &[1]), 2),
+            ErrorKind::Index,
+            "take",
+            &["axis 2", "[3, 4]"],
+        );
+        check_err(
+            take(&mut EagerContext, &x, &Tensor::scalar(0.0f64), 0),
+            ErrorKind::DType,
+            "take",
+            &["float64"],
+        );
+        check_err(
+            take(&mut EagerContext, &iota(&[0]), &idx(vec![0], &[1]), 0),
+            ErrorKind::Index,
+            "take",
+            &["size 0"],
+        );
+    }
+
+    #[test]
+    fn scatter_add_accumulates_duplicates() {
+        let u = iota(&[2, 3]);
+        let y = scatter_add(&mut EagerContext, &u, &idx(vec![1, -1, 0], &[3]), 1, 2).unwrap();
+        // row r: out[r, 1] = u[r, 0] + u[r, 1], out[r, 0] = u[r, 2]
+        assert_eq!(y.to_f64_vec(), vec![2.0, 1.0, 5.0, 7.0]);
+        let u = Tensor::from_vec(vec![1i32, 2, 3, 4], &[2, 2]).unwrap();
+        let y = scatter_add(&mut EagerContext, &u, &idx(vec![2, 2, 0, 2], &[2, 2]), 0, 3).unwrap();
+        assert_eq!((y.shape(), y.to_f64_vec()), (&[3][..], vec![3.0, 0.0, 7.0]));
+        let y = scatter_add(&mut EagerContext, &iota(&[0, 2]), &idx(vec![], &[0]), 0, 4).unwrap();
+        assert_eq!(y.to_f64_vec(), vec![0.0; 8]);
+        check_err(
+            scatter_add(&mut EagerContext, &iota(&[2]), &idx(vec![0, 2], &[2]), 0, 2),
+            ErrorKind::Index,
+            "scatter_add",
+            &["index 2", "size 2"],
+        );
+        check_err(
+            scatter_add(
+                &mut EagerContext,
+                &iota(&[2, 3]),
+                &idx(vec![0, 1], &[2]),
+                1,
+                2,
+            ),
+            ErrorKind::Shape,
+            "scatter_add",
+            &["[2, 3]", "[2]"],
+        );
+        let b = Tensor::from_vec(vec![true], &[1]).unwrap();
+        check_err(
+            scatter_add(&mut EagerContext, &b, &idx(vec![0], &[1]), 0, 1),
+            ErrorKind::DType,
+            "scatter_add",
+            &["bool"],
+        );
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        let i = idx(vec![2, 0, 2, -1], &[2, 2]);
+        check_op_gradients(&|ctx, xs| take(ctx, &xs[0], &i, 1), &[ramp(&[2, 3, 2])]);
+        check_op_gradients(
+            &|ctx, xs| take(ctx, &xs[0], &Tensor::scalar(1i32), 0),
+            &[ramp(&[3, 2])],
+        );
+        check_op_gradients(
+            &|ctx, xs| scatter_add(ctx, &xs[0], &i, 1, 3),
+            &[ramp(&[2, 2, 2, 2])],
+        );
+    }
 }

@@ -39,14 +39,20 @@ impl Default for Tolerance {
     fn default() -> Self {
         // Central differences in f64 with eps 1e-6 are accurate to ~1e-9 for smooth losses of
         // moderate size; these bounds leave room for a few accumulated roundings.
-        Tolerance { eps: 1e-6, atol: 1e-6, rtol: 1e-5 }
+        Tolerance {
+            eps: 1e-6,
+            atol: 1e-6,
+            rtol: 1e-5,
+        }
     }
 }
 
 /// Deterministic, non-trivial float64 values of `shape` (distinct, mixed signs, no ties).
 pub(crate) fn ramp(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
-    let data = (0..n).map(|k| 0.3 + 0.17 * k as f64 - 0.011 * (k * k) as f64).collect();
+    let data = (0..n)
+        .map(|k| 0.3 + 0.17 * k as f64 - 0.011 * (k * k) as f64)
+        .collect();
     Tensor::from_vec::<f64>(data, shape).unwrap()
 }
 
@@ -77,18 +83,27 @@ pub(crate) fn tape_gradients(
     let registry = GradientRegistry::<Tensor>::with_op_table();
     let tape: TapeRef<Tensor> = Tape::new_ref(false);
     {
-        let mut t = tape.lock().map_err(|e| Error::internal("gradcheck", e.to_string()))?;
+        let mut t = tape
+            .lock()
+            .map_err(|e| Error::internal("gradcheck", e.to_string()))?;
         for x in inputs {
             t.watch(x)?;
         }
     }
     let tapes = [tape.clone()];
     let loss = {
-        let mut ctx = TapeContext { inner: &mut *outer, tapes: &tapes, registry: &registry };
+        let mut ctx = TapeContext {
+            inner: &mut *outer,
+            tapes: &tapes,
+            registry: &registry,
+        };
         f(&mut ctx, inputs)?
     };
     if loss.numel() != 1 {
-        return Err(Error::invalid("gradcheck", format!("the loss must be a scalar, got {}", loss.ty())));
+        return Err(Error::invalid(
+            "gradcheck",
+            format!("the loss must be a scalar, got {}", loss.ty()),
+        ));
     }
     let grads = compute_gradient(&tape, outer, &[loss], inputs, None)?;
     grads
@@ -102,14 +117,18 @@ pub(crate) fn tape_gradients(
 }
 
 /// Central differences of `f` (run eagerly) for every element of every input.
-pub(crate) fn numeric_gradients(f: &LossFn<'_>, inputs: &[Tensor], eps: f64) -> Result<Vec<Vec<f64>>> {
+pub(crate) fn numeric_gradients(
+    f: &LossFn<'_>,
+    inputs: &[Tensor],
+    eps: f64,
+) -> Result<Vec<Vec<f64>>> {
     let eval = |xs: &[Tensor]| -> Result<f64> { f(&mut EagerContext, xs)?.item_f64() };
     let mut out = Vec::with_capacity(inputs.len());
     for i in 0..inputs.len() {
         let base = inputs[i].as_slice::<f64>()?.to_vec();
         let mut grad = Vec::with_capacity(base.len());
         for k in 0..base.len() {
-            let mut shifted = |delta: f64| -> Result<f64> {
+            let shifted = |delta: f64| -> Result<f64> {
                 let mut data = base.clone();
                 data[k] += delta;
                 let mut xs = inputs.to_vec();
@@ -124,13 +143,22 @@ pub(crate) fn numeric_gradients(f: &LossFn<'_>, inputs: &[Tensor], eps: f64) -> 
 }
 
 /// Panics (with the input, element and both values) where tape and numeric gradients differ.
-pub(crate) fn check_first_order_with(f: &LossFn<'_>, inputs: &[Tensor], tol: Tolerance, what: &str) {
+pub(crate) fn check_first_order_with(
+    f: &LossFn<'_>,
+    inputs: &[Tensor],
+    tol: Tolerance,
+    what: &str,
+) {
     let tape = tape_gradients(&mut EagerContext, f, inputs)
         .unwrap_or_else(|e| panic!("{what}: tape gradient failed: {e}"));
     let numeric = numeric_gradients(f, inputs, tol.eps)
         .unwrap_or_else(|e| panic!("{what}: finite differences failed: {e}"));
     for (i, (t, n)) in tape.iter().zip(&numeric).enumerate() {
-        assert_eq!(t.shape(), inputs[i].shape(), "{what}: gradient {i} has the wrong shape");
+        assert_eq!(
+            t.shape(),
+            inputs[i].shape(),
+            "{what}: gradient {i} has the wrong shape"
+        );
         for (k, (&a, &b)) in t.to_f64_vec().iter().zip(n).enumerate() {
             let bound = tol.atol + tol.rtol * a.abs().max(b.abs());
             assert!(

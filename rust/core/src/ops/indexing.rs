@@ -20,7 +20,11 @@ pub enum IndexItem<V> {
     /// Picks one position; the axis is dropped.
     Int(i64),
     /// `start:stop:step`, `None` meaning the numpy default for the step's direction.
-    Slice { start: Option<i64>, stop: Option<i64>, step: Option<i64> },
+    Slice {
+        start: Option<i64>,
+        stop: Option<i64>,
+        step: Option<i64>,
+    },
     /// Inserts an axis of size 1.
     NewAxis,
     /// As many full slices as the other entries leave axes.
@@ -40,10 +44,19 @@ struct AxisPlan<V> {
 
 /// numpy's `slice.indices(n)` and length: (start, step, len) over positions
 /// `start + k * step`, `k < len`.
-fn resolve_slice(start: Option<i64>, stop: Option<i64>, step: Option<i64>, axis: usize, n: usize) -> Result<(i64, i64, usize)> {
+fn resolve_slice(
+    start: Option<i64>,
+    stop: Option<i64>,
+    step: Option<i64>,
+    axis: usize,
+    n: usize,
+) -> Result<(i64, i64, usize)> {
     let step = step.unwrap_or(1);
     if step == 0 {
-        return Err(Error::invalid("getitem", format!("slice step cannot be zero (axis {axis})")));
+        return Err(Error::invalid(
+            "getitem",
+            format!("slice step cannot be zero (axis {axis})"),
+        ));
     }
     let n = n as i64;
     let (lower, upper) = if step > 0 { (0, n) } else { (-1, n - 1) };
@@ -54,18 +67,41 @@ fn resolve_slice(start: Option<i64>, stop: Option<i64>, step: Option<i64>, axis:
     };
     let start_ = clip(start, if step > 0 { lower } else { upper });
     let stop_ = clip(stop, if step > 0 { upper } else { lower });
-    let distance = if step > 0 { stop_ - start_ } else { start_ - stop_ };
-    let len = if distance > 0 { ((distance - 1) / step.abs() + 1) as usize } else { 0 };
+    let distance = if step > 0 {
+        stop_ - start_
+    } else {
+        start_ - stop_
+    };
+    let len = if distance > 0 {
+        ((distance - 1) / step.abs() + 1) as usize
+    } else {
+        0
+    };
     Ok((start_, step, len))
 }
 
 /// The static part of one slice entry for an axis of size `n`, as reverse + positive slice.
-fn slice_plan<V>(start: Option<i64>, stop: Option<i64>, step: Option<i64>, axis: usize, n: usize) -> Result<(AxisPlan<V>, usize)> {
-    let full = AxisPlan { reverse: false, start: 0, stop: n, step: 1, dynamic: None };
+fn slice_plan<V>(
+    start: Option<i64>,
+    stop: Option<i64>,
+    step: Option<i64>,
+    axis: usize,
+    n: usize,
+) -> Result<(AxisPlan<V>, usize)> {
+    let full = AxisPlan {
+        reverse: false,
+        start: 0,
+        stop: n,
+        step: 1,
+        dynamic: None,
+    };
     if n == DYN {
         return match (start, stop, step) {
             (None, None, None | Some(1)) => Ok((full, DYN)),
-            _ => Err(Error::shape("getitem", format!("cannot slice axis {axis}: its size is not known statically"))),
+            _ => Err(Error::shape(
+                "getitem",
+                format!("cannot slice axis {axis}: its size is not known statically"),
+            )),
         };
     }
     let (first, step, len) = resolve_slice(start, stop, step, axis, n)?;
@@ -74,27 +110,55 @@ fn slice_plan<V>(start: Option<i64>, stop: Option<i64>, step: Option<i64>, axis:
     }
     // A negative step walks the reversed axis forwards, from the mirrored first position.
     let reverse = step < 0;
-    let first = if reverse { n - 1 - first as usize } else { first as usize };
+    let first = if reverse {
+        n - 1 - first as usize
+    } else {
+        first as usize
+    };
     let step = step.unsigned_abs() as usize;
-    Ok((AxisPlan { reverse, start: first, stop: first + (len - 1) * step + 1, step, dynamic: None }, len))
+    Ok((
+        AxisPlan {
+            reverse,
+            start: first,
+            stop: first + (len - 1) * step + 1,
+            step,
+            dynamic: None,
+        },
+        len,
+    ))
 }
 
 fn int_plan<V>(i: i64, axis: usize, n: usize) -> Result<AxisPlan<V>> {
     if n == DYN {
-        return Err(Error::shape("getitem", format!("cannot index axis {axis} with {i}: its size is not known statically")));
+        return Err(Error::shape(
+            "getitem",
+            format!("cannot index axis {axis} with {i}: its size is not known statically"),
+        ));
     }
     let j = if i < 0 { i + n as i64 } else { i };
     if j < 0 || j >= n as i64 {
-        return Err(Error::index("getitem", format!("index {i} is out of bounds for axis {axis} with size {n}")));
+        return Err(Error::index(
+            "getitem",
+            format!("index {i} is out of bounds for axis {axis} with size {n}"),
+        ));
     }
     let j = j as usize;
-    Ok(AxisPlan { reverse: false, start: j, stop: j + 1, step: 1, dynamic: None })
+    Ok(AxisPlan {
+        reverse: false,
+        start: j,
+        stop: j + 1,
+        step: 1,
+        dynamic: None,
+    })
 }
 
 fn tensor_plan<V: Value>(t: &V, axis: usize, n: usize) -> Result<AxisPlan<V>> {
     let ty = t.ty();
     if !ty.dtype.is_int() {
-        return Err(Error::dtype("getitem", format!("a tensor index must be an int32 or int64 scalar, got {ty} (axis {axis})")));
+        return Err(Error::dtype(
+            "getitem",
+            format!("a tensor index must be an int32 or int64 scalar, got {ty} (axis {axis})"),
+        ));
     }
     if !ty.is_scalar() {
         return Err(Error::index(
@@ -103,26 +167,53 @@ fn tensor_plan<V: Value>(t: &V, axis: usize, n: usize) -> Result<AxisPlan<V>> {
         ));
     }
     if n == DYN {
-        return Err(Error::shape("getitem", format!("cannot index axis {axis} with a tensor: its size is not known statically")));
+        return Err(Error::shape(
+            "getitem",
+            format!("cannot index axis {axis} with a tensor: its size is not known statically"),
+        ));
     }
-    Ok(AxisPlan { reverse: false, start: 0, stop: n, step: 1, dynamic: Some(t.clone()) })
+    Ok(AxisPlan {
+        reverse: false,
+        start: 0,
+        stop: n,
+        step: 1,
+        dynamic: Some(t.clone()),
+    })
 }
 
 /// Per-axis plans and the result's shape.
 fn plan<V: Value>(shape: &[usize], items: &[IndexItem<V>]) -> Result<(Vec<AxisPlan<V>>, Shape)> {
     let ndim = shape.len();
-    let ellipses = items.iter().filter(|it| matches!(it, IndexItem::Ellipsis)).count();
+    let ellipses = items
+        .iter()
+        .filter(|it| matches!(it, IndexItem::Ellipsis))
+        .count();
     if ellipses > 1 {
-        return Err(Error::index("getitem", format!("an index can only have a single ellipsis ('...'), got {ellipses}")));
+        return Err(Error::index(
+            "getitem",
+            format!("an index can only have a single ellipsis ('...'), got {ellipses}"),
+        ));
     }
-    let used = items.iter().filter(|it| !matches!(it, IndexItem::Ellipsis | IndexItem::NewAxis)).count();
+    let used = items
+        .iter()
+        .filter(|it| !matches!(it, IndexItem::Ellipsis | IndexItem::NewAxis))
+        .count();
     if used > ndim {
         return Err(Error::index(
             "getitem",
-            format!("too many indices for a tensor of shape {}: {used} were given", ShapeDisplay(shape)),
+            format!(
+                "too many indices for a tensor of shape {}: {used} were given",
+                ShapeDisplay(shape)
+            ),
         ));
     }
-    let full = |n: usize| AxisPlan { reverse: false, start: 0, stop: n, step: 1, dynamic: None };
+    let full = |n: usize| AxisPlan {
+        reverse: false,
+        start: 0,
+        stop: n,
+        step: 1,
+        dynamic: None,
+    };
     let (mut plans, mut out) = (Vec::with_capacity(ndim), Shape::new());
     for item in items {
         let axis = plans.len();
@@ -172,10 +263,16 @@ pub fn getitem<V: Value>(ctx: &mut dyn Context<V>, x: &V, items: &[IndexItem<V>]
     let start: Vec<usize> = plans.iter().map(|p| p.start).collect();
     let stop: Vec<usize> = plans.iter().map(|p| p.stop).collect();
     let step: Vec<usize> = plans.iter().map(|p| p.step).collect();
-    if start.iter().any(|&a| a != 0) || stop.as_slice() != shape.as_slice() || step.iter().any(|&s| s != 1) {
+    if start.iter().any(|&a| a != 0)
+        || stop.as_slice() != shape.as_slice()
+        || step.iter().any(|&s| s != 1)
+    {
         y = build::slice(ctx, &y, &start, &stop, &step)?;
     }
-    if let Some(dtype) = plans.iter().find_map(|p| p.dynamic.as_ref().map(|t| t.ty().dtype)) {
+    if let Some(dtype) = plans
+        .iter()
+        .find_map(|p| p.dynamic.as_ref().map(|t| t.ty().dtype))
+    {
         let mut sizes = y.ty().shape.to_vec();
         let mut starts = Vec::with_capacity(plans.len());
         for (d, p) in plans.iter().enumerate() {
@@ -193,4 +290,206 @@ pub fn getitem<V: Value>(ctx: &mut dyn Context<V>, x: &V, items: &[IndexItem<V>]
         y = build::reshape(ctx, &y, &out_shape)?;
     }
     Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IndexItem::{Ellipsis, Int, NewAxis};
+    use super::*;
+    use crate::context::EagerContext;
+    use crate::ops::gradcheck::{check_op_gradients, ramp};
+    use crate::tensor::Tensor;
+    use crate::ErrorKind;
+
+    type Item = IndexItem<Tensor>;
+
+    fn s(start: Option<i64>, stop: Option<i64>, step: Option<i64>) -> Item {
+        IndexItem::Slice { start, stop, step }
+    }
+
+    fn iota(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
+    }
+
+    fn get(x: &Tensor, items: &[Item]) -> Result<Tensor> {
+        getitem(&mut EagerContext, x, items)
+    }
+
+    #[test]
+    fn one_dimensional_slices_match_python() {
+        // (len, start, stop, step, list(range(len))[start:stop:step]), generated with CPython.
+        let cases: &[(usize, Option<i64>, Option<i64>, Option<i64>, &[i64])] = &[
+            (5, Some(0), Some(9), Some(-1), &[]),
+            (0, Some(2), Some(-3), Some(-2), &[]),
+            (6, Some(-3), Some(1), Some(-1), &[3, 2]),
+            (1, Some(1), Some(-1), Some(1), &[]),
+            (6, Some(-5), Some(-5), None, &[]),
+            (5, Some(-8), Some(-1), Some(2), &[0, 2]),
+            (5, None, Some(0), Some(-3), &[4, 1]),
+            (6, None, Some(4), Some(-3), &[5]),
+            (5, Some(-1), None, Some(3), &[4]),
+            (5, Some(-5), Some(-8), Some(-2), &[0]),
+            (1, Some(-1), Some(2), Some(1), &[0]),
+            (6, None, Some(-3), Some(-2), &[5]),
+            (5, Some(-1), Some(2), Some(-2), &[4]),
+            (6, Some(-5), None, Some(-2), &[1]),
+            (6, Some(-8), Some(-5), Some(3), &[0]),
+            (5, Some(-5), None, Some(-3), &[0]),
+            (5, Some(2), Some(-1), Some(2), &[2]),
+            (6, Some(4), Some(-5), Some(-2), &[4, 2]),
+            (6, Some(-1), Some(4), Some(-3), &[5]),
+            (5, Some(0), Some(9), Some(2), &[0, 2, 4]),
+            (5, Some(1), Some(0), Some(-3), &[1]),
+            (5, None, Some(-3), Some(1), &[0, 1]),
+            (6, Some(5), Some(9), Some(1), &[5]),
+            (6, None, None, Some(-1), &[5, 4, 3, 2, 1, 0]),
+        ];
+        for &(n, a, b, st, want) in cases {
+            let y = get(&iota(&[n]), &[s(a, b, st)]).unwrap();
+            let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+            assert_eq!(y.to_f64_vec(), want, "[{a:?}:{b:?}:{st:?}] of {n}");
+            assert_eq!(y.shape(), &[want.len()]);
+        }
+    }
+
+    #[test]
+    fn mixed_indices_match_numpy() {
+        let x = iota(&[2, 3, 4]);
+        let check = |items: &[Item], shape: &[usize], want: &[f64]| {
+            let y = get(&x, items).unwrap();
+            assert_eq!(
+                (y.shape(), y.to_f64_vec().as_slice()),
+                (shape, want),
+                "{items:?}"
+            );
+        };
+        check(
+            &[Int(-1), s(None, None, Some(-2)), s(Some(1), Some(3), None)],
+            &[2, 2],
+            &[21.0, 22.0, 13.0, 14.0],
+        );
+        check(
+            &[Ellipsis, NewAxis, Int(-1)],
+            &[2, 3, 1],
+            &[3.0, 7.0, 11.0, 15.0, 19.0, 23.0],
+        );
+        check(
+            &[s(None, None, None), s(Some(5), Some(1), Some(-1))],
+            &[2, 1, 4],
+            &[8.0, 9.0, 10.0, 11.0, 20.0, 21.0, 22.0, 23.0],
+        );
+        let want = [
+            12.0, 15.0, 16.0, 19.0, 20.0, 23.0, 0.0, 3.0, 4.0, 7.0, 8.0, 11.0,
+        ];
+        check(
+            &[
+                s(None, None, Some(-1)),
+                s(None, None, None),
+                s(None, None, Some(3)),
+            ],
+            &[2, 3, 2],
+            &want,
+        );
+        check(
+            &[NewAxis, Ellipsis, s(Some(0), Some(0), None)],
+            &[1, 2, 3, 0],
+            &[],
+        );
+        check(
+            &[s(Some(1), None, None), Int(-2)],
+            &[1, 4],
+            &[16.0, 17.0, 18.0, 19.0],
+        );
+        check(
+            &[Int(0), s(Some(10), None, None), s(Some(-10), Some(2), None)],
+            &[0, 2],
+            &[],
+        );
+        check(&[Int(1), Int(2), Int(3)], &[], &[23.0]);
+        check(&[], &[2, 3, 4], &x.to_f64_vec());
+    }
+
+    #[test]
+    fn bad_indices_are_errors_naming_getitem() {
+        let x = iota(&[2, 3]);
+        let check = |items: &[Item], kind: ErrorKind, needles: &[&str]| {
+            let err = get(&x, items).unwrap_err();
+            assert_eq!(err.kind, kind, "{err}");
+            assert!(err.to_string().starts_with("getitem:"), "{err}");
+            for n in needles {
+                assert!(err.to_string().contains(n), "{err} should mention {n}");
+            }
+        };
+        check(
+            &[Int(0), Int(0), Int(0)],
+            ErrorKind::Index,
+            &["too many indices", "[2, 3]"],
+        );
+        check(
+            &[Ellipsis, Int(0), Ellipsis],
+            ErrorKind::Index,
+            &["single ellipsis"],
+        );
+        check(
+            &[Int(0), Int(-4)],
+            ErrorKind::Index,
+            &["index -4", "axis 1", "size 3"],
+        );
+        check(
+            &[Int(2)],
+            ErrorKind::Index,
+            &["index 2", "axis 0", "size 2"],
+        );
+        check(
+            &[s(None, None, Some(0))],
+            ErrorKind::InvalidArgument,
+            &["step", "zero"],
+        );
+        check(
+            &[IndexItem::Tensor(Tensor::scalar(1.0f32))],
+            ErrorKind::DType,
+            &["float32"],
+        );
+        let v = Tensor::from_vec(vec![0i32, 1], &[2]).unwrap();
+        check(
+            &[IndexItem::Tensor(v)],
+            ErrorKind::Index,
+            &["scalar", "take"],
+        );
+    }
+
+    #[test]
+    fn tensor_indices_wrap_once_then_clamp() {
+        let x = iota(&[3, 4]);
+        let row = |t: Tensor| get(&x, &[IndexItem::Tensor(t)]).unwrap().to_f64_vec();
+        assert_eq!(row(Tensor::scalar(1i32)), vec![4.0, 5.0, 6.0, 7.0]);
+        assert_eq!(row(Tensor::scalar(-1i64)), vec![8.0, 9.0, 10.0, 11.0]);
+        assert_eq!(row(Tensor::scalar(7i32)), vec![8.0, 9.0, 10.0, 11.0]);
+        assert_eq!(row(Tensor::scalar(-9i32)), vec![0.0, 1.0, 2.0, 3.0]);
+        let items = [
+            s(Some(1), None, None),
+            IndexItem::Tensor(Tensor::scalar(-2i64)),
+        ];
+        let y = get(&x, &items).unwrap();
+        assert_eq!((y.shape(), y.to_f64_vec()), (&[2][..], vec![6.0, 10.0]));
+        let items = [Ellipsis, IndexItem::Tensor(Tensor::scalar(0i32)), NewAxis];
+        assert_eq!(get(&x, &items).unwrap().shape(), &[3, 1]);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        let items = [
+            Int(-1),
+            s(None, None, Some(-2)),
+            s(Some(1), Some(3), None),
+            NewAxis,
+        ];
+        check_op_gradients(&|ctx, xs| getitem(ctx, &xs[0], &items), &[ramp(&[2, 3, 4])]);
+        let items = [
+            s(Some(-1), None, Some(-3)),
+            IndexItem::Tensor(Tensor::scalar(-3i32)),
+        ];
+        check_op_gradients(&|ctx, xs| getitem(ctx, &xs[0], &items), &[ramp(&[5, 3])]);
+    }
 }

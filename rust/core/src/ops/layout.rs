@@ -11,8 +11,8 @@ use ndarray::{ArrayViewD, Axis, IxDyn};
 use smallvec::smallvec;
 
 use super::rules::shape_str;
-use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 pub use super::slicing::{pad, slice, Pad, Slice};
+use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
@@ -56,8 +56,16 @@ impl OpDef for Reshape {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
         let shape = saved.input_types[0].shape.clone();
         Ok(smallvec![Some(reshape(ctx, g, &shape)?)])
     }
@@ -65,20 +73,36 @@ impl OpDef for Reshape {
 
 /// Reshape to an explicit shape (no -1: see `resolve_shape`).
 pub fn reshape<V: Value>(ctx: &mut dyn Context<V>, x: &V, shape: &[usize]) -> Result<V> {
-    build::apply1(ctx, Reshape { shape: shape.into() }, std::slice::from_ref(x))
+    build::apply1(
+        ctx,
+        Reshape {
+            shape: shape.into(),
+        },
+        std::slice::from_ref(x),
+    )
 }
 
 /// A user shape with at most one -1, resolved against `numel` elements.
 pub fn resolve_shape(numel_in: usize, shape: &[i64]) -> Result<Shape> {
     let unknown: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] == -1).collect();
     if unknown.len() > 1 || shape.iter().any(|&d| d < -1) {
-        return Err(Error::invalid("reshape", format!("invalid shape {shape:?}: dimensions must be >= 0, with at most one -1")));
+        return Err(Error::invalid(
+            "reshape",
+            format!("invalid shape {shape:?}: dimensions must be >= 0, with at most one -1"),
+        ));
     }
-    let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let known: usize = shape
+        .iter()
+        .filter(|&&d| d >= 0)
+        .map(|&d| d as usize)
+        .product();
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(&i) = unknown.first() {
         if known == 0 || numel_in % known != 0 {
-            return Err(Error::shape("reshape", format!("cannot reshape {numel_in} elements into shape {shape:?}")));
+            return Err(Error::shape(
+                "reshape",
+                format!("cannot reshape {numel_in} elements into shape {shape:?}"),
+            ));
         }
         out[i] = numel_in / known;
     }
@@ -103,7 +127,11 @@ impl OpDef for BroadcastTo {
         if joined.as_slice() != self.shape.as_slice() {
             return Err(Error::shape(
                 "broadcast_to",
-                format!("cannot broadcast a tensor of shape {} to shape {}", shape_str(x), ShapeDisplay(&self.shape)),
+                format!(
+                    "cannot broadcast a tensor of shape {} to shape {}",
+                    shape_str(x),
+                    ShapeDisplay(&self.shape)
+                ),
             ));
         }
         Ok(smallvec![TensorType::new(x.dtype, &self.shape)])
@@ -116,7 +144,9 @@ impl OpDef for BroadcastTo {
         }
         let out = crate::with_dtype!(x.dtype(), T, {
             let v = x.view::<T>()?;
-            let b = v.broadcast(IxDyn(&self.shape)).ok_or_else(|| Error::internal("broadcast_to", "rule and kernel disagree"))?;
+            let b = v
+                .broadcast(IxDyn(&self.shape))
+                .ok_or_else(|| Error::internal("broadcast_to", "rule and kernel disagree"))?;
             Tensor::from_array(b.to_owned())
         });
         Ok(smallvec![out])
@@ -126,17 +156,30 @@ impl OpDef for BroadcastTo {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
         let shape = saved.input_types[0].shape.clone();
         Ok(smallvec![Some(build::sum_to_shape(ctx, g, &shape)?)])
     }
 }
 
 pub fn broadcast_to<V: Value>(ctx: &mut dyn Context<V>, x: &V, shape: &[usize]) -> Result<V> {
-    build::apply1(ctx, BroadcastTo { shape: shape.into() }, std::slice::from_ref(x))
+    build::apply1(
+        ctx,
+        BroadcastTo {
+            shape: shape.into(),
+        },
+        std::slice::from_ref(x),
+    )
 }
-
 
 /// A row-major tensor copied out of any ndarray view (permuted, strided, reversed).
 pub(crate) fn owned<T: Element>(v: ArrayViewD<'_, T>) -> Tensor {
@@ -146,7 +189,10 @@ pub(crate) fn owned<T: Element>(v: ArrayViewD<'_, T>) -> Tensor {
 /// The static shape of `ty`; gradients that must place values at fixed offsets need it.
 pub(crate) fn static_shape(op: &'static str, ty: &TensorType) -> Result<Shape> {
     if ty.shape.contains(&DYN) {
-        return Err(Error::gradient(op, format!("the gradient of {op} needs a static shape, got {ty}")));
+        return Err(Error::gradient(
+            op,
+            format!("the gradient of {op} needs a static shape, got {ty}"),
+        ));
     }
     Ok(ty.shape.clone())
 }
@@ -168,11 +214,19 @@ impl OpDef for Transpose {
         let x = &inputs[0];
         let mut seen = vec![false; x.ndim()];
         let valid = self.perm.len() == x.ndim()
-            && self.perm.iter().all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+            && self
+                .perm
+                .iter()
+                .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
         if !valid {
             return Err(Error::invalid(
                 "transpose",
-                format!("perm {:?} is not a permutation of the {} axes of a tensor of shape {}", self.perm, x.ndim(), shape_str(x)),
+                format!(
+                    "perm {:?} is not a permutation of the {} axes of a tensor of shape {}",
+                    self.perm,
+                    x.ndim(),
+                    shape_str(x)
+                ),
             ));
         }
         let shape: Shape = self.perm.iter().map(|&p| x.shape[p]).collect();
@@ -184,7 +238,9 @@ impl OpDef for Transpose {
         if self.perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(smallvec![x.with_new_id()]);
         }
-        let out = crate::with_dtype!(x.dtype(), T, { owned(x.view::<T>()?.permuted_axes(IxDyn(&self.perm))) });
+        let out = crate::with_dtype!(x.dtype(), T, {
+            owned(x.view::<T>()?.permuted_axes(IxDyn(&self.perm)))
+        });
         Ok(smallvec![out])
     }
 
@@ -192,8 +248,16 @@ impl OpDef for Transpose {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, _: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        _: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
         let mut inverse = vec![0; self.perm.len()];
         for (i, &p) in self.perm.iter().enumerate() {
             inverse[p] = i;
@@ -215,19 +279,35 @@ impl OpDef for Concatenate {
 
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         let Some(first) = inputs.first() else {
-            return Err(Error::invalid("concatenate", "expected at least one input, got none"));
+            return Err(Error::invalid(
+                "concatenate",
+                "expected at least one input, got none",
+            ));
         };
         let axis = self.axis;
         if axis >= first.ndim() {
-            return Err(Error::index("concatenate", format!("axis {axis} is out of bounds for input 0 of shape {}", shape_str(first))));
+            return Err(Error::index(
+                "concatenate",
+                format!(
+                    "axis {axis} is out of bounds for input 0 of shape {}",
+                    shape_str(first)
+                ),
+            ));
         }
         let mut shape = first.shape.clone();
         for (i, t) in inputs.iter().enumerate().skip(1) {
             if t.dtype != first.dtype {
-                return Err(Error::dtype("concatenate", format!("input {i} is {t} but input 0 is {first}: all inputs must share a dtype")));
+                return Err(Error::dtype(
+                    "concatenate",
+                    format!(
+                        "input {i} is {t} but input 0 is {first}: all inputs must share a dtype"
+                    ),
+                ));
             }
             let fits = t.ndim() == first.ndim()
-                && (0..t.ndim()).all(|d| d == axis || t.shape[d] == shape[d] || t.shape[d] == DYN || shape[d] == DYN);
+                && (0..t.ndim()).all(|d| {
+                    d == axis || t.shape[d] == shape[d] || t.shape[d] == DYN || shape[d] == DYN
+                });
             if !fits {
                 return Err(Error::shape(
                     "concatenate",
@@ -251,8 +331,12 @@ impl OpDef for Concatenate {
             return Ok(smallvec![inputs[0].with_new_id()]);
         }
         let out = crate::with_dtype!(inputs[0].dtype(), T, {
-            let views = inputs.iter().map(|t| t.view::<T>()).collect::<Result<Vec<_>>>()?;
-            let joined = ndarray::concatenate(Axis(self.axis), &views).map_err(|e| Error::internal("concatenate", e.to_string()))?;
+            let views = inputs
+                .iter()
+                .map(|t| t.view::<T>())
+                .collect::<Result<Vec<_>>>()?;
+            let joined = ndarray::concatenate(Axis(self.axis), &views)
+                .map_err(|e| Error::internal("concatenate", e.to_string()))?;
             Tensor::from_array(joined)
         });
         Ok(smallvec![out])
@@ -262,9 +346,17 @@ impl OpDef for Concatenate {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], needs: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        needs: &[bool],
+    ) -> Result<Grads<V>> {
         let n = saved.input_types.len();
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None; n]) };
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None; n]);
+        };
         if n == 1 {
             return Ok(smallvec![Some(g.clone())]);
         }
@@ -275,7 +367,11 @@ impl OpDef for Concatenate {
         let mut out = Grads::with_capacity(n);
         for (i, t) in saved.input_types.iter().enumerate() {
             stop[self.axis] = start[self.axis] + t.shape[self.axis];
-            out.push(if needs[i] { Some(slice(ctx, g, &start, &stop, &step)?) } else { None });
+            out.push(if needs[i] {
+                Some(slice(ctx, g, &start, &stop, &step)?)
+            } else {
+                None
+            });
             start[self.axis] = stop[self.axis];
         }
         Ok(out)
@@ -298,10 +394,19 @@ impl OpDef for Reverse {
         let x = &inputs[0];
         for (i, &a) in self.axes.iter().enumerate() {
             if a >= x.ndim() {
-                return Err(Error::index("reverse", format!("axis {a} is out of bounds for a tensor of shape {}", shape_str(x))));
+                return Err(Error::index(
+                    "reverse",
+                    format!(
+                        "axis {a} is out of bounds for a tensor of shape {}",
+                        shape_str(x)
+                    ),
+                ));
             }
             if self.axes[..i].contains(&a) {
-                return Err(Error::invalid("reverse", format!("axis {a} is repeated in {:?}", self.axes)));
+                return Err(Error::invalid(
+                    "reverse",
+                    format!("axis {a} is repeated in {:?}", self.axes),
+                ));
             }
         }
         Ok(smallvec![x.clone()])
@@ -326,8 +431,16 @@ impl OpDef for Reverse {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, _: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        _: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
         Ok(smallvec![Some(reverse(ctx, g, &self.axes)?)])
     }
 }
@@ -353,7 +466,13 @@ pub(crate) use pending_op;
 
 /// Permutes axes: output dimension `i` is input dimension `perm[i]`.
 pub fn transpose<V: Value>(ctx: &mut dyn Context<V>, x: &V, perm: &[usize]) -> Result<V> {
-    build::apply1(ctx, Transpose { perm: perm.to_vec() }, std::slice::from_ref(x))
+    build::apply1(
+        ctx,
+        Transpose {
+            perm: perm.to_vec(),
+        },
+        std::slice::from_ref(x),
+    )
 }
 
 /// Joins `xs` (at least one) along `axis`.
@@ -375,12 +494,22 @@ pub fn expand_dims<V: Value>(ctx: &mut dyn Context<V>, x: &V, axis: usize) -> Re
 }
 
 pub fn squeeze<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Result<V> {
-    let shape: Shape = x.ty().shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+    let shape: Shape = x
+        .ty()
+        .shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d)
+        .collect();
     reshape(ctx, x, &shape)
 }
 
 pub fn stack<V: Value>(ctx: &mut dyn Context<V>, xs: &[V], axis: usize) -> Result<V> {
-    let expanded: Vec<V> = xs.iter().map(|x| expand_dims(ctx, x, axis)).collect::<Result<_>>()?;
+    let expanded: Vec<V> = xs
+        .iter()
+        .map(|x| expand_dims(ctx, x, axis))
+        .collect::<Result<_>>()?;
     concatenate(ctx, &expanded, axis)
 }
 
@@ -409,15 +538,23 @@ mod tests {
         let y = transpose(&mut EagerContext, &iota(&[2, 3, 4]), &[2, 0, 1]).unwrap();
         assert_eq!(y.shape(), &[4, 2, 3]);
         // y[k, i, j] = x[i, j, k] = 12 i + 4 j + k
-        let want: Vec<f64> =
-            (0..4).flat_map(|k| (0..2).flat_map(move |i| (0..3).map(move |j| (12 * i + 4 * j + k) as f64))).collect();
+        let want: Vec<f64> = (0..4)
+            .flat_map(|k| {
+                (0..2).flat_map(move |i| (0..3).map(move |j| (12 * i + 4 * j + k) as f64))
+            })
+            .collect();
         assert_eq!(y.to_f64_vec(), want);
         let empty = Tensor::from_vec(Vec::<i32>::new(), &[0, 3]).unwrap();
         let t = transpose(&mut EagerContext, &empty, &[1, 0]).unwrap();
         assert_eq!((t.shape(), t.dtype()), (&[3, 0][..], crate::DType::I32));
         for perm in [vec![0], vec![0, 0], vec![0, 2]] {
             let err = transpose(&mut EagerContext, &iota(&[2, 3]), &perm).unwrap_err();
-            assert_err(err, ErrorKind::InvalidArgument, "transpose", &["[2, 3]", "permutation"]);
+            assert_err(
+                err,
+                ErrorKind::InvalidArgument,
+                "transpose",
+                &["[2, 3]", "permutation"],
+            );
         }
     }
 
@@ -427,19 +564,39 @@ mod tests {
         let y = concatenate(&mut EagerContext, &[a.clone(), b.clone(), iota(&[2, 0])], 1).unwrap();
         assert_eq!(y.shape(), &[2, 3]);
         assert_eq!(y.to_f64_vec(), vec![0.0, 0.0, 1.0, 1.0, 2.0, 3.0]);
-        assert_eq!(concatenate(&mut EagerContext, &[a.clone()], 0).unwrap().to_f64_vec(), vec![0.0, 1.0]);
+        assert_eq!(
+            concatenate(&mut EagerContext, &[a.clone()], 0)
+                .unwrap()
+                .to_f64_vec(),
+            vec![0.0, 1.0]
+        );
         let ints = Tensor::from_vec(vec![1i64, 2], &[2, 1]).unwrap();
         let bools = Tensor::from_vec(vec![true, false], &[1, 2]).unwrap();
-        assert_eq!(concatenate(&mut EagerContext, &[bools.clone(), bools], 0).unwrap().to_f64_vec(), vec![1.0, 0.0, 1.0, 0.0]);
+        assert_eq!(
+            concatenate(&mut EagerContext, &[bools.clone(), bools], 0)
+                .unwrap()
+                .to_f64_vec(),
+            vec![1.0, 0.0, 1.0, 0.0]
+        );
 
         let err = concatenate(&mut EagerContext, &[a.clone(), b.clone()], 0).unwrap_err();
-        assert_err(err, ErrorKind::Shape, "concatenate", &["[2, 2]", "[2, 1]", "axis 0"]);
+        assert_err(
+            err,
+            ErrorKind::Shape,
+            "concatenate",
+            &["[2, 2]", "[2, 1]", "axis 0"],
+        );
         let err = concatenate(&mut EagerContext, &[a.clone(), ints], 1).unwrap_err();
         assert_err(err, ErrorKind::DType, "concatenate", &["int64", "float64"]);
         let err = concatenate(&mut EagerContext, &[a.clone()], 2).unwrap_err();
         assert_err(err, ErrorKind::Index, "concatenate", &["axis 2"]);
         let err = concatenate::<Tensor>(&mut EagerContext, &[], 0).unwrap_err();
-        assert_err(err, ErrorKind::InvalidArgument, "concatenate", &["at least one"]);
+        assert_err(
+            err,
+            ErrorKind::InvalidArgument,
+            "concatenate",
+            &["at least one"],
+        );
         let err = stack(&mut EagerContext, &[a, iota(&[3])], 0).unwrap_err();
         assert_err(err, ErrorKind::Shape, "concatenate", &[]);
     }
@@ -450,26 +607,69 @@ mod tests {
         let ty = |s: &[usize]| TensorType::new(crate::DType::F32, s);
         let out = c.infer(&[ty(&[2, DYN]), ty(&[3, 4])]).unwrap();
         assert_eq!(out[0].shape.as_slice(), &[5, 4]);
-        assert_eq!(c.infer(&[ty(&[DYN, 4]), ty(&[3, 4])]).unwrap()[0].shape.as_slice(), &[DYN, 4]);
+        assert_eq!(
+            c.infer(&[ty(&[DYN, 4]), ty(&[3, 4])]).unwrap()[0]
+                .shape
+                .as_slice(),
+            &[DYN, 4]
+        );
     }
 
     #[test]
     fn reverse_flips_axes() {
         let x = iota(&[2, 3]);
-        assert_eq!(reverse(&mut EagerContext, &x, &[1]).unwrap().to_f64_vec(), vec![2.0, 1.0, 0.0, 5.0, 4.0, 3.0]);
-        assert_eq!(reverse(&mut EagerContext, &x, &[1, 0]).unwrap().to_f64_vec(), vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]);
-        assert_eq!(reverse(&mut EagerContext, &x, &[]).unwrap().to_f64_vec(), x.to_f64_vec());
-        assert_eq!(reverse(&mut EagerContext, &iota(&[0, 2]), &[0]).unwrap().shape(), &[0, 2]);
-        assert_err(reverse(&mut EagerContext, &x, &[2]).unwrap_err(), ErrorKind::Index, "reverse", &["axis 2", "[2, 3]"]);
-        assert_err(reverse(&mut EagerContext, &x, &[0, 0]).unwrap_err(), ErrorKind::InvalidArgument, "reverse", &["repeated"]);
+        assert_eq!(
+            reverse(&mut EagerContext, &x, &[1]).unwrap().to_f64_vec(),
+            vec![2.0, 1.0, 0.0, 5.0, 4.0, 3.0]
+        );
+        assert_eq!(
+            reverse(&mut EagerContext, &x, &[1, 0])
+                .unwrap()
+                .to_f64_vec(),
+            vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+        );
+        assert_eq!(
+            reverse(&mut EagerContext, &x, &[]).unwrap().to_f64_vec(),
+            x.to_f64_vec()
+        );
+        assert_eq!(
+            reverse(&mut EagerContext, &iota(&[0, 2]), &[0])
+                .unwrap()
+                .shape(),
+            &[0, 2]
+        );
+        assert_err(
+            reverse(&mut EagerContext, &x, &[2]).unwrap_err(),
+            ErrorKind::Index,
+            "reverse",
+            &["axis 2", "[2, 3]"],
+        );
+        assert_err(
+            reverse(&mut EagerContext, &x, &[0, 0]).unwrap_err(),
+            ErrorKind::InvalidArgument,
+            "reverse",
+            &["repeated"],
+        );
     }
 
     #[test]
     fn gradients_match_finite_differences() {
-        check_op_gradients(&|ctx, xs| transpose(ctx, &xs[0], &[2, 0, 1]), &[ramp(&[2, 3, 2])]);
-        check_op_gradients(&|ctx, xs| concatenate(ctx, xs, 1), &[ramp(&[2, 1]), ramp(&[2, 3]), ramp(&[2, 0])]);
-        check_op_gradients(&|ctx, xs| concatenate(ctx, &[xs[0].clone(), xs[0].clone()], 0), &[ramp(&[3])]);
+        check_op_gradients(
+            &|ctx, xs| transpose(ctx, &xs[0], &[2, 0, 1]),
+            &[ramp(&[2, 3, 2])],
+        );
+        check_op_gradients(
+            &|ctx, xs| concatenate(ctx, xs, 1),
+            &[ramp(&[2, 1]), ramp(&[2, 3]), ramp(&[2, 0])],
+        );
+        check_op_gradients(
+            &|ctx, xs| concatenate(ctx, &[xs[0].clone(), xs[0].clone()], 0),
+            &[ramp(&[3])],
+        );
         check_op_gradients(&|ctx, xs| stack(ctx, xs, 1), &[ramp(&[2]), ramp(&[2])]);
-        check_op_gradients(&|ctx, xs| reverse(ctx, &xs[0], &[0, 2]), &[ramp(&[2, 2, 3])]);
+        check_op_gradients(
+            &|ctx, xs| reverse(ctx, &xs[0], &[0, 2]),
+            &[ramp(&[2, 2, 3])],
+        );
     }
 }

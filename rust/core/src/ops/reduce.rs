@@ -30,20 +30,41 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Shape {
         .collect()
 }
 
-fn reduce_infer(op: &'static str, accepts: Accepts, axes: &[usize], keepdims: bool, inputs: &[TensorType]) -> Result<Types> {
+fn reduce_infer(
+    op: &'static str,
+    accepts: Accepts,
+    axes: &[usize],
+    keepdims: bool,
+    inputs: &[TensorType],
+) -> Result<Types> {
     expect_arity(op, inputs, 1)?;
     let x = &inputs[0];
     check_dtype(op, accepts, x)?;
     if let Some(&bad) = axes.iter().find(|&&a| a >= x.ndim()) {
-        return Err(Error::index(op, format!("axis {bad} is out of bounds for a tensor of rank {}", x.ndim())));
+        return Err(Error::index(
+            op,
+            format!(
+                "axis {bad} is out of bounds for a tensor of rank {}",
+                x.ndim()
+            ),
+        ));
     }
-    Ok(smallvec![TensorType::new(x.dtype, &reduced_shape(&x.shape, axes, keepdims))])
+    Ok(smallvec![TensorType::new(
+        x.dtype,
+        &reduced_shape(&x.shape, axes, keepdims)
+    )])
 }
 
 /// Folds `x` over `axes` with `f`, starting from `init`; the result has `out_shape`. Reads the
 /// input in place: trailing reduced axes fold contiguous runs, trailing kept axes accumulate
 /// whole rows, so both inner loops stream memory (and vectorise).
-fn fold<T: Element + Arith>(x: &Tensor, axes: &[usize], out_shape: &[usize], init: T, f: impl Fn(T, T) -> T + Sync + Send) -> Result<Tensor> {
+fn fold<T: Element + Arith>(
+    x: &Tensor,
+    axes: &[usize],
+    out_shape: &[usize],
+    init: T,
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Result<Tensor> {
     let data = x.as_slice::<T>()?;
     let out_len = numel(out_shape);
     if out_len == 0 || data.is_empty() {
@@ -92,7 +113,9 @@ fn fold_all<T: Copy + Send + Sync>(data: &[T], init: T, f: &(impl Fn(T, T) -> T 
     if data.len() < PARALLEL_THRESHOLD {
         return fold_run(data, init, f);
     }
-    data.par_chunks(PARALLEL_THRESHOLD / 4).map(|c| fold_run(c, init, f)).reduce(|| init, f)
+    data.par_chunks(PARALLEL_THRESHOLD / 4)
+        .map(|c| fold_run(c, init, f))
+        .reduce(|| init, f)
 }
 
 /// Column folds of a row-major [r, k] block: `acc[j] = f(acc[j], x[i, j])` row after row.
@@ -104,14 +127,25 @@ fn fold_rows_into<T: Copy>(acc: &mut [T], rows: &[T], f: &impl Fn(T, T) -> T) {
 
 /// Reduction of the leading axis of [r, k] (a bias gradient over the batch). In parallel, wide
 /// blocks split their columns; tall narrow ones split their rows into partial results.
-fn fold_leading<T: Copy + Send + Sync>(data: &[T], r: usize, k: usize, init: T, f: &(impl Fn(T, T) -> T + Sync)) -> Vec<T> {
+fn fold_leading<T: Copy + Send + Sync>(
+    data: &[T],
+    r: usize,
+    k: usize,
+    init: T,
+    f: &(impl Fn(T, T) -> T + Sync),
+) -> Vec<T> {
     let mut acc = vec![init; k];
     if data.len() < PARALLEL_THRESHOLD {
         fold_rows_into(&mut acc, data, f);
     } else if k >= 4096 {
         acc.par_chunks_mut(1024).enumerate().for_each(|(c, block)| {
             let cols = c * 1024..c * 1024 + block.len();
-            (0..r).for_each(|i| block.iter_mut().zip(&data[i * k..][cols.clone()]).for_each(|(a, &v)| *a = f(*a, v)));
+            (0..r).for_each(|i| {
+                block
+                    .iter_mut()
+                    .zip(&data[i * k..][cols.clone()])
+                    .for_each(|(a, &v)| *a = f(*a, v))
+            });
         });
     } else {
         let rows_per_task = (PARALLEL_THRESHOLD / 4 / k).max(1);
@@ -131,7 +165,13 @@ fn fold_leading<T: Copy + Send + Sync>(data: &[T], r: usize, k: usize, init: T, 
 /// Any other pattern. Output units are single elements when the innermost dimension is reduced
 /// (each folds runs of it) and rows of the innermost kept dimension otherwise (each
 /// accumulates whole input rows); units are independent, so they are split between threads.
-fn fold_general<T: Copy + Send + Sync>(data: &[T], dims: &[(usize, bool)], out_len: usize, init: T, f: &(impl Fn(T, T) -> T + Sync)) -> Vec<T> {
+fn fold_general<T: Copy + Send + Sync>(
+    data: &[T],
+    dims: &[(usize, bool)],
+    out_len: usize,
+    init: T,
+    f: &(impl Fn(T, T) -> T + Sync),
+) -> Vec<T> {
     let (inner, inner_reduced) = dims[dims.len() - 1];
     let mut stride = 1;
     let mut strides: SmallVec<[usize; 4]> = smallvec![0; dims.len()];
@@ -140,10 +180,21 @@ fn fold_general<T: Copy + Send + Sync>(data: &[T], dims: &[(usize, bool)], out_l
         stride *= d;
     }
     let outer = dims.len() - 1;
-    let reduced: Vec<usize> = dims[..outer].iter().zip(&strides).filter(|((_, r), _)| *r).fold(vec![0], |offs, (&(d, _), &s)| {
-        offs.iter().flat_map(|&o| (0..d).map(move |i| o + i * s)).collect()
-    });
-    let kept: SmallVec<[(usize, usize); 4]> = dims[..outer].iter().zip(&strides).filter(|((_, r), _)| !*r).map(|(&(d, _), &s)| (d, s)).collect();
+    let reduced: Vec<usize> = dims[..outer]
+        .iter()
+        .zip(&strides)
+        .filter(|((_, r), _)| *r)
+        .fold(vec![0], |offs, (&(d, _), &s)| {
+            offs.iter()
+                .flat_map(|&o| (0..d).map(move |i| o + i * s))
+                .collect()
+        });
+    let kept: SmallVec<[(usize, usize); 4]> = dims[..outer]
+        .iter()
+        .zip(&strides)
+        .filter(|((_, r), _)| !*r)
+        .map(|(&(d, _), &s)| (d, s))
+        .collect();
     let base = |mut unit: usize| {
         kept.iter().rev().fold(0, |off, &(d, s)| {
             let i = unit % d;
@@ -155,9 +206,13 @@ fn fold_general<T: Copy + Send + Sync>(data: &[T], dims: &[(usize, bool)], out_l
     let work = |(u, dst): (usize, &mut [T])| {
         let b = base(u);
         if inner_reduced {
-            dst[0] = reduced.iter().fold(init, |a, &o| f(a, fold_run(&data[b + o..b + o + inner], init, f)));
+            dst[0] = reduced.iter().fold(init, |a, &o| {
+                f(a, fold_run(&data[b + o..b + o + inner], init, f))
+            });
         } else {
-            reduced.iter().for_each(|&o| fold_rows_into(dst, &data[b + o..b + o + inner], f));
+            reduced
+                .iter()
+                .for_each(|&o| fold_rows_into(dst, &data[b + o..b + o + inner], f));
         }
     };
     let mut out = vec![init; out_len];
@@ -165,7 +220,9 @@ fn fold_general<T: Copy + Send + Sync>(data: &[T], dims: &[(usize, bool)], out_l
         out.chunks_mut(unit).enumerate().for_each(work);
     } else if inner_reduced && out_len < rayon::current_num_threads() && reduced.len() == 1 {
         // A few long rows: the parallelism is inside each row.
-        out.iter_mut().enumerate().for_each(|(u, d)| *d = fold_all(&data[base(u)..base(u) + inner], init, f));
+        out.iter_mut()
+            .enumerate()
+            .for_each(|(u, d)| *d = fold_all(&data[base(u)..base(u) + inner], init, f));
     } else {
         out.par_chunks_mut(unit).enumerate().for_each(work);
     }
@@ -245,14 +302,30 @@ reduction!(
 );
 
 /// `g` (shaped like the reduction's output) broadcast back to the input's shape.
-fn expand_to_input<V: Value>(ctx: &mut dyn Context<V>, saved: &Saved<V>, g: &V, axes: &[usize], keepdims: bool) -> Result<V> {
+fn expand_to_input<V: Value>(
+    ctx: &mut dyn Context<V>,
+    saved: &Saved<V>,
+    g: &V,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<V> {
     let in_shape = saved.input_types[0].shape.clone();
     let kept = reduced_shape(&in_shape, axes, true);
-    let g = if keepdims { g.clone() } else { build::reshape(ctx, g, &kept)? };
+    let g = if keepdims {
+        g.clone()
+    } else {
+        build::reshape(ctx, g, &kept)?
+    };
     build::broadcast_to(ctx, &g, &in_shape)
 }
 
-fn extremum_grad<V: Value>(ctx: &mut dyn Context<V>, saved: &Saved<V>, g: &V, axes: &[usize], keepdims: bool) -> Result<V> {
+fn extremum_grad<V: Value>(
+    ctx: &mut dyn Context<V>,
+    saved: &Saved<V>,
+    g: &V,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<V> {
     let x = saved.input(0)?;
     let y = expand_to_input(ctx, saved, saved.output(0)?, axes, keepdims)?;
     let mask = build::equal(ctx, x, &y)?;
@@ -268,19 +341,55 @@ fn extremum_grad<V: Value>(ctx: &mut dyn Context<V>, saved: &Saved<V>, g: &V, ax
 
 /// Sum over absolute `axes`.
 pub fn sum<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize], keepdims: bool) -> Result<V> {
-    build::apply1(ctx, Sum { axes: sorted(axes), keepdims }, std::slice::from_ref(x))
+    build::apply1(
+        ctx,
+        Sum {
+            axes: sorted(axes),
+            keepdims,
+        },
+        std::slice::from_ref(x),
+    )
 }
 
-pub fn reduce_max<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize], keepdims: bool) -> Result<V> {
-    build::apply1(ctx, ReduceMax { axes: sorted(axes), keepdims }, std::slice::from_ref(x))
+pub fn reduce_max<V: Value>(
+    ctx: &mut dyn Context<V>,
+    x: &V,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<V> {
+    build::apply1(
+        ctx,
+        ReduceMax {
+            axes: sorted(axes),
+            keepdims,
+        },
+        std::slice::from_ref(x),
+    )
 }
 
-pub fn reduce_min<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize], keepdims: bool) -> Result<V> {
-    build::apply1(ctx, ReduceMin { axes: sorted(axes), keepdims }, std::slice::from_ref(x))
+pub fn reduce_min<V: Value>(
+    ctx: &mut dyn Context<V>,
+    x: &V,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<V> {
+    build::apply1(
+        ctx,
+        ReduceMin {
+            axes: sorted(axes),
+            keepdims,
+        },
+        std::slice::from_ref(x),
+    )
 }
 
 /// Mean over absolute `axes`: the sum times 1/n (float only: an integer mean is not exact).
-pub fn mean<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize], keepdims: bool) -> Result<V> {
+pub fn mean<V: Value>(
+    ctx: &mut dyn Context<V>,
+    x: &V,
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<V> {
     let ty = x.ty().clone();
     check_dtype("mean", Accepts::Float, &ty)?;
     let n: usize = axes.iter().filter_map(|&a| ty.shape.get(a)).product();
@@ -300,3 +409,7 @@ fn sorted(axes: &[usize]) -> Vec<usize> {
     a.dedup();
     a
 }
+
+#[cfg(test)]
+#[path = "reduce_tests.rs"]
+mod tests;

@@ -32,7 +32,12 @@ fn check_lengths(op: &'static str, x: &TensorType, attrs: &[(&str, &[usize])]) -
         if v.len() != x.ndim() {
             return Err(Error::invalid(
                 op,
-                format!("{name} has {} entries but the input has rank {} (shape {})", v.len(), x.ndim(), shape_str(x)),
+                format!(
+                    "{name} has {} entries but the input has rank {} (shape {})",
+                    v.len(),
+                    x.ndim(),
+                    shape_str(x)
+                ),
             ));
         }
     }
@@ -41,7 +46,9 @@ fn check_lengths(op: &'static str, x: &TensorType, attrs: &[(&str, &[usize])]) -
 
 impl Slice {
     fn is_identity(&self, shape: &[usize]) -> bool {
-        self.start.iter().all(|&a| a == 0) && self.stop.as_slice() == shape && self.step.iter().all(|&s| s == 1)
+        self.start.iter().all(|&a| a == 0)
+            && self.stop.as_slice() == shape
+            && self.step.iter().all(|&s| s == 1)
     }
 }
 
@@ -53,12 +60,23 @@ impl OpDef for Slice {
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("slice", inputs, 1)?;
         let x = &inputs[0];
-        check_lengths("slice", x, &[("start", &self.start), ("stop", &self.stop), ("step", &self.step)])?;
+        check_lengths(
+            "slice",
+            x,
+            &[
+                ("start", &self.start),
+                ("stop", &self.stop),
+                ("step", &self.step),
+            ],
+        )?;
         let mut shape = Shape::with_capacity(x.ndim());
         for d in 0..x.ndim() {
             let (a, b, s, n) = (self.start[d], self.stop[d], self.step[d], x.shape[d]);
             if s == 0 {
-                return Err(Error::invalid("slice", format!("step must be >= 1, got 0 in dimension {d}")));
+                return Err(Error::invalid(
+                    "slice",
+                    format!("step must be >= 1, got 0 in dimension {d}"),
+                ));
             }
             if a > b || (n != DYN && b > n) {
                 return Err(Error::index(
@@ -79,7 +97,11 @@ impl OpDef for Slice {
         let out = crate::with_dtype!(x.dtype(), T, {
             owned(x.view::<T>()?.slice_each_axis(|ax| {
                 let d = ax.axis.index();
-                ndarray::Slice::new(self.start[d] as isize, Some(self.stop[d] as isize), self.step[d] as isize)
+                ndarray::Slice::new(
+                    self.start[d] as isize,
+                    Some(self.stop[d] as isize),
+                    self.step[d] as isize,
+                )
             }))
         });
         Ok(smallvec![out])
@@ -89,8 +111,16 @@ impl OpDef for Slice {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
         let dims = static_shape("slice", &saved.input_types[0])?;
         let out = &saved.output_types[0].shape;
         let interior: Vec<usize> = self.step.iter().map(|&s| s - 1).collect();
@@ -132,16 +162,30 @@ impl OpDef for Pad {
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("pad", inputs, 1)?;
         let x = &inputs[0];
-        check_lengths("pad", x, &[("low", &self.low), ("high", &self.high), ("interior", &self.interior)])?;
+        check_lengths(
+            "pad",
+            x,
+            &[
+                ("low", &self.low),
+                ("high", &self.high),
+                ("interior", &self.interior),
+            ],
+        )?;
         let mut shape = Shape::with_capacity(x.ndim());
         for d in 0..x.ndim() {
             let n = x.shape[d];
             let size = if n == DYN {
                 Some(DYN)
             } else {
-                self.span(d, n).and_then(|s| s.checked_add(self.low[d])?.checked_add(self.high[d]))
+                self.span(d, n)
+                    .and_then(|s| s.checked_add(self.low[d])?.checked_add(self.high[d]))
             };
-            let size = size.ok_or_else(|| Error::invalid("pad", format!("padding dimension {d} of shape {} overflows", shape_str(x))))?;
+            let size = size.ok_or_else(|| {
+                Error::invalid(
+                    "pad",
+                    format!("padding dimension {d} of shape {} overflows", shape_str(x)),
+                )
+            })?;
             shape.push(size);
         }
         Ok(smallvec![TensorType::new(x.dtype, &shape)])
@@ -157,7 +201,11 @@ impl OpDef for Pad {
             out.slice_each_axis_mut(|ax| {
                 let d = ax.axis.index();
                 let span = self.span(d, x.shape()[d]).unwrap_or(0);
-                ndarray::Slice::new(self.low[d] as isize, Some((self.low[d] + span) as isize), (self.interior[d] + 1) as isize)
+                ndarray::Slice::new(
+                    self.low[d] as isize,
+                    Some((self.low[d] + span) as isize),
+                    (self.interior[d] + 1) as isize,
+                )
             })
             .assign(&x.view::<T>()?);
             Tensor::from_array(out)
@@ -169,21 +217,188 @@ impl OpDef for Pad {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
-        let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
         let dims = static_shape("pad", &saved.input_types[0])?;
-        let stop: Vec<usize> = (0..dims.len()).map(|d| self.low[d] + self.span(d, dims[d]).unwrap_or(0)).collect();
+        let stop: Vec<usize> = (0..dims.len())
+            .map(|d| self.low[d] + self.span(d, dims[d]).unwrap_or(0))
+            .collect();
         let step: Vec<usize> = self.interior.iter().map(|&i| i + 1).collect();
         Ok(smallvec![Some(slice(ctx, g, &self.low, &stop, &step)?)])
     }
 }
 
 /// `x[start:stop:step]` per dimension (absolute bounds, positive steps).
-pub fn slice<V: Value>(ctx: &mut dyn Context<V>, x: &V, start: &[usize], stop: &[usize], step: &[usize]) -> Result<V> {
-    build::apply1(ctx, Slice { start: start.to_vec(), stop: stop.to_vec(), step: step.to_vec() }, std::slice::from_ref(x))
+pub fn slice<V: Value>(
+    ctx: &mut dyn Context<V>,
+    x: &V,
+    start: &[usize],
+    stop: &[usize],
+    step: &[usize],
+) -> Result<V> {
+    build::apply1(
+        ctx,
+        Slice {
+            start: start.to_vec(),
+            stop: stop.to_vec(),
+            step: step.to_vec(),
+        },
+        std::slice::from_ref(x),
+    )
 }
 
 /// Zero padding (`low`, `high`, `interior` per dimension).
-pub fn pad<V: Value>(ctx: &mut dyn Context<V>, x: &V, low: &[usize], high: &[usize], interior: &[usize]) -> Result<V> {
-    build::apply1(ctx, Pad { low: low.to_vec(), high: high.to_vec(), interior: interior.to_vec() }, std::slice::from_ref(x))
+pub fn pad<V: Value>(
+    ctx: &mut dyn Context<V>,
+    x: &V,
+    low: &[usize],
+    high: &[usize],
+    interior: &[usize],
+) -> Result<V> {
+    build::apply1(
+        ctx,
+        Pad {
+            low: low.to_vec(),
+            high: high.to_vec(),
+            interior: interior.to_vec(),
+        },
+        std::slice::from_ref(x),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::EagerContext;
+    use crate::ops::gradcheck::{check_op_gradients, ramp};
+    use crate::ErrorKind;
+
+    fn iota(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
+    }
+
+    fn check_err(r: Result<Tensor>, kind: ErrorKind, op: &str, needle: &str) {
+        let err = r.unwrap_err();
+        assert_eq!(err.kind, kind, "{err}");
+        assert!(
+            err.to_string().starts_with(&format!("{op}:")) && err.to_string().contains(needle),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn slice_takes_strided_windows() {
+        let x = iota(&[3, 5]);
+        let y = slice(&mut EagerContext, &x, &[1, 0], &[3, 5], &[1, 2]).unwrap();
+        assert_eq!(
+            (y.shape(), y.to_f64_vec()),
+            (&[2, 3][..], vec![5.0, 7.0, 9.0, 10.0, 12.0, 14.0])
+        );
+        // stop need not be aligned with the step: ceil((4 - 1) / 2) = 2 elements
+        let y = slice(&mut EagerContext, &iota(&[5]), &[1], &[4], &[2]).unwrap();
+        assert_eq!(y.to_f64_vec(), vec![1.0, 3.0]);
+        let y = slice(&mut EagerContext, &x, &[2, 5], &[2, 5], &[1, 3]).unwrap();
+        assert_eq!(y.shape(), &[0, 0]);
+        let y = slice(&mut EagerContext, &iota(&[0, 2]), &[0, 1], &[0, 2], &[1, 1]).unwrap();
+        assert_eq!(y.shape(), &[0, 1]);
+        let b = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
+        assert_eq!(
+            slice(&mut EagerContext, &b, &[0], &[3], &[2])
+                .unwrap()
+                .to_f64_vec(),
+            vec![1.0, 1.0]
+        );
+    }
+
+    #[test]
+    fn slice_rejects_bad_bounds() {
+        let x = iota(&[3, 5]);
+        check_err(
+            slice(&mut EagerContext, &x, &[0, 0], &[4, 5], &[1, 1]),
+            ErrorKind::Index,
+            "slice",
+            "stop 4",
+        );
+        check_err(
+            slice(&mut EagerContext, &x, &[2, 0], &[1, 5], &[1, 1]),
+            ErrorKind::Index,
+            "slice",
+            "start 2",
+        );
+        check_err(
+            slice(&mut EagerContext, &x, &[0, 0], &[3, 5], &[1, 0]),
+            ErrorKind::InvalidArgument,
+            "slice",
+            "step",
+        );
+        check_err(
+            slice(&mut EagerContext, &x, &[0], &[3], &[1]),
+            ErrorKind::InvalidArgument,
+            "slice",
+            "[3, 5]",
+        );
+    }
+
+    #[test]
+    fn pad_inserts_zeros() {
+        let y = pad(&mut EagerContext, &iota(&[3]), &[1], &[2], &[1]).unwrap();
+        assert_eq!(y.to_f64_vec(), vec![0.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 0.0]);
+        let y = pad(&mut EagerContext, &iota(&[2, 2]), &[0, 1], &[1, 0], &[0, 2]).unwrap();
+        assert_eq!(y.shape(), &[3, 5]);
+        let want = [
+            0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+        ];
+        assert_eq!(y.to_f64_vec(), want);
+        let y = pad(&mut EagerContext, &iota(&[0]), &[2], &[1], &[5]).unwrap();
+        assert_eq!(y.to_f64_vec(), vec![0.0; 3]);
+        let b = Tensor::from_vec(vec![true], &[1]).unwrap();
+        assert_eq!(
+            pad(&mut EagerContext, &b, &[1], &[0], &[0])
+                .unwrap()
+                .to_f64_vec(),
+            vec![0.0, 1.0]
+        );
+        check_err(
+            pad(&mut EagerContext, &iota(&[2]), &[0, 0], &[0], &[0]),
+            ErrorKind::InvalidArgument,
+            "pad",
+            "low",
+        );
+        check_err(
+            pad(&mut EagerContext, &iota(&[2]), &[usize::MAX], &[1], &[0]),
+            ErrorKind::InvalidArgument,
+            "pad",
+            "overflows",
+        );
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        check_op_gradients(
+            &|ctx, xs| slice(ctx, &xs[0], &[1, 0], &[3, 5], &[1, 2]),
+            &[ramp(&[3, 5])],
+        );
+        check_op_gradients(
+            &|ctx, xs| slice(ctx, &xs[0], &[0, 1], &[4, 4], &[3, 2]),
+            &[ramp(&[4, 5])],
+        );
+        check_op_gradients(
+            &|ctx, xs| slice(ctx, &xs[0], &[2, 0], &[2, 5], &[1, 1]),
+            &[ramp(&[3, 5])],
+        );
+        check_op_gradients(
+            &|ctx, xs| pad(ctx, &xs[0], &[1, 0], &[0, 2], &[2, 1]),
+            &[ramp(&[2, 3])],
+        );
+        check_op_gradients(&|ctx, xs| pad(ctx, &xs[0], &[1], &[2], &[1]), &[ramp(&[0])]);
+    }
 }

@@ -177,9 +177,9 @@ unary_op! {
 }
 
 unary_op! {
-    /// max(x, 0).
+    /// max(x, 0) (NaN stays NaN, as numpy's maximum).
     Relu, "relu", relu, Numeric,
-    kernel: |x: T| if x > T::zero() { x } else { T::zero() },
+    kernel: |x: T| if x > T::zero() || x != x { x } else { T::zero() },
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| {
         let x = saved.input(0)?;

@@ -1,0 +1,270 @@
+//! MatMul against a naive reference: broadcast batches, transposes, size 0, rank 1, ints,
+//! errors and gradients (first and second order, finite differences).
+
+use super::*;
+use crate::context::EagerContext;
+use crate::dtype::Element;
+use crate::ops::gradcheck;
+use crate::ErrorKind;
+
+/// Small integers in [-3, 3]: products and sums stay exact in every dtype.
+fn data(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) % 7) as f64 - 3.0
+        })
+        .collect();
+    crate::with_dtype!(dtype, T, {
+        Tensor::from_vec(v.iter().map(|&x| T::from_f64(x)).collect::<Vec<T>>(), shape).unwrap()
+    })
+}
+
+/// Triple loop over broadcast batch indices.
+fn reference(a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> (Vec<usize>, Vec<f64>) {
+    let (sa, sb) = (a.shape(), b.shape());
+    let (ra, rb) = (sa.len(), sb.len());
+    let (m, k) = if ta {
+        (sa[ra - 1], sa[ra - 2])
+    } else {
+        (sa[ra - 2], sa[ra - 1])
+    };
+    let n = if tb { sb[rb - 2] } else { sb[rb - 1] };
+    let batch = broadcast_shapes("t", &sa[..ra - 2], &sb[..rb - 2]).unwrap();
+    let (xa, xb) = (a.to_f64_vec(), b.to_f64_vec());
+    let index = |shape: &[usize], bidx: &[usize], r: usize, c: usize| {
+        let own = &shape[..shape.len() - 2];
+        let lead = bidx.len() - own.len();
+        let mut off = 0;
+        for (d, &size) in own.iter().enumerate() {
+            off = off * size + if size == 1 { 0 } else { bidx[lead + d] };
+        }
+        let cols = shape[shape.len() - 1];
+        off * shape[shape.len() - 2] * cols + r * cols + c
+    };
+    let mut out = vec![];
+    for t in 0..numel(&batch) {
+        let mut bidx = vec![0; batch.len()];
+        let mut u = t;
+        for d in (0..batch.len()).rev() {
+            bidx[d] = u % batch[d];
+            u /= batch[d];
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (0..k)
+                    .map(|p| {
+                        let x = if ta {
+                            xa[index(sa, &bidx, p, i)]
+                        } else {
+                            xa[index(sa, &bidx, i, p)]
+                        };
+                        let y = if tb {
+                            xb[index(sb, &bidx, j, p)]
+                        } else {
+                            xb[index(sb, &bidx, p, j)]
+                        };
+                        x * y
+                    })
+                    .sum();
+                out.push(s);
+            }
+        }
+    }
+    let mut shape = batch.to_vec();
+    shape.extend([m, n]);
+    (shape, out)
+}
+
+fn check(sa: &[usize], sb: &[usize], ta: bool, tb: bool) {
+    for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+        let (a, b) = (data(sa, 1, dtype), data(sb, 2, dtype));
+        let c = matmul_transposed(&mut EagerContext, &a, &b, ta, tb).unwrap();
+        let (shape, want) = reference(&a, &b, ta, tb);
+        assert_eq!(
+            c.shape(),
+            shape.as_slice(),
+            "{sa:?} @ {sb:?} ({ta}, {tb}) {dtype}"
+        );
+        assert_eq!(c.dtype(), dtype);
+        assert_eq!(c.to_f64_vec(), want, "{sa:?} @ {sb:?} ({ta}, {tb}) {dtype}");
+    }
+}
+
+#[test]
+fn matches_the_reference_with_broadcast_batches_and_transposes() {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[3, 4], &[4, 5]),
+        (&[2, 3, 4], &[4, 5]),
+        (&[3, 4], &[2, 4, 5]),
+        (&[2, 1, 3, 4], &[5, 4, 6]),
+        (&[1, 3, 4], &[2, 4, 5]),
+        (&[2, 3, 4], &[1, 4, 5]),
+        (&[1, 1], &[1, 7]),
+        (&[600, 8, 8], &[600, 8, 8]),
+        (&[70, 300], &[300, 40]),
+        (&[3, 40, 30], &[30, 40]),
+    ];
+    for &(sa, sb) in cases {
+        check(sa, sb, false, false);
+        let swap = |s: &[usize]| {
+            let mut s = s.to_vec();
+            let r = s.len();
+            s.swap(r - 1, r - 2);
+            s
+        };
+        check(&swap(sa), sb, true, false);
+        check(sa, &swap(sb), false, true);
+        check(&swap(sa), &swap(sb), true, true);
+    }
+}
+
+#[test]
+fn size_zero_dimensions() {
+    check(&[0, 3], &[3, 2], false, false);
+    check(&[2, 0], &[0, 3], false, false);
+    check(&[0, 2, 3], &[3, 4], false, false);
+    check(&[2, 3], &[3, 0], false, false);
+    let c = matmul(
+        &mut EagerContext,
+        &data(&[2, 0], 1, DType::F32),
+        &data(&[0, 3], 2, DType::F32),
+    )
+    .unwrap();
+    assert_eq!((c.shape(), c.to_f64_vec()), (&[2, 3][..], vec![0.0; 6]));
+}
+
+#[test]
+fn integer_products_wrap() {
+    let a = Tensor::from_vec(vec![i32::MAX, 1], &[1, 2]).unwrap();
+    let b = Tensor::from_vec(vec![2i32, 3], &[2, 1]).unwrap();
+    let c = matmul(&mut EagerContext, &a, &b).unwrap();
+    assert_eq!(
+        c.as_slice::<i32>().unwrap(),
+        &[i32::MAX.wrapping_mul(2).wrapping_add(3)]
+    );
+}
+
+#[test]
+fn rank_one_operands_follow_numpy() {
+    let cases: &[(&[usize], &[usize], &[usize])] = &[
+        (&[3], &[3], &[]),
+        (&[3], &[3, 4], &[4]),
+        (&[2, 3], &[3], &[2]),
+        (&[5, 2, 3], &[3], &[5, 2]),
+        (&[3], &[5, 3, 4], &[5, 4]),
+    ];
+    for &(sa, sb, want) in cases {
+        let (a, b) = (data(sa, 3, DType::F64), data(sb, 4, DType::F64));
+        let c = matmul(&mut EagerContext, &a, &b).unwrap();
+        assert_eq!(c.shape(), want, "{sa:?} @ {sb:?}");
+        let a2 = if sa.len() == 1 {
+            a.reshaped(&[1, sa[0]]).unwrap()
+        } else {
+            a.clone()
+        };
+        let b2 = if sb.len() == 1 {
+            b.reshaped(&[sb[0], 1]).unwrap()
+        } else {
+            b.clone()
+        };
+        assert_eq!(c.to_f64_vec(), reference(&a2, &b2, false, false).1);
+    }
+}
+
+fn err(sa: &[usize], da: DType, sb: &[usize], db: DType) -> Error {
+    matmul(&mut EagerContext, &data(sa, 1, da), &data(sb, 2, db)).unwrap_err()
+}
+
+#[test]
+fn errors_name_the_op_both_operands_and_the_expectation() {
+    let e = err(&[2, 3], DType::F32, &[4, 5], DType::F32);
+    assert_eq!(e.kind, ErrorKind::Shape);
+    let text = e.to_string();
+    assert!(
+        text.starts_with("matmul:")
+            && text.contains("float32[2, 3]")
+            && text.contains("float32[4, 5]"),
+        "{text}"
+    );
+    assert!(text.contains("[..., k, n]"), "{text}");
+    let e = err(&[3], DType::F32, &[4, 5], DType::F32);
+    assert!(
+        e.kind == ErrorKind::Shape && e.to_string().contains("float32[3]"),
+        "{e}"
+    );
+    let e = err(&[2, 3, 4], DType::F64, &[3, 4, 5], DType::F64);
+    assert!(
+        e.kind == ErrorKind::Shape && e.to_string().contains("batch dimensions [2] and [3]"),
+        "{e}"
+    );
+    let e = err(&[], DType::F64, &[3], DType::F64);
+    assert!(
+        e.kind == ErrorKind::Shape && e.to_string().contains("at least one dimension"),
+        "{e}"
+    );
+    let e = err(&[2, 3], DType::F32, &[3, 2], DType::F64);
+    assert!(
+        e.kind == ErrorKind::DType && e.to_string().contains("float64[3, 2]"),
+        "{e}"
+    );
+    let t = Tensor::from_vec(vec![true; 4], &[2, 2]).unwrap();
+    let e = matmul(&mut EagerContext, &t, &t).unwrap_err();
+    assert!(
+        e.kind == ErrorKind::DType && e.to_string().contains("bool[2, 2]"),
+        "{e}"
+    );
+    let v = data(&[3], 1, DType::F32);
+    let e = matmul_transposed(&mut EagerContext, &v, &v, false, false).unwrap_err();
+    assert!(
+        e.kind == ErrorKind::Shape && e.to_string().contains("rank >= 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[2, 3], &[3, 4]),
+        (&[2, 2, 3], &[3, 4]),
+        (&[3, 2], &[2, 2, 3]),
+        (&[2, 1, 2, 3], &[3, 3, 2]),
+        (&[3], &[3, 2]),
+        (&[2, 3], &[3]),
+    ];
+    for &(sa, sb) in cases {
+        let (a, b) = (gradcheck::ramp(sa), gradcheck::ramp(sb));
+        let scaled = |x: &Tensor| {
+            Tensor::from_vec(x.to_f64_vec().iter().map(|v| v * 0.1).collect(), x.shape()).unwrap()
+        };
+        let f = |ctx: &mut dyn Context<Tensor>, xs: &[Tensor]| {
+            let y = matmul(ctx, &xs[0], &xs[1])?;
+            gradcheck::smooth_loss(ctx, &y)
+        };
+        gradcheck::check_gradients(&f, &[scaled(&a), scaled(&b)]);
+    }
+}
+
+#[test]
+fn transposed_operand_gradients_match_finite_differences() {
+    for (ta, tb) in [(true, false), (false, true), (true, true)] {
+        let (a, b) = (gradcheck::ramp(&[2, 3, 2]), gradcheck::ramp(&[4, 3]));
+        let f = |ctx: &mut dyn Context<Tensor>, xs: &[Tensor]| {
+            let y = matmul_transposed(ctx, &xs[0], &xs[1], ta, tb)?;
+            gradcheck::smooth_loss(ctx, &y)
+        };
+        let (a, b) = if ta {
+            (a, b)
+        } else {
+            (a.reshaped(&[2, 2, 3]).unwrap(), b)
+        };
+        let b = if tb { b } else { b.reshaped(&[3, 4]).unwrap() };
+        gradcheck::check_gradients(&f, &[a, b]);
+    }
+}
