@@ -56,6 +56,32 @@ pub(crate) fn ramp(shape: &[usize]) -> Tensor {
     Tensor::from_vec::<f64>(data, shape).unwrap()
 }
 
+/// `0, 1, 2, ...` as float64 of `shape`: forward tests read positions straight off the values.
+pub(crate) fn iota(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
+}
+
+/// Asserts that `r` failed with `kind`, that the message starts with `op:` and that it
+/// mentions each of `needles`.
+pub(crate) fn expect_error<T: std::fmt::Debug>(
+    r: Result<T>,
+    kind: crate::ErrorKind,
+    op: &str,
+    needles: &[&str],
+) {
+    let err = r.expect_err("expected an error");
+    let text = err.to_string();
+    assert_eq!(err.kind, kind, "{text}");
+    assert!(
+        text.starts_with(&format!("{op}:")),
+        "{text} should start with {op}:"
+    );
+    for n in needles {
+        assert!(text.contains(n), "{text} should mention {n}");
+    }
+}
+
 /// `sum(sin(y) * w)` with fixed weights `w`: a scalar whose first and second derivatives with
 /// respect to every element of `y` are nonzero and different, so mixed-up elements show.
 pub(crate) fn smooth_loss(ctx: &mut dyn Context<Tensor>, y: &Tensor) -> Result<Tensor> {
@@ -217,7 +243,10 @@ mod tests {
     #[test]
     fn elementwise_losses_pass_and_a_wrong_rule_would_not() {
         let x = ramp(&[2, 3]);
-        check_op_gradients(&|ctx, xs| build::mul(ctx, &xs[0], &xs[0]), &[x.clone()]);
+        check_op_gradients(
+            &|ctx, xs| build::mul(ctx, &xs[0], &xs[0]),
+            std::slice::from_ref(&x),
+        );
         // finite differences of a loss see through stop_gradient; the tape does not.
         let wrong = std::panic::catch_unwind(|| {
             check_first_order(
@@ -225,7 +254,7 @@ mod tests {
                     let y = build::stop_gradient(ctx, &xs[0])?;
                     smooth_loss(ctx, &y)
                 },
-                &[x.clone()],
+                std::slice::from_ref(&x),
             )
         });
         assert!(wrong.is_err());

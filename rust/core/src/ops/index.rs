@@ -17,7 +17,7 @@ use super::rules::shape_str;
 use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -26,50 +26,40 @@ use crate::value::Value;
 /// operand; `first` is the input position of the first start (for messages).
 fn check_starts(op: &'static str, starts: &[TensorType], rank: usize, first: usize) -> Result<()> {
     if starts.len() != rank {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "expected {rank} start indices (one per dimension of the operand), got {}",
-                starts.len()
-            ),
-        ));
+        let message = format!(
+            "expected {rank} start indices (one per operand dimension), got {}",
+            starts.len()
+        );
+        return Err(Error::invalid(op, message));
     }
     for (i, s) in starts.iter().enumerate() {
-        if !s.dtype.is_int() {
-            return Err(Error::dtype(
-                op,
-                format!(
-                    "start index {i} (input {}) must be int32 or int64, got {s}",
-                    first + i
-                ),
-            ));
-        }
-        if !s.is_scalar() {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "start index {i} (input {}) must be a scalar, got {s}",
-                    first + i
-                ),
-            ));
-        }
+        let kind = match (s.dtype.is_int(), s.is_scalar()) {
+            (true, true) => continue,
+            (false, _) => ErrorKind::DType,
+            (true, false) => ErrorKind::Shape,
+        };
+        let message = format!(
+            "start index {i} (input {}) must be an int32 or int64 scalar, got {s}",
+            first + i
+        );
+        return Err(Error::new(kind, op, message));
     }
     Ok(())
 }
 
 /// The single value of an integer tensor.
-pub(crate) fn int_scalar(op: &'static str, t: &Tensor) -> Result<i64> {
+fn int_scalar(op: &'static str, t: &Tensor) -> Result<i64> {
     let v = match t.dtype() {
         DType::I32 => t.as_slice::<i32>()?.first().map(|&v| i64::from(v)),
         DType::I64 => t.as_slice::<i64>()?.first().copied(),
         other => {
             return Err(Error::internal(
                 op,
-                format!("index of dtype {other} reached the kernel"),
+                format!("an index of dtype {other} reached the kernel"),
             ))
         }
     };
-    v.ok_or_else(|| Error::internal(op, "empty index tensor reached the kernel"))
+    v.ok_or_else(|| Error::internal(op, "an empty index tensor reached the kernel"))
 }
 
 /// Start positions clamped to `[0, dim - size]`, so that the window lies inside the operand.
@@ -116,35 +106,31 @@ impl OpDef for DynamicSlice {
     }
 
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        let op = "dynamic_slice";
         let Some((x, starts)) = inputs.split_first() else {
             return Err(Error::invalid(
-                "dynamic_slice",
+                op,
                 "expected an operand and one start index per dimension, got no inputs",
             ));
         };
-        if self.sizes.len() != x.ndim() {
-            return Err(Error::invalid(
-                "dynamic_slice",
-                format!(
-                    "sizes {:?} has {} entries but the operand has shape {}",
-                    self.sizes,
-                    self.sizes.len(),
-                    shape_str(x)
-                ),
-            ));
+        let sizes = &self.sizes;
+        if sizes.len() != x.ndim() {
+            let message = format!(
+                "sizes {sizes:?} has {} entries but the operand has shape {}",
+                sizes.len(),
+                shape_str(x)
+            );
+            return Err(Error::invalid(op, message));
         }
-        check_starts("dynamic_slice", starts, x.ndim(), 1)?;
-        if let Some(d) = (0..x.ndim()).find(|&d| x.shape[d] != DYN && self.sizes[d] > x.shape[d]) {
-            return Err(Error::shape(
-                "dynamic_slice",
-                format!(
-                    "sizes {:?} exceed the operand's shape {} in dimension {d}",
-                    self.sizes,
-                    shape_str(x)
-                ),
-            ));
+        check_starts(op, starts, x.ndim(), 1)?;
+        if let Some(d) = (0..x.ndim()).find(|&d| x.shape[d] != DYN && sizes[d] > x.shape[d]) {
+            let message = format!(
+                "sizes {sizes:?} exceed the operand's shape {} in dimension {d}",
+                shape_str(x)
+            );
+            return Err(Error::shape(op, message));
         }
-        Ok(smallvec![TensorType::new(x.dtype, &self.sizes)])
+        Ok(smallvec![TensorType::new(x.dtype, sizes)])
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
@@ -195,15 +181,17 @@ impl OpDef for DynamicUpdateSlice {
     }
 
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        let op = "dynamic_update_slice";
         let [x, u, starts @ ..] = inputs else {
-            return Err(Error::invalid(
-                "dynamic_update_slice",
-                format!("expected an operand, an update and one start index per dimension, got {} inputs", inputs.len()),
-            ));
+            let message = format!(
+                "expected an operand, an update and one start per dimension, got {} inputs",
+                inputs.len()
+            );
+            return Err(Error::invalid(op, message));
         };
         if u.dtype != x.dtype {
             return Err(Error::dtype(
-                "dynamic_update_slice",
+                op,
                 format!("the update is {u} but the operand is {x}: dtypes must match"),
             ));
         }
@@ -211,16 +199,14 @@ impl OpDef for DynamicUpdateSlice {
             && (0..x.ndim())
                 .all(|d| x.shape[d] == DYN || u.shape[d] == DYN || u.shape[d] <= x.shape[d]);
         if !fits {
-            return Err(Error::shape(
-                "dynamic_update_slice",
-                format!(
-                    "an update of shape {} does not fit in an operand of shape {}",
-                    shape_str(u),
-                    shape_str(x)
-                ),
-            ));
+            let message = format!(
+                "an update of shape {} does not fit in an operand of shape {}",
+                shape_str(u),
+                shape_str(x)
+            );
+            return Err(Error::shape(op, message));
         }
-        check_starts("dynamic_update_slice", starts, x.ndim(), 2)?;
+        check_starts(op, starts, x.ndim(), 2)?;
         Ok(smallvec![x.clone()])
     }
 
@@ -305,155 +291,130 @@ pub fn dynamic_update_slice<V: Value>(
 mod tests {
     use super::*;
     use crate::context::EagerContext;
-    use crate::ops::gradcheck::{check_op_gradients, ramp};
-    use crate::ErrorKind;
+    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp, smooth_loss};
 
-    fn iota(shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
-    }
-
-    fn check_err(r: Result<Tensor>, kind: ErrorKind, op: &str, needle: &str) {
-        let err = r.unwrap_err();
-        assert_eq!(err.kind, kind, "{err}");
-        assert!(
-            err.to_string().starts_with(&format!("{op}:")) && err.to_string().contains(needle),
-            "{err}"
-        );
-    }
-
-    fn starts(a: i32, b: i64) -> Vec<Tensor> {
+    /// Mixed int32 / int64 starts: both are accepted together.
+    fn at(a: i32, b: i64) -> Vec<Tensor> {
         vec![Tensor::scalar(a), Tensor::scalar(b)]
     }
 
     #[test]
     fn dynamic_slice_reads_a_clamped_window() {
-        let x = iota(&[4, 5]);
-        let y = dynamic_slice(&mut EagerContext, &x, &starts(1, 3), &[2, 2]).unwrap();
-        assert_eq!(y.to_f64_vec(), vec![8.0, 9.0, 13.0, 14.0]);
+        let (cx, x) = (&mut EagerContext, iota(&[4, 5]));
+        let y = dynamic_slice(cx, &x, &at(1, 3), &[2, 2]).unwrap();
+        assert_eq!(y.to_f64_vec(), [8.0, 9.0, 13.0, 14.0]);
         // (3, -2) is clamped to (4 - 2, 0)
-        let y = dynamic_slice(&mut EagerContext, &x, &starts(3, -2), &[2, 2]).unwrap();
-        assert_eq!(y.to_f64_vec(), vec![10.0, 11.0, 15.0, 16.0]);
-        let y = dynamic_slice(&mut EagerContext, &x, &starts(9, 9), &[0, 5]).unwrap();
-        assert_eq!(y.shape(), &[0, 5]);
-        let s = Tensor::scalar(7i64);
+        let y = dynamic_slice(cx, &x, &at(3, -2), &[2, 2]).unwrap();
+        assert_eq!(y.to_f64_vec(), [10.0, 11.0, 15.0, 16.0]);
         assert_eq!(
-            dynamic_slice(&mut EagerContext, &iota(&[0]), &[s], &[0])
-                .unwrap()
-                .shape(),
-            &[0]
+            dynamic_slice(cx, &x, &at(9, 9), &[0, 5]).unwrap().shape(),
+            &[0, 5]
         );
+        let y = dynamic_slice(cx, &iota(&[0]), &[Tensor::scalar(7i64)], &[0]).unwrap();
+        assert_eq!(y.shape(), &[0]);
     }
 
     #[test]
     fn dynamic_slice_errors_name_the_problem() {
-        let x = iota(&[4, 5]);
-        check_err(
-            dynamic_slice(&mut EagerContext, &x, &starts(0, 0), &[5, 1]),
+        let (cx, x) = (&mut EagerContext, iota(&[4, 5]));
+        let op = "dynamic_slice";
+        expect_error(
+            dynamic_slice(cx, &x, &at(0, 0), &[5, 1]),
             ErrorKind::Shape,
-            "dynamic_slice",
-            "[4, 5]",
+            op,
+            &["[4, 5]", "[5, 1]"],
         );
-        check_err(
-            dynamic_slice(&mut EagerContext, &x, &starts(0, 0), &[1]),
+        expect_error(
+            dynamic_slice(cx, &x, &at(0, 0), &[1]),
             ErrorKind::InvalidArgument,
-            "dynamic_slice",
-            "sizes",
+            op,
+            &["sizes"],
         );
-        check_err(
-            dynamic_slice(&mut EagerContext, &x, &starts(0, 0)[..1], &[1, 1]),
+        let r = dynamic_slice(cx, &x, &at(0, 0)[..1], &[1, 1]);
+        expect_error(
+            r,
             ErrorKind::InvalidArgument,
-            "dynamic_slice",
-            "2 start",
+            op,
+            &["expected 2 start indices", "got 1"],
         );
-        let bad = [Tensor::scalar(0i32), Tensor::scalar(1.0f32)];
-        check_err(
-            dynamic_slice(&mut EagerContext, &x, &bad, &[1, 1]),
+        let r = dynamic_slice(
+            cx,
+            &x,
+            &[Tensor::scalar(0i32), Tensor::scalar(1.0f32)],
+            &[1, 1],
+        );
+        expect_error(
+            r,
             ErrorKind::DType,
-            "dynamic_slice",
-            "float32",
+            op,
+            &["start index 1", "int32 or int64", "float32"],
         );
-        let bad = [
-            Tensor::scalar(0i32),
-            Tensor::from_vec(vec![1i32], &[1]).unwrap(),
-        ];
-        check_err(
-            dynamic_slice(&mut EagerContext, &x, &bad, &[1, 1]),
-            ErrorKind::Shape,
-            "dynamic_slice",
-            "scalar",
-        );
+        let vector = Tensor::from_vec(vec![1i32], &[1]).unwrap();
+        let r = dynamic_slice(cx, &x, &[Tensor::scalar(0i32), vector], &[1, 1]);
+        expect_error(r, ErrorKind::Shape, op, &["start index 1", "scalar"]);
     }
 
     #[test]
     fn dynamic_update_slice_writes_a_clamped_window() {
+        let cx = &mut EagerContext;
         let x = Tensor::zeros(crate::DType::F64, &[3, 4]);
         let u = Tensor::ones(crate::DType::F64, &[2, 2]);
-        let y = dynamic_update_slice(&mut EagerContext, &x, &u, &starts(2, 1)).unwrap();
+        let y = dynamic_update_slice(cx, &x, &u, &at(2, 1)).unwrap();
         let want = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0];
         assert_eq!(y.to_f64_vec(), want);
-        let e = Tensor::zeros(crate::DType::F64, &[0, 4]);
+        let empty = Tensor::zeros(crate::DType::F64, &[0, 4]);
         assert_eq!(
-            dynamic_update_slice(&mut EagerContext, &x, &e, &starts(5, 5))
+            dynamic_update_slice(cx, &x, &empty, &at(5, 5))
                 .unwrap()
                 .to_f64_vec(),
-            vec![0.0; 12]
+            [0.0; 12]
         );
+        let op = "dynamic_update_slice";
         let ints = Tensor::zeros(crate::DType::I32, &[2, 2]);
-        check_err(
-            dynamic_update_slice(&mut EagerContext, &x, &ints, &starts(0, 0)),
+        expect_error(
+            dynamic_update_slice(cx, &x, &ints, &at(0, 0)),
             ErrorKind::DType,
-            "dynamic_update_slice",
-            "int32",
+            op,
+            &["int32"],
         );
         let big = Tensor::zeros(crate::DType::F64, &[4, 1]);
-        check_err(
-            dynamic_update_slice(&mut EagerContext, &x, &big, &starts(0, 0)),
-            ErrorKind::Shape,
-            "dynamic_update_slice",
-            "[4, 1]",
-        );
-        check_err(
-            dynamic_update_slice(&mut EagerContext, &x, &u, &[]),
+        let r = dynamic_update_slice(cx, &x, &big, &at(0, 0));
+        expect_error(r, ErrorKind::Shape, op, &["[4, 1]", "[3, 4]"]);
+        expect_error(
+            dynamic_update_slice(cx, &x, &u, &[]),
             ErrorKind::InvalidArgument,
-            "dynamic_update_slice",
-            "start",
+            op,
+            &["start"],
         );
     }
 
     #[test]
     fn gradients_match_finite_differences() {
         check_op_gradients(
-            &|ctx, xs| dynamic_slice(ctx, &xs[0], &starts(1, 7), &[2, 3]),
+            &|ctx, xs| dynamic_slice(ctx, &xs[0], &at(1, 7), &[2, 3]),
             &[ramp(&[4, 5])],
         );
+        let both = [ramp(&[3, 4]), ramp(&[2, 2])];
         check_op_gradients(
-            &|ctx, xs| dynamic_update_slice(ctx, &xs[0], &xs[1], &starts(-1, 2)),
-            &[ramp(&[3, 4]), ramp(&[2, 2])],
+            &|ctx, xs| dynamic_update_slice(ctx, &xs[0], &xs[1], &at(-1, 2)),
+            &both,
         );
-        // an operand that only the update reaches, and the reverse
-        check_op_gradients(
-            &|ctx, xs| {
-                let zeros = build::zeros_like(ctx, &xs[0])?;
-                dynamic_update_slice(ctx, &zeros, &xs[1], &starts(0, 1))
-            },
-            &[ramp(&[3, 4]), ramp(&[2, 2])],
-        );
+        // an operand that only the update reaches
+        let update_only = |ctx: &mut dyn Context<Tensor>, xs: &[Tensor]| {
+            let zeros = build::zeros_like(ctx, &xs[0])?;
+            dynamic_update_slice(ctx, &zeros, &xs[1], &at(0, 1))
+        };
+        check_op_gradients(&update_only, &both);
     }
 
     #[test]
     fn high_rank_gradients_say_why_they_fail() {
-        let x = ramp(&[1; 8]);
-        let s: Vec<Tensor> = (0..8).map(|_| Tensor::scalar(0i32)).collect();
+        let starts: Vec<Tensor> = (0..8).map(|_| Tensor::scalar(0i32)).collect();
         let f = |ctx: &mut dyn Context<Tensor>, xs: &[Tensor]| {
-            let y = dynamic_slice(ctx, &xs[0], &s, &[1; 8])?;
-            crate::ops::gradcheck::smooth_loss(ctx, &y)
+            let y = dynamic_slice(ctx, &xs[0], &starts, &[1; 8])?;
+            smooth_loss(ctx, &y)
         };
-        let err = crate::ops::gradcheck::tape_gradients(&mut EagerContext, &f, &[x]).unwrap_err();
-        assert_eq!(err.kind, ErrorKind::Gradient, "{err}");
-        assert!(
-            err.to_string().starts_with("dynamic_slice:") && err.to_string().contains("rank 8"),
-            "{err}"
-        );
+        let r = crate::ops::gradcheck::tape_gradients(&mut EagerContext, &f, &[ramp(&[1; 8])]);
+        expect_error(r, ErrorKind::Gradient, "dynamic_slice", &["rank 8"]);
     }
 }

@@ -10,7 +10,7 @@
 
 use super::build;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::shape::{Shape, ShapeDisplay, DYN};
 use crate::value::Value;
 
@@ -33,7 +33,8 @@ pub enum IndexItem<V> {
     Tensor(V),
 }
 
-/// What the index does to one input axis.
+/// What the index does to one input axis: an optional reversal, then a positive-step slice,
+/// then (for a tensor index) a dynamic window of size 1.
 struct AxisPlan<V> {
     reverse: bool,
     start: usize,
@@ -42,15 +43,22 @@ struct AxisPlan<V> {
     dynamic: Option<V>,
 }
 
+impl<V> AxisPlan<V> {
+    fn range(start: usize, stop: usize, step: usize) -> Self {
+        AxisPlan {
+            reverse: false,
+            start,
+            stop,
+            step,
+            dynamic: None,
+        }
+    }
+}
+
 /// numpy's `slice.indices(n)` and length: (start, step, len) over positions
 /// `start + k * step`, `k < len`.
-fn resolve_slice(
-    start: Option<i64>,
-    stop: Option<i64>,
-    step: Option<i64>,
-    axis: usize,
-    n: usize,
-) -> Result<(i64, i64, usize)> {
+fn resolve_slice(bounds: [Option<i64>; 3], axis: usize, n: usize) -> Result<(i64, i64, usize)> {
+    let [start, stop, step] = bounds;
     let step = step.unwrap_or(1);
     if step == 0 {
         return Err(Error::invalid(
@@ -65,48 +73,29 @@ fn resolve_slice(
         Some(v) if v < 0 => (v + n).max(lower),
         Some(v) => v.min(upper),
     };
-    let start_ = clip(start, if step > 0 { lower } else { upper });
-    let stop_ = clip(stop, if step > 0 { upper } else { lower });
-    let distance = if step > 0 {
-        stop_ - start_
+    let (first, last) = if step > 0 {
+        (lower, upper)
     } else {
-        start_ - stop_
+        (upper, lower)
     };
+    let (start, stop) = (clip(start, first), clip(stop, last));
+    let distance = if step > 0 { stop - start } else { start - stop };
     let len = if distance > 0 {
-        ((distance - 1) / step.abs() + 1) as usize
+        (distance - 1) / step.abs() + 1
     } else {
         0
     };
-    Ok((start_, step, len))
+    Ok((start, step, len as usize))
 }
 
-/// The static part of one slice entry for an axis of size `n`, as reverse + positive slice.
-fn slice_plan<V>(
-    start: Option<i64>,
-    stop: Option<i64>,
-    step: Option<i64>,
-    axis: usize,
-    n: usize,
-) -> Result<(AxisPlan<V>, usize)> {
-    let full = AxisPlan {
-        reverse: false,
-        start: 0,
-        stop: n,
-        step: 1,
-        dynamic: None,
-    };
+/// One slice entry for an axis of size `n` as reverse + positive slice, and its length.
+fn slice_plan<V>(bounds: [Option<i64>; 3], axis: usize, n: usize) -> Result<(AxisPlan<V>, usize)> {
     if n == DYN {
-        return match (start, stop, step) {
-            (None, None, None | Some(1)) => Ok((full, DYN)),
-            _ => Err(Error::shape(
-                "getitem",
-                format!("cannot slice axis {axis}: its size is not known statically"),
-            )),
-        };
+        return Ok((AxisPlan::range(0, n, 1), n));
     }
-    let (first, step, len) = resolve_slice(start, stop, step, axis, n)?;
+    let (first, step, len) = resolve_slice(bounds, axis, n)?;
     if len == 0 {
-        return Ok((AxisPlan { stop: 0, ..full }, 0));
+        return Ok((AxisPlan::range(0, 0, 1), 0));
     }
     // A negative step walks the reversed axis forwards, from the mirrored first position.
     let reverse = step < 0;
@@ -116,128 +105,108 @@ fn slice_plan<V>(
         first as usize
     };
     let step = step.unsigned_abs() as usize;
-    Ok((
-        AxisPlan {
-            reverse,
-            start: first,
-            stop: first + (len - 1) * step + 1,
-            step,
-            dynamic: None,
-        },
-        len,
-    ))
+    let plan = AxisPlan {
+        reverse,
+        ..AxisPlan::range(first, first + (len - 1) * step + 1, step)
+    };
+    Ok((plan, len))
 }
 
 fn int_plan<V>(i: i64, axis: usize, n: usize) -> Result<AxisPlan<V>> {
-    if n == DYN {
-        return Err(Error::shape(
-            "getitem",
-            format!("cannot index axis {axis} with {i}: its size is not known statically"),
-        ));
-    }
     let j = if i < 0 { i + n as i64 } else { i };
     if j < 0 || j >= n as i64 {
-        return Err(Error::index(
-            "getitem",
-            format!("index {i} is out of bounds for axis {axis} with size {n}"),
-        ));
+        let message = format!("index {i} is out of bounds for axis {axis} with size {n}");
+        return Err(Error::index("getitem", message));
     }
-    let j = j as usize;
-    Ok(AxisPlan {
-        reverse: false,
-        start: j,
-        stop: j + 1,
-        step: 1,
-        dynamic: None,
-    })
+    Ok(AxisPlan::range(j as usize, j as usize + 1, 1))
 }
 
 fn tensor_plan<V: Value>(t: &V, axis: usize, n: usize) -> Result<AxisPlan<V>> {
     let ty = t.ty();
-    if !ty.dtype.is_int() {
-        return Err(Error::dtype(
-            "getitem",
-            format!("a tensor index must be an int32 or int64 scalar, got {ty} (axis {axis})"),
-        ));
+    if !ty.dtype.is_int() || !ty.is_scalar() {
+        let kind = if ty.dtype.is_int() {
+            ErrorKind::Index
+        } else {
+            ErrorKind::DType
+        };
+        let message = format!(
+            "a tensor index must be an int32 or int64 scalar, got {ty} (axis {axis}); \
+             use take() to gather with an array of indices"
+        );
+        return Err(Error::new(kind, "getitem", message));
     }
-    if !ty.is_scalar() {
-        return Err(Error::index(
-            "getitem",
-            format!("a tensor index must be a scalar, got {ty} (axis {axis}); use take() to gather with an index array"),
-        ));
-    }
-    if n == DYN {
-        return Err(Error::shape(
-            "getitem",
-            format!("cannot index axis {axis} with a tensor: its size is not known statically"),
-        ));
+    if n == 0 {
+        let message = format!("a tensor index cannot select from axis {axis}: its size is 0");
+        return Err(Error::index("getitem", message));
     }
     Ok(AxisPlan {
-        reverse: false,
-        start: 0,
-        stop: n,
-        step: 1,
         dynamic: Some(t.clone()),
+        ..AxisPlan::range(0, n, 1)
     })
 }
 
 /// Per-axis plans and the result's shape.
 fn plan<V: Value>(shape: &[usize], items: &[IndexItem<V>]) -> Result<(Vec<AxisPlan<V>>, Shape)> {
     let ndim = shape.len();
-    let ellipses = items
-        .iter()
-        .filter(|it| matches!(it, IndexItem::Ellipsis))
-        .count();
+    let count = |f: fn(&IndexItem<V>) -> bool| items.iter().filter(|it| f(it)).count();
+    let ellipses = count(|it| matches!(it, IndexItem::Ellipsis));
     if ellipses > 1 {
-        return Err(Error::index(
-            "getitem",
-            format!("an index can only have a single ellipsis ('...'), got {ellipses}"),
-        ));
+        let message = format!("an index can only have a single ellipsis ('...'), got {ellipses}");
+        return Err(Error::index("getitem", message));
     }
-    let used = items
-        .iter()
-        .filter(|it| !matches!(it, IndexItem::Ellipsis | IndexItem::NewAxis))
-        .count();
+    let used = count(|it| !matches!(it, IndexItem::Ellipsis | IndexItem::NewAxis));
     if used > ndim {
-        return Err(Error::index(
-            "getitem",
-            format!(
-                "too many indices for a tensor of shape {}: {used} were given",
-                ShapeDisplay(shape)
-            ),
-        ));
+        let message = format!(
+            "too many indices for a tensor of shape {}: {used} were given",
+            ShapeDisplay(shape)
+        );
+        return Err(Error::index("getitem", message));
     }
-    let full = |n: usize| AxisPlan {
-        reverse: false,
-        start: 0,
-        stop: n,
-        step: 1,
-        dynamic: None,
-    };
     let (mut plans, mut out) = (Vec::with_capacity(ndim), Shape::new());
     for item in items {
         let axis = plans.len();
+        let whole = matches!(
+            item,
+            IndexItem::Slice {
+                start: None,
+                stop: None,
+                step: None | Some(1)
+            }
+        );
+        if axis < ndim
+            && shape[axis] == DYN
+            && !whole
+            && !matches!(item, IndexItem::NewAxis | IndexItem::Ellipsis)
+        {
+            let message =
+                format!("axis {axis} has a size unknown until run time: only ':' can index it");
+            return Err(Error::shape("getitem", message));
+        }
         match item {
             IndexItem::Int(i) => plans.push(int_plan(*i, axis, shape[axis])?),
             IndexItem::Tensor(t) => plans.push(tensor_plan(t, axis, shape[axis])?),
             IndexItem::Slice { start, stop, step } => {
-                let (p, len) = slice_plan(*start, *stop, *step, axis, shape[axis])?;
+                let (p, len) = slice_plan([*start, *stop, *step], axis, shape[axis])?;
                 plans.push(p);
                 out.push(len);
             }
             IndexItem::NewAxis => out.push(1),
             IndexItem::Ellipsis => {
-                for &n in &shape[axis..axis + ndim - used] {
-                    plans.push(full(n));
-                    out.push(n);
-                }
+                plans.extend(
+                    shape[axis..axis + ndim - used]
+                        .iter()
+                        .map(|&n| AxisPlan::range(0, n, 1)),
+                );
+                out.extend_from_slice(&shape[axis..axis + ndim - used]);
             }
         }
     }
-    for &n in &shape[plans.len()..] {
-        plans.push(full(n));
-        out.push(n);
-    }
+    out.extend_from_slice(&shape[plans.len()..]);
+    plans.extend(
+        shape[plans.len()..]
+            .iter()
+            .map(|&n| AxisPlan::range(0, n, 1)),
+    );
     Ok((plans, out))
 }
 
@@ -297,9 +266,8 @@ mod tests {
     use super::IndexItem::{Ellipsis, Int, NewAxis};
     use super::*;
     use crate::context::EagerContext;
-    use crate::ops::gradcheck::{check_op_gradients, ramp};
+    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::tensor::Tensor;
-    use crate::ErrorKind;
 
     type Item = IndexItem<Tensor>;
 
@@ -307,9 +275,8 @@ mod tests {
         IndexItem::Slice { start, stop, step }
     }
 
-    fn iota(shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
+    fn ti(v: i32) -> Item {
+        IndexItem::Tensor(Tensor::scalar(v))
     }
 
     fn get(x: &Tensor, items: &[Item]) -> Result<Tensor> {
@@ -319,7 +286,8 @@ mod tests {
     #[test]
     fn one_dimensional_slices_match_python() {
         // (len, start, stop, step, list(range(len))[start:stop:step]), generated with CPython.
-        let cases: &[(usize, Option<i64>, Option<i64>, Option<i64>, &[i64])] = &[
+        type Case = (usize, Option<i64>, Option<i64>, Option<i64>, &'static [i64]);
+        let cases: &[Case] = &[
             (5, Some(0), Some(9), Some(-1), &[]),
             (0, Some(2), Some(-3), Some(-2), &[]),
             (6, Some(-3), Some(1), Some(-1), &[3, 2]),
@@ -356,125 +324,120 @@ mod tests {
     #[test]
     fn mixed_indices_match_numpy() {
         let x = iota(&[2, 3, 4]);
-        let check = |items: &[Item], shape: &[usize], want: &[f64]| {
-            let y = get(&x, items).unwrap();
-            assert_eq!(
-                (y.shape(), y.to_f64_vec().as_slice()),
-                (shape, want),
-                "{items:?}"
-            );
-        };
-        check(
-            &[Int(-1), s(None, None, Some(-2)), s(Some(1), Some(3), None)],
-            &[2, 2],
-            &[21.0, 22.0, 13.0, 14.0],
-        );
-        check(
-            &[Ellipsis, NewAxis, Int(-1)],
-            &[2, 3, 1],
-            &[3.0, 7.0, 11.0, 15.0, 19.0, 23.0],
-        );
-        check(
-            &[s(None, None, None), s(Some(5), Some(1), Some(-1))],
-            &[2, 1, 4],
-            &[8.0, 9.0, 10.0, 11.0, 20.0, 21.0, 22.0, 23.0],
-        );
-        let want = [
-            12.0, 15.0, 16.0, 19.0, 20.0, 23.0, 0.0, 3.0, 4.0, 7.0, 8.0, 11.0,
+        let all = s(None, None, None);
+        // (index, numpy's result shape, numpy's result for np.arange(24.).reshape(2, 3, 4))
+        type Case<'a> = (Vec<Item>, &'a [usize], Vec<f64>);
+        let cases: Vec<Case> = vec![
+            (
+                vec![Int(-1), s(None, None, Some(-2)), s(Some(1), Some(3), None)],
+                &[2, 2],
+                vec![21.0, 22.0, 13.0, 14.0],
+            ),
+            (
+                vec![Ellipsis, NewAxis, Int(-1)],
+                &[2, 3, 1],
+                vec![3.0, 7.0, 11.0, 15.0, 19.0, 23.0],
+            ),
+            (
+                vec![all.clone(), s(Some(5), Some(1), Some(-1))],
+                &[2, 1, 4],
+                vec![8.0, 9.0, 10.0, 11.0, 20.0, 21.0, 22.0, 23.0],
+            ),
+            (
+                vec![s(None, None, Some(-1)), all, s(None, None, Some(3))],
+                &[2, 3, 2],
+                vec![
+                    12.0, 15.0, 16.0, 19.0, 20.0, 23.0, 0.0, 3.0, 4.0, 7.0, 8.0, 11.0,
+                ],
+            ),
+            (
+                vec![NewAxis, Ellipsis, s(Some(0), Some(0), None)],
+                &[1, 2, 3, 0],
+                vec![],
+            ),
+            (
+                vec![s(Some(1), None, None), Int(-2)],
+                &[1, 4],
+                vec![16.0, 17.0, 18.0, 19.0],
+            ),
+            (
+                vec![Int(0), s(Some(10), None, None), s(Some(-10), Some(2), None)],
+                &[0, 2],
+                vec![],
+            ),
+            (vec![Int(1), Int(2), Int(3)], &[], vec![23.0]),
+            (vec![], &[2, 3, 4], x.to_f64_vec()),
         ];
-        check(
-            &[
-                s(None, None, Some(-1)),
-                s(None, None, None),
-                s(None, None, Some(3)),
-            ],
-            &[2, 3, 2],
-            &want,
-        );
-        check(
-            &[NewAxis, Ellipsis, s(Some(0), Some(0), None)],
-            &[1, 2, 3, 0],
-            &[],
-        );
-        check(
-            &[s(Some(1), None, None), Int(-2)],
-            &[1, 4],
-            &[16.0, 17.0, 18.0, 19.0],
-        );
-        check(
-            &[Int(0), s(Some(10), None, None), s(Some(-10), Some(2), None)],
-            &[0, 2],
-            &[],
-        );
-        check(&[Int(1), Int(2), Int(3)], &[], &[23.0]);
-        check(&[], &[2, 3, 4], &x.to_f64_vec());
+        for (items, shape, want) in cases {
+            let y = get(&x, &items).unwrap();
+            assert_eq!((y.shape(), y.to_f64_vec()), (shape, want), "{items:?}");
+        }
     }
 
     #[test]
     fn bad_indices_are_errors_naming_getitem() {
-        let x = iota(&[2, 3]);
-        let check = |items: &[Item], kind: ErrorKind, needles: &[&str]| {
-            let err = get(&x, items).unwrap_err();
-            assert_eq!(err.kind, kind, "{err}");
-            assert!(err.to_string().starts_with("getitem:"), "{err}");
-            for n in needles {
-                assert!(err.to_string().contains(n), "{err} should mention {n}");
-            }
-        };
-        check(
-            &[Int(0), Int(0), Int(0)],
-            ErrorKind::Index,
-            &["too many indices", "[2, 3]"],
+        let (x, vector) = (
+            iota(&[2, 3]),
+            Tensor::from_vec(vec![0i32, 1], &[2]).unwrap(),
         );
-        check(
-            &[Ellipsis, Int(0), Ellipsis],
-            ErrorKind::Index,
-            &["single ellipsis"],
-        );
-        check(
-            &[Int(0), Int(-4)],
-            ErrorKind::Index,
-            &["index -4", "axis 1", "size 3"],
-        );
-        check(
-            &[Int(2)],
-            ErrorKind::Index,
-            &["index 2", "axis 0", "size 2"],
-        );
-        check(
-            &[s(None, None, Some(0))],
-            ErrorKind::InvalidArgument,
-            &["step", "zero"],
-        );
-        check(
-            &[IndexItem::Tensor(Tensor::scalar(1.0f32))],
-            ErrorKind::DType,
-            &["float32"],
-        );
-        let v = Tensor::from_vec(vec![0i32, 1], &[2]).unwrap();
-        check(
-            &[IndexItem::Tensor(v)],
-            ErrorKind::Index,
-            &["scalar", "take"],
-        );
+        let cases: Vec<(Vec<Item>, ErrorKind, &[&str])> = vec![
+            (
+                vec![Int(0), Int(0), Int(0)],
+                ErrorKind::Index,
+                &["too many indices", "[2, 3]"],
+            ),
+            (
+                vec![Ellipsis, Int(0), Ellipsis],
+                ErrorKind::Index,
+                &["single ellipsis"],
+            ),
+            (
+                vec![Int(0), Int(-4)],
+                ErrorKind::Index,
+                &["index -4", "axis 1", "size 3"],
+            ),
+            (
+                vec![Int(2)],
+                ErrorKind::Index,
+                &["index 2", "axis 0", "size 2"],
+            ),
+            (
+                vec![s(None, None, Some(0))],
+                ErrorKind::InvalidArgument,
+                &["step", "zero"],
+            ),
+            (
+                vec![IndexItem::Tensor(Tensor::scalar(1.0f32))],
+                ErrorKind::DType,
+                &["float32"],
+            ),
+            (
+                vec![IndexItem::Tensor(vector)],
+                ErrorKind::Index,
+                &["int32[2]", "scalar", "take"],
+            ),
+        ];
+        for (items, kind, needles) in cases {
+            expect_error(get(&x, &items), kind, "getitem", needles);
+        }
+        let r = get(&iota(&[2, 0]), &[Int(0), ti(0)]);
+        expect_error(r, ErrorKind::Index, "getitem", &["axis 1", "size is 0"]);
     }
 
     #[test]
     fn tensor_indices_wrap_once_then_clamp() {
         let x = iota(&[3, 4]);
         let row = |t: Tensor| get(&x, &[IndexItem::Tensor(t)]).unwrap().to_f64_vec();
-        assert_eq!(row(Tensor::scalar(1i32)), vec![4.0, 5.0, 6.0, 7.0]);
-        assert_eq!(row(Tensor::scalar(-1i64)), vec![8.0, 9.0, 10.0, 11.0]);
-        assert_eq!(row(Tensor::scalar(7i32)), vec![8.0, 9.0, 10.0, 11.0]);
-        assert_eq!(row(Tensor::scalar(-9i32)), vec![0.0, 1.0, 2.0, 3.0]);
-        let items = [
-            s(Some(1), None, None),
-            IndexItem::Tensor(Tensor::scalar(-2i64)),
-        ];
-        let y = get(&x, &items).unwrap();
+        assert_eq!(row(Tensor::scalar(1i32)), [4.0, 5.0, 6.0, 7.0]);
+        assert_eq!(row(Tensor::scalar(-1i64)), [8.0, 9.0, 10.0, 11.0]);
+        assert_eq!(row(Tensor::scalar(7i32)), [8.0, 9.0, 10.0, 11.0]);
+        assert_eq!(row(Tensor::scalar(-9i32)), [0.0, 1.0, 2.0, 3.0]);
+        let y = get(&x, &[s(Some(1), None, None), ti(-2)]).unwrap();
         assert_eq!((y.shape(), y.to_f64_vec()), (&[2][..], vec![6.0, 10.0]));
-        let items = [Ellipsis, IndexItem::Tensor(Tensor::scalar(0i32)), NewAxis];
-        assert_eq!(get(&x, &items).unwrap().shape(), &[3, 1]);
+        assert_eq!(
+            get(&x, &[Ellipsis, ti(0), NewAxis]).unwrap().shape(),
+            &[3, 1]
+        );
     }
 
     #[test]
@@ -486,10 +449,7 @@ mod tests {
             NewAxis,
         ];
         check_op_gradients(&|ctx, xs| getitem(ctx, &xs[0], &items), &[ramp(&[2, 3, 4])]);
-        let items = [
-            s(Some(-1), None, Some(-3)),
-            IndexItem::Tensor(Tensor::scalar(-3i32)),
-        ];
+        let items = [s(Some(-1), None, Some(-3)), ti(-3)];
         check_op_gradients(&|ctx, xs| getitem(ctx, &xs[0], &items), &[ramp(&[5, 3])]);
     }
 }

@@ -16,15 +16,15 @@ use smallvec::smallvec;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::shape::{broadcast_shapes, numel, Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-/// Multiply-adds above which one product is worth splitting over threads (measured: below
-/// it rayon's start-up costs more than the product itself).
-const GEMM_PARALLEL_FLOPS: usize = 1 << 18;
+/// Multiply-adds from which one product is split over threads. Measured (2 cores, AVX-512):
+/// below ~4M (64x128x512: ~55 us on one core) rayon's start-up and gemm's split packing cost
+/// more than the second core saves; many smaller products are spread one per task instead.
+const GEMM_PARALLEL_FLOPS: usize = 1 << 22;
 
 /// `op_a(a) @ op_b(b)`, where `op_x` swaps the last two axes when `transpose_x` is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -283,7 +283,7 @@ fn run<T: Kernel>(plan: &Plan, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if !plan.fits(xs.len(), ys.len()) {
         return Err(Error::internal(
             "matmul",
-            "kernel plan reaches outside an operand",
+            "the kernel plan reaches outside an operand",
         ));
     }
     let mut out = vec![T::zero(); plan.offsets.len() * plan.m * plan.n];
@@ -310,15 +310,8 @@ impl OpDef for MatMul {
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
         let (a, b) = (&inputs[0], &inputs[1]);
         let plan = self.plan(a.ty(), b.ty())?;
-        let out = crate::with_numeric!(
-            a.dtype(),
-            T,
-            { run::<T>(&plan, a, b)? },
-            return Err(Error::internal(
-                "matmul",
-                format!("kernel called with {}", DType::Bool)
-            ))
-        );
+        let bug = || Error::internal("matmul", "the kernel got bool operands");
+        let out = crate::with_numeric!(a.dtype(), T, { run::<T>(&plan, a, b)? }, return Err(bug()));
         Ok(smallvec![out])
     }
 
@@ -411,14 +404,11 @@ pub fn matmul_transposed<V: Value>(
     transpose_a: bool,
     transpose_b: bool,
 ) -> Result<V> {
-    build::apply1(
-        ctx,
-        MatMul {
-            transpose_a,
-            transpose_b,
-        },
-        &[a.clone(), b.clone()],
-    )
+    let op = MatMul {
+        transpose_a,
+        transpose_b,
+    };
+    build::apply1(ctx, op, &[a.clone(), b.clone()])
 }
 
 /// numpy's matmul: batch dimensions broadcast; a rank-1 `a` is a row vector and a rank-1 `b` a
@@ -439,13 +429,8 @@ pub fn matmul<V: Value>(ctx: &mut dyn Context<V>, a: &V, b: &V) -> Result<V> {
     let ka = at.shape[at.ndim() - 1];
     let kb = bt.shape[bt.ndim().saturating_sub(2)];
     if ka != kb && ka != DYN && kb != DYN {
-        return Err(contraction_error(
-            &at,
-            &bt,
-            ka,
-            kb,
-            "a: [..., m, k] or [k], and b: [..., k, n] or [k]",
-        ));
+        let expected = "a: [..., m, k] or [k], and b: [..., k, n] or [k]";
+        return Err(contraction_error(&at, &bt, ka, kb, expected));
     }
     let a2 = if at.ndim() == 1 {
         build::reshape(ctx, a, &[1, ka])?

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::context::EagerContext;
-use crate::dtype::Element;
+use crate::dtype::{DType, Element};
 use crate::ops::gradcheck;
 use crate::ErrorKind;
 
@@ -107,9 +107,8 @@ fn matches_the_reference_with_broadcast_batches_and_transposes() {
         (&[1, 3, 4], &[2, 4, 5]),
         (&[2, 3, 4], &[1, 4, 5]),
         (&[1, 1], &[1, 7]),
-        (&[600, 8, 8], &[600, 8, 8]),
-        (&[70, 300], &[300, 40]),
         (&[3, 40, 30], &[30, 40]),
+        (&[4, 1, 3], &[1, 3, 2]),
     ];
     for &(sa, sb) in cases {
         check(sa, sb, false, false);
@@ -123,6 +122,14 @@ fn matches_the_reference_with_broadcast_batches_and_transposes() {
         check(sa, &swap(sb), false, true);
         check(&swap(sa), &swap(sb), true, true);
     }
+}
+
+#[test]
+fn large_products_take_the_parallel_paths() {
+    // Many products spread one per task; one product split by gemm; ints split by rows.
+    check(&[40, 40, 60], &[40, 60, 50], false, false);
+    check(&[200, 150], &[150, 150], false, false);
+    check(&[150, 200], &[150, 150], true, true);
 }
 
 #[test]

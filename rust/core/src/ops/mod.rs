@@ -19,6 +19,7 @@ use crate::value::Value;
 
 pub mod binary;
 pub mod build;
+pub mod concat;
 pub mod creation;
 pub mod gather;
 #[cfg(test)]
@@ -28,6 +29,7 @@ pub mod indexing;
 pub mod kernels;
 pub mod layout;
 pub mod matmul;
+pub mod permute;
 pub mod reduce;
 pub mod rules;
 pub mod slicing;

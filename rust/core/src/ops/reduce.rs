@@ -55,6 +55,14 @@ fn reduce_infer(
     )])
 }
 
+/// Inputs below this many elements are reduced on one thread. Measured: one thread reduces
+/// about 10 elements per ns, so below it the work takes under ~25 us, which splitting over
+/// rayon barely beats (and loses to on a busy machine). Softmax rows and bias gradients of
+/// typical batches stay below it.
+const PARALLEL_ELEMENTS: usize = 8 * PARALLEL_THRESHOLD;
+/// Input elements per parallel task.
+const TASK_ELEMENTS: usize = 2 * PARALLEL_THRESHOLD;
+
 /// Folds `x` over `axes` with `f`, starting from `init`; the result has `out_shape`. Reads the
 /// input in place: trailing reduced axes fold contiguous runs, trailing kept axes accumulate
 /// whole rows, so both inner loops stream memory (and vectorise).
@@ -95,25 +103,37 @@ fn merge_dims(shape: &[usize], axes: &[usize]) -> SmallVec<[(usize, bool); 4]> {
     dims
 }
 
-/// Folds a contiguous run with eight independent accumulators: the chain of dependent adds
-/// (or compares) would otherwise bound the speed, and the lanes vectorise.
+/// Folds a contiguous run with 32 independent accumulators: one chain of dependent adds or
+/// compares would bound the speed by their latency; the lanes vectorise. Short runs (softmax
+/// over 10 classes) fold directly: setting up and combining lanes would cost more.
 fn fold_run<T: Copy>(run: &[T], init: T, f: &impl Fn(T, T) -> T) -> T {
-    let mut lanes = [init; 8];
-    let mut chunks = run.chunks_exact(8);
+    const N: usize = 32;
+    if run.len() < 2 * N {
+        return run.iter().fold(init, |a, &v| f(a, v));
+    }
+    let mut lanes = [init; N];
+    let mut chunks = run.chunks_exact(N);
     for c in &mut chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
             *l = f(*l, v);
         }
     }
-    let acc = chunks.remainder().iter().fold(init, |a, &v| f(a, v));
-    lanes.iter().fold(acc, |a, &l| f(a, l))
+    // Halving combines: log2(N) dependent steps instead of N.
+    let mut width = N / 2;
+    while width > 0 {
+        for i in 0..width {
+            lanes[i] = f(lanes[i], lanes[i + width]);
+        }
+        width /= 2;
+    }
+    chunks.remainder().iter().fold(lanes[0], |a, &v| f(a, v))
 }
 
 fn fold_all<T: Copy + Send + Sync>(data: &[T], init: T, f: &(impl Fn(T, T) -> T + Sync)) -> T {
-    if data.len() < PARALLEL_THRESHOLD {
+    if data.len() < PARALLEL_ELEMENTS {
         return fold_run(data, init, f);
     }
-    data.par_chunks(PARALLEL_THRESHOLD / 4)
+    data.par_chunks(TASK_ELEMENTS)
         .map(|c| fold_run(c, init, f))
         .reduce(|| init, f)
 }
@@ -135,7 +155,7 @@ fn fold_leading<T: Copy + Send + Sync>(
     f: &(impl Fn(T, T) -> T + Sync),
 ) -> Vec<T> {
     let mut acc = vec![init; k];
-    if data.len() < PARALLEL_THRESHOLD {
+    if data.len() < PARALLEL_ELEMENTS {
         fold_rows_into(&mut acc, data, f);
     } else if k >= 4096 {
         acc.par_chunks_mut(1024).enumerate().for_each(|(c, block)| {
@@ -148,7 +168,7 @@ fn fold_leading<T: Copy + Send + Sync>(
             });
         });
     } else {
-        let rows_per_task = (PARALLEL_THRESHOLD / 4 / k).max(1);
+        let rows_per_task = (TASK_ELEMENTS / k).max(1);
         let partials: Vec<Vec<T>> = data
             .par_chunks(rows_per_task * k)
             .map(|rows| {
@@ -216,7 +236,7 @@ fn fold_general<T: Copy + Send + Sync>(
         }
     };
     let mut out = vec![init; out_len];
-    if data.len() < PARALLEL_THRESHOLD {
+    if data.len() < PARALLEL_ELEMENTS {
         out.chunks_mut(unit).enumerate().for_each(work);
     } else if inner_reduced && out_len < rayon::current_num_threads() && reduced.len() == 1 {
         // A few long rows: the parallelism is inside each row.
@@ -288,17 +308,23 @@ macro_rules! bounded {
 }
 bounded! { f32: f32::NEG_INFINITY, f32::INFINITY; f64: f64::NEG_INFINITY, f64::INFINITY; i32: i32::MIN, i32::MAX; i64: i64::MIN, i64::MAX; }
 
+/// NaN is the one value unequal to itself; written for any element type (integers never are).
+#[allow(clippy::eq_op)]
+fn is_nan<T: PartialEq>(x: T) -> bool {
+    x != x
+}
+
 reduction!(
     /// Sum over `axes`.
     Sum, "sum", Numeric, Saves::NOTHING, init: zero, |a, b| a.wadd(b)
 );
 reduction!(
     /// Maximum over `axes` (NaN propagates).
-    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || a != a { a } else { b }
+    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || is_nan(a) { a } else { b }
 );
 reduction!(
     /// Minimum over `axes` (NaN propagates).
-    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || a != a { a } else { b }
+    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || is_nan(a) { a } else { b }
 );
 
 /// `g` (shaped like the reduction's output) broadcast back to the input's shape.

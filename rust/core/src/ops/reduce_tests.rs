@@ -107,17 +107,24 @@ fn every_axis_set_matches_the_reference() {
 
 #[test]
 fn large_inputs_take_the_parallel_paths() {
-    for shape in [
-        &[64, 512][..],
-        &[300, 200],
-        &[8, 5000],
-        &[3, 40000],
-        &[40, 30, 50],
-        &[2, 20000, 2],
-    ] {
+    let shapes: [&[usize]; 6] = [
+        &[600, 500],
+        &[80, 5000],
+        &[1000, 300],
+        &[3, 100000],
+        &[40, 80, 100],
+        &[2, 80000, 2],
+    ];
+    for shape in shapes {
         check_all_axis_sets(&data(shape, DType::F32));
     }
-    check_all_axis_sets(&data(&[64, 10], DType::F64));
+    // More threads than output elements: each long row is split instead.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(8)
+        .build()
+        .unwrap();
+    pool.install(|| check_all_axis_sets(&data(&[3, 100000], DType::F64)));
+    check_all_axis_sets(&data(&[64, 512], DType::F64));
 }
 
 #[test]

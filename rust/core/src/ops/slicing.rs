@@ -79,10 +79,12 @@ impl OpDef for Slice {
                 ));
             }
             if a > b || (n != DYN && b > n) {
-                return Err(Error::index(
-                    "slice",
-                    format!("dimension {d} of shape {}: need 0 <= start <= stop <= {n}, got start {a}, stop {b}", shape_str(x)),
-                ));
+                let shape = shape_str(x);
+                let message = format!(
+                    "dimension {d} of shape {shape}: need 0 <= start <= stop <= {n}, \
+                     got start {a}, stop {b}"
+                );
+                return Err(Error::index("slice", message));
             }
             shape.push((b - a).div_ceil(s));
         }
@@ -278,107 +280,94 @@ pub fn pad<V: Value>(
 mod tests {
     use super::*;
     use crate::context::EagerContext;
-    use crate::ops::gradcheck::{check_op_gradients, ramp};
+    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ErrorKind;
-
-    fn iota(shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        Tensor::from_vec((0..n).map(|v| v as f64).collect::<Vec<_>>(), shape).unwrap()
-    }
-
-    fn check_err(r: Result<Tensor>, kind: ErrorKind, op: &str, needle: &str) {
-        let err = r.unwrap_err();
-        assert_eq!(err.kind, kind, "{err}");
-        assert!(
-            err.to_string().starts_with(&format!("{op}:")) && err.to_string().contains(needle),
-            "{err}"
-        );
-    }
 
     #[test]
     fn slice_takes_strided_windows() {
-        let x = iota(&[3, 5]);
-        let y = slice(&mut EagerContext, &x, &[1, 0], &[3, 5], &[1, 2]).unwrap();
+        let (cx, x) = (&mut EagerContext, iota(&[3, 5]));
+        let y = slice(cx, &x, &[1, 0], &[3, 5], &[1, 2]).unwrap();
         assert_eq!(
             (y.shape(), y.to_f64_vec()),
             (&[2, 3][..], vec![5.0, 7.0, 9.0, 10.0, 12.0, 14.0])
         );
         // stop need not be aligned with the step: ceil((4 - 1) / 2) = 2 elements
-        let y = slice(&mut EagerContext, &iota(&[5]), &[1], &[4], &[2]).unwrap();
-        assert_eq!(y.to_f64_vec(), vec![1.0, 3.0]);
-        let y = slice(&mut EagerContext, &x, &[2, 5], &[2, 5], &[1, 3]).unwrap();
-        assert_eq!(y.shape(), &[0, 0]);
-        let y = slice(&mut EagerContext, &iota(&[0, 2]), &[0, 1], &[0, 2], &[1, 1]).unwrap();
-        assert_eq!(y.shape(), &[0, 1]);
-        let b = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
         assert_eq!(
-            slice(&mut EagerContext, &b, &[0], &[3], &[2])
+            slice(cx, &iota(&[5]), &[1], &[4], &[2])
                 .unwrap()
                 .to_f64_vec(),
-            vec![1.0, 1.0]
+            [1.0, 3.0]
+        );
+        assert_eq!(
+            slice(cx, &x, &[2, 5], &[2, 5], &[1, 3]).unwrap().shape(),
+            &[0, 0]
+        );
+        assert_eq!(
+            slice(cx, &iota(&[0, 2]), &[0, 1], &[0, 2], &[1, 1])
+                .unwrap()
+                .shape(),
+            &[0, 1]
+        );
+        let b = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
+        assert_eq!(
+            slice(cx, &b, &[0], &[3], &[2]).unwrap().to_f64_vec(),
+            [1.0, 1.0]
         );
     }
 
     #[test]
     fn slice_rejects_bad_bounds() {
-        let x = iota(&[3, 5]);
-        check_err(
-            slice(&mut EagerContext, &x, &[0, 0], &[4, 5], &[1, 1]),
+        let (cx, x) = (&mut EagerContext, iota(&[3, 5]));
+        let r = slice(cx, &x, &[0, 0], &[4, 5], &[1, 1]);
+        expect_error(r, ErrorKind::Index, "slice", &["stop 4", "<= 3", "[3, 5]"]);
+        expect_error(
+            slice(cx, &x, &[2, 0], &[1, 5], &[1, 1]),
             ErrorKind::Index,
             "slice",
-            "stop 4",
+            &["start 2"],
         );
-        check_err(
-            slice(&mut EagerContext, &x, &[2, 0], &[1, 5], &[1, 1]),
-            ErrorKind::Index,
-            "slice",
-            "start 2",
-        );
-        check_err(
-            slice(&mut EagerContext, &x, &[0, 0], &[3, 5], &[1, 0]),
+        let r = slice(cx, &x, &[0, 0], &[3, 5], &[1, 0]);
+        expect_error(
+            r,
             ErrorKind::InvalidArgument,
             "slice",
-            "step",
+            &["step", "dimension 1"],
         );
-        check_err(
-            slice(&mut EagerContext, &x, &[0], &[3], &[1]),
+        let r = slice(cx, &x, &[0], &[3], &[1]);
+        expect_error(
+            r,
             ErrorKind::InvalidArgument,
             "slice",
-            "[3, 5]",
+            &["start has 1", "[3, 5]"],
         );
     }
 
     #[test]
     fn pad_inserts_zeros() {
-        let y = pad(&mut EagerContext, &iota(&[3]), &[1], &[2], &[1]).unwrap();
-        assert_eq!(y.to_f64_vec(), vec![0.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 0.0]);
-        let y = pad(&mut EagerContext, &iota(&[2, 2]), &[0, 1], &[1, 0], &[0, 2]).unwrap();
-        assert_eq!(y.shape(), &[3, 5]);
+        let cx = &mut EagerContext;
+        let y = pad(cx, &iota(&[3]), &[1], &[2], &[1]).unwrap();
+        assert_eq!(y.to_f64_vec(), [0.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 0.0]);
+        let y = pad(cx, &iota(&[2, 2]), &[0, 1], &[1, 0], &[0, 2]).unwrap();
         let want = [
             0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 2.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0,
         ];
-        assert_eq!(y.to_f64_vec(), want);
-        let y = pad(&mut EagerContext, &iota(&[0]), &[2], &[1], &[5]).unwrap();
-        assert_eq!(y.to_f64_vec(), vec![0.0; 3]);
+        assert_eq!(
+            (y.shape(), y.to_f64_vec().as_slice()),
+            (&[3, 5][..], &want[..])
+        );
+        assert_eq!(
+            pad(cx, &iota(&[0]), &[2], &[1], &[5]).unwrap().to_f64_vec(),
+            [0.0; 3]
+        );
         let b = Tensor::from_vec(vec![true], &[1]).unwrap();
         assert_eq!(
-            pad(&mut EagerContext, &b, &[1], &[0], &[0])
-                .unwrap()
-                .to_f64_vec(),
-            vec![0.0, 1.0]
+            pad(cx, &b, &[1], &[0], &[0]).unwrap().to_f64_vec(),
+            [0.0, 1.0]
         );
-        check_err(
-            pad(&mut EagerContext, &iota(&[2]), &[0, 0], &[0], &[0]),
-            ErrorKind::InvalidArgument,
-            "pad",
-            "low",
-        );
-        check_err(
-            pad(&mut EagerContext, &iota(&[2]), &[usize::MAX], &[1], &[0]),
-            ErrorKind::InvalidArgument,
-            "pad",
-            "overflows",
-        );
+        let r = pad(cx, &iota(&[2]), &[0, 0], &[0], &[0]);
+        expect_error(r, ErrorKind::InvalidArgument, "pad", &["low has 2", "[2]"]);
+        let r = pad(cx, &iota(&[2]), &[usize::MAX], &[1], &[0]);
+        expect_error(r, ErrorKind::InvalidArgument, "pad", &["overflows"]);
     }
 
     #[test]

@@ -1,0 +1,243 @@
+//! Ops that permute elements without changing their number: `transpose` (of axes) and
+//! `reverse` (of positions along axes). Any dtype; both are their own kind of inverse, so each
+//! gradient is the same op again (transpose with the inverse permutation). MLIR:
+//! `stablehlo.transpose`, `stablehlo.reverse`.
+
+use ndarray::{Axis, IxDyn};
+use smallvec::smallvec;
+
+use super::layout::owned;
+use super::rules::shape_str;
+use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::shape::{Shape, TensorType};
+use crate::tensor::Tensor;
+use crate::value::Value;
+
+/// numpy's transpose with an explicit permutation: output dimension `i` is input dimension
+/// `perm[i]`. Shares nothing: the kernel copies into row-major order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transpose {
+    pub perm: Vec<usize>,
+}
+
+impl OpDef for Transpose {
+    fn name(&self) -> &'static str {
+        "transpose"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("transpose", inputs, 1)?;
+        let x = &inputs[0];
+        let mut seen = vec![false; x.ndim()];
+        let valid = self.perm.len() == x.ndim()
+            && self
+                .perm
+                .iter()
+                .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+        if !valid {
+            return Err(Error::invalid(
+                "transpose",
+                format!(
+                    "perm {:?} is not a permutation of the {} axes of a tensor of shape {}",
+                    self.perm,
+                    x.ndim(),
+                    shape_str(x)
+                ),
+            ));
+        }
+        let shape: Shape = self.perm.iter().map(|&p| x.shape[p]).collect();
+        Ok(smallvec![TensorType::new(x.dtype, &shape)])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        if self.perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(smallvec![x.with_new_id()]);
+        }
+        let out = crate::with_dtype!(x.dtype(), T, {
+            owned(x.view::<T>()?.permuted_axes(IxDyn(&self.perm)))
+        });
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        _: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
+        let mut inverse = vec![0; self.perm.len()];
+        for (i, &p) in self.perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        Ok(smallvec![Some(transpose(ctx, g, &inverse)?)])
+    }
+}
+
+/// Reverses the order of elements along each of `axes` (distinct).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reverse {
+    pub axes: Vec<usize>,
+}
+
+impl OpDef for Reverse {
+    fn name(&self) -> &'static str {
+        "reverse"
+    }
+
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("reverse", inputs, 1)?;
+        let x = &inputs[0];
+        for (i, &a) in self.axes.iter().enumerate() {
+            if a >= x.ndim() {
+                return Err(Error::index(
+                    "reverse",
+                    format!(
+                        "axis {a} is out of bounds for a tensor of shape {}",
+                        shape_str(x)
+                    ),
+                ));
+            }
+            if self.axes[..i].contains(&a) {
+                return Err(Error::invalid(
+                    "reverse",
+                    format!("axis {a} is repeated in {:?}", self.axes),
+                ));
+            }
+        }
+        Ok(smallvec![x.clone()])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        if self.axes.is_empty() {
+            return Ok(smallvec![x.with_new_id()]);
+        }
+        let out = crate::with_dtype!(x.dtype(), T, {
+            let mut v = x.view::<T>()?;
+            for &a in &self.axes {
+                v.invert_axis(Axis(a));
+            }
+            owned(v)
+        });
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        _: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        let Some(g) = grads[0].as_ref() else {
+            return Ok(smallvec![None]);
+        };
+        Ok(smallvec![Some(reverse(ctx, g, &self.axes)?)])
+    }
+}
+
+/// Permutes axes: output dimension `i` is input dimension `perm[i]`.
+pub fn transpose<V: Value>(ctx: &mut dyn Context<V>, x: &V, perm: &[usize]) -> Result<V> {
+    build::apply1(
+        ctx,
+        Transpose {
+            perm: perm.to_vec(),
+        },
+        std::slice::from_ref(x),
+    )
+}
+
+/// Reverses `x` along `axes` (absolute, distinct; any order).
+pub fn reverse<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Result<V> {
+    let mut axes = axes.to_vec();
+    axes.sort_unstable();
+    build::apply1(ctx, Reverse { axes }, std::slice::from_ref(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::EagerContext;
+    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::ErrorKind;
+
+    #[test]
+    fn transpose_permutes_axes() {
+        let cx = &mut EagerContext;
+        let y = transpose(cx, &iota(&[2, 3, 4]), &[2, 0, 1]).unwrap();
+        assert_eq!(y.shape(), &[4, 2, 3]);
+        // y[k, i, j] = x[i, j, k] = 12 i + 4 j + k
+        let want: Vec<f64> = (0..4)
+            .flat_map(|k| {
+                (0..2).flat_map(move |i| (0..3).map(move |j| (12 * i + 4 * j + k) as f64))
+            })
+            .collect();
+        assert_eq!(y.to_f64_vec(), want);
+        let empty = Tensor::from_vec(Vec::<i32>::new(), &[0, 3]).unwrap();
+        let t = transpose(cx, &empty, &[1, 0]).unwrap();
+        assert_eq!((t.shape(), t.dtype()), (&[3, 0][..], crate::DType::I32));
+        for perm in [vec![0], vec![0, 0], vec![0, 2]] {
+            let r = transpose(cx, &iota(&[2, 3]), &perm);
+            expect_error(
+                r,
+                ErrorKind::InvalidArgument,
+                "transpose",
+                &["[2, 3]", "permutation"],
+            );
+        }
+    }
+
+    #[test]
+    fn reverse_flips_axes() {
+        let (cx, x) = (&mut EagerContext, iota(&[2, 3]));
+        assert_eq!(
+            reverse(cx, &x, &[1]).unwrap().to_f64_vec(),
+            [2.0, 1.0, 0.0, 5.0, 4.0, 3.0]
+        );
+        assert_eq!(
+            reverse(cx, &x, &[1, 0]).unwrap().to_f64_vec(),
+            [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+        );
+        assert_eq!(reverse(cx, &x, &[]).unwrap().to_f64_vec(), x.to_f64_vec());
+        assert_eq!(reverse(cx, &iota(&[0, 2]), &[0]).unwrap().shape(), &[0, 2]);
+        expect_error(
+            reverse(cx, &x, &[2]),
+            ErrorKind::Index,
+            "reverse",
+            &["axis 2", "[2, 3]"],
+        );
+        expect_error(
+            reverse(cx, &x, &[0, 0]),
+            ErrorKind::InvalidArgument,
+            "reverse",
+            &["repeated"],
+        );
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        check_op_gradients(
+            &|ctx, xs| transpose(ctx, &xs[0], &[2, 0, 1]),
+            &[ramp(&[2, 3, 2])],
+        );
+        check_op_gradients(
+            &|ctx, xs| reverse(ctx, &xs[0], &[0, 2]),
+            &[ramp(&[2, 2, 3])],
+        );
+    }
+}
