@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import gradloop as gl
 import numpy as np
+
+import gradloop as gl
 
 CHAIN_OPS = 1000  # (a): ops per chain, alternating add, mul, sin
 MLP_SIZES = (784, 512, 512, 10)  # (b)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import gradloop as gl
 import numpy as np
+
+import gradloop as gl
 
 Fn = Callable[..., "gl.Tensor"]
 MODES = ("tape", "grad")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
-import gradloop as gl
 import numpy as np
 import pytest
+
+import gradloop as gl
 from gradcheck import check_grads
 
 GradErr = gl.errors.GradientError

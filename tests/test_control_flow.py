@@ -6,12 +6,13 @@ from __future__ import annotations
 import inspect
 from collections import namedtuple
 
-import gradloop as gl
 import numpy as np
 import pytest
-from gradcheck import check_grads
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import gradloop as gl
+from gradcheck import check_grads
 
 ERR = gl.errors.ControlFlowError
 HERE = r"test_control_flow\.py:\d+"

@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import gradloop as gl
 import numpy as np
 import pytest
+
+import gradloop as gl
 
 E = gl.errors
 

@@ -7,8 +7,9 @@ import math
 import subprocess
 import sys
 
-import gradloop as gl
 import pytest
+
+import gradloop as gl
 from gradloop.examples import projectile
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 
 import pytest
-from gradloop import errors, nest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from gradloop import errors, nest
 
 Point = namedtuple("Point", ["x", "y"])
 

@@ -12,9 +12,10 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import gradloop as gl
 import numpy as np
 import pytest
+
+import gradloop as gl
 from gradcheck import check_grads
 
 Shape = tuple[int, ...]

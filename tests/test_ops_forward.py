@@ -4,9 +4,10 @@ the op is meaningful; Python operators, scalar adaptation, tensor construction a
 
 from __future__ import annotations
 
-import gradloop as gl
 import numpy as np
 import pytest
+
+import gradloop as gl
 
 NP = {
     gl.float32: np.float32,

@@ -5,11 +5,12 @@ gradient identities (d/dx sum(x*y) = y summed back to x's shape).
 
 from __future__ import annotations
 
-import gradloop as gl
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+import gradloop as gl
 
 SETTINGS = settings(max_examples=50, deadline=None)
 shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=3)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import threading
 
-import gradloop as gl
 import numpy as np
 import pytest
+
+import gradloop as gl
 from gradloop import autodiff
 
 
