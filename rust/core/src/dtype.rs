@@ -33,12 +33,12 @@ impl DType {
             "int32" | "i32" => DType::I32,
             "int64" | "i64" => DType::I64,
             "bool" | "bool_" => DType::Bool,
-            other => {
-                return Err(Error::dtype(
-                    "dtype",
-                    format!("unsupported dtype '{other}'; expected float32, float64, int32, int64 or bool"),
-                ))
-            }
+            other => return Err(Error::dtype(
+                "dtype",
+                format!(
+                    "unsupported dtype '{other}'; expected float32, float64, int32, int64 or bool"
+                ),
+            )),
         })
     }
 
@@ -112,7 +112,11 @@ element!(f32, F32, |v: f64| v as f32, |x: f32| x as f64);
 element!(f64, F64, |v: f64| v, |x: f64| x);
 element!(i32, I32, |v: f64| v as i32, |x: i32| x as f64);
 element!(i64, I64, |v: f64| v as i64, |x: i64| x as f64);
-element!(bool, Bool, |v: f64| v != 0.0, |x: bool| if x { 1.0 } else { 0.0 });
+element!(bool, Bool, |v: f64| v != 0.0, |x: bool| if x {
+    1.0
+} else {
+    0.0
+});
 
 /// Contiguous, row-major element buffer. Immutable once inside a `Tensor` (shared by `Arc`).
 #[derive(Clone, Debug, PartialEq)]

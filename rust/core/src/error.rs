@@ -55,8 +55,16 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn new(kind: ErrorKind, op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
-        Error { kind, op: op.into(), message: message.into() }
+    pub fn new(
+        kind: ErrorKind,
+        op: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error {
+            kind,
+            op: op.into(),
+            message: message.into(),
+        }
     }
 
     pub fn shape(op: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
@@ -83,4 +91,3 @@ impl Error {
         Self::new(ErrorKind::Internal, op, message)
     }
 }
-

@@ -18,7 +18,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use ops::{Op, OpKind};
 pub use shape::{Shape, TensorType, DYN};
 pub use tape::{
-    compute_gradient, ForwardOperation, GradientFunction, GradientRegistry, Tape, TapeContext, TapeRef,
+    compute_gradient, ForwardOperation, GradientFunction, GradientRegistry, Tape, TapeContext,
+    TapeRef,
 };
 pub use tensor::{Scalar, Tensor, TensorId};
 pub use value::Value;

@@ -24,11 +24,17 @@ pub struct TensorType {
 
 impl TensorType {
     pub fn new(dtype: DType, shape: &[usize]) -> Self {
-        TensorType { dtype, shape: shape.into() }
+        TensorType {
+            dtype,
+            shape: shape.into(),
+        }
     }
 
     pub fn scalar(dtype: DType) -> Self {
-        TensorType { dtype, shape: Shape::new() }
+        TensorType {
+            dtype,
+            shape: Shape::new(),
+        }
     }
 
     pub fn ndim(&self) -> usize {
@@ -40,7 +46,10 @@ impl TensorType {
     }
 
     pub fn with_dtype(&self, dtype: DType) -> Self {
-        TensorType { dtype, shape: self.shape.clone() }
+        TensorType {
+            dtype,
+            shape: self.shape.clone(),
+        }
     }
 }
 
@@ -95,8 +104,16 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Sh
     let n = a.len().max(b.len());
     let mut out: Shape = smallvec::smallvec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -127,7 +144,11 @@ pub fn normalize_axis(op: &'static str, axis: i64, ndim: usize) -> Result<usize>
             format!("axis {axis} is out of bounds for a tensor of rank {ndim}"),
         ));
     }
-    Ok(if axis < 0 { (axis + n) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + n) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// Axes for a reduction: `None` means all; duplicates are an error; the result is sorted.
@@ -139,7 +160,10 @@ pub fn normalize_axes(op: &'static str, axes: Option<&[i64]>, ndim: usize) -> Re
     for &a in axes {
         let a = normalize_axis(op, a, ndim)?;
         if out.contains(&a) {
-            return Err(Error::invalid(op, format!("axis {a} is repeated in {axes:?}")));
+            return Err(Error::invalid(
+                op,
+                format!("axis {a} is repeated in {axes:?}"),
+            ));
         }
         out.push(a);
     }
@@ -153,9 +177,17 @@ mod tests {
 
     #[test]
     fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast_shapes("t", &[2, 1, 3], &[4, 1]).unwrap().as_slice(), &[2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes("t", &[2, 1, 3], &[4, 1])
+                .unwrap()
+                .as_slice(),
+            &[2, 4, 3]
+        );
         assert_eq!(broadcast_shapes("t", &[], &[5]).unwrap().as_slice(), &[5]);
-        assert_eq!(broadcast_shapes("t", &[0, 1], &[1, 7]).unwrap().as_slice(), &[0, 7]);
+        assert_eq!(
+            broadcast_shapes("t", &[0, 1], &[1, 7]).unwrap().as_slice(),
+            &[0, 7]
+        );
         let err = broadcast_shapes("add", &[2, 3], &[4]).unwrap_err();
         assert!(err.to_string().contains("add"));
         assert!(err.to_string().contains("[2, 3]") && err.to_string().contains("[4]"));
@@ -163,12 +195,20 @@ mod tests {
 
     #[test]
     fn unknown_dims_broadcast_against_anything() {
-        assert_eq!(broadcast_shapes("t", &[DYN, 3], &[4, 1]).unwrap().as_slice(), &[4, 3]);
+        assert_eq!(
+            broadcast_shapes("t", &[DYN, 3], &[4, 1])
+                .unwrap()
+                .as_slice(),
+            &[4, 3]
+        );
     }
 
     #[test]
     fn axes_are_normalized_and_checked() {
-        assert_eq!(normalize_axes("sum", Some(&[-1, 0]), 3).unwrap(), vec![0, 2]);
+        assert_eq!(
+            normalize_axes("sum", Some(&[-1, 0]), 3).unwrap(),
+            vec![0, 2]
+        );
         assert!(normalize_axes("sum", Some(&[3]), 3).is_err());
         assert!(normalize_axes("sum", Some(&[1, -2]), 3).is_err());
         assert_eq!(strides(&[2, 3, 4]).as_slice(), &[12, 4, 1]);

@@ -44,7 +44,8 @@ pub struct ForwardOperation<'a, V> {
 }
 
 /// Builds the gradient function of one forward op; `Ok(None)` means "not differentiable".
-pub type GradientFactory<V> = fn(&ForwardOperation<'_, V>) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
+pub type GradientFactory<V> =
+    fn(&ForwardOperation<'_, V>) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
 
 /// Op kind -> gradient factory. `with_op_table()` registers every op's own rule.
 pub struct GradientRegistry<V: Value> {
@@ -54,7 +55,9 @@ pub struct GradientRegistry<V: Value> {
 impl<V: Value> GradientRegistry<V> {
     /// An empty registry (every op not differentiable until registered).
     pub fn new() -> Self {
-        GradientRegistry { factories: HashMap::new() }
+        GradientRegistry {
+            factories: HashMap::new(),
+        }
     }
 
     /// Every op of the table with the gradient rule written beside its kernel.
@@ -75,7 +78,10 @@ impl<V: Value> GradientRegistry<V> {
     }
 
     /// The gradient function for `fwd`, or `None` when its op is not differentiable.
-    pub fn lookup(&self, fwd: &ForwardOperation<'_, V>) -> Result<Option<Arc<dyn GradientFunction<V>>>> {
+    pub fn lookup(
+        &self,
+        fwd: &ForwardOperation<'_, V>,
+    ) -> Result<Option<Arc<dyn GradientFunction<V>>>> {
         match self.factories.get(&fwd.op.kind()) {
             Some(Some(factory)) => factory(fwd),
             _ => Ok(None),
@@ -114,7 +120,10 @@ fn op_table_gradient<V: Value>(
         return Ok(None);
     }
     let saved = Saved::capture(saves, fwd.inputs, fwd.outputs);
-    Ok(Some(Arc::new(OpGradient { op: fwd.op.clone(), saved })))
+    Ok(Some(Arc::new(OpGradient {
+        op: fwd.op.clone(),
+        saved,
+    })))
 }
 
 struct TapeEntry<V: Value> {
@@ -158,7 +167,12 @@ fn is_trainable<V: Value>(v: &V) -> bool {
 
 impl<V: Value> Tape<V> {
     pub fn new(persistent: bool) -> Self {
-        Tape { persistent, watched: HashSet::new(), entries: Vec::new(), used: false }
+        Tape {
+            persistent,
+            watched: HashSet::new(),
+            entries: Vec::new(),
+            used: false,
+        }
     }
 
     pub fn new_ref(persistent: bool) -> TapeRef<V> {
@@ -183,7 +197,10 @@ impl<V: Value> Tape<V> {
         if !is_trainable(v) {
             return Err(Error::gradient(
                 "watch",
-                format!("cannot watch a {} tensor: only float32 and float64 have gradients", v.ty().dtype),
+                format!(
+                    "cannot watch a {} tensor: only float32 and float64 have gradients",
+                    v.ty().dtype
+                ),
             ));
         }
         self.watched.insert(v.id());
@@ -196,7 +213,9 @@ impl<V: Value> Tape<V> {
 
     /// True when an op with these inputs must be recorded.
     pub fn should_record(&self, inputs: &[V]) -> bool {
-        inputs.iter().any(|v| self.watched.contains(&v.id()) && is_trainable(v))
+        inputs
+            .iter()
+            .any(|v| self.watched.contains(&v.id()) && is_trainable(v))
     }
 
     /// Records an op; its float outputs become watched.
@@ -207,7 +226,10 @@ impl<V: Value> Tape<V> {
         outputs: &[V],
         function: Arc<dyn GradientFunction<V>>,
     ) {
-        let needs = inputs.iter().map(|v| self.watched.contains(&v.id()) && is_trainable(v)).collect();
+        let needs = inputs
+            .iter()
+            .map(|v| self.watched.contains(&v.id()) && is_trainable(v))
+            .collect();
         for o in outputs.iter().filter(|o| is_trainable(*o)) {
             self.watched.insert(o.id());
         }
@@ -242,9 +264,15 @@ pub fn record_op<V: Value>(
             continue;
         }
         if function.is_none() {
-            let skip: SmallVec<[usize; 2]> =
-                (0..inputs.len()).filter(|&i| !t.watched.contains(&inputs[i].id())).collect();
-            let fwd = ForwardOperation { op, inputs, outputs, skip_input_indices: &skip };
+            let skip: SmallVec<[usize; 2]> = (0..inputs.len())
+                .filter(|&i| !t.watched.contains(&inputs[i].id()))
+                .collect();
+            let fwd = ForwardOperation {
+                op,
+                inputs,
+                outputs,
+                skip_input_indices: &skip,
+            };
             function = Some(registry.lookup(&fwd)?);
         }
         if let Some(Some(f)) = &function {
@@ -312,14 +340,21 @@ pub fn compute_gradient<V: Value>(
         if t.persistent {
             (t.entries.clone(), t.watched.clone())
         } else {
-            (std::mem::take(&mut t.entries), std::mem::take(&mut t.watched))
+            (
+                std::mem::take(&mut t.entries),
+                std::mem::take(&mut t.watched),
+            )
         }
     };
     if let Some(og) = output_gradients {
         if og.len() != targets.len() {
             return Err(Error::invalid(
                 "GradientTape.gradient",
-                format!("got {} output_gradients for {} targets", og.len(), targets.len()),
+                format!(
+                    "got {} output_gradients for {} targets",
+                    og.len(),
+                    targets.len()
+                ),
             ));
         }
     }
@@ -354,7 +389,13 @@ fn backward<V: Value>(
         let grad_outputs: SmallVec<[Option<V>; 1]> = entry
             .outputs
             .iter()
-            .map(|id| if source_ids.contains(id) { grads.get(id).cloned() } else { grads.remove(id) })
+            .map(|id| {
+                if source_ids.contains(id) {
+                    grads.get(id).cloned()
+                } else {
+                    grads.remove(id)
+                }
+            })
             .collect();
         if grad_outputs.iter().all(Option::is_none) {
             continue;
@@ -363,7 +404,11 @@ fn backward<V: Value>(
         if grad_inputs.len() != entry.inputs.len() {
             return Err(Error::internal(
                 entry.name,
-                format!("gradient returned {} values for {} inputs", grad_inputs.len(), entry.inputs.len()),
+                format!(
+                    "gradient returned {} values for {} inputs",
+                    grad_inputs.len(),
+                    entry.inputs.len()
+                ),
             ));
         }
         for (i, g) in grad_inputs.into_iter().enumerate() {
@@ -375,7 +420,13 @@ fn backward<V: Value>(
     }
     Ok(sources
         .iter()
-        .map(|s| if watched.contains(&s.id()) { grads.get(&s.id()).cloned() } else { None })
+        .map(|s| {
+            if watched.contains(&s.id()) {
+                grads.get(&s.id()).cloned()
+            } else {
+                None
+            }
+        })
         .collect())
 }
 
@@ -394,7 +445,13 @@ fn reachable_entries<V: Value>(entries: &[TapeEntry<V>], targets: &[V]) -> Vec<b
             if !needed[i] {
                 needed[i] = true;
                 let e = &entries[i];
-                stack.extend(e.inputs.iter().zip(&e.needs).filter(|(_, n)| **n).map(|(id, _)| *id));
+                stack.extend(
+                    e.inputs
+                        .iter()
+                        .zip(&e.needs)
+                        .filter(|(_, n)| **n)
+                        .map(|(id, _)| *id),
+                );
             }
         }
     }
@@ -416,7 +473,10 @@ fn accumulate<V: Value>(
 }
 
 fn same_shape(a: &[usize], b: &[usize]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y || *x == DYN || *y == DYN)
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x == y || *x == DYN || *y == DYN)
 }
 
 fn check_seed<V: Value>(target: &V, g: V) -> Result<V> {

@@ -14,15 +14,30 @@ fn x(values: &[f64]) -> Tensor {
 }
 
 /// Records `f(x)` on `tape`, returning the output.
-fn record(tape: &TapeRef<Tensor>, reg: &GradientRegistry<Tensor>, f: impl Fn(&mut dyn Context<Tensor>) -> Result<Tensor>) -> Tensor {
+fn record(
+    tape: &TapeRef<Tensor>,
+    reg: &GradientRegistry<Tensor>,
+    f: impl Fn(&mut dyn Context<Tensor>) -> Result<Tensor>,
+) -> Tensor {
     let mut eager = EagerContext;
     let tapes = [tape.clone()];
-    let mut ctx = TapeContext { inner: &mut eager, tapes: &tapes, registry: reg };
+    let mut ctx = TapeContext {
+        inner: &mut eager,
+        tapes: &tapes,
+        registry: reg,
+    };
     f(&mut ctx).unwrap()
 }
 
 fn grad(tape: &TapeRef<Tensor>, y: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
-    Ok(compute_gradient(tape, &mut EagerContext, std::slice::from_ref(y), std::slice::from_ref(x), None)?.remove(0))
+    Ok(compute_gradient(
+        tape,
+        &mut EagerContext,
+        std::slice::from_ref(y),
+        std::slice::from_ref(x),
+        None,
+    )?
+    .remove(0))
 }
 
 #[test]
@@ -81,7 +96,10 @@ fn unwatched_and_unconnected_sources_get_none() {
     let y = record(&tape, &reg, |ctx| build::mul(ctx, &a, &b));
     assert!(grad(&tape, &y, &b).unwrap().is_none(), "b is not watched");
     assert!(grad(&tape, &y, &c).unwrap().is_none(), "c does not reach y");
-    assert_eq!(grad(&tape, &y, &a).unwrap().unwrap().to_f64_vec(), vec![2.0]);
+    assert_eq!(
+        grad(&tape, &y, &a).unwrap().unwrap().to_f64_vec(),
+        vec![2.0]
+    );
 }
 
 #[test]
@@ -111,25 +129,53 @@ fn nested_tapes_give_third_derivatives() {
     // f = x^4 (as x*x*x*x): f''' = 24 x.
     let reg = registry();
     let a = x(&[0.7]);
-    let (t1, t2, t3) = (Tape::new_ref(false), Tape::new_ref(false), Tape::new_ref(false));
+    let (t1, t2, t3) = (
+        Tape::new_ref(false),
+        Tape::new_ref(false),
+        Tape::new_ref(false),
+    );
     for t in [&t1, &t2, &t3] {
         t.lock().unwrap().watch(&a).unwrap();
     }
     let mut eager = EagerContext;
     let all = [t1.clone(), t2.clone(), t3.clone()];
     let y = {
-        let mut ctx = TapeContext { inner: &mut eager, tapes: &all, registry: &reg };
+        let mut ctx = TapeContext {
+            inner: &mut eager,
+            tapes: &all,
+            registry: &reg,
+        };
         let x2 = build::mul(&mut ctx, &a, &a).unwrap();
         build::mul(&mut ctx, &x2, &x2).unwrap()
     };
     // Each gradient is computed under the tapes that are still "outside" it.
     let outer2 = [t1.clone(), t2.clone()];
-    let mut ctx2 = TapeContext { inner: &mut eager, tapes: &outer2, registry: &reg };
-    let g1 = compute_gradient(&t3, &mut ctx2, &[y], &[a.clone()], None).unwrap().remove(0).unwrap();
+    let mut ctx2 = TapeContext {
+        inner: &mut eager,
+        tapes: &outer2,
+        registry: &reg,
+    };
+    let g1 = compute_gradient(&t3, &mut ctx2, &[y], std::slice::from_ref(&a), None)
+        .unwrap()
+        .remove(0)
+        .unwrap();
     let mut eager = EagerContext;
     let outer1 = [t1.clone()];
-    let mut ctx1 = TapeContext { inner: &mut eager, tapes: &outer1, registry: &reg };
-    let g2 = compute_gradient(&t2, &mut ctx1, &[g1.clone()], &[a.clone()], None).unwrap().remove(0).unwrap();
+    let mut ctx1 = TapeContext {
+        inner: &mut eager,
+        tapes: &outer1,
+        registry: &reg,
+    };
+    let g2 = compute_gradient(
+        &t2,
+        &mut ctx1,
+        std::slice::from_ref(&g1),
+        std::slice::from_ref(&a),
+        None,
+    )
+    .unwrap()
+    .remove(0)
+    .unwrap();
     let g3 = grad(&t1, &g2, &a).unwrap().unwrap();
     let v = 0.7f64;
     assert!((g1.to_f64_vec()[0] - 4.0 * v.powi(3)).abs() < 1e-12);
@@ -145,10 +191,18 @@ fn output_gradients_seed_the_backward_pass_and_are_checked() {
     tape.lock().unwrap().watch(&a).unwrap();
     let y = record(&tape, &reg, |ctx| build::mul(ctx, &a, &a));
     let seed = x(&[10.0, 100.0]);
-    let g = compute_gradient(&tape, &mut EagerContext, &[y.clone()], &[a.clone()], Some(&[Some(seed)])).unwrap();
+    let g = compute_gradient(
+        &tape,
+        &mut EagerContext,
+        std::slice::from_ref(&y),
+        std::slice::from_ref(&a),
+        Some(&[Some(seed)]),
+    )
+    .unwrap();
     assert_eq!(g[0].as_ref().unwrap().to_f64_vec(), vec![20.0, 400.0]);
     let bad = x(&[1.0]);
-    let err = compute_gradient(&tape, &mut EagerContext, &[y], &[a], Some(&[Some(bad)])).unwrap_err();
+    let err =
+        compute_gradient(&tape, &mut EagerContext, &[y], &[a], Some(&[Some(bad)])).unwrap_err();
     assert_eq!(err.kind, crate::ErrorKind::Shape);
 }
 
@@ -163,5 +217,8 @@ fn a_value_used_twice_accumulates_its_gradient() {
         let sq = build::mul(ctx, &a, &a)?;
         build::add(ctx, &sq, &a)
     });
-    assert_eq!(grad(&tape, &y, &a).unwrap().unwrap().to_f64_vec(), vec![7.0]);
+    assert_eq!(
+        grad(&tape, &y, &a).unwrap().unwrap().to_f64_vec(),
+        vec![7.0]
+    );
 }

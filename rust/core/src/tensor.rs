@@ -35,15 +35,26 @@ impl Tensor {
         if numel(&shape) != storage.len() {
             return Err(Error::shape(
                 "tensor",
-                format!("{} elements cannot have shape {}", storage.len(), ShapeDisplay(&shape)),
+                format!(
+                    "{} elements cannot have shape {}",
+                    storage.len(),
+                    ShapeDisplay(&shape)
+                ),
             ));
         }
         Ok(Tensor::from_parts(Arc::new(storage), shape))
     }
 
     fn from_parts(storage: Arc<Storage>, shape: Shape) -> Tensor {
-        let ty = TensorType { dtype: storage.dtype(), shape };
-        Tensor { id: next_id(), ty, storage }
+        let ty = TensorType {
+            dtype: storage.dtype(),
+            shape,
+        };
+        Tensor {
+            id: next_id(),
+            ty,
+            storage,
+        }
     }
 
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
@@ -57,7 +68,10 @@ impl Tensor {
     /// A tensor of `shape` whose every element is `value` converted to `dtype`.
     pub fn filled(dtype: DType, shape: &[usize], value: f64) -> Tensor {
         let shape: Shape = shape.into();
-        Tensor::from_parts(Arc::new(Storage::filled(dtype, numel(&shape), value)), shape)
+        Tensor::from_parts(
+            Arc::new(Storage::filled(dtype, numel(&shape), value)),
+            shape,
+        )
     }
 
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
@@ -88,7 +102,11 @@ impl Tensor {
 
     /// The same elements under a new identity (so a tape sees a distinct value).
     pub fn with_new_id(&self) -> Tensor {
-        Tensor { id: next_id(), ty: self.ty.clone(), storage: self.storage.clone() }
+        Tensor {
+            id: next_id(),
+            ty: self.ty.clone(),
+            storage: self.storage.clone(),
+        }
     }
 
     /// The same elements with another shape of equal size; shares storage (no copy).
@@ -155,7 +173,9 @@ impl Tensor {
     /// Every element converted to f64 (tests and printing).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         crate::with_dtype!(self.dtype(), T, {
-            T::slice(&self.storage).map(|s| s.iter().map(|x| x.to_f64()).collect()).unwrap_or_default()
+            T::slice(&self.storage)
+                .map(|s| s.iter().map(|x| x.to_f64()).collect())
+                .unwrap_or_default()
         })
     }
 
@@ -164,7 +184,10 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(Error::shape(
                 "item",
-                format!("expected a tensor with one element, got shape {}", ShapeDisplay(self.shape())),
+                format!(
+                    "expected a tensor with one element, got shape {}",
+                    ShapeDisplay(self.shape())
+                ),
             ));
         }
         Ok(self.to_f64_vec()[0])
@@ -199,7 +222,10 @@ impl Scalar {
         }
         if let (Scalar::Int(i), DType::I32) = (self, dtype) {
             if i32::try_from(i).is_err() {
-                return Err(Error::invalid(op, format!("Python int {i} does not fit in int32")));
+                return Err(Error::invalid(
+                    op,
+                    format!("Python int {i} does not fit in int32"),
+                ));
             }
         }
         let value = match self {
@@ -255,10 +281,31 @@ mod tests {
 
     #[test]
     fn scalars_adapt_only_where_meaningful() {
-        assert_eq!(Scalar::Int(2).to_tensor(DType::F32, "add").unwrap().dtype(), DType::F32);
-        assert_eq!(Scalar::Float(0.5).to_tensor(DType::F64, "add").unwrap().to_f64_vec(), vec![0.5]);
-        assert_eq!(Scalar::Float(0.5).to_tensor(DType::I32, "add").unwrap_err().kind, crate::ErrorKind::DType);
+        assert_eq!(
+            Scalar::Int(2).to_tensor(DType::F32, "add").unwrap().dtype(),
+            DType::F32
+        );
+        assert_eq!(
+            Scalar::Float(0.5)
+                .to_tensor(DType::F64, "add")
+                .unwrap()
+                .to_f64_vec(),
+            vec![0.5]
+        );
+        assert_eq!(
+            Scalar::Float(0.5)
+                .to_tensor(DType::I32, "add")
+                .unwrap_err()
+                .kind,
+            crate::ErrorKind::DType
+        );
         assert!(Scalar::Int(1).to_tensor(DType::Bool, "add").is_err());
-        assert_eq!(Scalar::Int(i64::MAX).to_tensor(DType::I64, "add").unwrap().to_f64_vec()[0], i64::MAX as f64);
+        assert_eq!(
+            Scalar::Int(i64::MAX)
+                .to_tensor(DType::I64, "add")
+                .unwrap()
+                .to_f64_vec()[0],
+            i64::MAX as f64
+        );
     }
 }

@@ -25,7 +25,12 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
     }
     if obj.is_exact_instance_of::<PyInt>() {
         let v: i64 = obj.extract().map_err(|_| {
-            new_err(obj.py(), ErrorKind::InvalidArgument, "tensor", format!("integer {} does not fit in int64", obj))
+            new_err(
+                obj.py(),
+                ErrorKind::InvalidArgument,
+                "tensor",
+                format!("integer {} does not fit in int64", obj),
+            )
         })?;
         return Ok(Some(Scalar::Int(v)));
     }
@@ -59,7 +64,11 @@ pub fn input(obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
 }
 
 /// Operands of an op that needs one dtype: Python scalars take the dtype of the tensors.
-pub fn unify(py: Python<'_>, op: &'static str, objs: &[&Bound<'_, PyAny>]) -> PyResult<Vec<Tensor>> {
+pub fn unify(
+    py: Python<'_>,
+    op: &'static str,
+    objs: &[&Bound<'_, PyAny>],
+) -> PyResult<Vec<Tensor>> {
     let operands: Vec<Operand> = objs.iter().map(|o| operand(o)).collect::<PyResult<_>>()?;
     let dtype = operands
         .iter()
@@ -69,14 +78,17 @@ pub fn unify(py: Python<'_>, op: &'static str, objs: &[&Bound<'_, PyAny>]) -> Py
         })
         .or_else(|| {
             // Only scalars: the widest kind decides (float over int over bool).
-            operands.iter().map(|o| match o {
-                Operand::Scalar(s) => s.default_dtype(),
-                Operand::Tensor(t) => t.dtype(),
-            }).max_by_key(|d| match d {
-                DType::Bool => 0,
-                DType::I32 | DType::I64 => 1,
-                _ => 2,
-            })
+            operands
+                .iter()
+                .map(|o| match o {
+                    Operand::Scalar(s) => s.default_dtype(),
+                    Operand::Tensor(t) => t.dtype(),
+                })
+                .max_by_key(|d| match d {
+                    DType::Bool => 0,
+                    DType::I32 | DType::I64 => 1,
+                    _ => 2,
+                })
         })
         .unwrap_or(DType::F32);
     operands
@@ -94,7 +106,9 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
     if let Ok(t) = obj.cast::<PyTensor>() {
         let t = &t.get().inner;
         return match dtype {
-            Some(d) if d != t.dtype() => gradloop::ops::build::cast(&mut gradloop::EagerContext, t, d).py(py),
+            Some(d) if d != t.dtype() => {
+                gradloop::ops::build::cast(&mut gradloop::EagerContext, t, d).py(py)
+            }
             _ => Ok(t.with_new_id()),
         };
     }
@@ -104,20 +118,32 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
             // An explicit dtype converts like numpy: gl.tensor(1.5, dtype=gl.int32) is 1.
             Scalar::Float(f) if !target.is_float() => Ok(Tensor::filled(target, &[], f)),
             Scalar::Int(i) if target == DType::Bool => Ok(Tensor::filled(target, &[], i as f64)),
-            Scalar::Bool(b) if target != DType::Bool => Ok(Tensor::filled(target, &[], f64::from(u8::from(b)))),
+            Scalar::Bool(b) if target != DType::Bool => {
+                Ok(Tensor::filled(target, &[], f64::from(u8::from(b))))
+            }
             _ => s.to_tensor(target, "tensor").py(py),
         };
     }
     let np = py.import("numpy")?;
-    let is_ndarray = obj.is_instance(&np.getattr("ndarray")?)? || obj.is_instance(&np.getattr("generic")?)?;
+    let is_ndarray =
+        obj.is_instance(&np.getattr("ndarray")?)? || obj.is_instance(&np.getattr("generic")?)?;
     let array = match dtype {
         Some(d) => np.call_method1("asarray", (obj, numpy_name(d))),
         None => np.call_method1("asarray", (obj,)),
     }
     .map_err(|e| {
-        new_err(py, ErrorKind::Shape, "tensor", format!("cannot make a tensor from {}: {e}", short_repr(obj)))
+        new_err(
+            py,
+            ErrorKind::Shape,
+            "tensor",
+            format!("cannot make a tensor from {}: {e}", short_repr(obj)),
+        )
     })?;
-    let array = if dtype.is_none() && !is_ndarray { python_defaults(&array)? } else { array };
+    let array = if dtype.is_none() && !is_ndarray {
+        python_defaults(&array)?
+    } else {
+        array
+    };
     from_numpy(&array)
 }
 
@@ -141,8 +167,15 @@ fn python_defaults<'py>(array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>
 }
 
 fn short_repr(obj: &Bound<'_, PyAny>) -> String {
-    let r = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "<object>".into());
-    if r.len() > 60 { format!("{}...", &r[..57]) } else { r }
+    let r = obj
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "<object>".into());
+    if r.len() > 60 {
+        format!("{}...", &r[..57])
+    } else {
+        r
+    }
 }
 
 fn copy_array<T: Element + numpy::Element>(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
@@ -162,7 +195,12 @@ pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let dtype = match DType::from_name(&name) {
         Ok(d) => d,
         Err(_) if name == "object" => {
-            return Err(new_err(py, ErrorKind::Shape, "tensor", "cannot make a tensor from ragged nested sequences or objects"));
+            return Err(new_err(
+                py,
+                ErrorKind::Shape,
+                "tensor",
+                "cannot make a tensor from ragged nested sequences or objects",
+            ));
         }
         Err(_) => {
             return Err(new_err(
@@ -180,11 +218,16 @@ pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
 pub fn numpy_view<'py>(owner: &Bound<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
     let t = &owner.get().inner;
     let py = owner.py();
-    let array = gradloop::with_dtype!(t.dtype(), T, { view_as::<T>(t, owner.clone().into_any()).py(py)? });
+    let array = gradloop::with_dtype!(t.dtype(), T, {
+        view_as::<T>(t, owner.clone().into_any()).py(py)?
+    });
     Ok(array)
 }
 
-fn view_as<'py, T: Element + numpy::Element>(t: &Tensor, owner: Bound<'py, PyAny>) -> gradloop::Result<Bound<'py, PyAny>> {
+fn view_as<'py, T: Element + numpy::Element>(
+    t: &Tensor,
+    owner: Bound<'py, PyAny>,
+) -> gradloop::Result<Bound<'py, PyAny>> {
     let view = t.view::<T>()?;
     // SAFETY: the view borrows the tensor's storage, which `owner` (the Python tensor holding an
     // Arc to it) keeps alive for the array's lifetime; storage is immutable and the array is made

@@ -38,7 +38,8 @@ impl PyDType {
     /// The matching numpy dtype.
     #[getter]
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("numpy")?.call_method1("dtype", (numpy_name(self.0),))
+        py.import("numpy")?
+            .call_method1("dtype", (numpy_name(self.0),))
     }
 
     fn __repr__(&self) -> String {
@@ -50,7 +51,10 @@ impl PyDType {
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (&'static str,))> {
-        Ok((py.import("gradloop")?.getattr("as_dtype")?, (self.0.name(),)))
+        Ok((
+            py.import("gradloop")?.getattr("as_dtype")?,
+            (self.0.name(),),
+        ))
     }
 }
 
@@ -102,7 +106,12 @@ pub fn to_dtype(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
         let name: String = np_dtype.getattr("name")?.extract()?;
         return DType::from_name(&name).map_err(|e| crate::errors::to_py(py, e));
     }
-    Err(new_err(py, ErrorKind::DType, "dtype", format!("cannot interpret {} as a dtype", obj.repr()?)))
+    Err(new_err(
+        py,
+        ErrorKind::DType,
+        "dtype",
+        format!("cannot interpret {} as a dtype", obj.repr()?),
+    ))
 }
 
 /// `as_dtype(x)`: the gradloop dtype for any dtype spelling.

@@ -33,14 +33,21 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
     };
     match error_class(py, err.kind.name()) {
         Ok(class) => PyErr::from_value(
-            class.call1((message,)).unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()),
+            class
+                .call1((message,))
+                .unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()),
         ),
         Err(_) => PyRuntimeError::new_err(message),
     }
 }
 
 /// A `gradloop.errors` exception of class `name` raised from the bindings themselves.
-pub fn new_err(py: Python<'_>, kind: gradloop::ErrorKind, op: &'static str, message: impl Into<String>) -> PyErr {
+pub fn new_err(
+    py: Python<'_>,
+    kind: gradloop::ErrorKind,
+    op: &'static str,
+    message: impl Into<String>,
+) -> PyErr {
     to_py(py, Error::new(kind, op, message))
 }
 
@@ -53,7 +60,9 @@ fn user_location(py: Python<'_>) -> Option<String> {
     let package = PACKAGE_DIR
         .get_or_try_init(py, || -> PyResult<String> {
             let file: String = py.import("gradloop")?.getattr("__file__")?.extract()?;
-            let dir = std::path::Path::new(&file).parent().map(|p| p.display().to_string());
+            let dir = std::path::Path::new(&file)
+                .parent()
+                .map(|p| p.display().to_string());
             Ok(dir.unwrap_or_default())
         })
         .ok()?;
@@ -64,7 +73,9 @@ fn user_location(py: Python<'_>) -> Option<String> {
         let file: String = code.getattr("co_filename").ok()?.extract().ok()?;
         if package.is_empty() || !file.starts_with(package.as_str()) {
             let line: i64 = frame.getattr("f_lineno").ok()?.extract().ok()?;
-            let name = std::path::Path::new(&file).file_name().map(|f| f.to_string_lossy().into_owned());
+            let name = std::path::Path::new(&file)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned());
             return Some(format!("{}:{line}", name.unwrap_or(file)));
         }
         frame = frame.getattr("f_back").ok()?;

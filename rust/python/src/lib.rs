@@ -19,7 +19,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dtype::PyDType>()?;
     m.add_class::<tape::PyTape>()?;
     for d in gradloop::DType::ALL {
-        let name = if d == gradloop::DType::Bool { "bool_" } else { d.name() };
+        let name = if d == gradloop::DType::Bool {
+            "bool_"
+        } else {
+            d.name()
+        };
         m.add(name, dtype::py_dtype(py, d)?)?;
     }
     m.add_function(wrap_pyfunction!(dtype::as_dtype, m)?)?;

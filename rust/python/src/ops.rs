@@ -108,7 +108,12 @@ binary_fns! {
 }
 
 /// `axis` as None, an int or a sequence of ints, made absolute for rank `ndim`.
-fn axes(op: &'static str, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, ndim: usize) -> PyResult<Vec<usize>> {
+fn axes(
+    op: &'static str,
+    py: Python<'_>,
+    axis: Option<&Bound<'_, PyAny>>,
+    ndim: usize,
+) -> PyResult<Vec<usize>> {
     let raw: Option<Vec<i64>> = match axis {
         None => None,
         Some(a) if a.is_none() => None,
@@ -160,13 +165,21 @@ fn int_list(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     obj.extract()
 }
 
-pub fn reshape(py: Python<'_>, x: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+pub fn reshape(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    shape: &Bound<'_, PyAny>,
+) -> PyResult<PyTensor> {
     let x = input(x)?;
-    let shape = layout::resolve_shape(x.numel(), &int_list(shape)?).py(py)?;
+    let shape = layout::resolve_shape(x.shape(), &int_list(shape)?).py(py)?;
     run(py, 0, move |ctx| build::reshape(ctx, &x, &shape)).map(PyTensor::new)
 }
 
-pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, axes: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+pub fn transpose(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    axes: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
     let x = input(x)?;
     let n = x.ndim();
     let perm: Vec<usize> = match axes.filter(|a| !a.is_none()) {
@@ -191,7 +204,12 @@ fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     dims.iter()
         .map(|&d| {
             usize::try_from(d).map_err(|_| {
-                crate::errors::new_err(shape.py(), gradloop::ErrorKind::Shape, "shape", format!("negative dimension {d} in shape {dims:?}"))
+                crate::errors::new_err(
+                    shape.py(),
+                    gradloop::ErrorKind::Shape,
+                    "shape",
+                    format!("negative dimension {d} in shape {dims:?}"),
+                )
             })
         })
         .collect()
@@ -202,29 +220,48 @@ pub mod py_shape {
 
     /// Same elements in a new shape (one dimension may be -1).
     #[pyfunction]
-    pub fn reshape(py: Python<'_>, x: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub fn reshape(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        shape: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         super::reshape(py, x, shape)
     }
 
     /// Permutes axes (reverses them when `axes` is None).
     #[pyfunction]
     #[pyo3(signature = (x, axes=None))]
-    pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, axes: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    pub fn transpose(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        axes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         super::transpose(py, x, axes)
     }
 
     /// Converts elements to `dtype`.
     #[pyfunction]
-    pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub fn cast(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         super::cast(py, x, dtype)
     }
 
     /// numpy's broadcast_to.
     #[pyfunction]
-    pub fn broadcast_to(py: Python<'_>, x: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub fn broadcast_to(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        shape: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let shape = shape_arg(shape)?;
-        run(py, x.numel(), move |ctx| build::broadcast_to(ctx, &x, &shape)).map(PyTensor::new)
+        run(py, x.numel(), move |ctx| {
+            build::broadcast_to(ctx, &x, &shape)
+        })
+        .map(PyTensor::new)
     }
 
     fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
@@ -234,7 +271,12 @@ pub mod py_shape {
 
     fn first_ndim(py: Python<'_>, op: &'static str, xs: &[Tensor]) -> PyResult<usize> {
         xs.first().map(|t| t.ndim()).ok_or_else(|| {
-            crate::errors::new_err(py, gradloop::ErrorKind::InvalidArgument, op, "need at least one tensor")
+            crate::errors::new_err(
+                py,
+                gradloop::ErrorKind::InvalidArgument,
+                op,
+                "need at least one tensor",
+            )
         })
     }
 
@@ -243,7 +285,8 @@ pub mod py_shape {
     #[pyo3(signature = (xs, axis=0))]
     pub fn concatenate(py: Python<'_>, xs: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
         let xs = inputs(xs)?;
-        let axis = normalize_axis("concatenate", axis, first_ndim(py, "concatenate", &xs)?).py(py)?;
+        let axis =
+            normalize_axis("concatenate", axis, first_ndim(py, "concatenate", &xs)?).py(py)?;
         let n = xs.iter().map(|t| t.numel()).sum();
         run(py, n, move |ctx| build::concatenate(ctx, &xs, axis)).map(PyTensor::new)
     }
@@ -269,7 +312,11 @@ pub mod py_shape {
     /// Removes size-1 axes (all of them when `axis` is None).
     #[pyfunction]
     #[pyo3(signature = (x, axis=None))]
-    pub fn squeeze(py: Python<'_>, x: &Bound<'_, PyAny>, axis: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    pub fn squeeze(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        axis: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let shape = x.shape().to_vec();
         let axes: Vec<usize> = match axis.filter(|a| !a.is_none()) {
@@ -281,8 +328,15 @@ pub mod py_shape {
                     .collect::<gradloop::Result<Vec<_>>>()
                     .py(py)?;
                 if let Some(&bad) = axes.iter().find(|&&ax| shape[ax] != 1) {
-                    return Err(crate::errors::new_err(py, gradloop::ErrorKind::Shape, "squeeze",
-                        format!("cannot squeeze axis {bad} of size {} (shape {shape:?})", shape[bad])));
+                    return Err(crate::errors::new_err(
+                        py,
+                        gradloop::ErrorKind::Shape,
+                        "squeeze",
+                        format!(
+                            "cannot squeeze axis {bad} of size {} (shape {shape:?})",
+                            shape[bad]
+                        ),
+                    ));
                 }
                 axes
             }
@@ -293,9 +347,16 @@ pub mod py_shape {
     /// `where(cond, x, y)`: x where cond is true, else y (broadcasting).
     #[pyfunction]
     #[pyo3(name = "where")]
-    pub fn where_(py: Python<'_>, cond: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, y: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub fn where_(
+        py: Python<'_>,
+        cond: &Bound<'_, PyAny>,
+        x: &Bound<'_, PyAny>,
+        y: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         let c = input(cond)?;
-        let [x, y]: [Tensor; 2] = unify(py, "where", &[x, y])?.try_into().map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("operand conversion"))?;
+        let [x, y]: [Tensor; 2] = unify(py, "where", &[x, y])?
+            .try_into()
+            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("operand conversion"))?;
         let n = c.numel() + x.numel() + y.numel();
         run(py, n, move |ctx| build::select(ctx, &c, &x, &y)).map(PyTensor::new)
     }
@@ -303,7 +364,12 @@ pub mod py_shape {
     /// numpy's take: elements of `x` at `indices` along `axis` (flattened x when None).
     #[pyfunction]
     #[pyo3(signature = (x, indices, axis=None))]
-    pub fn take(py: Python<'_>, x: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, axis: Option<i64>) -> PyResult<PyTensor> {
+    pub fn take(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        indices: &Bound<'_, PyAny>,
+        axis: Option<i64>,
+    ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let indices = input(indices)?;
         // axis=None takes from the flattened tensor; the flattening is recorded like any op.
@@ -312,7 +378,11 @@ pub mod py_shape {
             Some(a) => (false, normalize_axis("take", a, x.ndim()).py(py)?),
         };
         run(py, x.numel(), move |ctx| {
-            let x = if flatten { build::reshape(ctx, &x, &[x.numel()])? } else { x };
+            let x = if flatten {
+                build::reshape(ctx, &x, &[x.numel()])?
+            } else {
+                x
+            };
             build::take(ctx, &x, &indices, axis)
         })
         .map(PyTensor::new)
@@ -329,29 +399,51 @@ pub mod py_creation {
     /// A tensor of `shape` filled with zeros.
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None))]
-    pub fn zeros(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    pub fn zeros(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         full_impl(py, shape, 0.0, creation_dtype(dtype, DType::F32)?)
     }
 
     /// A tensor of `shape` filled with ones.
     #[pyfunction]
     #[pyo3(signature = (shape, dtype=None))]
-    pub fn ones(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    pub fn ones(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         full_impl(py, shape, 1.0, creation_dtype(dtype, DType::F32)?)
     }
 
     /// A tensor of `shape` filled with `value` (dtype from the value when not given).
     #[pyfunction]
     #[pyo3(signature = (shape, value, dtype=None))]
-    pub fn full(py: Python<'_>, shape: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
-        let s = scalar(value)?.ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("full: value must be a Python bool, int or float"))?;
+    pub fn full(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let s = scalar(value)?.ok_or_else(|| {
+            pyo3::exceptions::PyTypeError::new_err(
+                "full: value must be a Python bool, int or float",
+            )
+        })?;
         let dtype = creation_dtype(dtype, s.default_dtype())?;
         // The scalar rules apply (no silent float -> int or int32 overflow); then fill.
         let v = s.to_tensor(dtype, "full").py(py)?.item_f64().py(py)?;
         full_impl(py, shape, v, dtype)
     }
 
-    fn full_impl(py: Python<'_>, shape: &Bound<'_, PyAny>, value: f64, dtype: DType) -> PyResult<PyTensor> {
+    fn full_impl(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        value: f64,
+        dtype: DType,
+    ) -> PyResult<PyTensor> {
         let shape = shape_arg(shape)?;
         run(py, 0, move |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
     }
@@ -359,18 +451,31 @@ pub mod py_creation {
     /// Zeros shaped like `x` (its dtype unless `dtype` is given).
     #[pyfunction]
     #[pyo3(signature = (x, dtype=None))]
-    pub fn zeros_like(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    pub fn zeros_like(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         like(py, x, dtype, 0.0)
     }
 
     /// Ones shaped like `x` (its dtype unless `dtype` is given).
     #[pyfunction]
     #[pyo3(signature = (x, dtype=None))]
-    pub fn ones_like(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    pub fn ones_like(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         like(py, x, dtype, 1.0)
     }
 
-    fn like(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>, value: f64) -> PyResult<PyTensor> {
+    fn like(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        value: f64,
+    ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let dtype = creation_dtype(dtype, x.dtype())?;
         let shape = x.shape().to_vec();
@@ -380,9 +485,24 @@ pub mod py_creation {
     /// numpy's arange: `arange(stop)` or `arange(start, stop, step)`; int32 when all are ints.
     #[pyfunction]
     #[pyo3(signature = (start, stop=None, step=None, dtype=None))]
-    pub fn arange(py: Python<'_>, start: &Bound<'_, PyAny>, stop: Option<&Bound<'_, PyAny>>, step: Option<&Bound<'_, PyAny>>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
-        let all_int = [Some(start), stop, step].into_iter().flatten().filter(|o| !o.is_none()).all(|o| o.is_instance_of::<PyInt>());
-        let f = |o: Option<&Bound<'_, PyAny>>, d: f64| -> PyResult<f64> { match o { Some(o) if !o.is_none() => o.extract(), _ => Ok(d) } };
+    pub fn arange(
+        py: Python<'_>,
+        start: &Bound<'_, PyAny>,
+        stop: Option<&Bound<'_, PyAny>>,
+        step: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let all_int = [Some(start), stop, step]
+            .into_iter()
+            .flatten()
+            .filter(|o| !o.is_none())
+            .all(|o| o.is_instance_of::<PyInt>());
+        let f = |o: Option<&Bound<'_, PyAny>>, d: f64| -> PyResult<f64> {
+            match o {
+                Some(o) if !o.is_none() => o.extract(),
+                _ => Ok(d),
+            }
+        };
         let (a, b) = match stop.filter(|s| !s.is_none()) {
             None => (0.0, start.extract::<f64>()?),
             Some(s) => (start.extract::<f64>()?, s.extract::<f64>()?),
@@ -396,7 +516,10 @@ pub mod py_creation {
     #[pyfunction]
     #[pyo3(signature = (data, dtype=None))]
     pub fn tensor(data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
-        Ok(PyTensor::new(crate::convert::to_tensor(data, opt_dtype(dtype)?)?))
+        Ok(PyTensor::new(crate::convert::to_tensor(
+            data,
+            opt_dtype(dtype)?,
+        )?))
     }
 }
 

@@ -42,7 +42,11 @@ pub fn push_tape(tape: TapeRef<Tensor>) {
 pub fn pop_tape(tape: &TapeRef<Tensor>) -> bool {
     STATE.with(|s| {
         let mut s = s.borrow_mut();
-        match s.tapes.iter().rposition(|t| std::sync::Arc::ptr_eq(t, tape)) {
+        match s
+            .tapes
+            .iter()
+            .rposition(|t| std::sync::Arc::ptr_eq(t, tape))
+        {
             Some(i) => {
                 s.tapes.remove(i);
                 true
@@ -65,7 +69,10 @@ pub fn resume(token: usize) -> Result<(), String> {
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         if s.paused.len() != token {
-            return Err(format!("resume_recording({token}) out of order: {} pauses are open", s.paused.len()));
+            return Err(format!(
+                "resume_recording({token}) out of order: {} pauses are open",
+                s.paused.len()
+            ));
         }
         let mut tapes = s.paused.pop().unwrap_or_default();
         // Tapes pushed while paused (and not popped) stay active, innermost.
@@ -90,13 +97,21 @@ pub fn run<T: Send>(
             if tapes.is_empty() {
                 f(&mut eager)
             } else {
-                let mut ctx = TapeContext { inner: &mut eager, tapes: &tapes, registry: registry() };
+                let mut ctx = TapeContext {
+                    inner: &mut eager,
+                    tapes: &tapes,
+                    registry: registry(),
+                };
                 f(&mut ctx)
             }
         }))
         .unwrap_or_else(|panic| Err(panic_error(panic)))
     };
-    let result = if size > RELEASE_GIL_ABOVE { py.detach(work) } else { work() };
+    let result = if size > RELEASE_GIL_ABOVE {
+        py.detach(work)
+    } else {
+        work()
+    };
     result.map_err(|e| to_py(py, e))
 }
 

@@ -21,7 +21,9 @@ pub struct PyTape {
 
 fn tensors(seq: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
     let seq = seq.cast::<PySequence>()?;
-    (0..seq.len()?).map(|i| Ok(seq.get_item(i)?.cast::<PyTensor>()?.get().inner.clone())).collect()
+    (0..seq.len()?)
+        .map(|i| Ok(seq.get_item(i)?.cast::<PyTensor>()?.get().inner.clone()))
+        .collect()
 }
 
 fn lock(t: &TapeRef<Tensor>) -> std::sync::MutexGuard<'_, Tape<Tensor>> {
@@ -33,7 +35,9 @@ impl PyTape {
     #[new]
     #[pyo3(signature = (persistent=false))]
     fn new(persistent: bool) -> Self {
-        PyTape { inner: Tape::new_ref(persistent) }
+        PyTape {
+            inner: Tape::new_ref(persistent),
+        }
     }
 
     #[getter]
@@ -94,7 +98,11 @@ impl PyTape {
         let work = move || {
             catch_unwind(AssertUnwindSafe(|| {
                 let mut eager = EagerContext;
-                let mut ctx = TapeContext { inner: &mut eager, tapes: &outer, registry: runtime::registry() };
+                let mut ctx = TapeContext {
+                    inner: &mut eager,
+                    tapes: &outer,
+                    registry: runtime::registry(),
+                };
                 compute_gradient(&tape, &mut ctx, &targets, &sources, seeds.as_deref())
             }))
             .unwrap_or_else(|p| Err(panic_error(p)))
@@ -126,7 +134,8 @@ pub fn pause_recording() -> usize {
 
 #[pyfunction]
 pub fn resume_recording(py: Python<'_>, token: usize) -> PyResult<()> {
-    runtime::resume(token).map_err(|m| new_err(py, ErrorKind::InvalidArgument, "resume_recording", m))
+    runtime::resume(token)
+        .map_err(|m| new_err(py, ErrorKind::InvalidArgument, "resume_recording", m))
 }
 
 /// A gradient function implemented in Python (`gl.custom_gradient`, `gl.recompute_grad`).
@@ -137,7 +146,12 @@ struct PyGradientFunction {
 }
 
 impl GradientFunction<Tensor> for PyGradientFunction {
-    fn compute(&self, ctx: &mut dyn Context<Tensor>, grad_outputs: &[Option<Tensor>], _needs: &[bool]) -> gradloop::Result<Grads<Tensor>> {
+    fn compute(
+        &self,
+        ctx: &mut dyn Context<Tensor>,
+        grad_outputs: &[Option<Tensor>],
+        _needs: &[bool],
+    ) -> gradloop::Result<Grads<Tensor>> {
         // Missing output gradients become zeros: the user's function expects every one.
         let mut seeds = Vec::with_capacity(grad_outputs.len());
         for (g, ty) in grad_outputs.iter().zip(&self.output_types) {
@@ -162,7 +176,11 @@ impl PyGradientFunction {
                 py,
                 ErrorKind::Gradient,
                 "custom_gradient",
-                format!("the gradient function returned {} gradients for {} inputs", seq.len()?, self.n_inputs),
+                format!(
+                    "the gradient function returned {} gradients for {} inputs",
+                    seq.len()?,
+                    self.n_inputs
+                ),
             ));
         }
         (0..self.n_inputs)
@@ -195,6 +213,12 @@ pub fn record_custom_gradient(
         output_types: outputs.iter().map(|t| t.ty().clone()).collect(),
         n_inputs: inputs.len(),
     });
-    record_custom(&runtime::active_tapes(), "custom_gradient", &inputs, &outputs, function);
+    record_custom(
+        &runtime::active_tapes(),
+        "custom_gradient",
+        &inputs,
+        &outputs,
+        function,
+    );
     Ok(())
 }

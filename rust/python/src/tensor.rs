@@ -30,7 +30,10 @@ impl PyTensor {
     #[new]
     #[pyo3(signature = (data, dtype=None))]
     fn py_new(data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
-        Ok(PyTensor::new(crate::convert::to_tensor(data, opt_dtype(dtype)?)?))
+        Ok(PyTensor::new(crate::convert::to_tensor(
+            data,
+            opt_dtype(dtype)?,
+        )?))
     }
 
     /// numpy defers binary operators to a Tensor operand (so `array + tensor` is a Tensor).
@@ -64,7 +67,8 @@ impl PyTensor {
     fn transposed(&self, py: Python<'_>) -> PyResult<PyTensor> {
         let perm: Vec<usize> = (0..self.inner.ndim()).rev().collect();
         let x = self.inner.clone();
-        crate::runtime::run(py, x.numel(), move |ctx| build::transpose(ctx, &x, &perm)).map(PyTensor::new)
+        crate::runtime::run(py, x.numel(), move |ctx| build::transpose(ctx, &x, &perm))
+            .map(PyTensor::new)
     }
 
     /// A read-only numpy array sharing the tensor's memory (no copy).
@@ -94,7 +98,10 @@ impl PyTensor {
                 slf.py(),
                 ErrorKind::Shape,
                 "item",
-                format!("only one-element tensors can be converted to Python scalars, got shape {:?}", t.shape()),
+                format!(
+                    "only one-element tensors can be converted to Python scalars, got shape {:?}",
+                    t.shape()
+                ),
             ));
         }
         numpy_view(slf)?.call_method0("item")
@@ -106,7 +113,12 @@ impl PyTensor {
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         self.inner.shape().first().copied().ok_or_else(|| {
-            new_err(py, ErrorKind::InvalidArgument, "len", "len() of a 0-d tensor is undefined")
+            new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                "len",
+                "len() of a 0-d tensor is undefined",
+            )
         })
     }
 
@@ -131,12 +143,17 @@ impl PyTensor {
     }
 
     fn __int__<'py>(slf: &Bound<'py, Self>) -> PyResult<i64> {
-        Ok(Self::item(slf)?.call_method0("__int__")?.extract()?)
+        Self::item(slf)?.call_method0("__int__")?.extract()
     }
 
     fn __index__<'py>(slf: &Bound<'py, Self>) -> PyResult<i64> {
         if !slf.get().inner.dtype().is_int() {
-            return Err(new_err(slf.py(), ErrorKind::DType, "index", "only integer tensors can be used as Python indices"));
+            return Err(new_err(
+                slf.py(),
+                ErrorKind::DType,
+                "index",
+                "only integer tensors can be used as Python indices",
+            ));
         }
         Self::item(slf)?.extract()
     }
@@ -147,8 +164,12 @@ impl PyTensor {
 
     fn __repr__<'py>(slf: &Bound<'py, Self>) -> PyResult<String> {
         let np = slf.py().import("numpy")?;
-        let text: String = np.call_method1("array_repr", (numpy_view(slf)?,))?.extract()?;
-        Ok(text.replacen("array(", "tensor(", 1).replace("\n      ", "\n       "))
+        let text: String = np
+            .call_method1("array_repr", (numpy_view(slf)?,))?
+            .extract()?;
+        Ok(text
+            .replacen("array(", "tensor(", 1)
+            .replace("\n      ", "\n       "))
     }
 
     fn __str__<'py>(slf: &Bound<'py, Self>) -> PyResult<String> {
@@ -159,28 +180,80 @@ impl PyTensor {
         crate::indexing::getitem(py, &self.inner, index)
     }
 
-    fn __add__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::add(slf.py(), slf.as_any(), o) }
-    fn __radd__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::add(slf.py(), o, slf.as_any()) }
-    fn __sub__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::sub(slf.py(), slf.as_any(), o) }
-    fn __rsub__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::sub(slf.py(), o, slf.as_any()) }
-    fn __mul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::mul(slf.py(), slf.as_any(), o) }
-    fn __rmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::mul(slf.py(), o, slf.as_any()) }
-    fn __truediv__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::div(slf.py(), slf.as_any(), o) }
-    fn __rtruediv__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::div(slf.py(), o, slf.as_any()) }
-    fn __pow__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>, _modulo: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> { ops::pow(slf.py(), slf.as_any(), o) }
-    fn __rpow__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>, _modulo: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> { ops::pow(slf.py(), o, slf.as_any()) }
-    fn __matmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::matmul(slf.py(), slf.as_any(), o) }
-    fn __rmatmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::matmul(slf.py(), o, slf.as_any()) }
-    fn __and__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::logical_and(slf.py(), slf.as_any(), o) }
-    fn __rand__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::logical_and(slf.py(), o, slf.as_any()) }
-    fn __or__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::logical_or(slf.py(), slf.as_any(), o) }
-    fn __ror__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> { ops::logical_or(slf.py(), o, slf.as_any()) }
-    fn __neg__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> { ops::neg(slf.py(), slf.as_any()) }
-    fn __pos__(&self) -> PyTensor { PyTensor::new(self.inner.clone()) }
-    fn __abs__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> { ops::abs(slf.py(), slf.as_any()) }
-    fn __invert__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> { ops::logical_not(slf.py(), slf.as_any()) }
+    fn __add__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::add(slf.py(), slf.as_any(), o)
+    }
+    fn __radd__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::add(slf.py(), o, slf.as_any())
+    }
+    fn __sub__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::sub(slf.py(), slf.as_any(), o)
+    }
+    fn __rsub__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::sub(slf.py(), o, slf.as_any())
+    }
+    fn __mul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::mul(slf.py(), slf.as_any(), o)
+    }
+    fn __rmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::mul(slf.py(), o, slf.as_any())
+    }
+    fn __truediv__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::div(slf.py(), slf.as_any(), o)
+    }
+    fn __rtruediv__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::div(slf.py(), o, slf.as_any())
+    }
+    fn __pow__(
+        slf: &Bound<'_, Self>,
+        o: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        ops::pow(slf.py(), slf.as_any(), o)
+    }
+    fn __rpow__(
+        slf: &Bound<'_, Self>,
+        o: &Bound<'_, PyAny>,
+        _modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        ops::pow(slf.py(), o, slf.as_any())
+    }
+    fn __matmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::matmul(slf.py(), slf.as_any(), o)
+    }
+    fn __rmatmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::matmul(slf.py(), o, slf.as_any())
+    }
+    fn __and__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::logical_and(slf.py(), slf.as_any(), o)
+    }
+    fn __rand__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::logical_and(slf.py(), o, slf.as_any())
+    }
+    fn __or__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::logical_or(slf.py(), slf.as_any(), o)
+    }
+    fn __ror__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        ops::logical_or(slf.py(), o, slf.as_any())
+    }
+    fn __neg__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+        ops::neg(slf.py(), slf.as_any())
+    }
+    fn __pos__(&self) -> PyTensor {
+        PyTensor::new(self.inner.clone())
+    }
+    fn __abs__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+        ops::abs(slf.py(), slf.as_any())
+    }
+    fn __invert__(slf: &Bound<'_, Self>) -> PyResult<PyTensor> {
+        ops::logical_not(slf.py(), slf.as_any())
+    }
 
-    fn __richcmp__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+    fn __richcmp__(
+        slf: &Bound<'_, Self>,
+        o: &Bound<'_, PyAny>,
+        op: CompareOp,
+    ) -> PyResult<Py<PyAny>> {
         let (py, a) = (slf.py(), slf.as_any());
         // `t == None` is plain Python identity, not an elementwise op.
         if o.is_none() {
@@ -200,11 +273,12 @@ impl PyTensor {
     /// `t.reshape(2, 3)` or `t.reshape((2, 3))`; one dimension may be -1.
     #[pyo3(signature = (*shape))]
     fn reshape(slf: &Bound<'_, Self>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
-        let shape = if shape.len() == 1 && !shape.get_item(0)?.is_instance_of::<pyo3::types::PyInt>() {
-            shape.get_item(0)?
-        } else {
-            shape.clone().into_any()
-        };
+        let shape =
+            if shape.len() == 1 && !shape.get_item(0)?.is_instance_of::<pyo3::types::PyInt>() {
+                shape.get_item(0)?
+            } else {
+                shape.clone().into_any()
+            };
         ops::reshape(slf.py(), slf.as_any(), &shape)
     }
 
@@ -212,34 +286,51 @@ impl PyTensor {
     fn transpose(slf: &Bound<'_, Self>, axes: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
         let axes = match axes.len() {
             0 => None,
-            1 if !axes.get_item(0)?.is_instance_of::<pyo3::types::PyInt>() => Some(axes.get_item(0)?),
+            1 if !axes.get_item(0)?.is_instance_of::<pyo3::types::PyInt>() => {
+                Some(axes.get_item(0)?)
+            }
             _ => Some(axes.clone().into_any()),
         };
         ops::transpose(slf.py(), slf.as_any(), axes.as_ref())
     }
 
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn sum(slf: &Bound<'_, Self>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+    fn sum(
+        slf: &Bound<'_, Self>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<PyTensor> {
         ops::sum(slf.py(), slf.as_any(), axis, keepdims)
     }
 
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn mean(slf: &Bound<'_, Self>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+    fn mean(
+        slf: &Bound<'_, Self>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<PyTensor> {
         ops::mean(slf.py(), slf.as_any(), axis, keepdims)
     }
 
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn max(slf: &Bound<'_, Self>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+    fn max(
+        slf: &Bound<'_, Self>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<PyTensor> {
         ops::max(slf.py(), slf.as_any(), axis, keepdims)
     }
 
     #[pyo3(signature = (axis=None, keepdims=false))]
-    fn min(slf: &Bound<'_, Self>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+    fn min(
+        slf: &Bound<'_, Self>,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+    ) -> PyResult<PyTensor> {
         ops::min(slf.py(), slf.as_any(), axis, keepdims)
     }
 
     fn astype(slf: &Bound<'_, Self>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         ops::cast(slf.py(), slf.as_any(), dtype)
     }
-
 }

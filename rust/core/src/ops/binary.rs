@@ -20,7 +20,10 @@ use crate::tensor::Tensor;
 use crate::value::Value;
 
 fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
-    Error::internal(op, format!("kernel called with {dtype} (rule should have rejected it)"))
+    Error::internal(
+        op,
+        format!("kernel called with {dtype} (rule should have rejected it)"),
+    )
 }
 
 /// `g` reduced to the shape of input `i`, if that input needs a gradient.
@@ -196,7 +199,7 @@ binary_op! {
 binary_op! {
     /// Elementwise maximum (NaN-propagating as numpy's).
     Maximum, "maximum", maximum, Numeric -> Same,
-    kernel: |x, y| if x >= y || x != x { x } else { y },
+    kernel: |x, y| if x >= y || kernels::is_nan(x) { x } else { y },
     saves: Saves::INPUTS,
     grad: |ctx, saved, g, needs| {
         let mask = greater_equal(ctx, saved.input(0)?, saved.input(1)?)?;
@@ -207,7 +210,7 @@ binary_op! {
 binary_op! {
     /// Elementwise minimum (NaN-propagating as numpy's).
     Minimum, "minimum", minimum, Numeric -> Same,
-    kernel: |x, y| if x <= y || x != x { x } else { y },
+    kernel: |x, y| if x <= y || kernels::is_nan(x) { x } else { y },
     saves: Saves::INPUTS,
     grad: |ctx, saved, g, needs| {
         let mask = less_equal(ctx, saved.input(0)?, saved.input(1)?)?;
@@ -216,10 +219,23 @@ binary_op! {
 }
 
 /// Sends `g` to a where `mask`, to b elsewhere (broadcast to the output's shape).
-fn route<V: Value>(ctx: &mut dyn Context<V>, mask: &V, g: &V, needs: &[bool]) -> Result<(Option<V>, Option<V>)> {
+fn route<V: Value>(
+    ctx: &mut dyn Context<V>,
+    mask: &V,
+    g: &V,
+    needs: &[bool],
+) -> Result<(Option<V>, Option<V>)> {
     let zero = build::zeros_like(ctx, g)?;
-    let ga = if needs[0] { Some(select(ctx, mask, g, &zero)?) } else { None };
-    let gb = if needs[1] { Some(select(ctx, mask, &zero, g)?) } else { None };
+    let ga = if needs[0] {
+        Some(select(ctx, mask, g, &zero)?)
+    } else {
+        None
+    };
+    let gb = if needs[1] {
+        Some(select(ctx, mask, &zero, g)?)
+    } else {
+        None
+    };
     Ok((ga, gb))
 }
 
@@ -278,13 +294,25 @@ impl OpDef for Select {
         Saves::inputs(0b001)
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], needs: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        needs: &[bool],
+    ) -> Result<Grads<V>> {
         let Some(g) = grads[0].as_ref() else {
             return Ok(smallvec![None, None, None]);
         };
         let (ga, gb) = route(ctx, saved.input(0)?, g, &needs[1..])?;
-        let ga = match ga { Some(v) => Some(unbroadcast(ctx, saved, 1, v)?), None => None };
-        let gb = match gb { Some(v) => Some(unbroadcast(ctx, saved, 2, v)?), None => None };
+        let ga = match ga {
+            Some(v) => Some(unbroadcast(ctx, saved, 1, v)?),
+            None => None,
+        };
+        let gb = match gb {
+            Some(v) => Some(unbroadcast(ctx, saved, 2, v)?),
+            None => None,
+        };
         Ok(smallvec![None, ga, gb])
     }
 }

@@ -33,7 +33,10 @@ pub fn apply1<V: Value>(ctx: &mut dyn Context<V>, op: impl Into<Op>, inputs: &[V
     let op = op.into();
     let mut out = ctx.apply(&op, inputs)?;
     if out.len() != 1 {
-        return Err(Error::internal(op.name(), format!("expected one output, got {}", out.len())));
+        return Err(Error::internal(
+            op.name(),
+            format!("expected one output, got {}", out.len()),
+        ));
     }
     Ok(out.swap_remove(0))
 }
@@ -53,7 +56,11 @@ pub fn sum_to_shape<V: Value>(ctx: &mut dyn Context<V>, g: &V, shape: &[usize]) 
     if shape.len() > gshape.len() {
         return Err(Error::internal(
             "sum_to_shape",
-            format!("cannot reduce {} to {}", ShapeDisplay(&gshape), ShapeDisplay(shape)),
+            format!(
+                "cannot reduce {} to {}",
+                ShapeDisplay(&gshape),
+                ShapeDisplay(shape)
+            ),
         ));
     }
     let lead = gshape.len() - shape.len();
@@ -65,11 +72,19 @@ pub fn sum_to_shape<V: Value>(ctx: &mut dyn Context<V>, g: &V, shape: &[usize]) 
         } else if d != gd && d != DYN && gd != DYN {
             return Err(Error::internal(
                 "sum_to_shape",
-                format!("cannot reduce {} to {}", ShapeDisplay(&gshape), ShapeDisplay(shape)),
+                format!(
+                    "cannot reduce {} to {}",
+                    ShapeDisplay(&gshape),
+                    ShapeDisplay(shape)
+                ),
             ));
         }
     }
-    let summed = if axes.is_empty() { g.clone() } else { sum(ctx, g, &axes, false)? };
+    let summed = if axes.is_empty() {
+        g.clone()
+    } else {
+        sum(ctx, g, &axes, false)?
+    };
     if summed.ty().shape.as_slice() == shape {
         Ok(summed)
     } else {

@@ -134,6 +134,15 @@ pub fn concatenate<V: Value>(ctx: &mut dyn Context<V>, xs: &[V], axis: usize) ->
 }
 
 pub fn stack<V: Value>(ctx: &mut dyn Context<V>, xs: &[V], axis: usize) -> Result<V> {
+    if let Some(first) = xs.first() {
+        let want = first.ty();
+        if let Some((i, bad)) = xs.iter().enumerate().find(|(_, x)| x.ty() != want) {
+            return Err(Error::shape(
+                "stack",
+                format!("all inputs must have the same shape and dtype: input 0 is {want} but input {i} is {}", bad.ty()),
+            ));
+        }
+    }
     let expanded: Vec<V> = xs
         .iter()
         .map(|x| expand_dims(ctx, x, axis))

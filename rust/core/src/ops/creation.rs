@@ -34,21 +34,44 @@ impl OpDef for Fill {
     }
 
     fn compute(&self, _inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
-        Ok(smallvec![Tensor::filled(self.dtype, &self.shape, self.value)])
+        Ok(smallvec![Tensor::filled(
+            self.dtype,
+            &self.shape,
+            self.value
+        )])
     }
 
     fn saves(&self) -> Saves {
         Saves::NotDifferentiable("fill has no inputs")
     }
 
-    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, _: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        _: &mut dyn Context<V>,
+        _: &Saved<V>,
+        _: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
         Ok(Grads::new())
     }
 }
 
 /// A tensor of `shape`, every element `value`.
-pub fn fill<V: Value>(ctx: &mut dyn Context<V>, dtype: DType, shape: &[usize], value: f64) -> Result<V> {
-    build::apply1(ctx, Fill { dtype, shape: shape.into(), value }, &[])
+pub fn fill<V: Value>(
+    ctx: &mut dyn Context<V>,
+    dtype: DType,
+    shape: &[usize],
+    value: f64,
+) -> Result<V> {
+    build::apply1(
+        ctx,
+        Fill {
+            dtype,
+            shape: shape.into(),
+            value,
+        },
+        &[],
+    )
 }
 
 /// A tensor shaped like `like`, every element `value`.
@@ -87,7 +110,9 @@ impl OpDef for Arange {
 
     fn compute(&self, _inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
         let out = crate::with_dtype!(self.dtype, T, {
-            let data: Vec<T> = (0..self.len).map(|i| T::from_f64(self.start + self.step * i as f64)).collect();
+            let data: Vec<T> = (0..self.len)
+                .map(|i| T::from_f64(self.start + self.step * i as f64))
+                .collect();
             Tensor::from_vec(data, &[self.len])?
         });
         Ok(smallvec![out])
@@ -97,18 +122,42 @@ impl OpDef for Arange {
         Saves::NotDifferentiable("arange has no inputs")
     }
 
-    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, _: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        _: &mut dyn Context<V>,
+        _: &Saved<V>,
+        _: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
         Ok(Grads::new())
     }
 }
 
 /// numpy's `arange(start, stop, step)`: values in [start, stop) spaced by `step`.
-pub fn arange<V: Value>(ctx: &mut dyn Context<V>, start: f64, stop: f64, step: f64, dtype: DType) -> Result<V> {
+pub fn arange<V: Value>(
+    ctx: &mut dyn Context<V>,
+    start: f64,
+    stop: f64,
+    step: f64,
+    dtype: DType,
+) -> Result<V> {
     if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
-        return Err(Error::invalid("arange", format!("need finite start, stop and a non-zero step, got ({start}, {stop}, {step})")));
+        return Err(Error::invalid(
+            "arange",
+            format!("need finite start, stop and a non-zero step, got ({start}, {stop}, {step})"),
+        ));
     }
     let len = ((stop - start) / step).ceil().max(0.0) as usize;
-    build::apply1(ctx, Arange { dtype, start, step, len }, &[])
+    build::apply1(
+        ctx,
+        Arange {
+            dtype,
+            start,
+            step,
+            len,
+        },
+        &[],
+    )
 }
 
 /// Converts elements to another dtype (floats to ints truncate toward zero; to bool: != 0).
@@ -139,7 +188,9 @@ impl OpDef for Cast {
         let out = match (x.dtype(), self.to) {
             (DType::I64, DType::I32) => kernels::map::<i64, i32>(x, |v| v as i32)?,
             (DType::I32, DType::I64) => kernels::map::<i32, i64>(x, |v| v as i64)?,
-            (from, to) => crate::with_dtype!(from, T, { crate::with_dtype!(to, U, { convert::<T, U>(x)? }) }),
+            (from, to) => crate::with_dtype!(from, T, {
+                crate::with_dtype!(to, U, { convert::<T, U>(x)? })
+            }),
         };
         Ok(smallvec![out])
     }
@@ -152,7 +203,13 @@ impl OpDef for Cast {
         }
     }
 
-    fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
         let from = saved.input_types[0].dtype;
         match &grads[0] {
             Some(g) if from.is_float() => Ok(smallvec![Some(cast(ctx, g, from)?)]),
@@ -187,7 +244,13 @@ impl OpDef for StopGradient {
         Saves::NotDifferentiable("stop_gradient blocks gradients by definition")
     }
 
-    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, _: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        _: &mut dyn Context<V>,
+        _: &Saved<V>,
+        _: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
         Ok(smallvec![None])
     }
 }
@@ -219,7 +282,13 @@ impl OpDef for Identity {
         Saves::NOTHING
     }
 
-    fn gradient<V: Value>(&self, _: &mut dyn Context<V>, _: &Saved<V>, grads: &[Option<V>], _: &[bool]) -> Result<Grads<V>> {
+    fn gradient<V: Value>(
+        &self,
+        _: &mut dyn Context<V>,
+        _: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
         Ok(smallvec![grads[0].clone()])
     }
 }

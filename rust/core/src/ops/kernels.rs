@@ -34,7 +34,10 @@ pub fn zip<T: Element, U: Element>(
     let parallel = n >= PARALLEL_THRESHOLD;
     let data: Vec<U> = if a.shape() == b.shape() {
         if parallel {
-            xs.par_iter().zip(ys.par_iter()).map(|(&x, &y)| f(x, y)).collect()
+            xs.par_iter()
+                .zip(ys.par_iter())
+                .map(|(&x, &y)| f(x, y))
+                .collect()
         } else {
             xs.iter().zip(ys).map(|(&x, &y)| f(x, y)).collect()
         }
@@ -56,10 +59,18 @@ pub fn zip<T: Element, U: Element>(
         let shape = IxDyn(out_shape);
         let av = a.view::<T>()?;
         let bv = b.view::<T>()?;
-        let av = av.broadcast(shape.clone()).ok_or_else(|| broadcast_bug(a, out_shape))?;
-        let bv = bv.broadcast(shape).ok_or_else(|| broadcast_bug(b, out_shape))?;
+        let av = av
+            .broadcast(shape.clone())
+            .ok_or_else(|| broadcast_bug(a, out_shape))?;
+        let bv = bv
+            .broadcast(shape)
+            .ok_or_else(|| broadcast_bug(b, out_shape))?;
         let zipped = Zip::from(&av).and(&bv);
-        let out = if parallel { zipped.par_map_collect(|&x, &y| f(x, y)) } else { zipped.map_collect(|&x, &y| f(x, y)) };
+        let out = if parallel {
+            zipped.par_map_collect(|&x, &y| f(x, y))
+        } else {
+            zipped.map_collect(|&x, &y| f(x, y))
+        };
         return Ok(Tensor::from_array(out));
     };
     Tensor::from_vec(data, out_shape)
@@ -75,9 +86,15 @@ pub fn zip3<A: Element, B: Element, C: Element, U: Element>(
 ) -> Result<Tensor> {
     let shape = IxDyn(out_shape);
     let (av, bv, cv) = (a.view::<A>()?, b.view::<B>()?, c.view::<C>()?);
-    let av = av.broadcast(shape.clone()).ok_or_else(|| broadcast_bug(a, out_shape))?;
-    let bv = bv.broadcast(shape.clone()).ok_or_else(|| broadcast_bug(b, out_shape))?;
-    let cv = cv.broadcast(shape).ok_or_else(|| broadcast_bug(c, out_shape))?;
+    let av = av
+        .broadcast(shape.clone())
+        .ok_or_else(|| broadcast_bug(a, out_shape))?;
+    let bv = bv
+        .broadcast(shape.clone())
+        .ok_or_else(|| broadcast_bug(b, out_shape))?;
+    let cv = cv
+        .broadcast(shape)
+        .ok_or_else(|| broadcast_bug(c, out_shape))?;
     let zipped = Zip::from(&av).and(&bv).and(&cv);
     let out = if av.len() >= PARALLEL_THRESHOLD {
         zipped.par_map_collect(|&x, &y, &z| f(x, y, z))
@@ -90,7 +107,11 @@ pub fn zip3<A: Element, B: Element, C: Element, U: Element>(
 fn broadcast_bug(t: &Tensor, out_shape: &[usize]) -> Error {
     Error::internal(
         "broadcast",
-        format!("shape {:?} does not broadcast to {:?} (shape rule and kernel disagree)", t.shape(), out_shape),
+        format!(
+            "shape {:?} does not broadcast to {:?} (shape rule and kernel disagree)",
+            t.shape(),
+            out_shape
+        ),
     )
 }
 
@@ -135,3 +156,9 @@ macro_rules! arith_int {
 
 arith_float!(f32, f64);
 arith_int!(i32, i64);
+
+/// NaN is the one value unequal to itself; written for any element type (integers never are).
+#[allow(clippy::eq_op)]
+pub fn is_nan<T: PartialEq>(x: T) -> bool {
+    x != x
+}

@@ -85,8 +85,9 @@ pub fn reshape<V: Value>(ctx: &mut dyn Context<V>, x: &V, shape: &[usize]) -> Re
     )
 }
 
-/// A user shape with at most one -1, resolved against `numel` elements.
-pub fn resolve_shape(numel_in: usize, shape: &[i64]) -> Result<Shape> {
+/// A user shape with at most one -1, resolved for an input of shape `from`.
+pub fn resolve_shape(from: &[usize], shape: &[i64]) -> Result<Shape> {
+    let numel_in = crate::shape::numel(from);
     let unknown: Vec<usize> = (0..shape.len()).filter(|&i| shape[i] == -1).collect();
     if unknown.len() > 1 || shape.iter().any(|&d| d < -1) {
         return Err(Error::invalid(
@@ -104,7 +105,10 @@ pub fn resolve_shape(numel_in: usize, shape: &[i64]) -> Result<Shape> {
         if known == 0 || !numel_in.is_multiple_of(known) {
             return Err(Error::shape(
                 "reshape",
-                format!("cannot reshape {numel_in} elements into shape {shape:?}"),
+                format!(
+                    "cannot reshape a tensor of shape {} ({numel_in} elements) into shape {shape:?}",
+                    ShapeDisplay(from)
+                ),
             ));
         }
         out[i] = numel_in / known;

@@ -48,16 +48,31 @@ pub type Grads<V> = SmallVec<[Option<V>; 2]>;
 pub enum Saves {
     /// The op has no gradient; the reason is shown when someone asks for one.
     NotDifferentiable(&'static str),
-    Values { inputs: u8, outputs: u8 },
+    Values {
+        inputs: u32,
+        outputs: u32,
+    },
 }
 
 impl Saves {
-    pub const NOTHING: Saves = Saves::Values { inputs: 0, outputs: 0 };
-    pub const INPUTS: Saves = Saves::Values { inputs: 0xff, outputs: 0 };
-    pub const OUTPUT: Saves = Saves::Values { inputs: 0, outputs: 1 };
+    pub const NOTHING: Saves = Saves::Values {
+        inputs: 0,
+        outputs: 0,
+    };
+    pub const INPUTS: Saves = Saves::Values {
+        inputs: u32::MAX,
+        outputs: 0,
+    };
+    pub const OUTPUT: Saves = Saves::Values {
+        inputs: 0,
+        outputs: 1,
+    };
 
-    pub fn inputs(mask: u8) -> Saves {
-        Saves::Values { inputs: mask, outputs: 0 }
+    pub fn inputs(mask: u32) -> Saves {
+        Saves::Values {
+            inputs: mask,
+            outputs: 0,
+        }
     }
 }
 
@@ -78,25 +93,39 @@ impl<V: Value> Saved<V> {
             Saves::NotDifferentiable(_) => (0, 0),
             Saves::Values { inputs, outputs } => (inputs, outputs),
         };
-        let keep = |mask: u8, i: usize, v: &V| (i < 8 && mask & (1 << i) != 0).then(|| v.clone());
+        let keep = |mask: u32, i: usize, v: &V| (i < 32 && mask & (1 << i) != 0).then(|| v.clone());
         Saved {
             input_types: inputs.iter().map(|v| v.ty().clone()).collect(),
             output_types: outputs.iter().map(|v| v.ty().clone()).collect(),
-            inputs: inputs.iter().enumerate().map(|(i, v)| keep(im, i, v)).collect(),
-            outputs: outputs.iter().enumerate().map(|(i, v)| keep(om, i, v)).collect(),
+            inputs: inputs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| keep(im, i, v))
+                .collect(),
+            outputs: outputs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| keep(om, i, v))
+                .collect(),
         }
     }
 
     /// Saved input `i`; asking for one the op did not save is a bug in its rule.
     pub fn input(&self, i: usize) -> Result<&V> {
         self.inputs.get(i).and_then(Option::as_ref).ok_or_else(|| {
-            Error::internal("gradient", format!("input {i} was not saved by the forward op"))
+            Error::internal(
+                "gradient",
+                format!("input {i} was not saved by the forward op"),
+            )
         })
     }
 
     pub fn output(&self, i: usize) -> Result<&V> {
         self.outputs.get(i).and_then(Option::as_ref).ok_or_else(|| {
-            Error::internal("gradient", format!("output {i} was not saved by the forward op"))
+            Error::internal(
+                "gradient",
+                format!("output {i} was not saved by the forward op"),
+            )
         })
     }
 }
@@ -131,14 +160,20 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> {
 /// Checks the number of inputs an op received.
 pub fn expect_arity(op: &'static str, inputs: &[TensorType], n: usize) -> Result<()> {
     if inputs.len() != n {
-        return Err(Error::invalid(op, format!("expected {n} inputs, got {}", inputs.len())));
+        return Err(Error::invalid(
+            op,
+            format!("expected {n} inputs, got {}", inputs.len()),
+        ));
     }
     Ok(())
 }
 
 /// Error for a rule asked for the gradient of an op that has none.
 pub fn not_differentiable<V>(op: &'static str, reason: &str) -> Result<Grads<V>> {
-    Err(Error::gradient(op, format!("{op} is not differentiable: {reason}")))
+    Err(Error::gradient(
+        op,
+        format!("{op} is not differentiable: {reason}"),
+    ))
 }
 
 macro_rules! op_table {

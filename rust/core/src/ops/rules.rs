@@ -39,7 +39,15 @@ pub fn check_dtype(op: &'static str, accepts: Accepts, t: &TensorType) -> Result
     if accepts.allows(t.dtype) {
         return Ok(());
     }
-    Err(Error::dtype(op, format!("expected {}, got {} with shape {}", accepts.expected(), t.dtype, shape_str(t))))
+    Err(Error::dtype(
+        op,
+        format!(
+            "expected {}, got {} with shape {}",
+            accepts.expected(),
+            t.dtype,
+            shape_str(t)
+        ),
+    ))
 }
 
 /// Both operands must have the same dtype (no implicit promotion).
@@ -67,7 +75,10 @@ pub fn broadcast_binary(
     check_same_dtype(op, a, b)?;
     check_dtype(op, accepts, a)?;
     let shape = broadcast_shapes(op, &a.shape, &b.shape)?;
-    Ok(TensorType { dtype: out.unwrap_or(a.dtype), shape })
+    Ok(TensorType {
+        dtype: out.unwrap_or(a.dtype),
+        shape,
+    })
 }
 
 pub fn shape_str(t: &TensorType) -> String {

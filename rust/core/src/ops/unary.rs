@@ -5,7 +5,6 @@
 //! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
 //! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign 0; logical_not none.
 
-
 use super::kernels::Arith;
 
 use super::rules::{check_dtype, Accepts};
@@ -18,7 +17,10 @@ use crate::tensor::Tensor;
 use crate::value::Value;
 
 fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
-    Error::internal(op, format!("kernel called with {dtype} (rule should have rejected it)"))
+    Error::internal(
+        op,
+        format!("kernel called with {dtype} (rule should have rejected it)"),
+    )
 }
 
 macro_rules! unary_op {
@@ -179,7 +181,7 @@ unary_op! {
 unary_op! {
     /// max(x, 0) (NaN stays NaN, as numpy's maximum).
     Relu, "relu", relu, Numeric,
-    kernel: |x: T| if x > T::zero() || x != x { x } else { T::zero() },
+    kernel: |x: T| if x > T::zero() || kernels::is_nan(x) { x } else { T::zero() },
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| {
         let x = saved.input(0)?;
@@ -243,10 +245,21 @@ mod tests {
     fn kernels_match_std() {
         let x = t(vec![-1.5, 0.0, 0.25, 2.0]);
         let mut ctx = EagerContext;
-        assert_eq!(sin(&mut ctx, &x).unwrap().to_f64_vec(), x.to_f64_vec().iter().map(|v| v.sin()).collect::<Vec<_>>());
-        assert_eq!(relu(&mut ctx, &x).unwrap().to_f64_vec(), vec![0.0, 0.0, 0.25, 2.0]);
-        assert_eq!(sign(&mut ctx, &x).unwrap().to_f64_vec(), vec![-1.0, 0.0, 1.0, 1.0]);
-        let y = sigmoid(&mut ctx, &t(vec![-800.0, 800.0])).unwrap().to_f64_vec();
+        assert_eq!(
+            sin(&mut ctx, &x).unwrap().to_f64_vec(),
+            x.to_f64_vec().iter().map(|v| v.sin()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            relu(&mut ctx, &x).unwrap().to_f64_vec(),
+            vec![0.0, 0.0, 0.25, 2.0]
+        );
+        assert_eq!(
+            sign(&mut ctx, &x).unwrap().to_f64_vec(),
+            vec![-1.0, 0.0, 1.0, 1.0]
+        );
+        let y = sigmoid(&mut ctx, &t(vec![-800.0, 800.0]))
+            .unwrap()
+            .to_f64_vec();
         assert_eq!(y, vec![0.0, 1.0]);
     }
 
@@ -257,6 +270,9 @@ mod tests {
         assert_eq!(err.kind, crate::ErrorKind::DType);
         assert!(err.to_string().starts_with("exp:"), "{err}");
         assert!(err.to_string().contains("int32"), "{err}");
-        assert_eq!(neg(&mut EagerContext, &x).unwrap().to_f64_vec(), vec![-1.0, -2.0]);
+        assert_eq!(
+            neg(&mut EagerContext, &x).unwrap().to_f64_vec(),
+            vec![-1.0, -2.0]
+        );
     }
 }
