@@ -33,12 +33,14 @@ impl DType {
             "int32" | "i32" => DType::I32,
             "int64" | "i64" => DType::I64,
             "bool" | "bool_" => DType::Bool,
-            other => return Err(Error::dtype(
-                "dtype",
-                format!(
+            other => {
+                return Err(Error::dtype(
+                    "dtype",
+                    format!(
                     "unsupported dtype '{other}'; expected float32, float64, int32, int64 or bool"
                 ),
-            )),
+                ))
+            }
         })
     }
 

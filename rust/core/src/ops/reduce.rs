@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 use smallvec::{smallvec, SmallVec};
 
-use super::kernels::{Arith, PARALLEL_THRESHOLD};
+use super::kernels::{self, Arith, PARALLEL_THRESHOLD};
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
@@ -308,23 +308,17 @@ macro_rules! bounded {
 }
 bounded! { f32: f32::NEG_INFINITY, f32::INFINITY; f64: f64::NEG_INFINITY, f64::INFINITY; i32: i32::MIN, i32::MAX; i64: i64::MIN, i64::MAX; }
 
-/// NaN is the one value unequal to itself; written for any element type (integers never are).
-#[allow(clippy::eq_op)]
-fn is_nan<T: PartialEq>(x: T) -> bool {
-    x != x
-}
-
 reduction!(
     /// Sum over `axes`.
     Sum, "sum", Numeric, Saves::NOTHING, init: zero, |a, b| a.wadd(b)
 );
 reduction!(
     /// Maximum over `axes` (NaN propagates).
-    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || is_nan(a) { a } else { b }
+    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || kernels::is_nan(a) { a } else { b }
 );
 reduction!(
     /// Minimum over `axes` (NaN propagates).
-    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || is_nan(a) { a } else { b }
+    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || kernels::is_nan(a) { a } else { b }
 );
 
 /// `g` (shaped like the reduction's output) broadcast back to the input's shape.
