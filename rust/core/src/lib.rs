@@ -6,8 +6,11 @@
 pub mod context;
 pub mod dtype;
 pub mod error;
+pub mod graph;
+pub mod interpret;
 pub mod ops;
 pub mod shape;
+pub mod symbolic;
 pub mod tape;
 pub mod tensor;
 pub mod value;

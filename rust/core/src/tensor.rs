@@ -17,7 +17,8 @@ pub type TensorId = u64;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn next_id() -> TensorId {
+/// A fresh identity (also used for symbolic values, so ids never collide across modes).
+pub fn next_id() -> TensorId {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 

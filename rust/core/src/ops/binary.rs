@@ -9,6 +9,7 @@
 
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::kernels::{self, Arith};
 use super::rules::{broadcast_binary, check_dtype, Accepts};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
@@ -43,6 +44,7 @@ macro_rules! binary_op {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
         pub struct $name;
+        op_attrs!($name = $opname {});
 
         impl OpDef for $name {
             fn name(&self) -> &'static str {
@@ -265,6 +267,7 @@ comparison_op! {
 /// `where(cond, a, b)`: a where cond, else b; all three broadcast together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Select;
+op_attrs!(Select = "where" {});
 
 impl OpDef for Select {
     fn name(&self) -> &'static str {

@@ -4,6 +4,7 @@
 use ndarray::Axis;
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::layout::{expand_dims, static_shape};
 use super::rules::shape_str;
 use super::slicing::slice;
@@ -19,6 +20,7 @@ use crate::value::Value;
 pub struct Concatenate {
     pub axis: usize,
 }
+op_attrs!(Concatenate = "concatenate" { axis });
 
 impl OpDef for Concatenate {
     fn name(&self) -> &'static str {

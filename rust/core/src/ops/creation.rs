@@ -6,6 +6,7 @@
 
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
@@ -22,6 +23,7 @@ pub struct Fill {
     pub shape: Shape,
     pub value: f64,
 }
+op_attrs!(Fill = "fill" { dtype, shape, value });
 
 impl OpDef for Fill {
     fn name(&self) -> &'static str {
@@ -96,6 +98,7 @@ pub struct Arange {
     pub step: f64,
     pub len: usize,
 }
+op_attrs!(Arange = "arange" { dtype, start, step, len });
 
 impl OpDef for Arange {
     fn name(&self) -> &'static str {
@@ -165,6 +168,7 @@ pub fn arange<V: Value>(
 pub struct Cast {
     pub to: DType,
 }
+op_attrs!(Cast = "cast" { to });
 
 fn convert<T: Element, U: Element>(x: &Tensor) -> Result<Tensor> {
     kernels::map::<T, U>(x, |v| U::from_f64(v.to_f64()))
@@ -225,6 +229,7 @@ pub fn cast<V: Value>(ctx: &mut dyn Context<V>, x: &V, to: DType) -> Result<V> {
 /// Identity whose gradient is nothing: values pass, gradients stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StopGradient;
+op_attrs!(StopGradient = "stop_gradient" {});
 
 impl OpDef for StopGradient {
     fn name(&self) -> &'static str {
@@ -263,6 +268,7 @@ pub fn stop_gradient<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
 /// value must be distinct for the tape (a Variable's stored value, custom-gradient outputs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Identity;
+op_attrs!(Identity = "identity" {});
 
 impl OpDef for Identity {
     fn name(&self) -> &'static str {

@@ -10,6 +10,7 @@
 
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::kernels::Arith;
 use super::layout::static_shape;
 use super::rules::{check_dtype, shape_str, Accepts};
@@ -119,6 +120,7 @@ fn scatter_rows<T: Arith>(
 pub struct Take {
     pub axis: usize,
 }
+op_attrs!(Take = "take" { axis });
 
 impl OpDef for Take {
     fn name(&self) -> &'static str {
@@ -188,6 +190,7 @@ pub struct ScatterAdd {
     pub axis: usize,
     pub dim_size: usize,
 }
+op_attrs!(ScatterAdd = "scatter_add" { axis, dim_size });
 
 impl OpDef for ScatterAdd {
     fn name(&self) -> &'static str {

@@ -11,6 +11,7 @@
 
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 pub use super::gather::{scatter_add, take, ScatterAdd, Take};
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
@@ -99,6 +100,7 @@ fn saved_starts<V: Value>(op: &'static str, saved: &Saved<V>, first: usize) -> R
 pub struct DynamicSlice {
     pub sizes: Vec<usize>,
 }
+op_attrs!(DynamicSlice = "dynamic_slice" { sizes });
 
 impl OpDef for DynamicSlice {
     fn name(&self) -> &'static str {
@@ -174,6 +176,7 @@ impl OpDef for DynamicSlice {
 /// `operand, update, start_0, ..., start_{r-1}`; `update` has the operand's rank and dtype.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DynamicUpdateSlice {}
+op_attrs!(DynamicUpdateSlice = "dynamic_update_slice" {});
 
 impl OpDef for DynamicUpdateSlice {
     fn name(&self) -> &'static str {

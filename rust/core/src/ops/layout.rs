@@ -11,6 +11,7 @@
 use ndarray::{ArrayViewD, IxDyn};
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 pub use super::concat::{concatenate, stack, Concatenate};
 pub use super::permute::{reverse, transpose, Reverse, Transpose};
 use super::rules::shape_str;
@@ -28,6 +29,7 @@ use crate::value::Value;
 pub struct Reshape {
     pub shape: Shape,
 }
+op_attrs!(Reshape = "reshape" { shape });
 
 impl OpDef for Reshape {
     fn name(&self) -> &'static str {
@@ -121,6 +123,7 @@ pub fn resolve_shape(from: &[usize], shape: &[i64]) -> Result<Shape> {
 pub struct BroadcastTo {
     pub shape: Shape,
 }
+op_attrs!(BroadcastTo = "broadcast_to" { shape });
 
 impl OpDef for BroadcastTo {
     fn name(&self) -> &'static str {

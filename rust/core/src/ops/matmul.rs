@@ -13,6 +13,7 @@
 use rayon::prelude::*;
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
@@ -32,6 +33,7 @@ pub struct MatMul {
     pub transpose_a: bool,
     pub transpose_b: bool,
 }
+op_attrs!(MatMul = "matmul" { transpose_a, transpose_b });
 
 /// What the kernels need: the output's batch shape, the matrix sizes, where each batch
 /// element's matrices start, and the (row, column) strides of op_a(A) and op_b(B).

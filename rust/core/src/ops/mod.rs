@@ -2,7 +2,8 @@
 //! and listed once in `op_table!`, which generates the closed `Op` enum and its dispatch.
 //!
 //! Adding an op: implement `OpDef` for a struct holding its attributes (in the file of its
-//! family), then add one line to `op_table!` below. Eager execution, tracing, the tape and
+//! family) and state them with `op_attrs!` beside the struct (graph text prints and parses ops
+//! through it), then add one line to `op_table!` below. Eager execution, tracing, the tape and
 //! (later) the MLIR emitter all go through `Op`, so nothing else needs a list of ops.
 //!
 //! Attributes are stored normalised (absolute, sorted axes; explicit shapes): the builder
@@ -12,11 +13,13 @@ use smallvec::SmallVec;
 use std::fmt;
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
+use attrs::{Attr, AttrMap, OpAttrs};
 
+pub mod attrs;
 pub mod binary;
 pub mod build;
 pub mod concat;
@@ -130,8 +133,9 @@ impl<V: Value> Saved<V> {
     }
 }
 
-/// One primitive op. Implemented by a struct holding the op's (normalised) attributes.
-pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> {
+/// One primitive op. Implemented by a struct holding the op's (normalised) attributes; the
+/// `OpAttrs` bound (written with `op_attrs!` beside the struct) makes every op printable.
+pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
     /// The op's name in errors, graph text and MLIR locations.
     fn name(&self) -> &'static str;
 
@@ -189,6 +193,11 @@ macro_rules! op_table {
 
         impl OpKind {
             pub const ALL: &'static [OpKind] = &[$( OpKind::$variant, )*];
+
+            /// The op's name in graph text (its `OpDef::name`).
+            pub fn name(self) -> &'static str {
+                match self { $( OpKind::$variant => <$ty as OpAttrs>::NAME, )* }
+            }
         }
 
         impl Op {
@@ -197,6 +206,18 @@ macro_rules! op_table {
             }
             pub fn name(&self) -> &'static str {
                 match self { $( Op::$variant(o) => o.name(), )* }
+            }
+            /// The op's attributes, in field order (with `name`, what graph text prints).
+            pub fn attrs(&self) -> Vec<(&'static str, Attr)> {
+                match self { $( Op::$variant(o) => o.attrs(), )* }
+            }
+            /// The op called `name` with `attrs` (what graph text parses); an unknown name or
+            /// bad attributes are `Graph` errors.
+            pub fn from_name(name: &str, attrs: &AttrMap) -> Result<Op> {
+                $( if name == <$ty as OpAttrs>::NAME {
+                    return Ok(Op::$variant(<$ty as OpAttrs>::from_attrs(attrs)?));
+                } )*
+                Err(Error::new(ErrorKind::Graph, "op", format!("unknown op `{name}`")))
             }
             pub fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
                 match self { $( Op::$variant(o) => o.infer(inputs), )* }

@@ -6,6 +6,7 @@
 use ndarray::{Axis, IxDyn};
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::layout::owned;
 use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
@@ -21,6 +22,7 @@ use crate::value::Value;
 pub struct Transpose {
     pub perm: Vec<usize>,
 }
+op_attrs!(Transpose = "transpose" { perm });
 
 impl OpDef for Transpose {
     fn name(&self) -> &'static str {
@@ -89,6 +91,7 @@ impl OpDef for Transpose {
 pub struct Reverse {
     pub axes: Vec<usize>,
 }
+op_attrs!(Reverse = "reverse" { axes });
 
 impl OpDef for Reverse {
     fn name(&self) -> &'static str {

@@ -7,6 +7,7 @@
 use rayon::prelude::*;
 use smallvec::{smallvec, SmallVec};
 
+use super::attrs::op_attrs;
 use super::kernels::{self, Arith, PARALLEL_THRESHOLD};
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
@@ -257,6 +258,7 @@ macro_rules! reduction {
             pub axes: Vec<usize>,
             pub keepdims: bool,
         }
+        op_attrs!($name = $opname { axes, keepdims });
 
         impl OpDef for $name {
             fn name(&self) -> &'static str {

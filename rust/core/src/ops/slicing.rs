@@ -8,6 +8,7 @@
 use ndarray::{ArrayD, IxDyn};
 use smallvec::smallvec;
 
+use super::attrs::op_attrs;
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
@@ -25,6 +26,7 @@ pub struct Slice {
     pub stop: Vec<usize>,
     pub step: Vec<usize>,
 }
+op_attrs!(Slice = "slice" { start, stop, step });
 
 /// Every per-dimension attribute list must have one entry per dimension of `x`.
 fn check_lengths(op: &'static str, x: &TensorType, attrs: &[(&str, &[usize])]) -> Result<()> {
@@ -145,6 +147,7 @@ pub struct Pad {
     pub high: Vec<usize>,
     pub interior: Vec<usize>,
 }
+op_attrs!(Pad = "pad" { low, high, interior });
 
 impl Pad {
     /// Extent the input's elements occupy in dimension `d` of the output (after `low`).

@@ -5,6 +5,7 @@
 //! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
 //! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign 0; logical_not none.
 
+use super::attrs::op_attrs;
 use super::kernels::Arith;
 
 use super::rules::{check_dtype, Accepts};
@@ -34,6 +35,7 @@ macro_rules! unary_op {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
         pub struct $name;
+        op_attrs!($name = $opname {});
 
         impl OpDef for $name {
             fn name(&self) -> &'static str {

@@ -1,0 +1,273 @@
+//! The IR's data types: values, ports, nodes and functions (see the module doc of `graph` for
+//! their semantics). Plain data with structural equality; building and checking live elsewhere.
+
+use crate::dtype::{DType, Storage};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ops::Op;
+use crate::shape::{TensorType, DYN};
+use crate::tensor::Tensor;
+
+/// Index of a node in its function's `nodes`.
+pub type NodeId = usize;
+
+/// The static type of a value flowing along an edge.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ValueType {
+    /// A tensor.
+    Tensor(TensorType),
+    /// A handle to a variable holding a tensor of this type (reads and writes are nodes).
+    Resource(TensorType),
+    /// A stack of tensors of this type, threaded as a value (loop-gradient intermediates).
+    Stack(TensorType),
+}
+
+impl ValueType {
+    pub fn tensor(dtype: DType, shape: &[usize]) -> Self {
+        ValueType::Tensor(TensorType::new(dtype, shape))
+    }
+
+    /// The tensor type carried (a variable's value type, a stack's element type).
+    pub fn inner(&self) -> &TensorType {
+        match self {
+            ValueType::Tensor(t) | ValueType::Resource(t) | ValueType::Stack(t) => t,
+        }
+    }
+
+    /// The tensor type if this is a tensor.
+    pub fn as_tensor(&self) -> Option<&TensorType> {
+        match self {
+            ValueType::Tensor(t) => Some(t),
+            ValueType::Resource(_) | ValueType::Stack(_) => None,
+        }
+    }
+
+    /// Same kind and dtype, same rank, and each dimension equal or unknown (`DYN`) on a side:
+    /// the relation every edge of a verified graph satisfies.
+    pub fn compatible(&self, other: &ValueType) -> bool {
+        let same_kind = matches!(
+            (self, other),
+            (ValueType::Tensor(_), ValueType::Tensor(_))
+                | (ValueType::Resource(_), ValueType::Resource(_))
+                | (ValueType::Stack(_), ValueType::Stack(_))
+        );
+        same_kind && tensor_types_compatible(self.inner(), other.inner())
+    }
+}
+
+/// Tensor types that may describe the same value (see `ValueType::compatible`).
+pub fn tensor_types_compatible(a: &TensorType, b: &TensorType) -> bool {
+    a.dtype == b.dtype
+        && a.shape.len() == b.shape.len()
+        && a.shape
+            .iter()
+            .zip(&b.shape)
+            .all(|(&x, &y)| x == y || x == DYN || y == DYN)
+}
+
+/// Output `output` of node `node`: the source of an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Port {
+    pub node: NodeId,
+    pub output: usize,
+}
+
+impl Port {
+    pub fn new(node: NodeId, output: usize) -> Self {
+        Port { node, output }
+    }
+}
+
+/// Where the user wrote the code a node came from (shown in errors and MLIR `loc`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub file: String,
+    pub line: u32,
+}
+
+impl Location {
+    pub fn new(file: impl Into<String>, line: u32) -> Self {
+        Location {
+            file: file.into(),
+            line,
+        }
+    }
+}
+
+/// A constant tensor. Equality is structural (dtype, shape, elements; floats bitwise with all
+/// NaNs equal), not the tensor identity the tape uses.
+#[derive(Clone, Debug)]
+pub struct Constant(pub Tensor);
+
+impl PartialEq for Constant {
+    fn eq(&self, other: &Self) -> bool {
+        fn floats<T: Copy>(a: &[T], b: &[T], bits: impl Fn(T) -> (bool, u64)) -> bool {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(&x, &y)| {
+                    let ((nx, bx), (ny, by)) = (bits(x), bits(y));
+                    (nx && ny) || bx == by
+                })
+        }
+        let (a, b) = (&self.0, &other.0);
+        a.ty() == b.ty()
+            && match (a.storage(), b.storage()) {
+                (Storage::F32(x), Storage::F32(y)) => {
+                    floats(x, y, |v| (v.is_nan(), u64::from(v.to_bits())))
+                }
+                (Storage::F64(x), Storage::F64(y)) => floats(x, y, |v| (v.is_nan(), v.to_bits())),
+                (x, y) => x == y,
+            }
+    }
+}
+
+/// What a node does. `If`/`Case`/`While`/`Call` name functions of the graph's library.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeKind {
+    /// Parameter `index` of the function (the first nodes of every function, in order).
+    Arg(usize),
+    /// A constant tensor.
+    Const(Constant),
+    /// A primitive op of the op table.
+    Op(Op),
+    /// `(pred, operands...)`: calls `then_branch(operands)` if pred else `else_branch(operands)`.
+    If {
+        then_branch: String,
+        else_branch: String,
+    },
+    /// `(index, operands...)`: calls `branches[index](operands)`; out of range runs the last.
+    Case { branches: Vec<String> },
+    /// Loop vars in and out: `while cond(vars): vars = body(vars)`.
+    While {
+        cond: String,
+        body: String,
+        maximum_iterations: Option<i64>,
+        parallel_iterations: u32,
+    },
+    /// `function(operands)`.
+    Call { function: String },
+    /// `(resource) -> value`.
+    ReadVariable,
+    /// `(resource, value) -> ()`.
+    AssignVariable,
+    /// `(resource, delta) -> ()`.
+    AssignAddVariable,
+    /// `() -> stack` of `element`s.
+    StackNew { element: TensorType },
+    /// `(stack, value) -> stack`.
+    StackPush,
+    /// `(stack) -> (stack, value)`.
+    StackPop,
+}
+
+impl NodeKind {
+    /// The node's name in graph text: the op name, or the built-in keyword.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeKind::Arg(_) => "arg",
+            NodeKind::Const(_) => "const",
+            NodeKind::Op(op) => op.name(),
+            NodeKind::If { .. } => "if",
+            NodeKind::Case { .. } => "case",
+            NodeKind::While { .. } => "while",
+            NodeKind::Call { .. } => "call",
+            NodeKind::ReadVariable => "read_variable",
+            NodeKind::AssignVariable => "assign_variable",
+            NodeKind::AssignAddVariable => "assign_add_variable",
+            NodeKind::StackNew { .. } => "stack_new",
+            NodeKind::StackPush => "stack_push",
+            NodeKind::StackPop => "stack_pop",
+        }
+    }
+
+    /// Writes a variable: it must stay ordered and reachable from the control outputs.
+    pub fn has_side_effect(&self) -> bool {
+        matches!(self, NodeKind::AssignVariable | NodeKind::AssignAddVariable)
+    }
+
+    /// Functions this node calls, in attribute order.
+    pub fn callees(&self) -> Vec<&str> {
+        match self {
+            NodeKind::If {
+                then_branch,
+                else_branch,
+            } => vec![then_branch, else_branch],
+            NodeKind::Case { branches } => branches.iter().map(String::as_str).collect(),
+            NodeKind::While { cond, body, .. } => vec![cond, body],
+            NodeKind::Call { function } => vec![function],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Keywords of the built-in node kinds; no op of the table may use one as its name.
+pub const BUILTIN_NAMES: &[&str] = &[
+    "arg",
+    "const",
+    "if",
+    "case",
+    "while",
+    "call",
+    "read_variable",
+    "assign_variable",
+    "assign_add_variable",
+    "stack_new",
+    "stack_push",
+    "stack_pop",
+];
+
+/// One node: its kind, data inputs, nodes it must run after, and output types.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub kind: NodeKind,
+    pub inputs: Vec<Port>,
+    /// Nodes that must run before this one although no data flows (stateful ordering).
+    pub control_inputs: Vec<NodeId>,
+    pub outputs: Vec<ValueType>,
+    pub location: Option<Location>,
+}
+
+impl Node {
+    pub fn new(kind: NodeKind, inputs: Vec<Port>, outputs: Vec<ValueType>) -> Self {
+        Node {
+            kind,
+            inputs,
+            control_inputs: Vec::new(),
+            outputs,
+            location: None,
+        }
+    }
+}
+
+/// A function: parameters, nodes in topological order (the first `params.len()` are its
+/// `Arg`s), results, and control outputs (side effects that must run when it is called).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    pub name: String,
+    pub params: Vec<ValueType>,
+    pub nodes: Vec<Node>,
+    pub results: Vec<Port>,
+    pub control_outputs: Vec<NodeId>,
+}
+
+impl Function {
+    /// The type of `port`, or a `Graph` error when it names no output.
+    pub fn port_type(&self, port: Port) -> Result<&ValueType> {
+        self.nodes
+            .get(port.node)
+            .and_then(|n| n.outputs.get(port.output))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Graph,
+                    "graph",
+                    format!("@{}: no value %{}#{}", self.name, port.node, port.output),
+                )
+            })
+    }
+
+    /// Types of the results (errors as `port_type`).
+    pub fn result_types(&self) -> Result<Vec<ValueType>> {
+        self.results
+            .iter()
+            .map(|&p| self.port_type(p).cloned())
+            .collect()
+    }
+}

@@ -1,0 +1,304 @@
+//! Attribute values in graph text, and turning a node's head and attributes into a `NodeKind`
+//! (an op of the table through `Op::from_name`, or a built-in kind).
+
+use super::cursor::Parser;
+use super::ir::{Constant, NodeKind, ValueType};
+use super::lexer::{Pos, Tok};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::attrs::{Attr, AttrMap};
+use crate::ops::Op;
+use crate::shape::{TensorType, DYN};
+use crate::tensor::Tensor;
+
+/// An attribute value as written; its meaning depends on the attribute it is given to.
+#[derive(Clone, Debug)]
+pub(crate) enum PValue {
+    Num(String),
+    Dyn,
+    Word(String),
+    Func(String),
+    List(Vec<(PValue, Pos)>),
+    Type(ValueType),
+}
+
+/// One `name=value` with the positions of the name and of the value.
+struct RawAttr {
+    name: String,
+    at: Pos,
+    value: PValue,
+    value_at: Pos,
+}
+
+/// `{name=value, ...}` in written order; each name once.
+#[derive(Default)]
+pub(crate) struct RawAttrs {
+    items: Vec<RawAttr>,
+}
+
+impl RawAttrs {
+    pub(crate) fn parse(p: &mut Parser<'_>) -> Result<Self> {
+        p.punct("{")?;
+        let mut items: Vec<RawAttr> = Vec::new();
+        while !p.eat("}") {
+            if !items.is_empty() {
+                p.punct(",")?;
+            }
+            let pos = p.pos();
+            let Tok::Ident(name) = p.peek().clone() else {
+                return Err(p.expected("an attribute name"));
+            };
+            if items.iter().any(|a| a.name == name) {
+                return Err(p.error(pos, format!("attribute `{name}` is given twice")));
+            }
+            p.next();
+            p.punct("=")?;
+            let value_at = p.pos();
+            let value = value(p)?;
+            items.push(RawAttr {
+                name,
+                at: pos,
+                value,
+                value_at,
+            });
+        }
+        Ok(RawAttrs { items })
+    }
+
+    fn take(&mut self, name: &str) -> Option<(PValue, Pos)> {
+        let i = self.items.iter().position(|a| a.name == name)?;
+        let a = self.items.remove(i);
+        Some((a.value, a.value_at))
+    }
+
+    fn require(
+        &mut self,
+        p: &Parser<'_>,
+        at: Pos,
+        head: &str,
+        name: &str,
+    ) -> Result<(PValue, Pos)> {
+        self.take(name)
+            .ok_or_else(|| p.error(at, format!("{head}: missing attribute `{name}`")))
+    }
+
+    /// Fails on an attribute nobody took.
+    fn finish(self, p: &Parser<'_>, head: &str) -> Result<()> {
+        match self.items.first() {
+            None => Ok(()),
+            Some(a) => Err(p.error(a.at, format!("{head}: unknown attribute `{}`", a.name))),
+        }
+    }
+}
+
+fn value(p: &mut Parser<'_>) -> Result<PValue> {
+    match p.peek().clone() {
+        Tok::Number(s) => {
+            p.next();
+            Ok(PValue::Num(s))
+        }
+        Tok::Func(f) => {
+            p.next();
+            Ok(PValue::Func(f))
+        }
+        Tok::Punct("?") => {
+            p.next();
+            Ok(PValue::Dyn)
+        }
+        Tok::Punct("[") => {
+            p.next();
+            let mut items = Vec::new();
+            while !p.eat("]") {
+                if !items.is_empty() {
+                    p.punct(",")?;
+                }
+                let pos = p.pos();
+                items.push((value(p)?, pos));
+            }
+            Ok(PValue::List(items))
+        }
+        Tok::Ident(w) => {
+            let is_type = matches!(w.as_str(), "resource" | "stack")
+                || (DType::from_name(&w).is_ok() && p.peek_at(1) == &Tok::Punct("["));
+            if is_type {
+                return Ok(PValue::Type(p.value_type()?));
+            }
+            p.next();
+            Ok(PValue::Word(w))
+        }
+        _ => Err(p.expected("an attribute value")),
+    }
+}
+
+fn is_float_text(s: &str) -> bool {
+    s.contains(['.', 'e', 'E']) || s.ends_with("inf") || s.ends_with("NaN")
+}
+
+/// The closest `Attr` for an untyped value (the op's field types decide the rest).
+fn to_attr(v: &PValue) -> Option<Attr> {
+    match v {
+        PValue::Num(s) if is_float_text(s) => s.parse().ok().map(Attr::Float),
+        PValue::Num(s) => match s.parse::<i64>() {
+            Ok(i) => Some(Attr::Int(i)),
+            Err(_) => s.parse::<usize>().ok().map(Attr::Size),
+        },
+        PValue::Dyn => Some(Attr::Size(DYN)),
+        PValue::Word(w) => match w.as_str() {
+            "true" => Some(Attr::Bool(true)),
+            "false" => Some(Attr::Bool(false)),
+            "NaN" | "inf" => w.parse().ok().map(Attr::Float),
+            other => DType::from_name(other).ok().map(Attr::DType),
+        },
+        PValue::List(items) => list_attr(items),
+        PValue::Func(_) | PValue::Type(_) => None,
+    }
+}
+
+/// A list of integers: `Ints`, or `Shape` when it holds `?` or a value beyond i64.
+fn list_attr(items: &[(PValue, Pos)]) -> Option<Attr> {
+    let attrs: Option<Vec<Attr>> = items.iter().map(|(v, _)| to_attr(v)).collect();
+    let attrs = attrs?;
+    let ints: Option<Vec<i64>> = attrs
+        .iter()
+        .map(|a| match a {
+            Attr::Int(i) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    if let Some(ints) = ints {
+        return Some(Attr::Ints(ints));
+    }
+    let sizes: Option<Vec<usize>> = attrs
+        .iter()
+        .map(|a| match a {
+            Attr::Size(d) => Some(*d),
+            Attr::Int(i) => usize::try_from(*i).ok(),
+            _ => None,
+        })
+        .collect();
+    sizes.map(Attr::Shape)
+}
+
+/// The kind of a node written `head(...) {attrs} : outputs`.
+pub(crate) fn build_kind(
+    p: &Parser<'_>,
+    head: &str,
+    at: Pos,
+    mut attrs: RawAttrs,
+    outputs: &[ValueType],
+) -> Result<NodeKind> {
+    let kind = match head {
+        "arg" => NodeKind::Arg(int(p, attrs.require(p, at, head, "index")?)?),
+        "const" => NodeKind::Const(constant(
+            p,
+            at,
+            attrs.require(p, at, head, "value")?,
+            outputs,
+        )?),
+        "if" => NodeKind::If {
+            then_branch: func(p, attrs.require(p, at, head, "then")?)?,
+            else_branch: func(p, attrs.require(p, at, head, "else")?)?,
+        },
+        "case" => NodeKind::Case {
+            branches: funcs(p, attrs.require(p, at, head, "branches")?)?,
+        },
+        "while" => NodeKind::While {
+            cond: func(p, attrs.require(p, at, head, "cond")?)?,
+            body: func(p, attrs.require(p, at, head, "body")?)?,
+            maximum_iterations: attrs
+                .take("maximum_iterations")
+                .map(|v| int(p, v))
+                .transpose()?,
+            parallel_iterations: int(p, attrs.require(p, at, head, "parallel_iterations")?)?,
+        },
+        "call" => NodeKind::Call {
+            function: func(p, attrs.require(p, at, head, "function")?)?,
+        },
+        "stack_new" => match attrs.require(p, at, head, "element")? {
+            (PValue::Type(ValueType::Tensor(element)), _) => NodeKind::StackNew { element },
+            (_, pos) => return Err(p.error(pos, "expected a tensor type such as `f32[3]`")),
+        },
+        "read_variable" => NodeKind::ReadVariable,
+        "assign_variable" => NodeKind::AssignVariable,
+        "assign_add_variable" => NodeKind::AssignAddVariable,
+        "stack_push" => NodeKind::StackPush,
+        "stack_pop" => NodeKind::StackPop,
+        _ => return op_kind(p, head, at, attrs),
+    };
+    attrs.finish(p, head)?;
+    Ok(kind)
+}
+
+fn op_kind(p: &Parser<'_>, head: &str, at: Pos, attrs: RawAttrs) -> Result<NodeKind> {
+    let mut map = AttrMap::new();
+    for a in attrs.items {
+        let msg = || format!("`{}` is not an op attribute value", a.name);
+        let attr = to_attr(&a.value).ok_or_else(|| p.error(a.value_at, msg()))?;
+        map.insert(a.name, attr)
+            .map_err(|e| p.error(a.at, e.message))?;
+    }
+    let op =
+        Op::from_name(head, &map).map_err(|e| p.error(at, format!("{}: {}", e.op, e.message)))?;
+    Ok(NodeKind::Op(op))
+}
+
+fn int<T: std::str::FromStr>(p: &Parser<'_>, (v, pos): (PValue, Pos)) -> Result<T> {
+    match &v {
+        PValue::Num(s) => s
+            .parse()
+            .map_err(|_| p.error(pos, format!("expected an integer in range, found `{s}`"))),
+        _ => Err(p.error(pos, "expected an integer")),
+    }
+}
+
+fn func(p: &Parser<'_>, (v, pos): (PValue, Pos)) -> Result<String> {
+    match v {
+        PValue::Func(f) => Ok(f),
+        _ => Err(p.error(pos, "expected a function name `@name`")),
+    }
+}
+
+fn funcs(p: &Parser<'_>, (v, pos): (PValue, Pos)) -> Result<Vec<String>> {
+    match v {
+        PValue::List(items) => items.into_iter().map(|item| func(p, item)).collect(),
+        _ => Err(p.error(pos, "expected a list of functions `[@a, @b]`")),
+    }
+}
+
+/// A constant's elements, typed by its single output type (which must be a static tensor).
+fn constant(
+    p: &Parser<'_>,
+    at: Pos,
+    (v, pos): (PValue, Pos),
+    outputs: &[ValueType],
+) -> Result<Constant> {
+    let [ValueType::Tensor(ty)] = outputs else {
+        return Err(p.error(at, "const: expected one tensor output type"));
+    };
+    let PValue::List(items) = v else {
+        return Err(p.error(pos, "expected a list of elements `[...]`"));
+    };
+    let tensor = crate::with_dtype!(ty.dtype, T, { elements::<T>(p, pos, &items, ty)? });
+    Ok(Constant(tensor))
+}
+
+fn elements<T: crate::dtype::Element + std::str::FromStr>(
+    p: &Parser<'_>,
+    at: Pos,
+    items: &[(PValue, Pos)],
+    ty: &TensorType,
+) -> Result<Tensor> {
+    let mut data = Vec::with_capacity(items.len());
+    for (v, pos) in items {
+        let parsed = match v {
+            PValue::Num(s) | PValue::Word(s) => s.parse::<T>().ok(),
+            _ => None,
+        };
+        data.push(
+            parsed.ok_or_else(|| {
+                p.error(*pos, format!("expected an element of dtype {}", ty.dtype))
+            })?,
+        );
+    }
+    Tensor::from_vec(data, &ty.shape).map_err(|e| p.error(at, format!("const: {}", e.message)))
+}

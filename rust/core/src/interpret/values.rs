@@ -1,0 +1,259 @@
+//! Runtime values of the interpreter: tensors, stacks threaded as values, variable handles.
+//!
+//! A stack is a value in the IR (`StackPush` returns a new stack), but copying it on every push
+//! would make a loop that pushes once per iteration quadratic. `StackValue` shares its storage
+//! (`Arc<Vec<Tensor>>`) and mutates in place when it holds the only reference
+//! (`Arc::make_mut`), which the interpreter arranges by moving values at their last use; a stack
+//! that is still shared is copied once, then owned. A variable is the one mutable thing: every
+//! `VariableRef` clone is a handle to the same cell.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::context::execute;
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{tensor_types_compatible, ValueType};
+use crate::ops::{binary, Op};
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
+
+/// A value flowing along an edge while the interpreter runs a function.
+#[derive(Clone, Debug)]
+pub enum RtValue {
+    Tensor(Tensor),
+    Stack(StackValue),
+    Resource(VariableRef),
+}
+
+impl RtValue {
+    /// The value's type as the IR writes it (allocates: for messages and tests).
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            RtValue::Tensor(t) => ValueType::Tensor(t.ty().clone()),
+            RtValue::Stack(s) => ValueType::Stack(s.element.clone()),
+            RtValue::Resource(v) => ValueType::Resource(v.ty.clone()),
+        }
+    }
+
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            RtValue::Tensor(t) => Some(t),
+            RtValue::Stack(_) | RtValue::Resource(_) => None,
+        }
+    }
+
+    /// The tensor, or an `InvalidArgument` error saying what it is instead.
+    pub fn into_tensor(self) -> Result<Tensor> {
+        match self {
+            RtValue::Tensor(t) => Ok(t),
+            other => Err(not_a("tensor", &other)),
+        }
+    }
+
+    /// The stack, or an `InvalidArgument` error saying what it is instead.
+    pub fn into_stack(self) -> Result<StackValue> {
+        match self {
+            RtValue::Stack(s) => Ok(s),
+            other => Err(not_a("stack", &other)),
+        }
+    }
+
+    /// The variable handle, or an `InvalidArgument` error saying what it is instead.
+    pub fn into_resource(self) -> Result<VariableRef> {
+        match self {
+            RtValue::Resource(v) => Ok(v),
+            other => Err(not_a("resource", &other)),
+        }
+    }
+
+    /// Why this value cannot stand where `expected` is declared: `None` when it fits (same
+    /// kind and dtype, each known dimension equal), else the natural error kind — `DType`,
+    /// `Shape`, or `InvalidArgument` for a stack or resource where a tensor belongs.
+    pub fn mismatch(&self, expected: &ValueType) -> Option<ErrorKind> {
+        let actual = match (self, expected) {
+            (RtValue::Tensor(t), ValueType::Tensor(_)) => t.ty(),
+            (RtValue::Stack(s), ValueType::Stack(_)) => &s.element,
+            (RtValue::Resource(v), ValueType::Resource(_)) => &v.ty,
+            _ => return Some(ErrorKind::InvalidArgument),
+        };
+        let expected = expected.inner();
+        if actual.dtype != expected.dtype {
+            Some(ErrorKind::DType)
+        } else if !tensor_types_compatible(actual, expected) {
+            Some(ErrorKind::Shape)
+        } else {
+            None
+        }
+    }
+}
+
+impl From<Tensor> for RtValue {
+    fn from(t: Tensor) -> Self {
+        RtValue::Tensor(t)
+    }
+}
+
+impl From<StackValue> for RtValue {
+    fn from(s: StackValue) -> Self {
+        RtValue::Stack(s)
+    }
+}
+
+impl From<VariableRef> for RtValue {
+    fn from(v: VariableRef) -> Self {
+        RtValue::Resource(v)
+    }
+}
+
+fn not_a(wanted: &str, got: &RtValue) -> Error {
+    let got = got.value_type();
+    Error::invalid("interpret", format!("expected a {wanted}, got a {got}"))
+}
+
+/// A stack of tensors of one element type, with value semantics and shared storage.
+#[derive(Clone, Debug)]
+pub struct StackValue {
+    element: TensorType,
+    items: Arc<Vec<Tensor>>,
+}
+
+impl StackValue {
+    /// An empty stack of `element`s (`DYN` dimensions accept any size).
+    pub fn new(element: TensorType) -> Self {
+        StackValue {
+            element,
+            items: Arc::new(Vec::new()),
+        }
+    }
+
+    pub fn element(&self) -> &TensorType {
+        &self.element
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The elements, bottom first.
+    pub fn items(&self) -> &[Tensor] {
+        &self.items
+    }
+
+    /// Pushes `value`; amortised O(1) when this is the only handle to the storage. A value of
+    /// another dtype or shape is an error (the backward loop would pop the wrong thing).
+    pub fn push(&mut self, value: Tensor) -> Result<()> {
+        if value.dtype() != self.element.dtype {
+            return Err(self.type_error(ErrorKind::DType, &value));
+        }
+        if !tensor_types_compatible(value.ty(), &self.element) {
+            return Err(self.type_error(ErrorKind::Shape, &value));
+        }
+        Arc::make_mut(&mut self.items).push(value);
+        Ok(())
+    }
+
+    /// Pops the top element (`None` when empty); O(1) when the storage is not shared.
+    pub fn pop(&mut self) -> Option<Tensor> {
+        if self.items.is_empty() {
+            return None;
+        }
+        Arc::make_mut(&mut self.items).pop()
+    }
+
+    /// Whether `self` and `other` share storage (tests check pushes do not copy).
+    pub fn shares_storage_with(&self, other: &StackValue) -> bool {
+        Arc::ptr_eq(&self.items, &other.items)
+    }
+
+    fn type_error(&self, kind: ErrorKind, value: &Tensor) -> Error {
+        let (got, want) = (ValueType::Tensor(value.ty().clone()), self.stack_type());
+        Error::new(kind, "stack_push", format!("cannot push a {got} onto a {want}"))
+    }
+
+    fn stack_type(&self) -> ValueType {
+        ValueType::Stack(self.element.clone())
+    }
+}
+
+/// A handle to a variable: a cell holding its current tensor, of a fixed type. Clones share
+/// the cell, so a write through one handle is seen by every reader.
+#[derive(Clone, Debug)]
+pub struct VariableRef {
+    ty: TensorType,
+    cell: Arc<Mutex<Tensor>>,
+}
+
+impl VariableRef {
+    /// A variable holding `initial`, whose type becomes the variable's fixed type.
+    pub fn new(initial: Tensor) -> Self {
+        VariableRef {
+            ty: initial.ty().clone(),
+            cell: Arc::new(Mutex::new(initial)),
+        }
+    }
+
+    /// A variable of type `ty` (which may have `DYN` dimensions) holding `initial`.
+    pub fn with_type(ty: TensorType, initial: Tensor) -> Result<Self> {
+        check_assignable("variable", &ty, &initial)?;
+        Ok(VariableRef {
+            ty,
+            cell: Arc::new(Mutex::new(initial)),
+        })
+    }
+
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    /// The current value (the same tensor, identity included, until the next write).
+    pub fn read(&self) -> Tensor {
+        self.lock().clone()
+    }
+
+    /// Stores `value` under a fresh identity, so a tape tells the values before and after a
+    /// write apart even when the same tensor is assigned twice.
+    pub fn assign(&self, value: &Tensor) -> Result<()> {
+        check_assignable("assign_variable", &self.ty, value)?;
+        *self.lock() = value.with_new_id();
+        Ok(())
+    }
+
+    /// Adds `delta` (broadcast to the variable's shape) to the value, atomically: the lock is
+    /// held from the read to the write, so concurrent increments are not lost.
+    pub fn assign_add(&self, delta: &Tensor) -> Result<()> {
+        let mut cell = self.lock();
+        let mut sum = execute(&Op::Add(binary::Add), &[cell.clone(), delta.clone()])?;
+        let sum = sum.pop().ok_or_else(|| {
+            Error::internal("assign_add_variable", "add produced no output")
+        })?;
+        check_assignable("assign_add_variable", &self.ty, &sum)?;
+        *cell = sum;
+        Ok(())
+    }
+
+    /// Whether both handles name the same variable.
+    pub fn same_variable(&self, other: &VariableRef) -> bool {
+        Arc::ptr_eq(&self.cell, &other.cell)
+    }
+
+    // A writer that panicked cannot leave a half-written tensor (the store is one move), so a
+    // poisoned lock still guards a valid value: recover it instead of failing every later read.
+    fn lock(&self) -> MutexGuard<'_, Tensor> {
+        self.cell.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn check_assignable(op: &'static str, ty: &TensorType, value: &Tensor) -> Result<()> {
+    let kind = if value.dtype() != ty.dtype {
+        ErrorKind::DType
+    } else if !tensor_types_compatible(value.ty(), ty) {
+        ErrorKind::Shape
+    } else {
+        return Ok(());
+    };
+    let (got, want) = (ValueType::Tensor(value.ty().clone()), ValueType::Tensor(ty.clone()));
+    Err(Error::new(kind, op, format!("cannot store a {got} in a variable of type {want}")))
+}
