@@ -24,7 +24,11 @@ pub struct Symbol {
 
 impl Symbol {
     pub fn new(port: Port, ty: TensorType) -> Symbol {
-        Symbol { id: next_id(), ty, port }
+        Symbol {
+            id: next_id(),
+            ty,
+            port,
+        }
     }
 }
 
@@ -47,12 +51,18 @@ pub struct GraphContext<'b> {
 
 impl<'b> GraphContext<'b> {
     pub fn new(builder: &'b mut FunctionBuilder) -> Self {
-        GraphContext { builder, location: None }
+        GraphContext {
+            builder,
+            location: None,
+        }
     }
 
     /// The function's parameter `index` (a port from `FunctionBuilder::new`) as a symbol.
     pub fn param(&self, port: Port) -> Result<Symbol> {
-        Ok(Symbol::new(port, tensor_type(self.builder.port_type(port)?)?))
+        Ok(Symbol::new(
+            port,
+            tensor_type(self.builder.port_type(port)?)?,
+        ))
     }
 
     /// A constant node (a captured eager tensor or a literal).
@@ -63,18 +73,25 @@ impl<'b> GraphContext<'b> {
 }
 
 fn tensor_type(ty: &ValueType) -> Result<TensorType> {
-    ty.as_tensor().cloned().ok_or_else(|| {
-        Error::invalid("graph", format!("expected a tensor value, got {ty:?}"))
-    })
+    ty.as_tensor()
+        .cloned()
+        .ok_or_else(|| Error::invalid("graph", format!("expected a tensor value, got {ty:?}")))
 }
 
 impl Context<Symbol> for GraphContext<'_> {
     fn apply(&mut self, op: &Op, inputs: &[Symbol]) -> Result<Values<Symbol>> {
         let ports: Vec<Port> = inputs.iter().map(|s| s.port).collect();
-        let outputs = self.builder.add_op(op.clone(), &ports, self.location.clone())?;
+        let outputs = self
+            .builder
+            .add_op(op.clone(), &ports, self.location.clone())?;
         outputs
             .into_iter()
-            .map(|port| Ok(Symbol::new(port, tensor_type(self.builder.port_type(port)?)?)))
+            .map(|port| {
+                Ok(Symbol::new(
+                    port,
+                    tensor_type(self.builder.port_type(port)?)?,
+                ))
+            })
             .collect()
     }
 }
@@ -105,8 +122,23 @@ mod tests {
         let reg = GradientRegistry::with_op_table();
         let mut eager = EagerContext;
         let tapes = [tape.clone()];
-        let y = loss(&mut TapeContext { inner: &mut eager, tapes: &tapes, registry: &reg }, x).unwrap();
-        let g = compute_gradient(&tape, &mut EagerContext, &[y], std::slice::from_ref(x), None).unwrap();
+        let y = loss(
+            &mut TapeContext {
+                inner: &mut eager,
+                tapes: &tapes,
+                registry: &reg,
+            },
+            x,
+        )
+        .unwrap();
+        let g = compute_gradient(
+            &tape,
+            &mut EagerContext,
+            &[y],
+            std::slice::from_ref(x),
+            None,
+        )
+        .unwrap();
         g[0].as_ref().unwrap().to_f64_vec()
     }
 
@@ -123,14 +155,27 @@ mod tests {
             t.lock().unwrap().watch(&x).unwrap();
         }
         let both = [outer.clone(), inner.clone()];
-        let y = loss(&mut TapeContext { inner: &mut graph, tapes: &both, registry: &reg }, &x).unwrap();
+        let y = loss(
+            &mut TapeContext {
+                inner: &mut graph,
+                tapes: &both,
+                registry: &reg,
+            },
+            &x,
+        )
+        .unwrap();
         let only_outer = [outer.clone()];
-        let mut ctx = TapeContext { inner: &mut graph, tapes: &only_outer, registry: &reg };
+        let mut ctx = TapeContext {
+            inner: &mut graph,
+            tapes: &only_outer,
+            registry: &reg,
+        };
         let g = compute_gradient(&inner, &mut ctx, &[y], std::slice::from_ref(&x), None).unwrap();
         let mut result = g[0].clone().unwrap();
         if order == 2 {
             let s = build::sum(&mut ctx, &result, &[0], false).unwrap();
-            let gg = compute_gradient(&outer, &mut graph, &[s], std::slice::from_ref(&x), None).unwrap();
+            let gg =
+                compute_gradient(&outer, &mut graph, &[s], std::slice::from_ref(&x), None).unwrap();
             result = gg[0].clone().unwrap();
         }
         let function = builder.finish(&[result.port], &[]).unwrap();

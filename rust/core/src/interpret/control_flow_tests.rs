@@ -3,12 +3,20 @@
 use std::time::Instant;
 
 use super::testing::{f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B};
-use super::{run, Interpreter};
+use super::{run, run_graph, Interpreter, RtValue, StackValue, VariableRef};
 use crate::context::EagerContext;
 use crate::dtype::DType;
-use crate::graph::{Library, NodeKind};
+use crate::graph::{examples, Library, NodeKind, ValueType};
 use crate::ops::{binary, build, unary};
+use crate::shape::DYN;
 use crate::tensor::Tensor;
+
+#[test]
+fn an_interpreter_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Interpreter<'static>>();
+    shareable::<RtValue>();
+}
 
 #[test]
 fn elementwise_chain_matches_eager() {
@@ -79,10 +87,21 @@ fn case_out_of_range_and_negative_index_run_the_last_branch() {
     let mut lib = library(branch_functions());
     let mut main = B::new("main", vec![scalar_ty(DType::I32), scalar_ty(DType::F32)]);
     let branches = vec!["twice".into(), "negate".into(), "plus_one".into()];
-    let r = main.call(NodeKind::Case { branches }, &[main.args[0], main.args[1]], &lib);
+    let r = main.call(
+        NodeKind::Case { branches },
+        &[main.args[0], main.args[1]],
+        &lib,
+    );
     lib.add(main.finish(&r)).unwrap();
     let interp = Interpreter::new(&lib);
-    for (index, want) in [(0, 10.0), (1, -5.0), (2, 6.0), (3, 6.0), (99, 6.0), (-1, 6.0)] {
+    for (index, want) in [
+        (0, 10.0),
+        (1, -5.0),
+        (2, 6.0),
+        (3, 6.0),
+        (99, 6.0),
+        (-1, 6.0),
+    ] {
         let out = interp.run("main", vec![s(index), s(5.0f32)]).unwrap();
         assert_eq!(f64_of(&out[0]), want, "index {index}");
     }
@@ -120,13 +139,22 @@ fn while_with_a_data_dependent_trip_count_matches_plain_rust() {
             (x, n) = (x * 0.5, n + 1);
         }
         let out = interp.run("main", vec![s(x0), s(0i32)]).unwrap();
-        assert_eq!((f64_of(&out[0]), f64_of(&out[1])), (f64::from(x), f64::from(n)), "x0 = {x0}");
+        assert_eq!(
+            (f64_of(&out[0]), f64_of(&out[1])),
+            (f64::from(x), f64::from(n)),
+            "x0 = {x0}"
+        );
     }
 }
 
 #[test]
 fn maximum_iterations_stops_the_loop_even_when_cond_holds() {
-    for (max, want_n) in [(Some(0), 0.0), (Some(3), 3.0), (Some(50), 10.0), (None, 10.0)] {
+    for (max, want_n) in [
+        (Some(0), 0.0),
+        (Some(3), 3.0),
+        (Some(50), 10.0),
+        (None, 10.0),
+    ] {
         let lib = halving_library(max);
         let out = run(&lib, "main", vec![s(1000.0f32), s(0i32)]).unwrap();
         assert_eq!(f64_of(&out[1]), want_n, "maximum_iterations = {max:?}");
@@ -145,7 +173,11 @@ fn if_inside_while_inside_if_recurses_normally() {
     let t = triple.op(binary::Mul, &[triple.args[0], three]);
     let ident = B::new("ident", vec![i32s.clone()]);
     let id_args = ident.args.clone();
-    let mut lib = library(vec![minus.finish(&[m]), triple.finish(&[t]), ident.finish(&id_args)]);
+    let mut lib = library(vec![
+        minus.finish(&[m]),
+        triple.finish(&[t]),
+        ident.finish(&id_args),
+    ]);
 
     let pair = vec![i32s.clone(), i32s.clone()];
     let mut cond = B::new("cond", pair.clone());
@@ -160,10 +192,18 @@ fn if_inside_while_inside_if_recurses_normally() {
     lib.add(body.finish(&[x[0], k])).unwrap();
     let mut looper = B::new("loop", vec![i32s.clone()]);
     let zero = looper.konst(0i32);
-    let r = looper.call(while_kind("cond", "body", None), &[looper.args[0], zero], &lib);
+    let r = looper.call(
+        while_kind("cond", "body", None),
+        &[looper.args[0], zero],
+        &lib,
+    );
     lib.add(looper.finish(&r[..1])).unwrap();
     let mut main = B::new("main", vec![scalar_ty(DType::Bool), i32s]);
-    let r = main.call(if_kind("loop", "ident"), &[main.args[0], main.args[1]], &lib);
+    let r = main.call(
+        if_kind("loop", "ident"),
+        &[main.args[0], main.args[1]],
+        &lib,
+    );
     lib.add(main.finish(&r)).unwrap();
 
     let reference = |mut x: i32| {
@@ -187,7 +227,9 @@ fn call_node_calls_its_function_and_vectors_flow_through() {
     let r = sq.op(binary::Mul, &[sq.args[0], sq.args[0]]);
     let mut lib = library(vec![sq.finish(&[r])]);
     let mut main = B::new("main", vec![vec2]);
-    let kind = NodeKind::Call { function: "square".into() };
+    let kind = NodeKind::Call {
+        function: "square".into(),
+    };
     let once = main.call(kind.clone(), &[main.args[0]], &lib);
     let twice = main.call(kind, &once, &lib);
     lib.add(main.finish(&twice)).unwrap();
@@ -206,7 +248,11 @@ fn counting_library() -> Library {
     let n = body.args[1];
     let mut lib = library(vec![cond.finish(&[c]), body.finish(&[i, n])]);
     let mut main = B::new("count", pair);
-    let r = main.call(while_kind("count_cond", "count_body", None), &main.args.clone(), &lib);
+    let r = main.call(
+        while_kind("count_cond", "count_body", None),
+        &main.args.clone(),
+        &lib,
+    );
     lib.add(main.finish(&r[..1])).unwrap();
     lib
 }
@@ -230,14 +276,58 @@ fn interpret_timing_of_a_tiny_while_loop() {
     // increment) so `cargo test --release -p gradloop interpret -- --nocapture` shows it.
     let lib = counting_library();
     let interp = Interpreter::new(&lib);
-    let n = if cfg!(debug_assertions) { 20_000i64 } else { 1_000_000 };
+    let n = if cfg!(debug_assertions) {
+        20_000i64
+    } else {
+        1_000_000
+    };
     let args = || vec![s(0i64), s(n)];
     interp.run("count", args()).unwrap(); // warm: plans built, allocator primed
     let start = Instant::now();
     let out = interp.run("count", args()).unwrap();
     let per_iter = start.elapsed().as_secs_f64() / n as f64;
     assert_eq!(f64_of(&out[0]), n as f64);
-    let mode = if cfg!(debug_assertions) { "debug" } else { "release" };
-    println!("interpreter while loop ({mode}): {:.0} ns per iteration over {n}", per_iter * 1e9);
+    let mode = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    println!(
+        "interpreter while loop ({mode}): {:.0} ns per iteration over {n}",
+        per_iter * 1e9
+    );
 }
 
+#[test]
+fn every_example_graph_of_the_ir_runs() {
+    // Arguments of ones (unknown dimensions as 2): every example loop terminates on them.
+    let arg = |param: &ValueType| -> RtValue {
+        let shape: Vec<usize> = param
+            .inner()
+            .shape
+            .iter()
+            .map(|&d| if d == DYN { 2 } else { d })
+            .collect();
+        let ones = Tensor::ones(param.inner().dtype, &shape);
+        match param {
+            ValueType::Tensor(_) => ones.into(),
+            ValueType::Resource(_) => VariableRef::new(ones).into(),
+            ValueType::Stack(t) => StackValue::new(t.clone()).into(),
+        }
+    };
+    for (name, graph) in examples::all() {
+        let entry = graph.entry_function().unwrap();
+        let args = entry.params.iter().map(arg).collect();
+        let out = run_graph(&graph, args).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let types = entry.result_types().unwrap();
+        assert_eq!(out.len(), types.len(), "{name}");
+        for (value, ty) in out.iter().zip(&types) {
+            assert_eq!(
+                value.mismatch(ty),
+                None,
+                "{name}: {:?} for {ty}",
+                value.value_type()
+            );
+        }
+    }
+}

@@ -124,7 +124,7 @@ impl<'l> Interpreter<'l> {
         plan.as_ref().map_err(Clone::clone)
     }
 
-    /// Calls the function at library position `f`; `depth` counts the frames below this one.
+    /// Calls the function at library position `f`; `depth` is how many calls enclose this one.
     fn call(&self, f: usize, args: Vec<RtValue>, depth: usize) -> Result<Vec<RtValue>> {
         let function = self.function(f)?;
         if depth > MAX_CALL_DEPTH {

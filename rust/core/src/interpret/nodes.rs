@@ -28,7 +28,11 @@ impl Interpreter<'_> {
         let values = match &node.kind {
             NodeKind::Arg(i) => {
                 let arg = frame.take_arg(*i).ok_or_else(|| {
-                    Error::new(ErrorKind::Graph, name, format!("argument {i} is read twice"))
+                    Error::new(
+                        ErrorKind::Graph,
+                        name,
+                        format!("argument {i} is read twice"),
+                    )
                 })?;
                 return Ok(frame.store(np, once(arg)));
             }
@@ -48,7 +52,11 @@ impl Interpreter<'_> {
                 let index = scalar::<i32>(frame.take(index)?, name, "branch index")?;
                 // Out of range, negative included, runs the last branch (the default).
                 let last = np.callees.len().checked_sub(1).ok_or_else(|| {
-                    Error::new(ErrorKind::Graph, name, "a case node needs at least one branch")
+                    Error::new(
+                        ErrorKind::Graph,
+                        name,
+                        "a case node needs at least one branch",
+                    )
                 })?;
                 let branch = usize::try_from(index).map_or(last, |i| i.min(last));
                 let args = frame.take_all(operands)?;
@@ -132,7 +140,9 @@ impl Interpreter<'_> {
             if !go {
                 break;
             }
-            vars = self.call(body, vars, depth + 1).map_err(|e| in_iteration(e, trip))?;
+            vars = self
+                .call(body, vars, depth + 1)
+                .map_err(|e| in_iteration(e, trip))?;
             check_results(&vars, &node.outputs, self.function(body)?)
                 .map_err(|e| in_iteration(e, trip))?;
             trip += 1;
@@ -174,7 +184,11 @@ fn input_tensor(value: RtValue, i: usize) -> Result<Tensor> {
 fn fixed<const N: usize>(np: &NodePlan, name: &'static str) -> Result<[Use; N]> {
     <[Use; N]>::try_from(np.inputs.as_slice()).map_err(|_| {
         let got = np.inputs.len();
-        Error::new(ErrorKind::Graph, name, format!("takes {N} input(s), got {got}"))
+        Error::new(
+            ErrorKind::Graph,
+            name,
+            format!("takes {N} input(s), got {got}"),
+        )
     })
 }
 
@@ -182,7 +196,11 @@ fn fixed<const N: usize>(np: &NodePlan, name: &'static str) -> Result<[Use; N]> 
 fn split_first<'p>(np: &'p NodePlan, name: &'static str) -> Result<(Use, &'p [Use])> {
     match np.inputs.split_first() {
         Some((&first, rest)) => Ok((first, rest)),
-        None => Err(Error::new(ErrorKind::Graph, name, "takes at least one input, got 0")),
+        None => Err(Error::new(
+            ErrorKind::Graph,
+            name,
+            "takes at least one input, got 0",
+        )),
     }
 }
 
@@ -191,7 +209,10 @@ fn single(mut results: Vec<RtValue>) -> Result<RtValue> {
     match (results.pop(), results.is_empty()) {
         (Some(value), true) => Ok(value),
         _ => {
-            let msg = format!("the condition returned {} values; it must return one", results.len() + 1);
+            let msg = format!(
+                "the condition returned {} values; it must return one",
+                results.len() + 1
+            );
             Err(Error::new(ErrorKind::ControlFlow, "while", msg))
         }
     }
@@ -202,12 +223,19 @@ fn single(mut results: Vec<RtValue>) -> Result<RtValue> {
 fn scalar<T: Element>(value: RtValue, op: &'static str, what: &str) -> Result<T> {
     let t = value.into_tensor()?;
     if t.dtype() != T::DTYPE {
-        let msg = format!("the {what} must be a {} scalar, got {}", T::DTYPE, t.dtype());
+        let msg = format!(
+            "the {what} must be a {} scalar, got {}",
+            T::DTYPE,
+            t.dtype()
+        );
         return Err(Error::dtype(op, msg));
     }
     if !t.shape().is_empty() {
         let ty = ValueType::Tensor(t.ty().clone());
-        return Err(Error::shape(op, format!("the {what} must be a scalar, got {ty}")));
+        return Err(Error::shape(
+            op,
+            format!("the {what} must be a scalar, got {ty}"),
+        ));
     }
     t.as_slice::<T>()?
         .first()

@@ -61,15 +61,25 @@ impl Plan {
         let slot_of = |port: Port, before: usize| -> Result<usize> {
             let node = function.nodes.get(port.node).filter(|_| port.node < before);
             match node {
-                Some(n) if port.output < n.outputs.len() => Ok(first_slots[port.node] + port.output),
+                Some(n) if port.output < n.outputs.len() => {
+                    Ok(first_slots[port.node] + port.output)
+                }
                 _ => Err(graph_error(
                     function,
-                    format!("%{}#{} is not an output of an earlier node", port.node, port.output),
+                    format!(
+                        "%{}#{} is not an output of an earlier node",
+                        port.node, port.output
+                    ),
                 )),
             }
         };
         let mut nodes = Vec::with_capacity(function.nodes.len());
         for (id, node) in function.nodes.iter().enumerate() {
+            // Nodes run in order, which satisfies control inputs only if they point backwards.
+            if let Some(&bad) = node.control_inputs.iter().find(|&&c| c >= id) {
+                let msg = format!("%{id} has a control input %{bad} that is not an earlier node");
+                return Err(graph_error(function, msg));
+            }
             if let NodeKind::Arg(i) = node.kind {
                 if i >= function.params.len() {
                     let n = function.params.len();
@@ -145,11 +155,28 @@ mod tests {
         let s = b.add_op1(binary::Add, &[sq, a[1]], None).unwrap();
         let f = b.finish(&[s, a[0]], &[]).unwrap();
         let plan = Plan::build(&f, |_| Ok(0)).unwrap();
-        let lasts = |n: usize| -> Vec<bool> { plan.nodes[n].inputs.iter().map(|u| u.last).collect() };
+        let lasts =
+            |n: usize| -> Vec<bool> { plan.nodes[n].inputs.iter().map(|u| u.last).collect() };
         assert_eq!(lasts(3), [false, false]);
         assert_eq!(lasts(4), [true, true]);
-        assert_eq!(plan.results, [Use { slot: 4, last: true }, Use { slot: 0, last: true }]);
-        assert_eq!(plan.nodes[2].read.as_slice(), [false], "the third argument is never read");
+        assert_eq!(
+            plan.results,
+            [
+                Use {
+                    slot: 4,
+                    last: true
+                },
+                Use {
+                    slot: 0,
+                    last: true
+                }
+            ]
+        );
+        assert_eq!(
+            plan.nodes[2].read.as_slice(),
+            [false],
+            "the third argument is never read"
+        );
     }
 
     #[test]
@@ -165,5 +192,13 @@ mod tests {
         f.nodes[0].kind = NodeKind::Arg(2);
         let err = Plan::build(&f, |_| Ok(0)).unwrap_err();
         assert!(err.message.contains("has 1 parameter(s)"), "{err}");
+        f.nodes[0].kind = NodeKind::Arg(0);
+        f.nodes[0].control_inputs = vec![0];
+        let err = Plan::build(&f, |_| Ok(0)).unwrap_err();
+        assert!(
+            err.message
+                .contains("control input %0 that is not an earlier"),
+            "{err}"
+        );
     }
 }

@@ -29,7 +29,11 @@ fn push_pop_library() -> Library {
     let mut body = B::new("push_body", trio.clone());
     let one = body.konst(1i64);
     let i = body.op(binary::Add, &[body.args[0], one]);
-    let pushed = body.node(NodeKind::StackPush, &[body.args[2], body.args[0]], vec![stack_i64()]);
+    let pushed = body.node(
+        NodeKind::StackPush,
+        &[body.args[2], body.args[0]],
+        vec![stack_i64()],
+    );
     let (n, push_cond) = (body.args[1], cond.finish(&[c]));
     let mut lib = library(vec![push_cond, body.finish(&[i, n, pushed[0]])]);
 
@@ -40,7 +44,11 @@ fn push_pop_library() -> Library {
     let mut body = B::new("pop_body", quad);
     let (one, ten) = (body.konst(1i64), body.konst(10i64));
     let j = body.op(binary::Sub, &[body.args[0], one]);
-    let popped = body.node(NodeKind::StackPop, &[body.args[1]], vec![stack_i64(), i64s()]);
+    let popped = body.node(
+        NodeKind::StackPop,
+        &[body.args[1]],
+        vec![stack_i64(), i64s()],
+    );
     let shifted = body.op(binary::Mul, &[body.args[2], ten]);
     let acc = body.op(binary::Add, &[shifted, popped[1]]);
     let same = body.op(binary::Equal, &[popped[1], j]);
@@ -49,12 +57,22 @@ fn push_pop_library() -> Library {
     lib.add(body.finish(&[j, popped[0], acc, ok])).unwrap();
 
     let mut main = B::new("main", vec![i64s()]);
-    let kind = NodeKind::StackNew { element: TensorType::scalar(DType::I64) };
+    let kind = NodeKind::StackNew {
+        element: TensorType::scalar(DType::I64),
+    };
     let empty = main.node(kind, &[], vec![stack_i64()]);
     let zero = main.konst(0i64);
-    let fwd = main.call(while_kind("push_cond", "push_body", None), &[zero, main.args[0], empty[0]], &lib);
+    let fwd = main.call(
+        while_kind("push_cond", "push_body", None),
+        &[zero, main.args[0], empty[0]],
+        &lib,
+    );
     let yes = main.konst(true);
-    let bwd = main.call(while_kind("pop_cond", "pop_body", None), &[fwd[0], fwd[2], zero, yes], &lib);
+    let bwd = main.call(
+        while_kind("pop_cond", "pop_body", None),
+        &[fwd[0], fwd[2], zero, yes],
+        &lib,
+    );
     lib.add(main.finish(&bwd)).unwrap();
     lib
 }
@@ -63,7 +81,11 @@ fn push_pop_library() -> Library {
 fn a_stack_pushed_by_one_loop_is_popped_in_reverse_by_another() {
     let out = run(&push_pop_library(), "main", vec![s(5i64)]).unwrap();
     assert_eq!(f64_of(&out[0]), 0.0, "the second loop counted down to 0");
-    assert_eq!(f64_of(&out[2]), 43210.0, "popped 4, 3, 2, 1, 0 in that order");
+    assert_eq!(
+        f64_of(&out[2]),
+        43210.0,
+        "popped 4, 3, 2, 1, 0 in that order"
+    );
     assert_eq!(f64_of(&out[3]), 1.0);
     assert!(out[1].clone().into_stack().unwrap().is_empty());
 }
@@ -84,35 +106,62 @@ fn pushing_and_popping_1e5_elements_takes_linear_time() {
 #[test]
 fn popping_an_empty_stack_is_an_error_naming_the_node() {
     let mut main = B::new("main", vec![]);
-    let kind = NodeKind::StackNew { element: TensorType::scalar(DType::F32) };
+    let kind = NodeKind::StackNew {
+        element: TensorType::scalar(DType::F32),
+    };
     let stack_f32 = ValueType::Stack(TensorType::scalar(DType::F32));
     let st = main.node(kind, &[], vec![stack_f32.clone()]);
-    let popped = main.node(NodeKind::StackPop, &st, vec![stack_f32, scalar_ty(DType::F32)]);
+    let popped = main.node(
+        NodeKind::StackPop,
+        &st,
+        vec![stack_f32, scalar_ty(DType::F32)],
+    );
     main.locate_last(31);
     let err = run(&library(vec![main.finish(&popped[1..])]), "main", vec![]).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Index);
     assert_eq!(err.op, "stack_pop");
     let msg = err.to_string();
     assert!(msg.contains("pop from an empty stack<f32[]>"), "{msg}");
-    assert!(msg.contains("at %1 = stack_pop(%0) in @main (model.py:31)"), "{msg}");
+    assert!(
+        msg.contains("at %1 = stack_pop(%0) in @main (model.py:31)"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn stacks_are_values_and_check_what_is_pushed() {
     let mut a = StackValue::new(TensorType::new(DType::F32, &[DYN]));
-    a.push(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap()).unwrap();
+    a.push(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap())
+        .unwrap();
     let mut b = a.clone();
     assert!(b.shares_storage_with(&a), "a clone shares until it changes");
-    b.push(Tensor::from_vec(vec![3.0f32], &[1]).unwrap()).unwrap();
+    b.push(Tensor::from_vec(vec![3.0f32], &[1]).unwrap())
+        .unwrap();
     assert!(!b.shares_storage_with(&a));
-    assert_eq!((a.len(), b.len()), (1, 2), "pushing onto a copy leaves the original alone");
+    assert_eq!(
+        (a.len(), b.len()),
+        (1, 2),
+        "pushing onto a copy leaves the original alone"
+    );
     assert_eq!(b.pop().unwrap().to_f64_vec(), [3.0]);
     assert_eq!(a.items()[0].to_f64_vec(), [1.0, 2.0]);
     let err = a.push(Tensor::scalar(1i32)).unwrap_err();
-    assert_eq!((err.kind, err.op.as_ref()), (ErrorKind::DType, "stack_push"));
-    assert!(err.message.contains("cannot push a i32[] onto a stack<f32[?]>"), "{err}");
-    assert_eq!(a.push(Tensor::scalar(1.0f32)).unwrap_err().kind, ErrorKind::Shape);
-    assert!(StackValue::new(TensorType::scalar(DType::F32)).pop().is_none());
+    assert_eq!(
+        (err.kind, err.op.as_ref()),
+        (ErrorKind::DType, "stack_push")
+    );
+    assert!(
+        err.message
+            .contains("cannot push a i32[] onto a stack<f32[?]>"),
+        "{err}"
+    );
+    assert_eq!(
+        a.push(Tensor::scalar(1.0f32)).unwrap_err().kind,
+        ErrorKind::Shape
+    );
+    assert!(StackValue::new(TensorType::scalar(DType::F32))
+        .pop()
+        .is_none());
 }
 
 fn resource_f32() -> ValueType {
@@ -131,14 +180,20 @@ fn a_variable_written_in_a_branch_changes_only_when_that_branch_runs() {
     let mut main = B::new("main", vec![scalar_ty(DType::Bool), resource_f32()]);
     main.call(if_kind("bump", "noop"), &[main.args[0], main.args[1]], &lib);
     let branch = main.last();
-    let read = main.node(NodeKind::ReadVariable, &[main.args[1]], vec![scalar_ty(DType::F32)]);
+    let read = main.node(
+        NodeKind::ReadVariable,
+        &[main.args[1]],
+        vec![scalar_ty(DType::F32)],
+    );
     main.after(&[branch]);
     lib.add(main.finish(&read)).unwrap();
 
     let interp = Interpreter::new(&lib);
     let var = VariableRef::new(Tensor::scalar(0.0f32));
     for (pred, want) in [(true, 1.0), (false, 1.0), (true, 2.0)] {
-        let out = interp.run("main", vec![s(pred), var.clone().into()]).unwrap();
+        let out = interp
+            .run("main", vec![s(pred), var.clone().into()])
+            .unwrap();
         assert_eq!(f64_of(&out[0]), want, "pred = {pred}");
         assert_eq!(var.read().item_f64().unwrap(), want);
     }
@@ -155,7 +210,11 @@ fn a_variable_written_in_a_loop_body_changes_once_per_iteration() {
     let (step, one) = (body.konst(2.5f32), body.konst(1i32));
     body.node(NodeKind::AssignAddVariable, &[body.args[1], step], vec![]);
     let write = body.last();
-    let last = body.node(NodeKind::ReadVariable, &[body.args[1]], vec![scalar_ty(DType::F32)]);
+    let last = body.node(
+        NodeKind::ReadVariable,
+        &[body.args[1]],
+        vec![scalar_ty(DType::F32)],
+    );
     body.after(&[write]);
     let i = body.op(binary::Add, &[body.args[0], one]);
     let var = body.args[1];
@@ -163,7 +222,11 @@ fn a_variable_written_in_a_loop_body_changes_once_per_iteration() {
     let mut lib = library(vec![cond.finish(&[c]), body]);
     let mut main = B::new("main", vec![resource_f32()]);
     let (zero, nothing) = (main.konst(0i32), main.konst(0.0f32));
-    let out = main.call(while_kind("cond", "body", None), &[zero, main.args[0], nothing], &lib);
+    let out = main.call(
+        while_kind("cond", "body", None),
+        &[zero, main.args[0], nothing],
+        &lib,
+    );
     lib.add(main.finish(&[out[0], out[2]])).unwrap();
 
     let var = VariableRef::new(Tensor::scalar(1.0f32));
@@ -175,28 +238,63 @@ fn a_variable_written_in_a_loop_body_changes_once_per_iteration() {
 #[test]
 fn variables_check_what_is_stored_and_give_each_write_a_new_identity() {
     let var = VariableRef::new(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap());
-    assert_eq!(var.read().id(), var.read().id(), "reads see the same tensor");
+    assert_eq!(
+        var.read().id(),
+        var.read().id(),
+        "reads see the same tensor"
+    );
     let value = Tensor::from_vec(vec![0.0f32; 3], &[3]).unwrap();
     var.assign(&value).unwrap();
     let first = var.read().id();
     var.assign(&value).unwrap();
-    assert!(first != value.id() && var.read().id() != first, "every write is a new tensor");
+    assert!(
+        first != value.id() && var.read().id() != first,
+        "every write is a new tensor"
+    );
     var.assign_add(&Tensor::scalar(0.5f32)).unwrap();
-    assert_eq!(var.read().to_f64_vec(), [0.5, 0.5, 0.5], "the delta broadcasts");
+    assert_eq!(
+        var.read().to_f64_vec(),
+        [0.5, 0.5, 0.5],
+        "the delta broadcasts"
+    );
     assert!(var.clone().same_variable(&var));
 
     let err = var.assign(&Tensor::scalar(1.0f64)).unwrap_err();
-    assert_eq!((err.kind, err.op.as_ref()), (ErrorKind::DType, "assign_variable"));
-    assert!(err.message.contains("cannot store a f64[] in a variable of type f32[3]"), "{err}");
-    assert_eq!(var.assign(&Tensor::zeros(DType::F32, &[4])).unwrap_err().kind, ErrorKind::Shape);
-    let err = var.assign_add(&Tensor::zeros(DType::F32, &[2, 3])).unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Shape, "a delta may not grow the variable: {err}");
-    assert_eq!(var.read().to_f64_vec(), [0.5, 0.5, 0.5], "a failed write changes nothing");
+    assert_eq!(
+        (err.kind, err.op.as_ref()),
+        (ErrorKind::DType, "assign_variable")
+    );
+    assert!(
+        err.message
+            .contains("cannot store a f64[] in a variable of type f32[3]"),
+        "{err}"
+    );
+    assert_eq!(
+        var.assign(&Tensor::zeros(DType::F32, &[4]))
+            .unwrap_err()
+            .kind,
+        ErrorKind::Shape
+    );
+    let err = var
+        .assign_add(&Tensor::zeros(DType::F32, &[2, 3]))
+        .unwrap_err();
+    assert_eq!(
+        err.kind,
+        ErrorKind::Shape,
+        "a delta may not grow the variable: {err}"
+    );
+    assert_eq!(
+        var.read().to_f64_vec(),
+        [0.5, 0.5, 0.5],
+        "a failed write changes nothing"
+    );
 
     let any_len = TensorType::new(DType::F32, &[DYN]);
     let dynamic = VariableRef::with_type(any_len, Tensor::zeros(DType::F32, &[2])).unwrap();
     dynamic.assign(&Tensor::zeros(DType::F32, &[5])).unwrap();
-    assert!(VariableRef::with_type(TensorType::scalar(DType::I32), Tensor::scalar(1.0f32)).is_err());
+    assert!(
+        VariableRef::with_type(TensorType::scalar(DType::I32), Tensor::scalar(1.0f32)).is_err()
+    );
     let value: RtValue = v(&[1.0f32]);
     assert_eq!(f64s(&value), [1.0]);
     assert!(value.into_resource().is_err());

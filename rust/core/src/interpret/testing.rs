@@ -88,7 +88,9 @@ impl B {
     /// Gives the node added last the source location `model.py:line`.
     pub fn locate_last(&mut self, line: u32) {
         let id = self.last();
-        self.b.set_location(id, Location::new("model.py", line)).unwrap();
+        self.b
+            .set_location(id, Location::new("model.py", line))
+            .unwrap();
     }
 
     /// Makes the node added last run after `deps`.

@@ -170,7 +170,11 @@ impl StackValue {
 
     fn type_error(&self, kind: ErrorKind, value: &Tensor) -> Error {
         let (got, want) = (ValueType::Tensor(value.ty().clone()), self.stack_type());
-        Error::new(kind, "stack_push", format!("cannot push a {got} onto a {want}"))
+        Error::new(
+            kind,
+            "stack_push",
+            format!("cannot push a {got} onto a {want}"),
+        )
     }
 
     fn stack_type(&self) -> ValueType {
@@ -226,9 +230,9 @@ impl VariableRef {
     pub fn assign_add(&self, delta: &Tensor) -> Result<()> {
         let mut cell = self.lock();
         let mut sum = execute(&Op::Add(binary::Add), &[cell.clone(), delta.clone()])?;
-        let sum = sum.pop().ok_or_else(|| {
-            Error::internal("assign_add_variable", "add produced no output")
-        })?;
+        let sum = sum
+            .pop()
+            .ok_or_else(|| Error::internal("assign_add_variable", "add produced no output"))?;
         check_assignable("assign_add_variable", &self.ty, &sum)?;
         *cell = sum;
         Ok(())
@@ -254,6 +258,13 @@ fn check_assignable(op: &'static str, ty: &TensorType, value: &Tensor) -> Result
     } else {
         return Ok(());
     };
-    let (got, want) = (ValueType::Tensor(value.ty().clone()), ValueType::Tensor(ty.clone()));
-    Err(Error::new(kind, op, format!("cannot store a {got} in a variable of type {want}")))
+    let (got, want) = (
+        ValueType::Tensor(value.ty().clone()),
+        ValueType::Tensor(ty.clone()),
+    );
+    Err(Error::new(
+        kind,
+        op,
+        format!("cannot store a {got} in a variable of type {want}"),
+    ))
 }
