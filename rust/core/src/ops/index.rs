@@ -148,7 +148,7 @@ impl OpDef for DynamicSlice {
     }
 
     fn saves(&self) -> Saves {
-        Saves::inputs(0xfe)
+        Saves::inputs(!0b1)
     }
 
     fn gradient<V: Value>(
@@ -229,7 +229,7 @@ impl OpDef for DynamicUpdateSlice {
     }
 
     fn saves(&self) -> Saves {
-        Saves::inputs(0xfc)
+        Saves::inputs(!0b11)
     }
 
     fn gradient<V: Value>(
@@ -408,6 +408,19 @@ mod tests {
             dynamic_update_slice(ctx, &zeros, &xs[1], &at(0, 1))
         };
         check_op_gradients(&update_only, &both);
+    }
+
+    #[test]
+    fn gradients_work_beyond_rank_eight() {
+        // Every start index must be saved, however many there are.
+        let starts: Vec<Tensor> = (0..10).map(|i| Tensor::scalar(i32::from(i == 0))).collect();
+        let f = |ctx: &mut dyn Context<Tensor>, xs: &[Tensor]| {
+            let y = dynamic_slice(ctx, &xs[0], &starts, &[1; 10])?;
+            smooth_loss(ctx, &y)
+        };
+        let mut shape = [1usize; 10];
+        shape[0] = 2;
+        crate::ops::gradcheck::check_gradients(&f, &[ramp(&shape)]);
     }
 
     #[test]
