@@ -47,9 +47,6 @@ macro_rules! binary_op {
         op_attrs!($name = $opname {});
 
         impl OpDef for $name {
-            fn name(&self) -> &'static str {
-                $opname
-            }
 
             fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
                 let out = binary_op!(@outdtype $out);
@@ -270,10 +267,6 @@ pub struct Select;
 op_attrs!(Select = "where" {});
 
 impl OpDef for Select {
-    fn name(&self) -> &'static str {
-        "where"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("where", inputs, 3)?;
         let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);

@@ -23,10 +23,6 @@ pub struct Concatenate {
 op_attrs!(Concatenate = "concatenate" { axis });
 
 impl OpDef for Concatenate {
-    fn name(&self) -> &'static str {
-        "concatenate"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         let Some(first) = inputs.first() else {
             return Err(Error::invalid(

@@ -26,10 +26,6 @@ pub struct Fill {
 op_attrs!(Fill = "fill" { dtype, shape, value });
 
 impl OpDef for Fill {
-    fn name(&self) -> &'static str {
-        "fill"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("fill", inputs, 0)?;
         Ok(smallvec![TensorType::new(self.dtype, &self.shape)])
@@ -101,10 +97,6 @@ pub struct Arange {
 op_attrs!(Arange = "arange" { dtype, start, step, len });
 
 impl OpDef for Arange {
-    fn name(&self) -> &'static str {
-        "arange"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("arange", inputs, 0)?;
         check_dtype("arange", Accepts::Numeric, &TensorType::scalar(self.dtype))?;
@@ -175,10 +167,6 @@ fn convert<T: Element, U: Element>(x: &Tensor) -> Result<Tensor> {
 }
 
 impl OpDef for Cast {
-    fn name(&self) -> &'static str {
-        "cast"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("cast", inputs, 1)?;
         Ok(smallvec![inputs[0].with_dtype(self.to)])
@@ -232,10 +220,6 @@ pub struct StopGradient;
 op_attrs!(StopGradient = "stop_gradient" {});
 
 impl OpDef for StopGradient {
-    fn name(&self) -> &'static str {
-        "stop_gradient"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("stop_gradient", inputs, 1)?;
         Ok(smallvec![inputs[0].clone()])
@@ -271,10 +255,6 @@ pub struct Identity;
 op_attrs!(Identity = "identity" {});
 
 impl OpDef for Identity {
-    fn name(&self) -> &'static str {
-        "identity"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("identity", inputs, 1)?;
         Ok(smallvec![inputs[0].clone()])

@@ -123,10 +123,6 @@ pub struct Take {
 op_attrs!(Take = "take" { axis });
 
 impl OpDef for Take {
-    fn name(&self) -> &'static str {
-        "take"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("take", inputs, 2)?;
         let (x, idx) = (&inputs[0], &inputs[1]);
@@ -193,10 +189,6 @@ pub struct ScatterAdd {
 op_attrs!(ScatterAdd = "scatter_add" { axis, dim_size });
 
 impl OpDef for ScatterAdd {
-    fn name(&self) -> &'static str {
-        "scatter_add"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("scatter_add", inputs, 2)?;
         let (u, idx) = (&inputs[0], &inputs[1]);

@@ -103,10 +103,6 @@ pub struct DynamicSlice {
 op_attrs!(DynamicSlice = "dynamic_slice" { sizes });
 
 impl OpDef for DynamicSlice {
-    fn name(&self) -> &'static str {
-        "dynamic_slice"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         let op = "dynamic_slice";
         let Some((x, starts)) = inputs.split_first() else {
@@ -179,10 +175,6 @@ pub struct DynamicUpdateSlice {}
 op_attrs!(DynamicUpdateSlice = "dynamic_update_slice" {});
 
 impl OpDef for DynamicUpdateSlice {
-    fn name(&self) -> &'static str {
-        "dynamic_update_slice"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         let op = "dynamic_update_slice";
         let [x, u, starts @ ..] = inputs else {

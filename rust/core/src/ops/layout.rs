@@ -32,10 +32,6 @@ pub struct Reshape {
 op_attrs!(Reshape = "reshape" { shape });
 
 impl OpDef for Reshape {
-    fn name(&self) -> &'static str {
-        "reshape"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("reshape", inputs, 1)?;
         let x = &inputs[0];
@@ -126,10 +122,6 @@ pub struct BroadcastTo {
 op_attrs!(BroadcastTo = "broadcast_to" { shape });
 
 impl OpDef for BroadcastTo {
-    fn name(&self) -> &'static str {
-        "broadcast_to"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("broadcast_to", inputs, 1)?;
         let x = &inputs[0];

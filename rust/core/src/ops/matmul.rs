@@ -296,10 +296,6 @@ fn run<T: Kernel>(plan: &Plan, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 impl OpDef for MatMul {
-    fn name(&self) -> &'static str {
-        "matmul"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("matmul", inputs, 2)?;
         let (a, b) = (&inputs[0], &inputs[1]);

@@ -136,8 +136,10 @@ impl<V: Value> Saved<V> {
 /// One primitive op. Implemented by a struct holding the op's (normalised) attributes; the
 /// `OpAttrs` bound (written with `op_attrs!` beside the struct) makes every op printable.
 pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
-    /// The op's name in errors, graph text and MLIR locations.
-    fn name(&self) -> &'static str;
+    /// The op's name in errors, graph text and MLIR locations (declared once, by `op_attrs!`).
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
 
     /// Shape and dtype rule: validates the inputs and gives the output types.
     fn infer(&self, inputs: &[TensorType]) -> Result<Types>;

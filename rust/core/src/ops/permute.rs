@@ -25,10 +25,6 @@ pub struct Transpose {
 op_attrs!(Transpose = "transpose" { perm });
 
 impl OpDef for Transpose {
-    fn name(&self) -> &'static str {
-        "transpose"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("transpose", inputs, 1)?;
         let x = &inputs[0];
@@ -94,10 +90,6 @@ pub struct Reverse {
 op_attrs!(Reverse = "reverse" { axes });
 
 impl OpDef for Reverse {
-    fn name(&self) -> &'static str {
-        "reverse"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("reverse", inputs, 1)?;
         let x = &inputs[0];

@@ -261,9 +261,6 @@ macro_rules! reduction {
         op_attrs!($name = $opname { axes, keepdims });
 
         impl OpDef for $name {
-            fn name(&self) -> &'static str {
-                $opname
-            }
 
             fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
                 reduce_infer($opname, Accepts::$accepts, &self.axes, self.keepdims, inputs)

@@ -55,10 +55,6 @@ impl Slice {
 }
 
 impl OpDef for Slice {
-    fn name(&self) -> &'static str {
-        "slice"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("slice", inputs, 1)?;
         let x = &inputs[0];
@@ -160,10 +156,6 @@ impl Pad {
 }
 
 impl OpDef for Pad {
-    fn name(&self) -> &'static str {
-        "pad"
-    }
-
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("pad", inputs, 1)?;
         let x = &inputs[0];

@@ -38,9 +38,6 @@ macro_rules! unary_op {
         op_attrs!($name = $opname {});
 
         impl OpDef for $name {
-            fn name(&self) -> &'static str {
-                $opname
-            }
 
             fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
                 expect_arity($opname, inputs, 1)?;
