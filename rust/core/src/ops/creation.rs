@@ -219,14 +219,24 @@ pub fn cast<V: Value>(ctx: &mut dyn Context<V>, x: &V, to: DType) -> Result<V> {
 pub struct StopGradient;
 op_attrs!(StopGradient = "stop_gradient" {});
 
+/// Rule of the identity-like ops: one input, same type out.
+fn same_type(op: &'static str, inputs: &[TensorType]) -> Result<Types> {
+    expect_arity(op, inputs, 1)?;
+    Ok(smallvec![inputs[0].clone()])
+}
+
+/// Kernel of the identity-like ops: the input's storage under a new identity (no copy).
+fn renamed(inputs: &[Tensor]) -> Result<Values<Tensor>> {
+    Ok(smallvec![inputs[0].with_new_id()])
+}
+
 impl OpDef for StopGradient {
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
-        expect_arity("stop_gradient", inputs, 1)?;
-        Ok(smallvec![inputs[0].clone()])
+        same_type("stop_gradient", inputs)
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
-        Ok(smallvec![inputs[0].with_new_id()])
+        renamed(inputs)
     }
 
     fn saves(&self) -> Saves {
@@ -256,12 +266,11 @@ op_attrs!(Identity = "identity" {});
 
 impl OpDef for Identity {
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
-        expect_arity("identity", inputs, 1)?;
-        Ok(smallvec![inputs[0].clone()])
+        same_type("identity", inputs)
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
-        Ok(smallvec![inputs[0].with_new_id()])
+        renamed(inputs)
     }
 
     fn saves(&self) -> Saves {

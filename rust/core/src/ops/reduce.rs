@@ -358,48 +358,22 @@ fn extremum_grad<V: Value>(
     build::select(ctx, &mask, &share, &zeros)
 }
 
-/// Sum over absolute `axes`.
-pub fn sum<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize], keepdims: bool) -> Result<V> {
-    build::apply1(
-        ctx,
-        Sum {
-            axes: sorted(axes),
-            keepdims,
-        },
-        std::slice::from_ref(x),
-    )
+macro_rules! reduction_builders {
+    ($($(#[$doc:meta])* $builder:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $builder<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize], keepdims: bool) -> Result<V> {
+            build::apply1(ctx, $op { axes: sorted(axes), keepdims }, std::slice::from_ref(x))
+        }
+    )*};
 }
 
-pub fn reduce_max<V: Value>(
-    ctx: &mut dyn Context<V>,
-    x: &V,
-    axes: &[usize],
-    keepdims: bool,
-) -> Result<V> {
-    build::apply1(
-        ctx,
-        ReduceMax {
-            axes: sorted(axes),
-            keepdims,
-        },
-        std::slice::from_ref(x),
-    )
-}
-
-pub fn reduce_min<V: Value>(
-    ctx: &mut dyn Context<V>,
-    x: &V,
-    axes: &[usize],
-    keepdims: bool,
-) -> Result<V> {
-    build::apply1(
-        ctx,
-        ReduceMin {
-            axes: sorted(axes),
-            keepdims,
-        },
-        std::slice::from_ref(x),
-    )
+reduction_builders! {
+    /// Sum over absolute `axes`.
+    sum => Sum;
+    /// Maximum over absolute `axes`.
+    reduce_max => ReduceMax;
+    /// Minimum over absolute `axes`.
+    reduce_min => ReduceMin;
 }
 
 /// Mean over absolute `axes`: the sum times 1/n (float only: an integer mean is not exact).
