@@ -4,7 +4,8 @@
 
 use smallvec::SmallVec;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::graph::NodeKind;
 use crate::ops::{Op, Values};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -13,6 +14,22 @@ use crate::value::Value;
 pub trait Context<V: Value> {
     /// Applies `op` to `inputs`, returning its outputs.
     fn apply(&mut self, op: &Op, inputs: &[V]) -> Result<Values<V>>;
+
+    /// Applies a node that is not an op of the table: control flow (`If`, `Case`, `While`,
+    /// `Call`), constants, variables and stacks. Only graph-building contexts support them.
+    fn apply_node(&mut self, kind: &NodeKind, inputs: &[V]) -> Result<Values<V>> {
+        let _ = inputs;
+        Err(Error::invalid(
+            kind.name(),
+            "this node only exists in graphs: use it inside @gl.function",
+        ))
+    }
+
+    /// The trace this context adds nodes to, if any (gradients of control flow build functions
+    /// in it).
+    fn tracer(&self) -> Option<crate::trace::TracerRef> {
+        None
+    }
 }
 
 /// Runs ops at once on the CPU kernels.

@@ -13,6 +13,7 @@ pub mod shape;
 pub mod symbolic;
 pub mod tape;
 pub mod tensor;
+pub mod trace;
 pub mod value;
 
 pub use context::{execute, Context, EagerContext};

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::graph::NodeKind;
 use crate::ops::{build, Grads, Op, OpKind, Saved, Saves, Values};
 use crate::shape::{ShapeDisplay, DYN};
 use crate::tensor::TensorId;
@@ -47,9 +48,15 @@ pub struct ForwardOperation<'a, V> {
 pub type GradientFactory<V> =
     fn(&ForwardOperation<'_, V>) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
 
+/// Builds the gradient function of a graph node that is not an op (control flow, stacks):
+/// `(kind, inputs, outputs)`; `Ok(None)` means "not differentiable".
+pub type NodeGradientFactory<V> =
+    fn(&NodeKind, &[V], &[V]) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
+
 /// Op kind -> gradient factory. `with_op_table()` registers every op's own rule.
 pub struct GradientRegistry<V: Value> {
     factories: HashMap<OpKind, Option<GradientFactory<V>>>,
+    nodes: Option<NodeGradientFactory<V>>,
 }
 
 impl<V: Value> GradientRegistry<V> {
@@ -57,6 +64,7 @@ impl<V: Value> GradientRegistry<V> {
     pub fn new() -> Self {
         GradientRegistry {
             factories: HashMap::new(),
+            nodes: None,
         }
     }
 
@@ -75,6 +83,24 @@ impl<V: Value> GradientRegistry<V> {
 
     pub fn register_not_differentiable(&mut self, kind: OpKind) {
         self.factories.insert(kind, None);
+    }
+
+    /// Sets the gradient factory of non-op nodes (control flow and stacks in graphs).
+    pub fn register_nodes(&mut self, factory: NodeGradientFactory<V>) {
+        self.nodes = Some(factory);
+    }
+
+    /// The gradient function of a non-op node, or `None` when none is registered for it.
+    pub fn lookup_node(
+        &self,
+        kind: &NodeKind,
+        inputs: &[V],
+        outputs: &[V],
+    ) -> Result<Option<Arc<dyn GradientFunction<V>>>> {
+        match self.nodes {
+            Some(factory) => factory(kind, inputs, outputs),
+            None => Ok(None),
+        }
     }
 
     /// The gradient function for `fwd`, or `None` when its op is not differentiable.
@@ -312,6 +338,21 @@ impl<V: Value> Context<V> for TapeContext<'_, V> {
             record_op(self.tapes, self.registry, op, inputs, &outputs)?;
         }
         Ok(outputs)
+    }
+
+    fn apply_node(&mut self, kind: &NodeKind, inputs: &[V]) -> Result<Values<V>> {
+        let outputs = self.inner.apply_node(kind, inputs)?;
+        let watched = self.tapes.iter().any(|t| lock(t).should_record(inputs));
+        if watched {
+            if let Some(f) = self.registry.lookup_node(kind, inputs, &outputs)? {
+                record_custom(self.tapes, kind.name(), inputs, &outputs, f);
+            }
+        }
+        Ok(outputs)
+    }
+
+    fn tracer(&self) -> Option<crate::trace::TracerRef> {
+        self.inner.tracer()
     }
 }
 

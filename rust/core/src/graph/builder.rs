@@ -15,6 +15,9 @@ pub struct FunctionBuilder {
     name: String,
     params: Vec<ValueType>,
     nodes: Vec<Node>,
+    /// `(old, new)`: node `new` computes everything `old` does (its first outputs are `old`'s)
+    /// and more; `finish` redirects `old`'s uses to `new` and drops `old`.
+    superseded: Vec<(NodeId, NodeId)>,
 }
 
 fn graph_error(message: String) -> Error {
@@ -34,12 +37,69 @@ impl FunctionBuilder {
             name: name.into(),
             params,
             nodes,
+            superseded: Vec::new(),
         };
         (b, ports)
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Renames the function (before it joins a library).
+    pub fn set_name(&mut self, name: impl Into<String>) {
+        self.name = name.into();
+    }
+
+    pub fn params(&self) -> &[ValueType] {
+        &self.params
+    }
+
+    /// The node `id` (added so far).
+    pub fn node(&self, id: NodeId) -> Result<&Node> {
+        let len = self.nodes.len();
+        self.nodes
+            .get(id)
+            .ok_or_else(|| graph_error(format!("@{}: no node %{id} ({len} nodes)", self.name)))
+    }
+
+    /// Number of nodes added so far.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Appends a parameter (an `Arg` node) after nodes were added: captures found while
+    /// tracing. `finish` moves every `Arg` to the front.
+    pub fn add_param(&mut self, ty: ValueType) -> Port {
+        let index = self.params.len();
+        self.params.push(ty.clone());
+        self.nodes
+            .push(Node::new(NodeKind::Arg(index), vec![], vec![ty]));
+        Port::new(self.nodes.len() - 1, 0)
+    }
+
+    /// Declares that `new` (a later node) computes what `old` computes, in its first outputs:
+    /// `finish` sends `old`'s uses to `new`, drops `old` and restores topological order. This is
+    /// how a gradient adds outputs to a forward `If`/`While` without editing it in place.
+    pub fn supersede(&mut self, old: NodeId, new: NodeId) -> Result<()> {
+        let (o, n) = (self.node(old)?, self.node(new)?);
+        let prefix = o.outputs.len() <= n.outputs.len()
+            && o.outputs
+                .iter()
+                .zip(&n.outputs)
+                .all(|(a, b)| a.compatible(b));
+        if !prefix || old >= new {
+            return Err(graph_error(format!(
+                "@{}: %{new} cannot stand for %{old}",
+                self.name
+            )));
+        }
+        self.superseded.push((old, new));
+        Ok(())
     }
 
     /// The type of `port`, or a `Graph` error if no node added so far has that output.
@@ -166,13 +226,22 @@ impl FunctionBuilder {
         if let Some(&bad) = control_outputs.iter().find(|&&n| n >= self.nodes.len()) {
             return Err(graph_error(format!("@{}: no node %{bad}", self.name)));
         }
-        Ok(Function {
+        let mut function = Function {
             name: self.name,
             params: self.params,
             nodes: self.nodes,
             results: results.to_vec(),
             control_outputs: control_outputs.to_vec(),
-        })
+        };
+        let args_first = function
+            .nodes
+            .iter()
+            .enumerate()
+            .all(|(i, n)| (i < function.params.len()) == matches!(n.kind, NodeKind::Arg(_)));
+        if !self.superseded.is_empty() || !args_first {
+            super::reorder::canonicalize(&mut function, &self.superseded)?;
+        }
+        Ok(function)
     }
 
     fn tensor_types(&self, op: &str, inputs: &[Port]) -> Result<Vec<TensorType>> {

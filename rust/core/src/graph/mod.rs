@@ -51,6 +51,7 @@ mod lexer;
 pub mod library;
 pub mod parse;
 mod parse_attrs;
+mod reorder;
 pub mod text;
 pub mod verify;
 mod verify_nodes;

@@ -212,6 +212,11 @@ impl VariableRef {
         &self.ty
     }
 
+    /// True when both handles name the same variable.
+    pub fn same(&self, other: &VariableRef) -> bool {
+        Arc::ptr_eq(&self.cell, &other.cell)
+    }
+
     /// The current value (the same tensor, identity included, until the next write).
     pub fn read(&self) -> Tensor {
         self.lock().clone()

@@ -72,9 +72,45 @@ pub fn fill<V: Value>(
     )
 }
 
-/// A tensor shaped like `like`, every element `value`.
+/// A tensor of the input's dtype and (run-time) shape, every element `value`: `fill` for
+/// shapes only known when the graph runs (loop-carried values with unknown dimensions).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FillLike {
+    pub value: f64,
+}
+op_attrs!(FillLike = "fill_like" { value });
+
+impl OpDef for FillLike {
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        same_type("fill_like", inputs)
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        Ok(smallvec![Tensor::filled(x.dtype(), x.shape(), self.value)])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NotDifferentiable("fill_like depends on its input's shape only")
+    }
+
+    fn gradient<V: Value>(
+        &self,
+        _: &mut dyn Context<V>,
+        _: &Saved<V>,
+        _: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        Ok(smallvec![None])
+    }
+}
+
+/// A tensor shaped like `like`, every element `value` (a constant when the shape is static).
 pub fn fill_like<V: Value>(ctx: &mut dyn Context<V>, like: &V, value: f64) -> Result<V> {
     let ty = like.ty().clone();
+    if ty.shape.contains(&crate::shape::DYN) {
+        return build::apply1(ctx, FillLike { value }, std::slice::from_ref(like));
+    }
     fill(ctx, ty.dtype, &ty.shape, value)
 }
 

@@ -248,6 +248,7 @@ macro_rules! op_table {
 op_table! {
     // creation
     Fill(creation::Fill),
+    FillLike(creation::FillLike),
     Arange(creation::Arange),
     StopGradient(creation::StopGradient),
     Identity(creation::Identity),

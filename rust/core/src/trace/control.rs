@@ -1,0 +1,169 @@
+//! Emitting `If`, `Case` and `While` from traced functions: the captures of the functions are
+//! unified into one signature (the cond_v2 design), then the node is applied through the
+//! context, so tapes record it and its gradient is the control-flow gradient.
+
+use std::collections::HashMap;
+
+use super::rewrite::with_params;
+use super::tracer::lock;
+use super::Val;
+use crate::context::Context;
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{NodeKind, ValueType};
+use crate::tensor::TensorId;
+use crate::value::Value;
+
+/// A traced function and the outer values it captured (`Tracer::pop_function`).
+#[derive(Clone, Debug)]
+pub struct Branch {
+    pub name: String,
+    pub captures: Vec<Val>,
+}
+
+impl From<(String, Vec<Val>)> for Branch {
+    fn from((name, captures): (String, Vec<Val>)) -> Self {
+        Branch { name, captures }
+    }
+}
+
+/// Cond and body of a loop, traced with the loop variables as their first parameters.
+#[derive(Clone, Debug)]
+pub struct LoopFunctions {
+    pub cond: Branch,
+    pub body: Branch,
+    pub maximum_iterations: Option<i64>,
+    pub parallel_iterations: u32,
+}
+
+fn tracer_of(ctx: &dyn Context<Val>, what: &str) -> Result<super::TracerRef> {
+    ctx.tracer().ok_or_else(|| {
+        Error::new(
+            ErrorKind::ControlFlow,
+            what.to_string(),
+            "no function is being traced",
+        )
+    })
+}
+
+/// The union of the branches' captures (first-seen order).
+fn union(branches: &[&Branch]) -> Vec<Val> {
+    let mut seen: HashMap<TensorId, usize> = HashMap::new();
+    let mut all = Vec::new();
+    for b in branches {
+        for v in &b.captures {
+            seen.entry(v.id()).or_insert_with(|| {
+                all.push(v.clone());
+                all.len() - 1
+            });
+        }
+    }
+    all
+}
+
+/// Re-signs each function so that it takes `leading` own parameters then every value of
+/// `captures` (in order); loop bodies (`passthrough`) also return the captures unchanged.
+/// Returns the new function names.
+fn unify(
+    tracer: &super::TracerRef,
+    branches: &[&Branch],
+    leading: usize,
+    captures: &[Val],
+    passthrough: bool,
+) -> Result<Vec<String>> {
+    let index: HashMap<TensorId, usize> = captures
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.id(), i))
+        .collect();
+    let mut t = lock(tracer);
+    let mut names = Vec::new();
+    for b in branches {
+        let f = t.library().get(&b.name)?.clone();
+        let own = f.params.len() - b.captures.len();
+        if own != leading {
+            return Err(Error::internal(
+                "trace",
+                format!("@{} has {own} own parameters, expected {leading}", b.name),
+            ));
+        }
+        let aligned = b.captures.len() == captures.len()
+            && b.captures
+                .iter()
+                .zip(captures)
+                .all(|(a, c)| a.id() == c.id());
+        if aligned && !passthrough {
+            names.push(b.name.clone());
+            continue;
+        }
+        let mut params: Vec<ValueType> = f.params[..own].to_vec();
+        params.extend(captures.iter().map(Val::value_type));
+        let mut mapping: Vec<usize> = (0..own).collect();
+        mapping.extend(b.captures.iter().map(|v| own + index[&v.id()]));
+        let pass: Vec<usize> = if passthrough {
+            (own..own + captures.len()).collect()
+        } else {
+            Vec::new()
+        };
+        let g = with_params(&f, &b.name, params, &mapping, &pass)?;
+        t.replace_function(g)?;
+        names.push(b.name.clone());
+    }
+    Ok(names)
+}
+
+/// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
+pub fn emit_if(
+    ctx: &mut dyn Context<Val>,
+    pred: &Val,
+    then_branch: &Branch,
+    else_branch: &Branch,
+) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "cond")?;
+    let branches = [then_branch, else_branch];
+    let captures = union(&branches);
+    let names = unify(&tracer, &branches, 0, &captures, false)?;
+    let kind = NodeKind::If {
+        then_branch: names[0].clone(),
+        else_branch: names[1].clone(),
+    };
+    let mut inputs = vec![pred.clone()];
+    inputs.extend(captures);
+    Ok(ctx.apply_node(&kind, &inputs)?.into_vec())
+}
+
+/// `Case(index, captures...)` over traced branches; an out-of-range index runs the last.
+pub fn emit_case(ctx: &mut dyn Context<Val>, index: &Val, branches: &[Branch]) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "switch_case")?;
+    let refs: Vec<&Branch> = branches.iter().collect();
+    let captures = union(&refs);
+    let names = unify(&tracer, &refs, 0, &captures, false)?;
+    let mut inputs = vec![index.clone()];
+    inputs.extend(captures);
+    let kind = NodeKind::Case { branches: names };
+    Ok(ctx.apply_node(&kind, &inputs)?.into_vec())
+}
+
+/// `While(vars..., captures...)`; cond and body were traced with the loop variables as
+/// parameters. Captures become extra loop variables the body passes through. Returns the
+/// final loop variables (without the captures).
+pub fn emit_while(
+    ctx: &mut dyn Context<Val>,
+    functions: &LoopFunctions,
+    vars: &[Val],
+) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "while_loop")?;
+    let captures = union(&[&functions.cond, &functions.body]);
+    let cond = unify(&tracer, &[&functions.cond], vars.len(), &captures, false)?;
+    let body = unify(&tracer, &[&functions.body], vars.len(), &captures, true)?;
+    let kind = NodeKind::While {
+        cond: cond[0].clone(),
+        body: body[0].clone(),
+        maximum_iterations: functions.maximum_iterations,
+        parallel_iterations: functions.parallel_iterations,
+    };
+    let mut inputs = vars.to_vec();
+    inputs.extend(captures);
+    let mut outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    outputs.truncate(vars.len());
+    Ok(outputs)
+}

@@ -1,0 +1,548 @@
+//! `Tracer` (frames of functions under construction, captures, the library being built) and
+//! `TraceContext` (the `Context` that runs ops eagerly or adds them to the trace).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use smallvec::SmallVec;
+
+use super::{Symbol, Val};
+use crate::context::{execute, Context};
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{
+    Constant, FunctionBuilder, Graph, Library, Location, NodeId, NodeKind, Port, ValueType,
+};
+use crate::interpret::{RtValue, VariableRef};
+use crate::ops::{Op, Values};
+use crate::shape::TensorType;
+use crate::tensor::{Tensor, TensorId};
+use crate::value::Value;
+
+/// Identifies a frame across all tracers (a symbol of another trace is never mistaken for one
+/// of this trace).
+pub type FrameId = u64;
+
+static NEXT_FRAME: AtomicU64 = AtomicU64::new(1);
+
+/// A tracer shared by the code that traces and the gradient functions that extend the trace.
+/// It is locked per node added, never while user code or a gradient rule runs.
+pub type TracerRef = Arc<Mutex<Tracer>>;
+
+/// Locks `tracer` (a poisoned lock only means a panic elsewhere; the trace is still whole).
+pub fn lock(tracer: &TracerRef) -> MutexGuard<'_, Tracer> {
+    tracer.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Frame {
+    id: FrameId,
+    builder: FunctionBuilder,
+    /// Outer values captured, in the order of the parameters they became.
+    captures: Vec<Val>,
+    /// Outer value (or constant) id -> its port in this frame.
+    captured: HashMap<TensorId, Port>,
+    /// The last stateful node: the next one runs after it (program order).
+    last_stateful: Option<NodeId>,
+    /// Nodes with side effects: the function's control outputs.
+    effects: Vec<NodeId>,
+}
+
+impl Frame {
+    fn new(name: &str, params: Vec<ValueType>) -> (Frame, Vec<Val>) {
+        let id = NEXT_FRAME.fetch_add(1, Ordering::Relaxed);
+        let types = params.clone();
+        let (builder, ports) = FunctionBuilder::new(name, params);
+        let vals = ports
+            .into_iter()
+            .zip(types)
+            .map(|(p, ty)| Val::Symbol(Symbol::new(id, p, ty)))
+            .collect();
+        let frame = Frame {
+            id,
+            builder,
+            captures: Vec::new(),
+            captured: HashMap::new(),
+            last_stateful: None,
+            effects: Vec::new(),
+        };
+        (frame, vals)
+    }
+}
+
+/// A value the entry function captured: passed after the own parameters on every call.
+#[derive(Clone, Debug)]
+pub enum Captured {
+    /// A concrete tensor the traced code closed over.
+    Tensor(Tensor),
+    /// A variable the traced code read or wrote (a resource parameter).
+    Variable(VariableRef),
+}
+
+impl Captured {
+    /// The value to pass to the interpreter.
+    pub fn runtime_value(&self) -> RtValue {
+        match self {
+            Captured::Tensor(t) => RtValue::Tensor(t.clone()),
+            Captured::Variable(v) => RtValue::Resource(v.clone()),
+        }
+    }
+}
+
+/// A finished trace: the graph, and the values the entry captured (they follow the
+/// `num_params` own parameters and are passed on every call).
+#[derive(Clone, Debug)]
+pub struct Traced {
+    pub graph: Graph,
+    pub num_params: usize,
+    pub captured_inputs: Vec<Captured>,
+}
+
+/// Functions under construction (a stack of frames) and the library they join.
+pub struct Tracer {
+    library: Library,
+    frames: Vec<Frame>,
+    stashed: Vec<Vec<Frame>>,
+    names: HashSet<String>,
+    captured_inputs: Vec<Captured>,
+    /// Variables captured by the entry, with their resource parameters.
+    variables: Vec<(VariableRef, Val)>,
+    num_params: usize,
+    /// Source location stamped on the nodes added next.
+    pub location: Option<Location>,
+    /// Gradient constructions already made for a node (see `gradients`).
+    pub(super) augmented: HashMap<(FrameId, NodeId), Arc<super::gradients::Augmented>>,
+}
+
+fn control_flow_error(message: String) -> Error {
+    Error::new(ErrorKind::ControlFlow, "trace", message)
+}
+
+impl Tracer {
+    /// Starts tracing function `name` with parameters of `params` types (entry of the graph).
+    pub fn new(name: &str, params: Vec<ValueType>) -> (TracerRef, Vec<Val>) {
+        Self::with_library(Library::new(), name, params)
+    }
+
+    /// Starts tracing `name` into an existing library (adding a function to imported graphs).
+    pub fn with_library(
+        library: Library,
+        name: &str,
+        params: Vec<ValueType>,
+    ) -> (TracerRef, Vec<Val>) {
+        let num_params = params.len();
+        let names = library.iter().map(|f| f.name.clone()).collect();
+        let mut tracer = Tracer {
+            library,
+            frames: Vec::new(),
+            stashed: Vec::new(),
+            names,
+            captured_inputs: Vec::new(),
+            variables: Vec::new(),
+            num_params,
+            location: None,
+            augmented: HashMap::new(),
+        };
+        let name = tracer.unique_name(name);
+        let (frame, vals) = Frame::new(&name, params);
+        tracer.frames.push(frame);
+        (Arc::new(Mutex::new(tracer)), vals)
+    }
+
+    pub fn library(&self) -> &Library {
+        &self.library
+    }
+
+    /// Replaces a function this trace built (capture unification re-signs branches).
+    pub(super) fn replace_function(&mut self, function: crate::graph::Function) -> Result<()> {
+        self.library.replace(function)
+    }
+
+    /// Number of open frames (1 while only the entry is being built).
+    pub fn depth(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Id of the innermost open frame.
+    pub fn top_frame(&self) -> FrameId {
+        self.frames.last().map_or(0, |f| f.id)
+    }
+
+    /// Position of an open frame in the stack.
+    pub fn frame_index(&self, id: FrameId) -> Option<usize> {
+        self.frames.iter().position(|f| f.id == id)
+    }
+
+    fn unique_name(&mut self, hint: &str) -> String {
+        let mut name = hint.to_string();
+        let mut n = 1;
+        while self.names.contains(&name) {
+            name = format!("{hint}_{n}");
+            n += 1;
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    /// A function name not used yet in this trace.
+    pub(super) fn fresh_name(&mut self, hint: &str) -> String {
+        self.unique_name(hint)
+    }
+
+    /// Adds a function built outside the frames (gradient transforms); its name must be fresh.
+    pub(super) fn add_function(&mut self, function: crate::graph::Function) -> Result<()> {
+        self.library.add(function)
+    }
+
+    /// Drops the innermost frame without adding its function (a failed construction).
+    pub(super) fn abandon_function(&mut self) {
+        if self.frames.len() > 1 {
+            self.frames.pop();
+        }
+    }
+
+    /// Opens a frame for a new function (a branch, a loop body); returns its parameters.
+    pub fn push_function(&mut self, hint: &str, params: Vec<ValueType>) -> Vec<Val> {
+        let name = self.unique_name(hint);
+        let (frame, vals) = Frame::new(&name, params);
+        self.frames.push(frame);
+        vals
+    }
+
+    /// Closes the innermost frame with `results`; the function joins the library. Returns its
+    /// name and the outer values it captured (its parameters after its own, in order).
+    pub fn pop_function(&mut self, results: &[Val]) -> Result<(String, Vec<Val>)> {
+        if self.frames.len() < 2 {
+            return Err(control_flow_error(
+                "no inner function is being traced".into(),
+            ));
+        }
+        let top = self.frames.len() - 1;
+        let ports = results
+            .iter()
+            .map(|v| self.port(top, v))
+            .collect::<Result<Vec<_>>>()?;
+        let frame = self.frames.pop().expect("checked above");
+        let name = frame.builder.name().to_string();
+        let function = frame.builder.finish(&ports, &frame.effects)?;
+        self.library.add(function)?;
+        Ok((name, frame.captures))
+    }
+
+    /// Finishes the entry function with `results`; functions nothing calls are dropped.
+    pub fn finish(&mut self, results: &[Val]) -> Result<Traced> {
+        if self.frames.len() != 1 {
+            return Err(control_flow_error(format!(
+                "{} inner functions are still open",
+                self.frames.len() - 1
+            )));
+        }
+        let ports = results
+            .iter()
+            .map(|v| self.port(0, v))
+            .collect::<Result<Vec<_>>>()?;
+        let frame = self.frames.pop().expect("checked above");
+        let entry = frame.builder.name().to_string();
+        let function = frame.builder.finish(&ports, &frame.effects)?;
+        let mut library = std::mem::take(&mut self.library);
+        library.add(function)?;
+        let library = reachable(&library, &entry)?;
+        Ok(Traced {
+            graph: Graph::new(library, entry)?,
+            num_params: self.num_params,
+            captured_inputs: std::mem::take(&mut self.captured_inputs),
+        })
+    }
+
+    /// The resource value of `variable` (a parameter of the entry, captured inward as needed):
+    /// apply `ReadVariable`/`AssignVariable` nodes to it.
+    pub fn capture_variable(&mut self, variable: &VariableRef) -> Val {
+        if let Some((_, v)) = self.variables.iter().find(|(r, _)| r.same(variable)) {
+            return v.clone();
+        }
+        let ty = ValueType::Resource(variable.ty().clone());
+        let port = self.frames[0].builder.add_param(ty.clone());
+        self.captured_inputs
+            .push(Captured::Variable(variable.clone()));
+        let v = Val::Symbol(Symbol::new(self.frames[0].id, port, ty));
+        self.variables.push((variable.clone(), v.clone()));
+        v
+    }
+
+    /// Sets aside the frames above `index` (gradients build functions over the frame a node
+    /// lives in); `unstash` puts them back.
+    pub(super) fn stash_above(&mut self, index: usize) {
+        let above = self.frames.split_off(index + 1);
+        self.stashed.push(above);
+    }
+
+    pub(super) fn unstash(&mut self) {
+        if let Some(mut above) = self.stashed.pop() {
+            self.frames.append(&mut above);
+        }
+    }
+
+    /// The port of `v` in frame `k`, capturing it (through every frame between) if it lives
+    /// outside.
+    fn port(&mut self, k: usize, v: &Val) -> Result<Port> {
+        if let Val::Symbol(s) = v {
+            if s.frame == self.frames[k].id {
+                return Ok(s.port);
+            }
+        }
+        if let Some(&p) = self.frames[k].captured.get(&v.id()) {
+            return Ok(p);
+        }
+        let port = match v {
+            Val::Tensor(t) if t.ndim() == 0 => self.frames[k].builder.add_const(t.clone()),
+            Val::Tensor(t) if k == 0 => {
+                self.captured_inputs.push(Captured::Tensor(t.clone()));
+                self.frames[0].builder.add_param(v.value_type())
+            }
+            Val::Symbol(s) if k == 0 || self.frame_index(s.frame).is_none_or(|j| j >= k) => {
+                return Err(control_flow_error(format!(
+                    "a {} traced inside a cond branch, loop body or another function \
+                     cannot be used outside of it; return it from that function instead",
+                    s.value_type()
+                )));
+            }
+            _ => {
+                self.port(k - 1, v)?;
+                let frame = &mut self.frames[k];
+                frame.captures.push(v.clone());
+                frame.builder.add_param(v.value_type())
+            }
+        };
+        self.frames[k].captured.insert(v.id(), port);
+        Ok(port)
+    }
+
+    fn symbols(&self, ports: Vec<Port>) -> Result<Values<Val>> {
+        let frame = self.frames.last().expect("a tracer always has a frame");
+        ports
+            .into_iter()
+            .map(|p| {
+                let ty = frame.builder.port_type(p)?.clone();
+                Ok(Val::Symbol(Symbol::new(frame.id, p, ty)))
+            })
+            .collect()
+    }
+
+    fn top_ports(&mut self, inputs: &[Val]) -> Result<SmallVec<[Port; 4]>> {
+        let top = self.frames.len() - 1;
+        inputs.iter().map(|v| self.port(top, v)).collect()
+    }
+
+    /// Adds `op` applied to `inputs` to the innermost frame.
+    pub fn add_op(&mut self, op: &Op, inputs: &[Val]) -> Result<Values<Val>> {
+        let ports = self.top_ports(inputs)?;
+        let location = self.location.clone();
+        let builder = &mut self.frames.last_mut().expect("open frame").builder;
+        let outputs = builder.add_op(op.clone(), &ports, location)?;
+        self.symbols(outputs)
+    }
+
+    /// Adds a non-op node (control flow, constant, variable or stack) to the innermost frame.
+    /// Stateful nodes are chained in program order; side effects become control outputs.
+    pub fn add_node(&mut self, kind: &NodeKind, inputs: &[Val]) -> Result<Values<Val>> {
+        let ports = self.top_ports(inputs)?;
+        let outputs = self.node_outputs(kind, inputs)?;
+        let (stateful, effect) = self.statefulness(kind)?;
+        let location = self.location.clone();
+        let frame = self.frames.last_mut().expect("open frame");
+        let b = &mut frame.builder;
+        let new = b.add_node(kind.clone(), &ports, outputs)?;
+        let id = b.len() - 1;
+        if let Some(l) = location {
+            b.set_location(id, l)?;
+        }
+        if stateful {
+            if let Some(prev) = frame.last_stateful {
+                b.add_control_inputs(id, &[prev])?;
+            }
+            frame.last_stateful = Some(id);
+        }
+        if effect {
+            frame.effects.push(id);
+        }
+        self.symbols(new)
+    }
+
+    /// Declares that the node producing `new_first` supersedes the node producing `old_first`
+    /// in the innermost frame (see `FunctionBuilder::supersede`).
+    pub(super) fn supersede(&mut self, old: NodeId, new: NodeId) -> Result<()> {
+        let frame = self.frames.last_mut().expect("open frame");
+        if frame.last_stateful == Some(old) {
+            frame.last_stateful = Some(new);
+        }
+        frame.effects.retain(|&e| e != old);
+        frame.builder.supersede(old, new)
+    }
+
+    /// (stateful, side effect) for a node kind.
+    fn statefulness(&self, kind: &NodeKind) -> Result<(bool, bool)> {
+        Ok(match kind {
+            NodeKind::ReadVariable => (true, false),
+            NodeKind::AssignVariable | NodeKind::AssignAddVariable => (true, true),
+            NodeKind::If { .. }
+            | NodeKind::Case { .. }
+            | NodeKind::While { .. }
+            | NodeKind::Call { .. } => {
+                let mut effects = false;
+                for callee in kind.callees() {
+                    effects |= !self.library.get(callee)?.control_outputs.is_empty();
+                }
+                (effects, effects)
+            }
+            _ => (false, false),
+        })
+    }
+
+    fn node_outputs(&self, kind: &NodeKind, inputs: &[Val]) -> Result<Vec<ValueType>> {
+        let input = |i: usize| {
+            inputs
+                .get(i)
+                .map(Val::value_type)
+                .ok_or_else(|| Error::invalid(kind.name(), format!("expected an input {i}")))
+        };
+        Ok(match kind {
+            NodeKind::Arg(_) | NodeKind::Op(_) => {
+                return Err(Error::internal(kind.name(), "not a non-op node"))
+            }
+            NodeKind::Const(Constant(t)) => vec![ValueType::Tensor(t.ty().clone())],
+            NodeKind::If { .. } | NodeKind::Case { .. } => {
+                let mut joined: Option<Vec<ValueType>> = None;
+                for callee in kind.callees() {
+                    let types = self.library.get(callee)?.result_types()?;
+                    joined = Some(match joined {
+                        None => types,
+                        Some(prev) => join_types(kind.name(), &prev, &types)?,
+                    });
+                }
+                joined.unwrap_or_default()
+            }
+            NodeKind::While { body, .. } => self.library.get(body)?.params.clone(),
+            NodeKind::Call { function } => self.library.get(function)?.result_types()?,
+            NodeKind::ReadVariable => match input(0)? {
+                ValueType::Resource(t) => vec![ValueType::Tensor(t)],
+                other => {
+                    return Err(Error::invalid(
+                        "read_variable",
+                        format!("expected a variable, got {other}"),
+                    ))
+                }
+            },
+            NodeKind::AssignVariable | NodeKind::AssignAddVariable => Vec::new(),
+            NodeKind::StackNew { element } => vec![ValueType::Stack(element.clone())],
+            NodeKind::StackPush => vec![input(0)?],
+            NodeKind::StackPop => {
+                let stack = input(0)?;
+                let element = ValueType::Tensor(stack.inner().clone());
+                vec![stack, element]
+            }
+        })
+    }
+}
+
+/// Types that describe the values of both `a` and `b` (dimensions that differ become unknown).
+pub fn join_types(op: &str, a: &[ValueType], b: &[ValueType]) -> Result<Vec<ValueType>> {
+    if a.len() != b.len() {
+        return Err(Error::invalid(
+            op.to_string(),
+            format!("branches return {} and {} values", a.len(), b.len()),
+        ));
+    }
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .map(|(i, (x, y))| {
+            let (tx, ty) = (x.inner(), y.inner());
+            let same_kind = std::mem::discriminant(x) == std::mem::discriminant(y);
+            if !same_kind || tx.dtype != ty.dtype || tx.shape.len() != ty.shape.len() {
+                return Err(Error::new(
+                    ErrorKind::ControlFlow,
+                    op.to_string(),
+                    format!("branch results {i} differ: {x} vs {y}"),
+                ));
+            }
+            let shape: Vec<usize> = tx
+                .shape
+                .iter()
+                .zip(&ty.shape)
+                .map(|(&p, &q)| if p == q { p } else { crate::shape::DYN })
+                .collect();
+            let t = TensorType::new(tx.dtype, &shape);
+            Ok(match x {
+                ValueType::Tensor(_) => ValueType::Tensor(t),
+                ValueType::Resource(_) => ValueType::Resource(t),
+                ValueType::Stack(_) => ValueType::Stack(t),
+            })
+        })
+        .collect()
+}
+
+/// The functions of `library` that `entry` reaches (in the library's order).
+fn reachable(library: &Library, entry: &str) -> Result<Library> {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut todo = vec![entry.to_string()];
+    while let Some(name) = todo.pop() {
+        if seen.insert(name.clone()) {
+            for node in &library.get(&name)?.nodes {
+                todo.extend(node.kind.callees().into_iter().map(str::to_string));
+            }
+        }
+    }
+    let mut out = Library::new();
+    // The entry first, so the text reads top-down.
+    out.add(library.get(entry)?.clone())?;
+    for f in library
+        .iter()
+        .filter(|f| f.name != entry && seen.contains(&f.name))
+    {
+        out.add(f.clone())?;
+    }
+    Ok(out)
+}
+
+/// Runs ops eagerly when every input is concrete, and adds them to the trace otherwise (an op
+/// without inputs joins the trace when there is one, so `zeros` inside a function is a node).
+#[derive(Clone, Default)]
+pub struct TraceContext {
+    pub tracer: Option<TracerRef>,
+}
+
+impl TraceContext {
+    pub fn new(tracer: Option<TracerRef>) -> Self {
+        TraceContext { tracer }
+    }
+
+    fn tracer_ref(&self, what: &str) -> Result<&TracerRef> {
+        self.tracer.as_ref().ok_or_else(|| {
+            control_flow_error(format!(
+                "{what} got a symbolic value but no function is being traced"
+            ))
+        })
+    }
+}
+
+impl Context<Val> for TraceContext {
+    fn apply(&mut self, op: &Op, inputs: &[Val]) -> Result<Values<Val>> {
+        let concrete = inputs.iter().all(Val::is_concrete);
+        if concrete && (self.tracer.is_none() || !inputs.is_empty()) {
+            let tensors: SmallVec<[Tensor; 2]> = inputs
+                .iter()
+                .filter_map(|v| v.as_tensor().cloned())
+                .collect();
+            let outputs = execute(op, &tensors)?;
+            return Ok(outputs.into_iter().map(Val::Tensor).collect());
+        }
+        lock(self.tracer_ref(op.name())?).add_op(op, inputs)
+    }
+
+    fn apply_node(&mut self, kind: &NodeKind, inputs: &[Val]) -> Result<Values<Val>> {
+        lock(self.tracer_ref(kind.name())?).add_node(kind, inputs)
+    }
+
+    fn tracer(&self) -> Option<TracerRef> {
+        self.tracer.clone()
+    }
+}
