@@ -1,19 +1,20 @@
-//! Python values to core tensors: `gl.tensor(...)`, operands of ops (tensors, Python scalars
-//! that adapt to the other operand's dtype, nested lists, numpy arrays), and numpy views of
-//! tensors without a copy.
+//! Python values to core values: `gl.tensor(...)`, operands of ops (tensors — concrete or
+//! symbolic —, Python scalars that adapt to the other operand's dtype, nested lists, numpy
+//! arrays), and numpy views of concrete tensors without a copy.
 
-use gradloop::{DType, Element, ErrorKind, Scalar, Tensor};
+use gradloop::trace::{Symbol, Val};
+use gradloop::{DType, Element, ErrorKind, Scalar, Tensor, Value};
 use numpy::{PyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
 use crate::dtype::{numpy_name, to_dtype};
-use crate::errors::{new_err, IntoPyResult};
+use crate::errors::{new_err, symbolic_value_err, IntoPyResult};
 use crate::tensor::PyTensor;
 
 /// An op argument before dtype adaptation.
 pub enum Operand {
-    Tensor(Tensor),
+    Tensor(Val),
     Scalar(Scalar),
 }
 
@@ -56,10 +57,20 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
 }
 
 /// A single op input: a tensor, or anything `gl.tensor` accepts.
-pub fn input(obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+pub fn input(obj: &Bound<'_, PyAny>) -> PyResult<Val> {
     match operand(obj)? {
         Operand::Tensor(t) => Ok(t),
-        Operand::Scalar(s) => s.to_tensor(s.default_dtype(), "tensor").py(obj.py()),
+        Operand::Scalar(s) => Ok(Val::Tensor(
+            s.to_tensor(s.default_dtype(), "tensor").py(obj.py())?,
+        )),
+    }
+}
+
+/// A single input that must be concrete (`what` names the operation in the error).
+pub fn concrete_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Tensor> {
+    match input(obj)? {
+        Val::Tensor(t) => Ok(t),
+        Val::Symbol(s) => Err(symbolic_value_err(obj.py(), what, s.ty())),
     }
 }
 
@@ -68,12 +79,12 @@ pub fn unify(
     py: Python<'_>,
     op: &'static str,
     objs: &[&Bound<'_, PyAny>],
-) -> PyResult<Vec<Tensor>> {
+) -> PyResult<Vec<Val>> {
     let operands: Vec<Operand> = objs.iter().map(|o| operand(o)).collect::<PyResult<_>>()?;
     let dtype = operands
         .iter()
         .find_map(|o| match o {
-            Operand::Tensor(t) => Some(t.dtype()),
+            Operand::Tensor(t) => Some(t.ty().dtype),
             Operand::Scalar(_) => None,
         })
         .or_else(|| {
@@ -82,7 +93,7 @@ pub fn unify(
                 .iter()
                 .map(|o| match o {
                     Operand::Scalar(s) => s.default_dtype(),
-                    Operand::Tensor(t) => t.dtype(),
+                    Operand::Tensor(t) => t.ty().dtype,
                 })
                 .max_by_key(|d| match d {
                     DType::Bool => 0,
@@ -95,23 +106,42 @@ pub fn unify(
         .into_iter()
         .map(|o| match o {
             Operand::Tensor(t) => Ok(t),
-            Operand::Scalar(s) => s.to_tensor(dtype, op).py(py),
+            Operand::Scalar(s) => Ok(Val::Tensor(s.to_tensor(dtype, op).py(py)?)),
         })
         .collect()
 }
 
-/// `gl.tensor(data, dtype=None)`.
-pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+/// `gl.tensor(data, dtype=None)`: a new value (a new identity: no tape connects it to `data`).
+pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Val> {
     let py = obj.py();
     if let Ok(t) = obj.cast::<PyTensor>() {
-        let t = &t.get().inner;
-        return match dtype {
-            Some(d) if d != t.dtype() => {
-                gradloop::ops::build::cast(&mut gradloop::EagerContext, t, d).py(py)
+        return match (&t.get().inner, dtype) {
+            (Val::Tensor(t), Some(d)) if d != t.dtype() => {
+                gradloop::ops::build::cast(&mut gradloop::EagerContext, t, d)
+                    .py(py)
+                    .map(Val::Tensor)
             }
-            _ => Ok(t.with_new_id()),
+            (Val::Tensor(t), _) => Ok(Val::Tensor(t.with_new_id())),
+            (Val::Symbol(s), Some(d)) if d != s.ty().dtype => {
+                let s = Val::Symbol(s.clone());
+                crate::runtime::run(py, 0, move |ctx| {
+                    let s = gradloop::ops::build::stop_gradient(ctx, &s)?;
+                    gradloop::ops::build::cast(ctx, &s, d)
+                })
+            }
+            (Val::Symbol(s), _) => Ok(Val::Symbol(Symbol::new(
+                s.frame,
+                s.port,
+                s.value_type().clone(),
+            ))),
         };
     }
+    to_concrete(obj, dtype).map(Val::Tensor)
+}
+
+/// `gl.tensor(data, dtype)` for data that is not a tensor.
+fn to_concrete(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+    let py = obj.py();
     if let Some(s) = scalar(obj)? {
         let target = dtype.unwrap_or(s.default_dtype());
         return match s {
@@ -215,9 +245,16 @@ pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
 }
 
 /// A read-only numpy array viewing the tensor's memory; `owner` keeps the memory alive.
-pub fn numpy_view<'py>(owner: &Bound<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
-    let t = &owner.get().inner;
+/// `what` names the operation in the error for a symbolic tensor.
+pub fn numpy_view<'py>(
+    owner: &Bound<'py, PyTensor>,
+    what: &'static str,
+) -> PyResult<Bound<'py, PyAny>> {
     let py = owner.py();
+    let t = match &owner.get().inner {
+        Val::Tensor(t) => t,
+        Val::Symbol(s) => return Err(symbolic_value_err(py, what, s.ty())),
+    };
     let array = gradloop::with_dtype!(t.dtype(), T, {
         view_as::<T>(t, owner.clone().into_any()).py(py)?
     });

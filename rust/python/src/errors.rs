@@ -5,9 +5,12 @@ use std::cell::RefCell;
 use gradloop::Error;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use pyo3::intern;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::PyString;
 
 static PACKAGE_DIR: PyOnceLock<String> = PyOnceLock::new();
+static GETFRAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 thread_local! {
     /// A Python exception raised inside a callback the core invoked (a custom gradient): it is
@@ -55,9 +58,9 @@ fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> 
     py.import("gradloop.errors")?.getattr(name)
 }
 
-/// `file:line` of the innermost Python frame outside the gradloop package.
-fn user_location(py: Python<'_>) -> Option<String> {
-    let package = PACKAGE_DIR
+/// The gradloop package directory (frames inside it are the library's, not the user's).
+fn package_dir(py: Python<'_>) -> Option<&str> {
+    PACKAGE_DIR
         .get_or_try_init(py, || -> PyResult<String> {
             let file: String = py.import("gradloop")?.getattr("__file__")?.extract()?;
             let dir = std::path::Path::new(&file)
@@ -65,25 +68,55 @@ fn user_location(py: Python<'_>) -> Option<String> {
                 .map(|p| p.display().to_string());
             Ok(dir.unwrap_or_default())
         })
+        .ok()
+        .map(String::as_str)
+}
+
+/// File name and line of the innermost Python frame outside the gradloop package.
+pub fn user_frame(py: Python<'_>) -> Option<(String, u32)> {
+    let package = package_dir(py)?;
+    let getframe = GETFRAME
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("sys")?.getattr("_getframe")?.unbind())
+        })
         .ok()?;
-    let sys = py.import("sys").ok()?;
-    let mut frame = sys.call_method1("_getframe", (0,)).ok()?;
+    let mut frame = getframe.bind(py).call1((0,)).ok()?;
     for _ in 0..64 {
-        let code = frame.getattr("f_code").ok()?;
-        let file: String = code.getattr("co_filename").ok()?.extract().ok()?;
-        if package.is_empty() || !file.starts_with(package.as_str()) {
-            let line: i64 = frame.getattr("f_lineno").ok()?.extract().ok()?;
-            let name = std::path::Path::new(&file)
+        let code = frame.getattr(intern!(py, "f_code")).ok()?;
+        let file = code.getattr(intern!(py, "co_filename")).ok()?;
+        let file = file.cast::<PyString>().ok()?.to_cow().ok()?;
+        if package.is_empty() || !file.starts_with(package) {
+            let line: u32 = frame.getattr(intern!(py, "f_lineno")).ok()?.extract().ok()?;
+            let name = std::path::Path::new(file.as_ref())
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned());
-            return Some(format!("{}:{line}", name.unwrap_or(file)));
+            return Some((name.unwrap_or_else(|| file.into_owned()), line));
         }
-        frame = frame.getattr("f_back").ok()?;
+        frame = frame.getattr(intern!(py, "f_back")).ok()?;
         if frame.is_none() {
             return None;
         }
     }
     None
+}
+
+/// `file:line` of the innermost Python frame outside the gradloop package.
+fn user_location(py: Python<'_>) -> Option<String> {
+    user_frame(py).map(|(file, line)| format!("{file}:{line}"))
+}
+
+/// The error for reading the value of a symbolic tensor (`what` names the operation).
+pub fn symbolic_value_err(py: Python<'_>, what: &'static str, ty: &gradloop::TensorType) -> PyErr {
+    new_err(
+        py,
+        gradloop::ErrorKind::ControlFlow,
+        what,
+        format!(
+            "this {ty} tensor is a symbolic tensor inside @gl.function; its value is only \
+             known when the function runs — use gl.cond / gl.while_loop for data-dependent \
+             control flow"
+        ),
+    )
 }
 
 /// Extension trait: `result.py(py)?` converts a core result at the boundary.

@@ -2,12 +2,13 @@
 //! core's index items.
 
 use gradloop::ops::indexing::{getitem as core_getitem, IndexItem};
-use gradloop::{ErrorKind, Tensor};
+use gradloop::trace::Val;
+use gradloop::{ErrorKind, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyEllipsis, PyInt, PySlice, PyTuple};
 
 use crate::errors::new_err;
-use crate::runtime::run;
+use crate::runtime::{numel, run};
 use crate::tensor::PyTensor;
 
 fn opt_i64(obj: Bound<'_, PyAny>) -> PyResult<Option<i64>> {
@@ -18,7 +19,7 @@ fn opt_i64(obj: Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     }
 }
 
-fn item(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<IndexItem<Tensor>> {
+fn item(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<IndexItem<Val>> {
     if obj.is_none() {
         return Ok(IndexItem::NewAxis);
     }
@@ -27,7 +28,8 @@ fn item(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<IndexItem<Tensor>> {
     }
     if let Ok(t) = obj.cast::<PyTensor>() {
         let t = &t.get().inner;
-        if t.ndim() == 0 && t.dtype().is_int() {
+        let ty = t.ty();
+        if ty.ndim() == 0 && ty.dtype.is_int() {
             return Ok(IndexItem::Tensor(t.clone()));
         }
         return Err(new_err(
@@ -35,9 +37,9 @@ fn item(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<IndexItem<Tensor>> {
             ErrorKind::Index,
             "getitem",
             format!(
-                "a tensor index must be a scalar int32/int64 tensor, got {} of shape {:?}; use gl.take to gather",
-                t.dtype(),
-                t.shape()
+                "a tensor index must be a scalar int32/int64 tensor, got {}{}; use gl.take to gather",
+                ty.dtype,
+                gradloop::shape::ShapeDisplay(&ty.shape)
             ),
         ));
     }
@@ -65,11 +67,15 @@ fn item(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<IndexItem<Tensor>> {
     ))
 }
 
-pub fn getitem(py: Python<'_>, x: &Tensor, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-    let items: Vec<IndexItem<Tensor>> = match index.cast::<PyTuple>() {
+pub fn getitem(py: Python<'_>, x: &Val, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    let items: Vec<IndexItem<Val>> = match index.cast::<PyTuple>() {
         Ok(t) => t.iter().map(|o| item(py, &o)).collect::<PyResult<_>>()?,
         Err(_) => vec![item(py, index)?],
     };
+    let symbolic_index = items
+        .iter()
+        .any(|i| matches!(i, IndexItem::Tensor(Val::Symbol(_))));
+    let size = if symbolic_index { 0 } else { numel(x) };
     let x = x.clone();
-    run(py, x.numel(), move |ctx| core_getitem(ctx, &x, &items)).map(PyTensor::new)
+    run(py, size, move |ctx| core_getitem(ctx, &x, &items)).map(PyTensor::new)
 }

@@ -6,11 +6,14 @@ use pyo3::prelude::*;
 mod convert;
 mod dtype;
 mod errors;
+mod function;
 mod indexing;
 mod ops;
 mod runtime;
 mod tape;
 mod tensor;
+mod trace;
+mod variable;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -18,6 +21,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<dtype::PyDType>()?;
     m.add_class::<tape::PyTape>()?;
+    m.add_class::<trace::PyBranch>()?;
+    m.add_class::<function::PyConcreteFunction>()?;
+    m.add_class::<function::PyGraph>()?;
+    m.add_class::<variable::PyVariableHandle>()?;
     for d in gradloop::DType::ALL {
         let name = if d == gradloop::DType::Bool {
             "bool_"
@@ -33,5 +40,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tape::pause_recording, m)?)?;
     m.add_function(wrap_pyfunction!(tape::resume_recording, m)?)?;
     m.add_function(wrap_pyfunction!(tape::record_custom_gradient, m)?)?;
+    for f in [
+        wrap_pyfunction!(trace::trace_begin, m)?,
+        wrap_pyfunction!(trace::trace_active, m)?,
+        wrap_pyfunction!(trace::trace_push, m)?,
+        wrap_pyfunction!(trace::trace_pop, m)?,
+        wrap_pyfunction!(trace::trace_abort, m)?,
+        wrap_pyfunction!(trace::trace_finish, m)?,
+        wrap_pyfunction!(trace::emit_if, m)?,
+        wrap_pyfunction!(trace::emit_case, m)?,
+        wrap_pyfunction!(trace::emit_while, m)?,
+    ] {
+        m.add_function(f)?;
+    }
     Ok(())
 }

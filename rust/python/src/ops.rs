@@ -1,28 +1,26 @@
 //! Op functions exposed as `gradloop.<name>`. Each converts its arguments, then calls the core
-//! builder through `runtime::run` (eager execution + tape recording). No logic lives here.
+//! builder through `runtime::run` (eager execution or tracing, + tape recording). No logic lives
+//! here.
 
 use gradloop::ops::{build, layout, reduce};
-use gradloop::shape::normalize_axis;
-use gradloop::{DType, Tensor};
+use gradloop::shape::{normalize_axis, ShapeDisplay, DYN};
+use gradloop::trace::Val;
+use gradloop::{DType, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySequence};
 
 use crate::convert::{input, opt_dtype, scalar, unify};
 use crate::dtype::to_dtype;
 use crate::errors::IntoPyResult;
-use crate::runtime::run;
+use crate::runtime::{numel, run, work};
 use crate::tensor::PyTensor;
-
-fn numel(ts: &[&Tensor]) -> usize {
-    ts.iter().map(|t| t.numel()).sum()
-}
 
 macro_rules! unary_fns {
     ($($name:ident => $builder:path;)*) => {
         $(
             pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
                 let x = input(x)?;
-                run(py, x.numel(), move |ctx| $builder(ctx, &x)).map(PyTensor::new)
+                run(py, numel(&x), move |ctx| $builder(ctx, &x)).map(PyTensor::new)
             }
         )*
         pub mod py_unary {
@@ -47,10 +45,10 @@ macro_rules! binary_fns {
     ($($name:ident => $builder:path;)*) => {
         $(
             pub fn $name(py: Python<'_>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-                let [a, b]: [Tensor; 2] = unify(py, stringify!($name), &[a, b])?.try_into().map_err(|_| {
+                let [a, b]: [Val; 2] = unify(py, stringify!($name), &[a, b])?.try_into().map_err(|_| {
                     pyo3::exceptions::PyRuntimeError::new_err("operand conversion")
                 })?;
-                run(py, numel(&[&a, &b]), move |ctx| $builder(ctx, &a, &b)).map(PyTensor::new)
+                run(py, work(&[&a, &b]), move |ctx| $builder(ctx, &a, &b)).map(PyTensor::new)
             }
         )*
         pub mod py_binary {
@@ -128,8 +126,8 @@ macro_rules! reduction_fns {
         $(
             pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
                 let x = input(x)?;
-                let axes = axes($opname, py, axis, x.ndim())?;
-                run(py, x.numel(), move |ctx| $builder(ctx, &x, &axes, keepdims)).map(PyTensor::new)
+                let axes = axes($opname, py, axis, x.ty().ndim())?;
+                run(py, numel(&x), move |ctx| $builder(ctx, &x, &axes, keepdims)).map(PyTensor::new)
             }
         )*
         pub mod py_reduce {
@@ -171,7 +169,7 @@ pub fn reshape(
     shape: &Bound<'_, PyAny>,
 ) -> PyResult<PyTensor> {
     let x = input(x)?;
-    let shape = layout::resolve_shape(x.shape(), &int_list(shape)?).py(py)?;
+    let shape = layout::resolve_shape(&x.ty().shape, &int_list(shape)?).py(py)?;
     run(py, 0, move |ctx| build::reshape(ctx, &x, &shape)).map(PyTensor::new)
 }
 
@@ -181,7 +179,7 @@ pub fn transpose(
     axes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyTensor> {
     let x = input(x)?;
-    let n = x.ndim();
+    let n = x.ty().ndim();
     let perm: Vec<usize> = match axes.filter(|a| !a.is_none()) {
         None => (0..n).rev().collect(),
         Some(a) => int_list(a)?
@@ -190,13 +188,13 @@ pub fn transpose(
             .collect::<gradloop::Result<_>>()
             .py(py)?,
     };
-    run(py, x.numel(), move |ctx| build::transpose(ctx, &x, &perm)).map(PyTensor::new)
+    run(py, numel(&x), move |ctx| build::transpose(ctx, &x, &perm)).map(PyTensor::new)
 }
 
 pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
     let x = input(x)?;
     let to = to_dtype(dtype)?;
-    run(py, x.numel(), move |ctx| build::cast(ctx, &x, to)).map(PyTensor::new)
+    run(py, numel(&x), move |ctx| build::cast(ctx, &x, to)).map(PyTensor::new)
 }
 
 fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
@@ -258,19 +256,19 @@ pub mod py_shape {
     ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let shape = shape_arg(shape)?;
-        run(py, x.numel(), move |ctx| {
+        run(py, numel(&x), move |ctx| {
             build::broadcast_to(ctx, &x, &shape)
         })
         .map(PyTensor::new)
     }
 
-    fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Val>> {
         let seq = xs.cast::<PySequence>()?;
         (0..seq.len()?).map(|i| input(&seq.get_item(i)?)).collect()
     }
 
-    fn first_ndim(py: Python<'_>, op: &'static str, xs: &[Tensor]) -> PyResult<usize> {
-        xs.first().map(|t| t.ndim()).ok_or_else(|| {
+    fn first_ndim(py: Python<'_>, op: &'static str, xs: &[Val]) -> PyResult<usize> {
+        xs.first().map(|t| t.ty().ndim()).ok_or_else(|| {
             crate::errors::new_err(
                 py,
                 gradloop::ErrorKind::InvalidArgument,
@@ -287,7 +285,7 @@ pub mod py_shape {
         let xs = inputs(xs)?;
         let axis =
             normalize_axis("concatenate", axis, first_ndim(py, "concatenate", &xs)?).py(py)?;
-        let n = xs.iter().map(|t| t.numel()).sum();
+        let n = work(&xs.iter().collect::<Vec<_>>());
         run(py, n, move |ctx| build::concatenate(ctx, &xs, axis)).map(PyTensor::new)
     }
 
@@ -297,7 +295,7 @@ pub mod py_shape {
     pub fn stack(py: Python<'_>, xs: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
         let xs = inputs(xs)?;
         let axis = normalize_axis("stack", axis, first_ndim(py, "stack", &xs)? + 1).py(py)?;
-        let n = xs.iter().map(|t| t.numel()).sum();
+        let n = work(&xs.iter().collect::<Vec<_>>());
         run(py, n, move |ctx| build::stack(ctx, &xs, axis)).map(PyTensor::new)
     }
 
@@ -305,7 +303,7 @@ pub mod py_shape {
     #[pyfunction]
     pub fn expand_dims(py: Python<'_>, x: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
         let x = input(x)?;
-        let axis = normalize_axis("expand_dims", axis, x.ndim() + 1).py(py)?;
+        let axis = normalize_axis("expand_dims", axis, x.ty().ndim() + 1).py(py)?;
         run(py, 0, move |ctx| build::expand_dims(ctx, &x, axis)).map(PyTensor::new)
     }
 
@@ -318,7 +316,7 @@ pub mod py_shape {
         axis: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let x = input(x)?;
-        let shape = x.shape().to_vec();
+        let shape = x.ty().shape.to_vec();
         let axes: Vec<usize> = match axis.filter(|a| !a.is_none()) {
             None => (0..shape.len()).filter(|&i| shape[i] == 1).collect(),
             Some(a) => {
@@ -333,8 +331,9 @@ pub mod py_shape {
                         gradloop::ErrorKind::Shape,
                         "squeeze",
                         format!(
-                            "cannot squeeze axis {bad} of size {} (shape {shape:?})",
-                            shape[bad]
+                            "cannot squeeze axis {bad} of size {} (shape {})",
+                            ShapeDisplay(&shape[bad..=bad]),
+                            ShapeDisplay(&shape)
                         ),
                     ));
                 }
@@ -354,10 +353,10 @@ pub mod py_shape {
         y: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
         let c = input(cond)?;
-        let [x, y]: [Tensor; 2] = unify(py, "where", &[x, y])?
+        let [x, y]: [Val; 2] = unify(py, "where", &[x, y])?
             .try_into()
             .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("operand conversion"))?;
-        let n = c.numel() + x.numel() + y.numel();
+        let n = work(&[&c, &x, &y]);
         run(py, n, move |ctx| build::select(ctx, &c, &x, &y)).map(PyTensor::new)
     }
 
@@ -375,11 +374,12 @@ pub mod py_shape {
         // axis=None takes from the flattened tensor; the flattening is recorded like any op.
         let (flatten, axis) = match axis {
             None => (true, 0),
-            Some(a) => (false, normalize_axis("take", a, x.ndim()).py(py)?),
+            Some(a) => (false, normalize_axis("take", a, x.ty().ndim()).py(py)?),
         };
-        run(py, x.numel(), move |ctx| {
+        run(py, work(&[&x, &indices]), move |ctx| {
             let x = if flatten {
-                build::reshape(ctx, &x, &[x.numel()])?
+                let n = gradloop::shape::numel(&x.ty().shape);
+                build::reshape(ctx, &x, &[n])?
             } else {
                 x
             };
@@ -477,8 +477,20 @@ pub mod py_creation {
         value: f64,
     ) -> PyResult<PyTensor> {
         let x = input(x)?;
-        let dtype = creation_dtype(dtype, x.dtype())?;
-        let shape = x.shape().to_vec();
+        let dtype = creation_dtype(dtype, x.ty().dtype)?;
+        let shape = x.ty().shape.to_vec();
+        if shape.contains(&DYN) {
+            // Known only at run time: fill like `x` (its dtype), then cast.
+            return run(py, 0, move |ctx| {
+                let filled = build::fill_like(ctx, &x, value)?;
+                if filled.ty().dtype == dtype {
+                    Ok(filled)
+                } else {
+                    build::cast(ctx, &filled, dtype)
+                }
+            })
+            .map(PyTensor::new);
+        }
         run(py, 0, move |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
     }
 

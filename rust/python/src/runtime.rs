@@ -1,14 +1,16 @@
-//! Per-thread eager runtime: the stack of active tapes, and `run`, through which every op call
-//! goes (tape recording, panic containment, GIL release for large work, error conversion).
+//! Per-thread runtime: the stack of active tapes, the active trace (at most one per thread), and
+//! `run`, through which every op call goes (eager execution or tracing, tape recording, panic
+//! containment, GIL release for large concrete work, error conversion).
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use gradloop::{Context, EagerContext, Error, GradientRegistry, TapeContext, TapeRef, Tensor};
+use gradloop::trace::{graph_registry, lock, TraceContext, TracerRef, Val};
+use gradloop::{Context, Error, GradientRegistry, TapeContext, TapeRef};
 use pyo3::prelude::*;
 
-use crate::errors::to_py;
+use crate::errors::{to_py, user_frame};
 
 /// Work smaller than this many elements keeps the GIL: releasing it costs more than the kernel.
 const RELEASE_GIL_ABOVE: usize = 1 << 14;
@@ -16,30 +18,34 @@ const RELEASE_GIL_ABOVE: usize = 1 << 14;
 #[derive(Default)]
 struct ThreadState {
     /// Active tapes, innermost last.
-    tapes: Vec<TapeRef<Tensor>>,
+    tapes: Vec<TapeRef<Val>>,
     /// Tape stacks set aside by `pause_recording`.
-    paused: Vec<Vec<TapeRef<Tensor>>>,
+    paused: Vec<Vec<TapeRef<Val>>>,
+    /// The trace being built on this thread (`trace_begin` .. `trace_finish`/`trace_abort`).
+    tracer: Option<TracerRef>,
 }
 
 thread_local! {
     static STATE: RefCell<ThreadState> = RefCell::new(ThreadState::default());
 }
 
-pub fn registry() -> &'static GradientRegistry<Tensor> {
-    static REGISTRY: OnceLock<GradientRegistry<Tensor>> = OnceLock::new();
-    REGISTRY.get_or_init(GradientRegistry::with_op_table)
+/// The registry of every op's rule plus control flow and stacks (graph mode's registry serves
+/// eager values too: `Val` is concrete or symbolic).
+pub fn registry() -> &'static GradientRegistry<Val> {
+    static REGISTRY: OnceLock<GradientRegistry<Val>> = OnceLock::new();
+    REGISTRY.get_or_init(graph_registry)
 }
 
-pub fn active_tapes() -> Vec<TapeRef<Tensor>> {
+pub fn active_tapes() -> Vec<TapeRef<Val>> {
     STATE.with(|s| s.borrow().tapes.clone())
 }
 
-pub fn push_tape(tape: TapeRef<Tensor>) {
+pub fn push_tape(tape: TapeRef<Val>) {
     STATE.with(|s| s.borrow_mut().tapes.push(tape));
 }
 
 /// Removes `tape` from the active stack (wherever it is: exits may interleave).
-pub fn pop_tape(tape: &TapeRef<Tensor>) -> bool {
+pub fn pop_tape(tape: &TapeRef<Val>) -> bool {
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         match s
@@ -82,31 +88,92 @@ pub fn resume(token: usize) -> Result<(), String> {
     })
 }
 
-/// Runs `f` with a context that executes eagerly and records on the active tapes.
+/// The trace active on this thread, if any.
+pub fn active_tracer() -> Option<TracerRef> {
+    STATE.with(|s| s.borrow().tracer.clone())
+}
+
+/// Makes `tracer` the thread's active trace; false (and nothing changes) if one is active.
+pub fn begin_trace(tracer: TracerRef) -> bool {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.tracer.is_some() {
+            return false;
+        }
+        s.tracer = Some(tracer);
+        true
+    })
+}
+
+/// Ends the thread's active trace, returning it.
+pub fn end_trace() -> Option<TracerRef> {
+    STATE.with(|s| s.borrow_mut().tracer.take())
+}
+
+/// Stamps the user's current source line on the nodes `tracer` adds next.
+pub fn set_location(py: Python<'_>, tracer: &TracerRef) {
+    let location = user_frame(py).map(|(file, line)| gradloop::graph::Location::new(file, line));
+    lock(tracer).location = location;
+}
+
+/// Elements of concrete work an op over `vals` does; 0 when any is symbolic (tracing is cheap
+/// and never releases the GIL).
+pub fn work(vals: &[&Val]) -> usize {
+    let mut n = 0usize;
+    for v in vals {
+        match v {
+            Val::Tensor(t) => n = n.saturating_add(t.numel()),
+            Val::Symbol(_) => return 0,
+        }
+    }
+    n
+}
+
+/// Elements of `v` when concrete (0 when symbolic): see `work`.
+pub fn numel(v: &Val) -> usize {
+    v.as_tensor().map_or(0, |t| t.numel())
+}
+
+/// Runs `f` with a context that executes eagerly when every input is concrete and adds nodes to
+/// the thread's active trace otherwise, recording on the active tapes.
 ///
-/// `size` (elements touched) decides whether the GIL is released. Panics become InternalError.
+/// `size` (concrete elements touched, see `work`) decides whether the GIL is released. Panics
+/// become InternalError.
 pub fn run<T: Send>(
     py: Python<'_>,
     size: usize,
-    f: impl FnOnce(&mut dyn Context<Tensor>) -> gradloop::Result<T> + Send,
+    f: impl FnOnce(&mut dyn Context<Val>) -> gradloop::Result<T> + Send,
 ) -> PyResult<T> {
-    let tapes = active_tapes();
-    let work = move || {
-        catch_unwind(AssertUnwindSafe(|| {
-            let mut eager = EagerContext;
-            if tapes.is_empty() {
-                f(&mut eager)
-            } else {
-                let mut ctx = TapeContext {
-                    inner: &mut eager,
-                    tapes: &tapes,
-                    registry: registry(),
-                };
-                f(&mut ctx)
-            }
-        }))
-        .unwrap_or_else(|panic| Err(panic_error(panic)))
-    };
+    let (tapes, tracer) = STATE.with(|s| {
+        let s = s.borrow();
+        (s.tapes.clone(), s.tracer.clone())
+    });
+    if let Some(t) = &tracer {
+        set_location(py, t);
+    }
+    call(py, size, move || {
+        let mut base = TraceContext::new(tracer);
+        if tapes.is_empty() {
+            f(&mut base)
+        } else {
+            let mut ctx = TapeContext {
+                inner: &mut base,
+                tapes: &tapes,
+                registry: registry(),
+            };
+            f(&mut ctx)
+        }
+    })
+}
+
+/// Runs core work `f`: panics become InternalError, errors `gradloop.errors` exceptions, and
+/// the GIL is released when `size` (concrete elements touched) is large.
+pub fn call<T: Send>(
+    py: Python<'_>,
+    size: usize,
+    f: impl FnOnce() -> gradloop::Result<T> + Send,
+) -> PyResult<T> {
+    let work = move || catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panic_error(p)));
     let result = if size > RELEASE_GIL_ABOVE {
         py.detach(work)
     } else {

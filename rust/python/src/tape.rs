@@ -1,32 +1,33 @@
 //! `gradloop._core.Tape` and the recording controls the Python autodiff API is built on.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use gradloop::ops::{build, Grads};
 use gradloop::tape::{compute_gradient, record_custom, Tape};
-use gradloop::{Context, EagerContext, ErrorKind, GradientFunction, TapeContext, TapeRef, Tensor};
+use gradloop::trace::Val;
+use gradloop::{Context, ErrorKind, GradientFunction, TapeRef, TensorType, Value, DYN};
 use pyo3::prelude::*;
 use pyo3::types::{PySequence, PyTuple};
 
-use crate::errors::{new_err, park, to_py, IntoPyResult};
-use crate::runtime::{self, panic_error};
+use crate::errors::{new_err, park, IntoPyResult};
+use crate::runtime;
 use crate::tensor::PyTensor;
 
 /// A gradient tape. Records only while on the active stack of its thread (`push`/`pop`).
 #[pyclass(frozen, name = "Tape", module = "gradloop._core")]
 pub struct PyTape {
-    inner: TapeRef<Tensor>,
+    inner: TapeRef<Val>,
 }
 
-fn tensors(seq: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+/// The values of a sequence of Tensors.
+pub fn tensors(seq: &Bound<'_, PyAny>) -> PyResult<Vec<Val>> {
     let seq = seq.cast::<PySequence>()?;
     (0..seq.len()?)
         .map(|i| Ok(seq.get_item(i)?.cast::<PyTensor>()?.get().inner.clone()))
         .collect()
 }
 
-fn lock(t: &TapeRef<Tensor>) -> std::sync::MutexGuard<'_, Tape<Tensor>> {
+fn lock(t: &TapeRef<Val>) -> std::sync::MutexGuard<'_, Tape<Val>> {
     t.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -76,7 +77,7 @@ impl PyTape {
     ) -> PyResult<Vec<Option<PyTensor>>> {
         let targets = tensors(targets)?;
         let sources = tensors(sources)?;
-        let seeds: Option<Vec<Option<Tensor>>> = match output_gradients.filter(|o| !o.is_none()) {
+        let seeds: Option<Vec<Option<Val>>> = match output_gradients.filter(|o| !o.is_none()) {
             None => None,
             Some(og) => {
                 let seq = og.cast::<PySequence>()?;
@@ -94,20 +95,14 @@ impl PyTape {
             }
         };
         let tape = self.inner.clone();
-        let outer = runtime::active_tapes();
-        let work = move || {
-            catch_unwind(AssertUnwindSafe(|| {
-                let mut eager = EagerContext;
-                let mut ctx = TapeContext {
-                    inner: &mut eager,
-                    tapes: &outer,
-                    registry: runtime::registry(),
-                };
-                compute_gradient(&tape, &mut ctx, &targets, &sources, seeds.as_deref())
-            }))
-            .unwrap_or_else(|p| Err(panic_error(p)))
-        };
-        let grads = py.detach(work).map_err(|e| to_py(py, e))?;
+        // A concrete backward pass may be large: release the GIL (symbolic never does).
+        let concrete = targets.iter().all(Val::is_concrete)
+            && seeds.iter().flatten().flatten().all(Val::is_concrete);
+        let size = if concrete { usize::MAX } else { 0 };
+        // Gradient ops are recorded by the active (outer) tapes: higher-order gradients.
+        let grads = runtime::run(py, size, move |ctx| {
+            compute_gradient(&tape, ctx, &targets, &sources, seeds.as_deref())
+        })?;
         Ok(grads.into_iter().map(|g| g.map(PyTensor::new)).collect())
     }
 }
@@ -138,26 +133,34 @@ pub fn resume_recording(py: Python<'_>, token: usize) -> PyResult<()> {
         .map_err(|m| new_err(py, ErrorKind::InvalidArgument, "resume_recording", m))
 }
 
+/// What a missing output gradient is made from: the output's type, or the (symbolic) output
+/// itself when its shape is only known at run time.
+enum ZeroSeed {
+    Type(TensorType),
+    Like(Val),
+}
+
 /// A gradient function implemented in Python (`gl.custom_gradient`, `gl.recompute_grad`).
 struct PyGradientFunction {
     callable: Py<PyAny>,
-    output_types: Vec<gradloop::TensorType>,
+    zero_seeds: Vec<ZeroSeed>,
     n_inputs: usize,
 }
 
-impl GradientFunction<Tensor> for PyGradientFunction {
+impl GradientFunction<Val> for PyGradientFunction {
     fn compute(
         &self,
-        ctx: &mut dyn Context<Tensor>,
-        grad_outputs: &[Option<Tensor>],
+        ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
         _needs: &[bool],
-    ) -> gradloop::Result<Grads<Tensor>> {
+    ) -> gradloop::Result<Grads<Val>> {
         // Missing output gradients become zeros: the user's function expects every one.
         let mut seeds = Vec::with_capacity(grad_outputs.len());
-        for (g, ty) in grad_outputs.iter().zip(&self.output_types) {
-            seeds.push(match g {
-                Some(g) => g.clone(),
-                None => build::fill(ctx, ty.dtype, &ty.shape, 0.0)?,
+        for (g, zero) in grad_outputs.iter().zip(&self.zero_seeds) {
+            seeds.push(match (g, zero) {
+                (Some(g), _) => g.clone(),
+                (None, ZeroSeed::Type(ty)) => build::fill(ctx, ty.dtype, &ty.shape, 0.0)?,
+                (None, ZeroSeed::Like(v)) => build::zeros_like(ctx, v)?,
             });
         }
         Python::attach(|py| self.call(py, seeds).map_err(park))
@@ -165,7 +168,7 @@ impl GradientFunction<Tensor> for PyGradientFunction {
 }
 
 impl PyGradientFunction {
-    fn call(&self, py: Python<'_>, seeds: Vec<Tensor>) -> PyResult<Grads<Tensor>> {
+    fn call(&self, py: Python<'_>, seeds: Vec<Val>) -> PyResult<Grads<Val>> {
         let args = PyTuple::new(py, seeds.into_iter().map(PyTensor::new))?;
         let result = self.callable.bind(py).call1(args)?;
         let seq = result.cast::<PySequence>().map_err(|_| {
@@ -208,9 +211,16 @@ pub fn record_custom_gradient(
     let _ = name;
     let inputs = tensors(inputs)?;
     let outputs = tensors(outputs)?;
+    let zero_seeds = outputs
+        .iter()
+        .map(|v| match v {
+            Val::Symbol(_) if v.ty().shape.contains(&DYN) => ZeroSeed::Like(v.clone()),
+            _ => ZeroSeed::Type(v.ty().clone()),
+        })
+        .collect();
     let function = Arc::new(PyGradientFunction {
         callable: grad_fn,
-        output_types: outputs.iter().map(|t| t.ty().clone()).collect(),
+        zero_seeds,
         n_inputs: inputs.len(),
     });
     record_custom(

@@ -1,27 +1,44 @@
-//! `gradloop.Tensor`: the Python handle of a core tensor — attributes, numpy interop, repr and
-//! Python operators (which call the same op functions as `gl.add` and friends).
+//! `gradloop.Tensor`: the Python handle of a core value — a concrete tensor, or a symbolic value
+//! of a function being traced — with attributes, numpy interop, repr and Python operators
+//! (which call the same op functions as `gl.add` and friends).
 
 use gradloop::ops::build;
-use gradloop::{ErrorKind, Tensor};
+use gradloop::trace::Val;
+use gradloop::{ErrorKind, Tensor, Value, DYN};
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::convert::{numpy_view, opt_dtype};
 use crate::dtype::{py_dtype, PyDType};
-use crate::errors::new_err;
+use crate::errors::{new_err, symbolic_value_err};
 use crate::ops;
 
-/// An immutable, contiguous tensor held by the Rust core.
+/// An immutable, contiguous tensor held by the Rust core, or (inside `@gl.function`) a symbolic
+/// tensor standing for a value of the function being traced.
 #[pyclass(frozen, name = "Tensor", module = "gradloop")]
 pub struct PyTensor {
-    pub inner: Tensor,
+    pub inner: Val,
 }
 
 impl PyTensor {
-    pub fn new(inner: Tensor) -> Self {
-        PyTensor { inner }
+    pub fn new(inner: impl Into<Val>) -> Self {
+        PyTensor {
+            inner: inner.into(),
+        }
     }
+
+    /// The concrete tensor, or the symbolic-value error for operation `what`.
+    pub fn concrete(&self, py: Python<'_>, what: &'static str) -> PyResult<&Tensor> {
+        match &self.inner {
+            Val::Tensor(t) => Ok(t),
+            Val::Symbol(s) => Err(symbolic_value_err(py, what, s.ty())),
+        }
+    }
+}
+
+fn dim(d: usize) -> Option<usize> {
+    (d != DYN).then_some(d)
 }
 
 #[pymethods]
@@ -42,38 +59,47 @@ impl PyTensor {
         1000.0
     }
 
+    /// The dimensions; `None` for a dimension of a symbolic tensor known only at run time.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.inner.shape())
+        PyTuple::new(py, self.inner.ty().shape.iter().map(|&d| dim(d)))
     }
 
     #[getter]
     fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyDType>> {
-        py_dtype(py, self.inner.dtype())
+        py_dtype(py, self.inner.ty().dtype)
     }
 
     #[getter]
     fn ndim(&self) -> usize {
-        self.inner.ndim()
+        self.inner.ty().ndim()
     }
 
+    /// Number of elements; `None` when a dimension is unknown (symbolic tensors).
     #[getter]
-    fn size(&self) -> usize {
-        self.inner.numel()
+    fn size(&self) -> Option<usize> {
+        dim(gradloop::shape::numel(&self.inner.ty().shape))
+    }
+
+    /// True for a symbolic tensor: a value of the function being traced (`@gl.function`).
+    #[getter]
+    fn is_symbolic(&self) -> bool {
+        !self.inner.is_concrete()
     }
 
     /// The tensor with its axes reversed.
     #[getter(T)]
     fn transposed(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        let perm: Vec<usize> = (0..self.inner.ndim()).rev().collect();
+        let perm: Vec<usize> = (0..self.inner.ty().ndim()).rev().collect();
         let x = self.inner.clone();
-        crate::runtime::run(py, x.numel(), move |ctx| build::transpose(ctx, &x, &perm))
+        let size = crate::runtime::numel(&x);
+        crate::runtime::run(py, size, move |ctx| build::transpose(ctx, &x, &perm))
             .map(PyTensor::new)
     }
 
     /// A read-only numpy array sharing the tensor's memory (no copy).
     fn numpy<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        numpy_view(slf)
+        numpy_view(slf, "Tensor.numpy")
     }
 
     #[pyo3(signature = (dtype=None, copy=None))]
@@ -82,7 +108,7 @@ impl PyTensor {
         dtype: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let view = numpy_view(slf)?;
+        let view = numpy_view(slf, "Tensor.__array__")?;
         match (dtype.filter(|d| !d.is_none()), copy) {
             (Some(d), _) => view.call_method1("astype", (d,)),
             (None, Some(true)) => view.call_method0("copy"),
@@ -92,38 +118,29 @@ impl PyTensor {
 
     /// The value of a one-element tensor as a Python scalar.
     fn item<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let t = &slf.get().inner;
-        if t.numel() != 1 {
-            return Err(new_err(
-                slf.py(),
-                ErrorKind::Shape,
-                "item",
-                format!(
-                    "only one-element tensors can be converted to Python scalars, got shape {:?}",
-                    t.shape()
-                ),
-            ));
-        }
-        numpy_view(slf)?.call_method0("item")
+        Self::scalar_item(slf, "Tensor.item")
     }
 
     fn tolist<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        numpy_view(slf)?.call_method0("tolist")
+        numpy_view(slf, "Tensor.tolist")?.call_method0("tolist")
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        self.inner.shape().first().copied().ok_or_else(|| {
-            new_err(
+        let shape = &self.inner.ty().shape;
+        match shape.first() {
+            None => Err(new_err(
                 py,
                 ErrorKind::InvalidArgument,
                 "len",
                 "len() of a 0-d tensor is undefined",
-            )
-        })
+            )),
+            Some(&DYN) => Err(symbolic_value_err(py, "len", self.inner.ty())),
+            Some(&n) => Ok(n),
+        }
     }
 
     fn __bool__(slf: &Bound<'_, Self>) -> PyResult<bool> {
-        let t = &slf.get().inner;
+        let t = slf.get().concrete(slf.py(), "Tensor.__bool__")?;
         if t.numel() != 1 {
             return Err(new_err(
                 slf.py(),
@@ -139,15 +156,17 @@ impl PyTensor {
     }
 
     fn __float__<'py>(slf: &Bound<'py, Self>) -> PyResult<f64> {
-        Self::item(slf)?.extract()
+        Self::scalar_item(slf, "Tensor.__float__")?.extract()
     }
 
     fn __int__<'py>(slf: &Bound<'py, Self>) -> PyResult<i64> {
-        Self::item(slf)?.call_method0("__int__")?.extract()
+        Self::scalar_item(slf, "Tensor.__int__")?
+            .call_method0("__int__")?
+            .extract()
     }
 
     fn __index__<'py>(slf: &Bound<'py, Self>) -> PyResult<i64> {
-        if !slf.get().inner.dtype().is_int() {
+        if !slf.get().inner.ty().dtype.is_int() {
             return Err(new_err(
                 slf.py(),
                 ErrorKind::DType,
@@ -155,7 +174,7 @@ impl PyTensor {
                 "only integer tensors can be used as Python indices",
             ));
         }
-        Self::item(slf)?.extract()
+        Self::scalar_item(slf, "Tensor.__index__")?.extract()
     }
 
     fn __hash__(&self) -> u64 {
@@ -163,17 +182,24 @@ impl PyTensor {
     }
 
     fn __repr__<'py>(slf: &Bound<'py, Self>) -> PyResult<String> {
+        if let Val::Symbol(_) = &slf.get().inner {
+            return Ok(symbolic_repr(&slf.get().inner));
+        }
         let np = slf.py().import("numpy")?;
         let text: String = np
-            .call_method1("array_repr", (numpy_view(slf)?,))?
+            .call_method1("array_repr", (numpy_view(slf, "repr")?,))?
             .extract()?;
         Ok(text
             .replacen("array(", "tensor(", 1)
             .replace("\n      ", "\n       "))
     }
 
+    /// The values as numpy prints them; a symbolic tensor prints its repr (it has no values).
     fn __str__<'py>(slf: &Bound<'py, Self>) -> PyResult<String> {
-        numpy_view(slf)?.str()?.extract()
+        if let Val::Symbol(_) = &slf.get().inner {
+            return Ok(symbolic_repr(&slf.get().inner));
+        }
+        numpy_view(slf, "str")?.str()?.extract()
     }
 
     fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
@@ -333,4 +359,38 @@ impl PyTensor {
     fn astype(slf: &Bound<'_, Self>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         ops::cast(slf.py(), slf.as_any(), dtype)
     }
+}
+
+impl PyTensor {
+    /// The value of a one-element concrete tensor as a Python scalar.
+    fn scalar_item<'py>(slf: &Bound<'py, Self>, what: &'static str) -> PyResult<Bound<'py, PyAny>> {
+        let t = slf.get().concrete(slf.py(), what)?;
+        if t.numel() != 1 {
+            return Err(new_err(
+                slf.py(),
+                ErrorKind::Shape,
+                "item",
+                format!(
+                    "only one-element tensors can be converted to Python scalars, got shape {:?}",
+                    t.shape()
+                ),
+            ));
+        }
+        numpy_view(slf, what)?.call_method0("item")
+    }
+}
+
+/// `<gl.Tensor symbolic shape=(3, None) dtype=float32>`.
+fn symbolic_repr(v: &Val) -> String {
+    let ty = v.ty();
+    let dims: Vec<String> = ty
+        .shape
+        .iter()
+        .map(|&d| dim(d).map_or_else(|| "None".to_string(), |d| d.to_string()))
+        .collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    format!("<gl.Tensor symbolic shape={shape} dtype={}>", ty.dtype.name())
 }

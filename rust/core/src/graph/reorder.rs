@@ -88,16 +88,14 @@ pub(super) fn canonicalize(f: &mut Function, superseded: &[(NodeId, NodeId)]) ->
             }
         }
     };
-    for &(_, i) in &args {
-        order.push(i);
-    }
-    for &(_, i) in &args {
-        release(i, &mut ready, &mut pending);
-    }
     for i in 0..n {
         if live[i] && pending[i] == 0 && !matches!(f.nodes[i].kind, NodeKind::Arg(_)) {
             ready.push(Reverse(i));
         }
+    }
+    for &(_, i) in &args {
+        order.push(i);
+        release(i, &mut ready, &mut pending);
     }
     while let Some(Reverse(i)) = ready.pop() {
         order.push(i);

@@ -1,0 +1,189 @@
+//! `ConcreteFunction` (a finished trace, run on the graph interpreter) and `Graph` (its graph:
+//! text form, verification, node counts).
+
+use std::sync::Arc;
+
+use gradloop::graph::{verify, Function, Graph};
+use gradloop::interpret::{run_graph, RtValue};
+use gradloop::trace::{Captured, Traced};
+use gradloop::ErrorKind;
+use pyo3::prelude::*;
+use pyo3::types::PySequence;
+
+use crate::convert::concrete_input;
+use crate::errors::{new_err, IntoPyResult};
+use crate::runtime;
+use crate::tensor::PyTensor;
+use crate::variable::PyVariableHandle;
+
+/// Nodes of `kind_name` (an op name such as "sin", or "if", "while", "stack_push", ...) in
+/// every function of `graph`.
+fn count_nodes(graph: &Graph, kind_name: &str) -> usize {
+    graph
+        .library
+        .iter()
+        .flat_map(|f| &f.nodes)
+        .filter(|n| n.kind.name() == kind_name)
+        .count()
+}
+
+/// A graph: a library of functions and the entry that runs first.
+#[pyclass(frozen, name = "Graph", module = "gradloop._core")]
+pub struct PyGraph {
+    graph: Arc<Graph>,
+}
+
+impl PyGraph {
+    fn function(&self, py: Python<'_>, name: Option<&str>) -> PyResult<&Function> {
+        self.graph
+            .library
+            .get(name.unwrap_or(&self.graph.entry))
+            .py(py)
+    }
+}
+
+#[pymethods]
+impl PyGraph {
+    /// Name of the entry function.
+    #[getter]
+    fn entry(&self) -> &str {
+        &self.graph.entry
+    }
+
+    /// Names of the library's functions (the entry first).
+    fn function_names(&self) -> Vec<String> {
+        self.graph.library.iter().map(|f| f.name.clone()).collect()
+    }
+
+    /// Checks the graph's structure and types; raises GraphError naming the bad node.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        verify(&self.graph).py(py)
+    }
+
+    /// Number of nodes of `function` (the entry when None), parameters included.
+    #[pyo3(signature = (function=None))]
+    fn num_nodes(&self, py: Python<'_>, function: Option<&str>) -> PyResult<usize> {
+        Ok(self.function(py, function)?.nodes.len())
+    }
+
+    /// Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) over all functions.
+    fn count_nodes(&self, kind_name: &str) -> usize {
+        count_nodes(&self.graph, kind_name)
+    }
+
+    /// The text form (parsed back by the graph parser).
+    fn __str__(&self) -> String {
+        self.graph.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gl.Graph @{} ({} functions)>",
+            self.graph.entry,
+            self.graph.library.len()
+        )
+    }
+}
+
+/// A traced function: its graph and the values it captured, callable on concrete tensors.
+#[pyclass(frozen, name = "ConcreteFunction", module = "gradloop._core")]
+pub struct PyConcreteFunction {
+    graph: Arc<Graph>,
+    num_params: usize,
+    captured_inputs: Vec<Captured>,
+}
+
+impl PyConcreteFunction {
+    pub fn new(traced: Traced) -> Self {
+        PyConcreteFunction {
+            graph: Arc::new(traced.graph),
+            num_params: traced.num_params,
+            captured_inputs: traced.captured_inputs,
+        }
+    }
+}
+
+#[pymethods]
+impl PyConcreteFunction {
+    #[getter]
+    fn graph(&self) -> PyGraph {
+        PyGraph {
+            graph: self.graph.clone(),
+        }
+    }
+
+    /// Number of arguments a call takes (the captured inputs are passed automatically).
+    #[getter]
+    fn num_params(&self) -> usize {
+        self.num_params
+    }
+
+    /// Values passed after the arguments on every call: tensors the traced code closed over
+    /// and variables it read or wrote.
+    #[getter]
+    fn captured_inputs(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        self.captured_inputs
+            .iter()
+            .map(|c| match c {
+                Captured::Tensor(t) => Ok(Py::new(py, PyTensor::new(t.clone()))?.into_any()),
+                Captured::Variable(v) => {
+                    Ok(Py::new(py, PyVariableHandle::new(v.clone()))?.into_any())
+                }
+            })
+            .collect()
+    }
+
+    /// Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) over all functions.
+    fn count_nodes(&self, kind_name: &str) -> usize {
+        count_nodes(&self.graph, kind_name)
+    }
+
+    /// Runs the entry function on `args` (concrete tensors) followed by the captured inputs, on
+    /// the graph interpreter with the GIL released; returns the results.
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyAny>) -> PyResult<Vec<PyTensor>> {
+        if runtime::active_tracer().is_some() {
+            return Err(new_err(
+                py,
+                ErrorKind::ControlFlow,
+                "ConcreteFunction",
+                "a ConcreteFunction cannot be called while a function is being traced \
+                 (nested functions are traced inline)",
+            ));
+        }
+        let seq = args.cast::<PySequence>()?;
+        let n = seq.len()?;
+        if n != self.num_params {
+            return Err(new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                "ConcreteFunction",
+                format!(
+                    "@{} takes {} arguments, got {n}",
+                    self.graph.entry, self.num_params
+                ),
+            ));
+        }
+        let mut values = Vec::with_capacity(n + self.captured_inputs.len());
+        for i in 0..n {
+            let t = concrete_input(&seq.get_item(i)?, "ConcreteFunction")?;
+            values.push(RtValue::Tensor(t));
+        }
+        values.extend(self.captured_inputs.iter().map(Captured::runtime_value));
+        let graph = self.graph.clone();
+        // Graph execution may run long: always release the GIL.
+        let results = runtime::call(py, usize::MAX, move || run_graph(&graph, values))?;
+        results
+            .into_iter()
+            .map(|v| v.into_tensor().py(py).map(PyTensor::new))
+            .collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gl.ConcreteFunction @{} params={} captured={}>",
+            self.graph.entry,
+            self.num_params,
+            self.captured_inputs.len()
+        )
+    }
+}
