@@ -30,20 +30,33 @@ int64: DType
 bool_: DType
 
 class Tensor:
-    """An immutable, contiguous tensor held by the Rust core."""
+    """An immutable, contiguous tensor held by the Rust core, or (inside `@gl.function`) a
+    symbolic tensor standing for a value of the function being traced.
+
+    A symbolic tensor has a dtype and a shape (dimensions known only at run time are None) but
+    no value: `numpy()`, `__array__`, `item()`, `tolist()`, `bool()`, `float()`, `int()` and
+    `__index__` raise `gradloop.errors.ControlFlowError` on it. Ops and indexing (including
+    with a symbolic scalar int index) work on it and add nodes to the trace.
+    """
 
     def __init__(self, data: TensorLike, dtype: DType | str | type | None = None) -> None: ...
     @property
-    def shape(self) -> tuple[int, ...]: ...
+    def shape(self) -> tuple[int | None, ...]:
+        """The dimensions; None for a dimension of a symbolic tensor known only at run time."""
     @property
     def dtype(self) -> DType: ...
     @property
     def ndim(self) -> int: ...
     @property
-    def size(self) -> int: ...
+    def size(self) -> int | None:
+        """Number of elements; None when a dimension is unknown (symbolic tensors)."""
+    @property
+    def is_symbolic(self) -> bool:
+        """True for a symbolic tensor: a value of the function being traced."""
     @property
     def T(self) -> Tensor: ...
-    def numpy(self) -> np.ndarray: ...
+    def numpy(self) -> np.ndarray:
+        """A read-only numpy array sharing the tensor's memory (concrete tensors only)."""
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray: ...
     def item(self) -> float | int | bool: ...
     def tolist(self) -> Any: ...
@@ -198,3 +211,115 @@ def record_custom_gradient(
 
 def identity(x: Tensor) -> Tensor:
     """The same value under a new identity (no copy); differentiable (gradient passes through)."""
+
+# tracing (the Python @gl.function layer is built on these; one active trace per thread)
+
+class Branch:
+    """A traced inner function (cond branch, loop cond or body) and the outer values it
+    captured; made by `trace_pop`, consumed by `emit_if`, `emit_case` and `emit_while`."""
+
+    @property
+    def name(self) -> str:
+        """The function's name in the graph's library."""
+    @property
+    def captures(self) -> list[Tensor]:
+        """Outer values the function captured (its parameters after its own, in order)."""
+
+class Graph:
+    """A graph: a library of functions and the entry function that runs first."""
+
+    @property
+    def entry(self) -> str:
+        """Name of the entry function."""
+    def function_names(self) -> list[str]:
+        """Names of the library's functions, the entry first."""
+    def verify(self) -> None:
+        """Checks structure and types; raises `gradloop.errors.GraphError` naming the node."""
+    def num_nodes(self, function: str | None = None) -> int:
+        """Nodes of `function` (the entry when None), parameters included."""
+    def count_nodes(self, kind_name: str) -> int:
+        """Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) in all functions."""
+
+class VariableHandle:
+    """A variable cell of a fixed dtype and shape. Eagerly, `read`/`assign`/`assign_add` act on
+    the cell at once; while tracing they add `read_variable` / `assign_variable` /
+    `assign_add_variable` nodes (the variable becomes a captured input of the function) and act
+    when the function runs. Symbolic values are never stored in the cell."""
+
+    def __init__(self, initial: TensorLike) -> None:
+        """A variable holding `initial` (a concrete tensor); it keeps that dtype and shape."""
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def shape(self) -> tuple[int | None, ...]: ...
+    def read(self) -> Tensor:
+        """The current value; while tracing, a symbolic `read_variable` result."""
+    def assign(self, value: TensorLike) -> None:
+        """Stores `value` (same dtype and shape; Python scalars take the variable's dtype)."""
+    def assign_add(self, delta: TensorLike) -> None:
+        """Adds `delta` (broadcast to the variable's shape)."""
+    def same(self, other: VariableHandle) -> bool:
+        """Whether `other` is a handle to the same variable."""
+
+class ConcreteFunction:
+    """A finished trace: its graph and the values it captured, callable on concrete tensors."""
+
+    @property
+    def graph(self) -> Graph: ...
+    @property
+    def num_params(self) -> int:
+        """Number of arguments a call takes (captured inputs are passed automatically)."""
+    @property
+    def captured_inputs(self) -> list[Tensor | VariableHandle]:
+        """Values passed after the arguments on every call: closed-over tensors, variables."""
+    def count_nodes(self, kind_name: str) -> int:
+        """Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) in all functions."""
+    def __call__(self, args: Sequence[TensorLike]) -> list[Tensor]:
+        """Runs the entry function on `args` (concrete; `num_params` of them) followed by the
+        captured inputs, on the graph interpreter with the GIL released. Errors are
+        `gradloop.errors` exceptions naming the failing node, its function and the source line
+        it was traced from. Raises ControlFlowError when called while a trace is active."""
+
+def trace_begin(
+    name: str, params: Sequence[tuple[DType | str | type, Sequence[int | None]]]
+) -> list[Tensor]:
+    """Starts tracing function `name` on this thread with parameters `[(dtype, shape), ...]`
+    (None in a shape: a dimension known only at run time); returns the symbolic parameters.
+    Raises ControlFlowError if this thread is already tracing."""
+
+def trace_active() -> bool:
+    """Whether a function is being traced on this thread."""
+
+def trace_push(
+    name: str, params: Sequence[tuple[DType | str | type, Sequence[int | None]]]
+) -> list[Tensor]:
+    """Opens an inner function frame (a branch or loop function) with parameters of the given
+    types; returns its symbolic parameters. Values of outer frames used inside are captured."""
+
+def trace_pop(results: Sequence[Tensor]) -> Branch:
+    """Closes the innermost frame with `results`; returns the traced function."""
+
+def trace_abort() -> None:
+    """Drops this thread's active trace and all its frames (after an exception). Never fails."""
+
+def trace_finish(results: Sequence[Tensor]) -> ConcreteFunction:
+    """Finishes the traced function with `results` and ends the trace (also when it fails)."""
+
+def emit_if(pred: TensorLike, then_branch: Branch, else_branch: Branch) -> list[Tensor]:
+    """An `if` node over two branches traced without parameters (their captures are unified);
+    returns its outputs. Active tapes record it: its gradient is an `if` over gradients."""
+
+def emit_case(index: TensorLike, branches: Sequence[Branch]) -> list[Tensor]:
+    """A `case` node over branches traced without parameters; an out-of-range index runs the
+    last branch. Returns its outputs; active tapes record it."""
+
+def emit_while(
+    cond: Branch,
+    body: Branch,
+    loop_vars: Sequence[TensorLike],
+    maximum_iterations: int | None = None,
+    parallel_iterations: int = 10,
+) -> list[Tensor]:
+    """A `while` node: `cond` and `body` were traced with the loop variables' types as their
+    parameters (`body` returns the next loop variables). Returns the final loop variables;
+    active tapes record it (its gradient is a reverse `while` over stacks)."""

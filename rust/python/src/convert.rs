@@ -75,11 +75,7 @@ pub fn concrete_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Te
 }
 
 /// Operands of an op that needs one dtype: Python scalars take the dtype of the tensors.
-pub fn unify(
-    py: Python<'_>,
-    op: &'static str,
-    objs: &[&Bound<'_, PyAny>],
-) -> PyResult<Vec<Val>> {
+pub fn unify(py: Python<'_>, op: &'static str, objs: &[&Bound<'_, PyAny>]) -> PyResult<Vec<Val>> {
     let operands: Vec<Operand> = objs.iter().map(|o| operand(o)).collect::<PyResult<_>>()?;
     let dtype = operands
         .iter()

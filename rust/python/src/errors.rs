@@ -4,8 +4,8 @@ use std::cell::RefCell;
 
 use gradloop::Error;
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
@@ -86,7 +86,11 @@ pub fn user_frame(py: Python<'_>) -> Option<(String, u32)> {
         let file = code.getattr(intern!(py, "co_filename")).ok()?;
         let file = file.cast::<PyString>().ok()?.to_cow().ok()?;
         if package.is_empty() || !file.starts_with(package) {
-            let line: u32 = frame.getattr(intern!(py, "f_lineno")).ok()?.extract().ok()?;
+            let line: u32 = frame
+                .getattr(intern!(py, "f_lineno"))
+                .ok()?
+                .extract()
+                .ok()?;
             let name = std::path::Path::new(file.as_ref())
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned());

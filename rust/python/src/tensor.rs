@@ -392,5 +392,8 @@ fn symbolic_repr(v: &Val) -> String {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    format!("<gl.Tensor symbolic shape={shape} dtype={}>", ty.dtype.name())
+    format!(
+        "<gl.Tensor symbolic shape={shape} dtype={}>",
+        ty.dtype.name()
+    )
 }

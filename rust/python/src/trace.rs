@@ -4,7 +4,7 @@
 
 use gradloop::graph::ValueType;
 use gradloop::trace::{self, lock, Branch, LoopFunctions, Tracer, TracerRef, Val};
-use gradloop::{ErrorKind, Value, DYN};
+use gradloop::{ErrorKind, DYN};
 use pyo3::prelude::*;
 use pyo3::types::PySequence;
 
@@ -204,15 +204,13 @@ pub fn emit_while(
     run(py, 0, move |ctx| trace::emit_while(ctx, &functions, &vars)).map(py_tensors)
 }
 
-/// The resource value of `variable` in the active trace (captured by the entry function).
-pub fn capture_variable(tracer: &TracerRef, variable: &gradloop::interpret::VariableRef) -> Val {
-    lock(tracer).capture_variable(variable)
-}
-
 /// The first output of a node that has one.
 pub fn first(mut outputs: gradloop::ops::Values<Val>, what: &'static str) -> gradloop::Result<Val> {
     if outputs.is_empty() {
-        return Err(gradloop::Error::internal(what, "the node produced no output"));
+        return Err(gradloop::Error::internal(
+            what,
+            "the node produced no output",
+        ));
     }
     Ok(outputs.swap_remove(0))
 }

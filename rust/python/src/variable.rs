@@ -123,7 +123,12 @@ impl PyVariableHandle {
     /// `assign_add_variable` node.
     fn assign_add(&self, py: Python<'_>, delta: &Bound<'_, PyAny>) -> PyResult<()> {
         let delta = self.value(py, delta, "assign_add_variable")?;
-        self.write(py, NodeKind::AssignAddVariable, delta, VariableRef::assign_add)
+        self.write(
+            py,
+            NodeKind::AssignAddVariable,
+            delta,
+            VariableRef::assign_add,
+        )
     }
 
     /// Whether `other` is a handle to the same variable.

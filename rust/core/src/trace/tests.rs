@@ -110,7 +110,10 @@ fn assert_close(got: f64, want: f64, what: &str) {
 /// finite differences.
 fn check_first_order(traced: &Traced, args: &[Tensor]) {
     let out = call(traced, args);
-    let floats = args.iter().enumerate().filter(|(_, a)| a.dtype().is_float());
+    let floats = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.dtype().is_float());
     for (k, (i, _)) in floats.enumerate() {
         let g = out[1 + k].to_f64_vec();
         for (j, gj) in g.iter().enumerate() {
@@ -233,8 +236,14 @@ fn traced_loop(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
 
 #[test]
 fn gradients_flow_through_a_data_dependent_while() {
-    let params = vec![f64_ty(&[2]), f64_ty(&[2]), ValueType::tensor(DType::I64, &[])];
-    let traced = trace_gradient(params, 1, |ctx, xs| traced_loop(ctx, &xs[0], &xs[1], &xs[2]));
+    let params = vec![
+        f64_ty(&[2]),
+        f64_ty(&[2]),
+        ValueType::tensor(DType::I64, &[]),
+    ];
+    let traced = trace_gradient(params, 1, |ctx, xs| {
+        traced_loop(ctx, &xs[0], &xs[1], &xs[2])
+    });
     for n in [0i64, 1, 5] {
         let args = [f64s(&[0.3, -0.8]), f64s(&[0.5, 0.2]), Tensor::scalar(n)];
         check_first_order(&traced, &args);
@@ -254,20 +263,305 @@ fn gradients_flow_through_a_data_dependent_while() {
 
 #[test]
 fn second_derivatives_through_a_while() {
-    let params = vec![f64_ty(&[2]), f64_ty(&[2]), ValueType::tensor(DType::I64, &[])];
+    let params = vec![
+        f64_ty(&[2]),
+        f64_ty(&[2]),
+        ValueType::tensor(DType::I64, &[]),
+    ];
     let second = trace_gradient(params.clone(), 2, |ctx, xs| {
         traced_loop(ctx, &xs[0], &xs[1], &xs[2])
     });
-    let first = trace_gradient(params, 1, |ctx, xs| traced_loop(ctx, &xs[0], &xs[1], &xs[2]));
+    let first = trace_gradient(params, 1, |ctx, xs| {
+        traced_loop(ctx, &xs[0], &xs[1], &xs[2])
+    });
     for n in [0i64, 3] {
         let args = [f64s(&[0.3, -0.8]), f64s(&[0.5, 0.2]), Tensor::scalar(n)];
         let got = call(&second, &args);
         for i in 0..2 {
             for j in 0..2 {
                 let fd = finite_difference(&first, &args, i, j, 1);
-                assert_close(got[1 + i].to_f64_vec()[j], fd, &format!("n={n} d2/dx{i}[{j}]"));
+                assert_close(
+                    got[1 + i].to_f64_vec()[j],
+                    fd,
+                    &format!("n={n} d2/dx{i}[{j}]"),
+                );
             }
         }
     }
 }
 
+type Body<'a> = &'a dyn Fn(&mut dyn Context<Val>, &[Val]) -> Vec<Val>;
+
+/// Emits `while cond(vars): vars = body(vars)` with the closures traced as functions.
+fn while_loop(ctx: &mut dyn Context<Val>, vars: &[Val], cond: Body, body: Body) -> Vec<Val> {
+    let tracer = ctx.tracer().unwrap();
+    let types: Vec<ValueType> = vars.iter().map(Val::value_type).collect();
+    let mut inner = TraceContext::new(Some(tracer.clone()));
+    let params = lock(&tracer).push_function("cond", types.clone());
+    let more = cond(&mut inner, &params);
+    let cond = Branch::from(lock(&tracer).pop_function(&more).unwrap());
+    let params = lock(&tracer).push_function("body", types);
+    let next = body(&mut inner, &params);
+    let body = Branch::from(lock(&tracer).pop_function(&next).unwrap());
+    let functions = LoopFunctions {
+        cond,
+        body,
+        maximum_iterations: None,
+        parallel_iterations: 10,
+    };
+    emit_while(ctx, &functions, vars).unwrap()
+}
+
+/// Emits `branches[index]()` as a `Case`.
+fn switch(
+    ctx: &mut dyn Context<Val>,
+    index: &Val,
+    branches: &[&dyn Fn(&mut dyn Context<Val>) -> Val],
+) -> Val {
+    let tracer = ctx.tracer().unwrap();
+    let mut inner = TraceContext::new(Some(tracer.clone()));
+    let mut traced = Vec::new();
+    for b in branches {
+        lock(&tracer).push_function("branch", vec![]);
+        let out = b(&mut inner);
+        traced.push(Branch::from(lock(&tracer).pop_function(&[out]).unwrap()));
+    }
+    emit_case(ctx, index, &traced).unwrap().remove(0)
+}
+
+fn int(v: i64) -> Val {
+    Val::Tensor(Tensor::scalar(v))
+}
+
+/// for i < n: j = 0; while j < i: x = tanh(x * c) + x; j += 1   (inner trip count = i)
+fn nested_loops(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
+    let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
+    let out = while_loop(
+        ctx,
+        &[i0, x.clone()],
+        &|ctx, v| vec![build::less(ctx, &v[0], n).unwrap()],
+        &|ctx, v| {
+            let j0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
+            let limit = v[0].clone();
+            let inner = while_loop(
+                ctx,
+                &[j0, v[1].clone()],
+                &|ctx, w| vec![build::less(ctx, &w[0], &limit).unwrap()],
+                &|ctx, w| {
+                    let t = build::mul(ctx, &w[1], c).unwrap();
+                    let t = build::tanh(ctx, &t).unwrap();
+                    let x = build::add(ctx, &t, &w[1]).unwrap();
+                    vec![build::add(ctx, &w[0], &int(1)).unwrap(), x]
+                },
+            );
+            vec![build::add(ctx, &v[0], &int(1)).unwrap(), inner[1].clone()]
+        },
+    );
+    build::sum(ctx, &out[1], &[], false).unwrap()
+}
+
+#[test]
+fn nested_loops_with_data_dependent_inner_trip_counts_to_second_order() {
+    let params = vec![
+        f64_ty(&[2]),
+        f64_ty(&[2]),
+        ValueType::tensor(DType::I64, &[]),
+    ];
+    let first = trace_gradient(params.clone(), 1, |ctx, xs| {
+        nested_loops(ctx, &xs[0], &xs[1], &xs[2])
+    });
+    let second = trace_gradient(params, 2, |ctx, xs| {
+        nested_loops(ctx, &xs[0], &xs[1], &xs[2])
+    });
+    for n in [0i64, 1, 4] {
+        let args = [f64s(&[0.3, -0.2]), f64s(&[0.5, -0.4]), Tensor::scalar(n)];
+        check_first_order(&first, &args);
+        let got = call(&second, &args);
+        for i in 0..2 {
+            for j in 0..2 {
+                let fd = finite_difference(&first, &args, i, j, 1);
+                assert_close(
+                    got[1 + i].to_f64_vec()[j],
+                    fd,
+                    &format!("n={n} d2/dx{i}[{j}]"),
+                );
+            }
+        }
+    }
+}
+
+/// switch_case(k, [x * c, sin(x), exp(c) * x]) summed; an out-of-range k runs the last.
+fn traced_switch(ctx: &mut dyn Context<Val>, k: &Val, x: &Val, c: &Val) -> Val {
+    let y = switch(
+        ctx,
+        k,
+        &[
+            &|ctx| build::mul(ctx, x, c).unwrap(),
+            &|ctx| build::sin(ctx, x).unwrap(),
+            &|ctx| {
+                let e = build::exp(ctx, c).unwrap();
+                build::mul(ctx, &e, x).unwrap()
+            },
+        ],
+    );
+    build::sum(ctx, &y, &[], false).unwrap()
+}
+
+#[test]
+fn gradients_flow_through_case_to_second_order() {
+    let params = vec![
+        ValueType::tensor(DType::I32, &[]),
+        f64_ty(&[2]),
+        f64_ty(&[2]),
+    ];
+    let first = trace_gradient(params.clone(), 1, |ctx, xs| {
+        traced_switch(ctx, &xs[0], &xs[1], &xs[2])
+    });
+    let second = trace_gradient(params, 2, |ctx, xs| {
+        traced_switch(ctx, &xs[0], &xs[1], &xs[2])
+    });
+    for k in [0i32, 1, 2, 7, -1] {
+        let args = [Tensor::scalar(k), f64s(&[0.3, -0.2]), f64s(&[0.5, -0.4])];
+        check_first_order(&first, &args);
+        let got = call(&second, &args);
+        for i in 1..3 {
+            for j in 0..2 {
+                let fd = finite_difference(&first, &args, i, j, 1);
+                assert_close(got[i].to_f64_vec()[j], fd, &format!("k={k} d2/dx{i}[{j}]"));
+            }
+        }
+    }
+}
+
+/// while i < n: x = cond(sum(x) > 0, x * c, sin(x) - c); i += 1
+fn cond_in_loop(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
+    let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
+    let out = while_loop(
+        ctx,
+        &[i0, x.clone()],
+        &|ctx, v| vec![build::less(ctx, &v[0], n).unwrap()],
+        &|ctx, v| {
+            let s = build::sum(ctx, &v[1], &[0], false).unwrap();
+            let zero = Val::Tensor(Tensor::scalar(0.0f64));
+            let p = build::greater(ctx, &s, &zero).unwrap();
+            let x = v[1].clone();
+            let k = build::cast(ctx, &p, DType::I32).unwrap();
+            let y = switch(
+                ctx,
+                &k,
+                &[
+                    &|ctx| {
+                        let s = build::sin(ctx, &x).unwrap();
+                        build::sub(ctx, &s, c).unwrap()
+                    },
+                    &|ctx| build::mul(ctx, &x, c).unwrap(),
+                ],
+            );
+            vec![build::add(ctx, &v[0], &int(1)).unwrap(), y]
+        },
+    );
+    build::sum(ctx, &out[1], &[], false).unwrap()
+}
+
+#[test]
+fn branches_inside_loops_differentiate_twice() {
+    let params = vec![
+        f64_ty(&[2]),
+        f64_ty(&[2]),
+        ValueType::tensor(DType::I64, &[]),
+    ];
+    let first = trace_gradient(params.clone(), 1, |ctx, xs| {
+        cond_in_loop(ctx, &xs[0], &xs[1], &xs[2])
+    });
+    let second = trace_gradient(params, 2, |ctx, xs| {
+        cond_in_loop(ctx, &xs[0], &xs[1], &xs[2])
+    });
+    for n in [0i64, 2, 5] {
+        let args = [f64s(&[0.3, -0.9]), f64s(&[0.7, 1.1]), Tensor::scalar(n)];
+        check_first_order(&first, &args);
+        let got = call(&second, &args);
+        for i in 0..2 {
+            for j in 0..2 {
+                let fd = finite_difference(&first, &args, i, j, 1);
+                assert_close(
+                    got[1 + i].to_f64_vec()[j],
+                    fd,
+                    &format!("n={n} d2/dx{i}[{j}]"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn variables_in_branches_and_loops_change_only_when_they_run() {
+    use crate::interpret::VariableRef;
+    let counter = VariableRef::new(Tensor::scalar(0.0f64));
+    let (tracer, xs) = Tracer::new(
+        "f",
+        vec![
+            ValueType::tensor(DType::Bool, &[]),
+            ValueType::tensor(DType::I64, &[]),
+        ],
+    );
+    let mut ctx = TraceContext::new(Some(tracer.clone()));
+    let resource = lock(&tracer).capture_variable(&counter);
+    let bump = |ctx: &mut dyn Context<Val>, by: f64| {
+        ctx.apply_node(
+            &NodeKind::AssignAddVariable,
+            &[resource.clone(), Val::Tensor(Tensor::scalar(by))],
+        )
+        .unwrap();
+    };
+    // cond(p, bump by 1, bump by 100); then `n` iterations each bumping by 10.
+    lock(&tracer).push_function("then", vec![]);
+    let mut inner = TraceContext::new(Some(tracer.clone()));
+    bump(&mut inner, 1.0);
+    let z = build::fill(&mut inner, DType::F64, &[], 0.0).unwrap();
+    let then_b = Branch::from(lock(&tracer).pop_function(&[z]).unwrap());
+    lock(&tracer).push_function("else", vec![]);
+    bump(&mut inner, 100.0);
+    let z = build::fill(&mut inner, DType::F64, &[], 0.0).unwrap();
+    let else_b = Branch::from(lock(&tracer).pop_function(&[z]).unwrap());
+    emit_if(&mut ctx, &xs[0], &then_b, &else_b).unwrap();
+    let n = xs[1].clone();
+    let i0 = build::fill(&mut ctx, DType::I64, &[], 0.0).unwrap();
+    while_loop(
+        &mut ctx,
+        &[i0],
+        &|ctx, v| vec![build::less(ctx, &v[0], &n).unwrap()],
+        &|ctx, v| {
+            bump(ctx, 10.0);
+            vec![build::add(ctx, &v[0], &int(1)).unwrap()]
+        },
+    );
+    let read = ctx
+        .apply_node(&NodeKind::ReadVariable, &[resource.clone()])
+        .unwrap()
+        .remove(0);
+    let traced = lock(&tracer).finish(&[read]).unwrap();
+    // Every write is reachable from the entry's control outputs (nothing may prune it).
+    assert_eq!(
+        traced.graph.entry_function().unwrap().control_outputs.len(),
+        2
+    );
+    for (p, n, want) in [(true, 0i64, 1.0), (false, 3, 130.0), (true, 2, 21.0)] {
+        let before = counter.read().to_f64_vec()[0];
+        let got = call(&traced, &[Tensor::scalar(p), Tensor::scalar(n)]);
+        assert_eq!(got[0].to_f64_vec()[0], before + want, "p={p} n={n}");
+    }
+}
+
+#[test]
+fn values_of_finished_functions_cannot_escape() {
+    let (tracer, xs) = Tracer::new("f", vec![f64_ty(&[2])]);
+    let mut ctx = TraceContext::new(Some(tracer.clone()));
+    lock(&tracer).push_function("branch", vec![]);
+    let inside = build::sin(&mut ctx, &xs[0]).unwrap();
+    lock(&tracer)
+        .pop_function(std::slice::from_ref(&inside))
+        .unwrap();
+    let err = build::cos(&mut ctx, &inside).unwrap_err();
+    assert_eq!(err.kind, crate::ErrorKind::ControlFlow);
+    assert!(err.message.contains("cannot be used outside"), "{err}");
+}

@@ -17,7 +17,6 @@ use crate::interpret::{RtValue, VariableRef};
 use crate::ops::{Op, Values};
 use crate::shape::TensorType;
 use crate::tensor::{Tensor, TensorId};
-use crate::value::Value;
 
 /// Identifies a frame across all tracers (a symbol of another trace is never mistaken for one
 /// of this trace).
@@ -34,13 +33,28 @@ pub fn lock(tracer: &TracerRef) -> MutexGuard<'_, Tracer> {
     tracer.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a capture is keyed by: an outer symbol's port (several `Symbol`s may name one port),
+/// or a concrete tensor's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum CaptureKey {
+    Port(FrameId, Port),
+    Tensor(TensorId),
+}
+
+fn capture_key(v: &Val) -> CaptureKey {
+    match v {
+        Val::Symbol(s) => CaptureKey::Port(s.frame, s.port),
+        Val::Tensor(t) => CaptureKey::Tensor(t.id()),
+    }
+}
+
 struct Frame {
     id: FrameId,
     builder: FunctionBuilder,
     /// Outer values captured, in the order of the parameters they became.
     captures: Vec<Val>,
-    /// Outer value (or constant) id -> its port in this frame.
-    captured: HashMap<TensorId, Port>,
+    /// Outer value (or constant) -> its port in this frame.
+    captured: HashMap<CaptureKey, Port>,
     /// The last stateful node: the next one runs after it (program order).
     last_stateful: Option<NodeId>,
     /// Nodes with side effects: the function's control outputs.
@@ -289,8 +303,14 @@ impl Tracer {
                 return Ok(s.port);
             }
         }
-        if let Some(&p) = self.frames[k].captured.get(&v.id()) {
+        let key = capture_key(v);
+        if let Some(&p) = self.frames[k].captured.get(&key) {
             return Ok(p);
+        }
+        if let Val::Symbol(s) = v {
+            if let Some(p) = self.rematerialize(k, s)? {
+                return Ok(p);
+            }
         }
         let port = match v {
             Val::Tensor(t) if t.ndim() == 0 => self.frames[k].builder.add_const(t.clone()),
@@ -312,8 +332,42 @@ impl Tracer {
                 frame.builder.add_param(v.value_type())
             }
         };
-        self.frames[k].captured.insert(v.id(), port);
+        self.frames[k].captured.insert(key, port);
         Ok(port)
+    }
+
+    /// A stack of an enclosing frame is recomputed in frame `k` instead of captured: stacks
+    /// never become residuals (a loop would need a stack of stacks). Gradients of nested loops
+    /// use this: the inner loop's stacks are rebuilt by rerunning the (side-effect free) node
+    /// that made them from captured tensors. `None` when `s` is not such a stack.
+    fn rematerialize(&mut self, k: usize, s: &Symbol) -> Result<Option<Port>> {
+        if !matches!(s.value_type(), ValueType::Stack(_)) {
+            return Ok(None);
+        }
+        let Some(j) = self.frame_index(s.frame).filter(|&j| j < k) else {
+            return Ok(None);
+        };
+        let node = self.frames[j].builder.node(s.port.node)?.clone();
+        if matches!(node.kind, NodeKind::Arg(_)) || self.statefulness(&node.kind)?.0 {
+            return Ok(None);
+        }
+        let mut ports = Vec::with_capacity(node.inputs.len());
+        for &p in &node.inputs {
+            let ty = self.frames[j].builder.port_type(p)?.clone();
+            let input = Val::Symbol(Symbol::new(s.frame, p, ty));
+            ports.push(self.port(k, &input)?);
+        }
+        let b = &mut self.frames[k].builder;
+        let new = b.add_node(node.kind.clone(), &ports, node.outputs.clone())?;
+        if let Some(l) = node.location {
+            let id = b.len() - 1;
+            b.set_location(id, l)?;
+        }
+        for (o, &p) in new.iter().enumerate() {
+            let key = CaptureKey::Port(s.frame, Port::new(s.port.node, o));
+            self.frames[k].captured.insert(key, p);
+        }
+        Ok(Some(new[s.port.output]))
     }
 
     fn symbols(&self, ports: Vec<Port>) -> Result<Values<Val>> {
