@@ -11,6 +11,10 @@ differences computed in float64:
   `gl.grad` of a function that calls `gl.grad`) and compared with the directional difference of
   the first-order gradient, (grad L(x + h v) - grad L(x - h v)) / 2h.
 
+Mode "graph" computes the same gradients inside `@gl.function` (symbolic gradients of the traced
+program, run by the graph interpreter) and also checks that the traced forward pass agrees with
+eager mode.
+
 `fn` maps gl tensors (float64, one per arg) to a float64 gl tensor of any shape; constants such as
 a `where` condition or `take` indices are closed over. Gradients must have the dtype and shape of
 their argument (a size-0 argument is checked for that alone); an unconnected gradient (None) is
@@ -26,7 +30,7 @@ import numpy as np
 import gradloop as gl
 
 Fn = Callable[..., "gl.Tensor"]
-MODES = ("tape", "grad")
+MODES = ("tape", "grad", "graph")
 
 
 def check_grads(
@@ -53,6 +57,12 @@ def check_grads(
     assert out.dtype == gl.float64, f"fn must return a float64 tensor, got {out.dtype}"
     loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
     expected = numerical_gradient(lambda *a: _scalar(loss(*_tensors(a))), xs, eps)
+    if "graph" in modes:
+        traced = gl.function(fn)(*_tensors(xs))
+        np.testing.assert_allclose(
+            np.asarray(traced), np.asarray(out), rtol=1e-12, atol=1e-300,
+            err_msg="graph mode forward != eager forward",
+        )
     for mode in modes:
         got = _first_order(loss, xs, mode)
         _compare(got, expected, xs, f"order 1 ({mode})", atol, rtol)
@@ -131,6 +141,8 @@ def _first_order(loss: Fn, xs: Sequence[np.ndarray], mode: str) -> list[np.ndarr
         gs = tape.gradient(y, ts)
     elif mode == "grad":
         gs = gl.grad(loss, argnums=tuple(range(len(ts))))(*ts)
+    elif mode == "graph":
+        gs = gl.function(gl.grad(loss, argnums=tuple(range(len(ts)))))(*ts)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     assert len(gs) == len(ts), f"{len(gs)} gradients for {len(ts)} arguments"
@@ -167,6 +179,12 @@ def _hvp(
             return _inner(gl.grad(loss, argnums=argnums)(*args), vts)
 
         hs = gl.grad(directional, argnums=argnums)(*ts)
+    elif mode == "graph":
+
+        def directional_graph(*args: gl.Tensor) -> gl.Tensor:
+            return _inner(gl.grad(loss, argnums=argnums)(*args), vts)
+
+        hs = gl.function(gl.grad(directional_graph, argnums=argnums))(*ts)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     return [_to_numpy(g, x) for g, x in zip(hs, xs, strict=True)]

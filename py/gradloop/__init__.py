@@ -75,12 +75,14 @@ from .autodiff import (
     value_and_grad,
 )
 from .control_flow import cond, switch_case, while_loop
+from .function import Function, function
 from .variables import Variable
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DType",
+    "Function",
     "GradientTape",
     "Tensor",
     "Variable",
@@ -103,6 +105,7 @@ __all__ = [
     "float32",
     "float64",
     "full",
+    "function",
     "grad",
     "greater",
     "greater_equal",

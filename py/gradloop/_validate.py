@@ -73,6 +73,22 @@ def _host_scalar(x: Any) -> Any:
     return x.read() if isinstance(x, variables.Variable) else x
 
 
+def is_symbolic(x: Any) -> bool:
+    """True for a tensor traced inside `@gl.function` (its value is only known at run time)."""
+    return isinstance(x, _core.Tensor) and x.is_symbolic
+
+
+def symbolic_scalar(fn: str, x: Any, dtypes: tuple[Any, ...], what: str, expected: str) -> Any:
+    """`x` (Variables read) when it is a symbolic scalar of one of `dtypes`; None when it is not
+    symbolic (the caller decides at trace time); else a ControlFlowError."""
+    x = _host_scalar(x)
+    if not is_symbolic(x):
+        return None
+    if x.dtype not in dtypes or x.shape != ():
+        fail(fn, f"{what} must be {expected}; got {describe(x)}")
+    return x
+
+
 def check_predicate(fn: str, pred: Any, what: str = "pred") -> bool:
     """A Python bool, numpy bool or scalar bool tensor, read on the host."""
     pred = _host_scalar(pred)
@@ -162,7 +178,7 @@ def _leaf_mismatch(expected: Any, actual: Any) -> tuple[str, str] | None:
     return None
 
 
-def _convert_outputs(fn: str, structure: Any, what: str) -> Any:
+def convert_outputs(fn: str, structure: Any, what: str) -> Any:
     flat = [
         None if leaf is None else to_tensor(fn, leaf, path, what)
         for path, leaf in nest.flatten_with_paths(structure)
@@ -178,7 +194,7 @@ def check_branch_outputs(fn: str, results_per_branch: Sequence[tuple[str, Any]])
     returns None. Returns the first branch's converted outputs.
     """
     converted = [
-        (name, _convert_outputs(fn, out, f"the output of {name}"))
+        (name, convert_outputs(fn, out, f"the output of {name}"))
         for name, out in results_per_branch
     ]
     first_name, first = converted[0]

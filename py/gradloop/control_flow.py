@@ -1,10 +1,15 @@
-"""Data-dependent control flow: `cond`, `switch_case` and `while_loop` (eager mode).
+"""Data-dependent control flow: `cond`, `switch_case` and `while_loop`.
 
 In eager mode the predicate, branch index and loop condition are read on the host, only the
 chosen branch runs and the loop runs in Python. Every op a branch or body runs is recorded by
 the active gradient tapes, so gradients flow through whichever path was taken, for any trip
-count (zero included) and any nesting. Argument checks live in `_validate`, shared with graph
-and compiled modes, so every mode reports the same errors.
+count (zero included) and any nesting.
+
+Inside `@gl.function` (graph mode), a symbolic predicate or branch index traces every branch
+into a function of the graph and builds an `If`/`Case` node; a `while_loop` always traces its
+cond and body and builds a `While` node. A Python bool or concrete predicate still branches at
+trace time. Tensors the functions close over become their captured inputs. Argument checks live
+in `_validate`, shared by every mode, so every mode reports the same errors.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import _validate
+from . import _core, _validate, nest
 
 __all__ = ["cond", "switch_case", "while_loop"]
 
@@ -38,6 +43,13 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> 
     """
     _validate.check_callable("cond", "true_fn", true_fn)
     _validate.check_callable("cond", "false_fn", false_fn)
+    expected = "a scalar bool tensor or a Python bool"
+    symbolic = _validate.symbolic_scalar("cond", pred, (_core.bool_,), "pred", expected)
+    if symbolic is not None:
+        return _graph_branches(
+            "cond", [("true_fn", true_fn), ("false_fn", false_fn)],
+            lambda branches: _core.emit_if(symbolic, *branches),
+        )
     taken = _validate.check_predicate("cond", pred)
     name, branch = ("true_fn", true_fn) if taken else ("false_fn", false_fn)
     return _validate.check_branch_outputs("cond", [(name, branch())])
@@ -67,6 +79,22 @@ def switch_case(
         The chosen branch's outputs (only that branch runs eagerly).
     """
     branches = _validate.check_branch_fns("switch_case", branch_fns, default)
+    expected = "a scalar int32/int64 tensor or a Python int"
+    symbolic = _validate.symbolic_scalar(
+        "switch_case", branch_index, (_core.int32, _core.int64), "branch_index", expected
+    )
+    if symbolic is not None:
+        named = [(f"branch_fns[{i}]", b) for i, b in enumerate(branches)]
+        if default is not None:
+            named.append(("default", default))
+        # Case runs its last branch for an index out of range: the default when given. The
+        # index is clamped before narrowing to int32 so that no int64 value wraps into range.
+        n = len(named)
+        inside = _core.logical_and(symbolic >= 0, symbolic < n)
+        index = _core.cast(_core.where(inside, symbolic, n - 1), _core.int32)
+        return _graph_branches(
+            "switch_case", named, lambda traced: _core.emit_case(index, traced)
+        )
     index = _validate.check_branch_index("switch_case", branch_index)
     if 0 <= index < len(branches):
         name, branch = f"branch_fns[{index}]", branches[index]
@@ -126,6 +154,8 @@ def while_loop(
     limit = _validate.check_maximum_iterations("while_loop", maximum_iterations)
     loop_vars = _validate.convert_loop_vars("while_loop", loop_vars)
     call = _caller(isinstance(loop_vars, (tuple, list)))
+    if _core.trace_active():
+        return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations)
     values, i = loop_vars, 0
     while limit is None or i < limit:
         if not _validate.check_predicate("while_loop", call(cond, values), "the result of cond"):
@@ -134,3 +164,67 @@ def while_loop(
         values = _validate.check_loop_body_output("while_loop", loop_vars, new_values, i, body)
         i += 1
     return values
+
+
+# ---- graph mode ---------------------------------------------------------------------------------
+
+
+def _traced(name: str, params: list[Any], run: Callable[[list[Any]], list[Any]]) -> Any:
+    """Traces `run(parameters)` into a new function of the active trace; returns its Branch."""
+    symbols = _core.trace_push(name, params)
+    try:
+        results = run(symbols)
+    except BaseException:
+        _core.trace_pop([])  # close the frame; the unfinished function is never called
+        raise
+    return _core.trace_pop(results)
+
+
+def _graph_branches(fn: str, named: list[tuple[str, Callable[[], Any]]], emit: Any) -> Any:
+    """Traces every branch, checks they agree, and emits the node with `emit(branches)`."""
+    outputs: list[tuple[str, Any]] = []
+    traced = []
+    for name, branch in named:
+
+        def run(_: list[Any], name: str = name, branch: Callable[[], Any] = branch) -> list[Any]:
+            out = _validate.convert_outputs(fn, branch(), f"the output of {name}")
+            outputs.append((name, out))
+            return [leaf for leaf in nest.flatten(out) if leaf is not None]
+
+        traced.append(_traced(f"{fn}_{name.split('[')[0]}", [], run))
+    first = _validate.check_branch_outputs(fn, outputs)
+    results = iter(emit(traced))
+    leaves = [None if leaf is None else next(results) for leaf in nest.flatten(first)]
+    return nest.pack_sequence_as(first, leaves)
+
+
+def _graph_while(
+    cond: Callable[..., Any],
+    body: Callable[..., Any],
+    loop_vars: Any,
+    call: Callable[[Callable[..., Any], Any], Any],
+    limit: int | None,
+    parallel_iterations: int,
+) -> Any:
+    """Traces cond and body over symbolic loop variables and emits a `While` node."""
+    flat = nest.flatten(loop_vars)
+    specs = [(t.dtype, tuple(t.shape)) for t in flat]
+
+    def run_cond(params: list[Any]) -> list[Any]:
+        pred = call(cond, nest.pack_sequence_as(loop_vars, params))
+        expected = "a scalar bool tensor or a Python bool"
+        what = "the result of cond"
+        symbolic = _validate.symbolic_scalar("while_loop", pred, (_core.bool_,), what, expected)
+        if symbolic is not None:
+            return [symbolic]
+        return [_core.tensor(_validate.check_predicate("while_loop", pred, what))]
+
+    def run_body(params: list[Any]) -> list[Any]:
+        new = call(body, nest.pack_sequence_as(loop_vars, params))
+        new = _validate.check_loop_body_output("while_loop", loop_vars, new, None, body)
+        return nest.flatten(new)
+
+    cond_fn = _traced("while_cond", specs, run_cond)
+    body_fn = _traced("while_body", specs, run_body)
+    outputs = _core.emit_while(cond_fn, body_fn, flat, limit, parallel_iterations)
+    return nest.pack_sequence_as(loop_vars, outputs)

@@ -18,6 +18,7 @@ __all__ = [
     "IndexError",
     "InternalError",
     "InvalidArgumentError",
+    "RetracingWarning",
     "ShapeError",
 ]
 
@@ -64,3 +65,7 @@ class CompileError(GradloopError, RuntimeError):
 
 class InternalError(GradloopError, RuntimeError):
     """A bug in gradloop itself; please report it."""
+
+
+class RetracingWarning(UserWarning):
+    """A `gl.function` traced again for many input signatures (each trace costs time)."""

@@ -9,6 +9,7 @@ pub mod error;
 pub mod graph;
 pub mod interpret;
 pub mod ops;
+pub mod passes;
 pub mod shape;
 pub mod symbolic;
 pub mod tape;

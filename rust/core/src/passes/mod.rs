@@ -1,0 +1,83 @@
+//! Graph-to-graph passes. Each returns a NEW graph; the input is never edited.
+//!
+//! - `inline_calls`: replaces every `Call` node by the nodes of its callee (recursively), so a
+//!   program is one function plus the branch and loop functions of its control flow.
+//! - `prune`: keeps what the fetched results need, plus every side effect (control outputs and
+//!   their ancestors: a write to a Variable is never dropped).
+//! - `eliminate_dead_code` is `prune` with the function's own results as fetches.
+
+mod inline;
+mod prune;
+
+pub use inline::inline_calls;
+pub use prune::{eliminate_dead_code, prune};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{parse_graph, verify, Graph};
+    use crate::interpret::{run_graph, RtValue, VariableRef};
+    use crate::tensor::Tensor;
+
+    const CALLS: &str = r#"graph @main
+
+func @main(%0: f64[2], %1: resource<f64[2]>) -> (f64[2], f64[2]) {
+  %2 = call(%0) {function=@twice} : f64[2]
+  %3 = call(%2) {function=@twice} : f64[2]
+  %4 = sin(%0) : f64[2]
+  %5 = assign_add_variable(%1, %4) : ()
+  %6 = cos(%3) : f64[2]
+  return %3, %6 ctrl(%5)
+}
+
+func @twice(%0: f64[2]) -> (f64[2]) {
+  %1 = add(%0, %0) : f64[2]
+  return %1
+}
+"#;
+
+    fn run(g: &Graph, x: &Tensor, v: &VariableRef) -> Vec<Vec<f64>> {
+        verify(g).unwrap_or_else(|e| panic!("{e}\n{g}"));
+        let args = vec![RtValue::Tensor(x.clone()), RtValue::Resource(v.clone())];
+        run_graph(g, args)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.into_tensor().unwrap().to_f64_vec())
+            .collect()
+    }
+
+    #[test]
+    fn inlining_and_pruning_keep_results_and_side_effects() {
+        let g = parse_graph(CALLS).unwrap();
+        let x = Tensor::from_vec(vec![0.5f64, -1.0], &[2]).unwrap();
+        let v = VariableRef::new(Tensor::from_vec(vec![0.0f64, 0.0], &[2]).unwrap());
+        let want = run(&g, &x, &v);
+
+        let inlined = inline_calls(&g).unwrap();
+        assert_eq!(inlined.library.len(), 1, "{inlined}");
+        assert!(!inlined.to_string().contains("call("), "{inlined}");
+        assert_eq!(run(&inlined, &x, &v), want);
+
+        let pruned = prune(&inlined, &[0]).unwrap();
+        let text = pruned.to_string();
+        assert!(!text.contains("cos("), "{text}");
+        assert!(
+            text.contains("assign_add_variable"),
+            "side effects are never pruned: {text}"
+        );
+        let before = v.read().to_f64_vec();
+        assert_eq!(run(&pruned, &x, &v), vec![want[0].clone()]);
+        let after = v.read().to_f64_vec();
+        assert!((after[0] - before[0] - 0.5f64.sin()).abs() < 1e-15);
+        assert!(prune(&g, &[2]).is_err());
+        assert_eq!(
+            eliminate_dead_code(&g)
+                .unwrap()
+                .entry_function()
+                .unwrap()
+                .nodes
+                .len(),
+            7
+        );
+    }
+}
