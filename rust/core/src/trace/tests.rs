@@ -25,6 +25,9 @@ fn scalar(v: f64) -> Tensor {
 /// Runs a finished trace on `args` (captured inputs appended) and returns tensor results.
 fn call(traced: &Traced, args: &[Tensor]) -> Vec<Tensor> {
     verify(&traced.graph).unwrap_or_else(|e| panic!("{e}\n{}", traced.graph));
+    // Every traced graph prints and parses back to itself.
+    let text = traced.graph.to_string();
+    assert_eq!(crate::graph::parse_graph(&text).unwrap(), traced.graph, "{text}");
     let mut values: Vec<RtValue> = args.iter().cloned().map(RtValue::Tensor).collect();
     values.extend(traced.captured_inputs.iter().map(Captured::runtime_value));
     run_graph(&traced.graph, values)
