@@ -54,6 +54,9 @@ class Tensor:
     def is_symbolic(self) -> bool:
         """True for a symbolic tensor: a value of the function being traced."""
     @property
+    def _tape_id(self) -> int:
+        """The identity gradient tapes track: two Python handles of one value share it."""
+    @property
     def T(self) -> Tensor: ...
     def numpy(self) -> np.ndarray:
         """A read-only numpy array sharing the tensor's memory (concrete tensors only)."""

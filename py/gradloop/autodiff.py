@@ -160,7 +160,8 @@ class GradientTape:
             self._tape.watch(value)  # explicitly watched: not covered by watch_on_active_tapes
         self._watched_vars.setdefault(variable)
         reads = self._reads.setdefault(variable, [])
-        if not any(r is value for r in reads):  # the same stored value read twice counts once
+        # The same stored value read twice counts once (each read is a new Python handle).
+        if not any(r._tape_id == value._tape_id for r in reads):
             reads.append(value)
 
     def gradient(

@@ -1,7 +1,11 @@
 """`Variable`: mutable state holding an immutable tensor, with TensorFlow's gradient semantics.
 
 A Variable's value is replaced, never mutated: `assign` stores a new tensor under a fresh
-identity. Reading a trainable Variable while tapes record watches the value read, and each
+identity. The value lives in a Rust variable cell (`_core.VariableHandle`), so graphs traced by
+`@gl.function` read and write the same Variable: inside a trace, reads and writes become
+`read_variable` / `assign_variable` nodes of a resource input, kept in program order and never
+pruned, and they act when the graph runs (in a branch only when it is taken, in a loop once per
+iteration). Reading a trainable Variable while tapes record watches the value read, and each
 Python `GradientTape` notes the read, so the gradient with respect to the Variable is the sum
 of the gradients of the values read from it. As in TensorFlow, assignment itself is not
 differentiable: the stored value is cut from the tape (gradients flow through reads only).
@@ -56,7 +60,12 @@ class Variable:
             value = initial_value
         else:
             value = _core.tensor(initial_value, dtype=dtype)
-        self._value = _fresh(value)
+        self._handle = _core.VariableHandle(_fresh(value))
+
+    @property
+    def _value(self) -> _core.Tensor:
+        """The stored value, not seen by tapes (concrete outside a trace)."""
+        return self._handle.read()
 
     # ---- properties ----------------------------------------------------------------------------
 
@@ -70,15 +79,15 @@ class Variable:
 
     @property
     def dtype(self) -> _core.DType:
-        return self._value.dtype
+        return self._handle.dtype
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._value.shape)
+        return tuple(self._handle.shape)
 
     @property
     def ndim(self) -> int:
-        return self._value.ndim
+        return len(self._handle.shape)
 
     @property
     def value(self) -> _core.Tensor:
@@ -88,8 +97,9 @@ class Variable:
     # ---- reading and assigning -----------------------------------------------------------------
 
     def read(self) -> _core.Tensor:
-        """The current value. Trainable reads are watched by the tapes recording now."""
-        value = self._value
+        """The current value. Trainable reads are watched by the tapes recording now. Inside a
+        trace the value is symbolic: the read happens when the graph runs, in program order."""
+        value = self._handle.read()
         if autodiff._state.tapes or _core.any_tape_active():
             autodiff.note_variable_read(self, value)
         return value
@@ -129,7 +139,9 @@ class Variable:
                     f"to a variable of shape {self.shape}"
                 )
             )
-        self._value = _fresh(value)
+        # Eagerly the stored value gets a fresh identity cut from the tapes (assignment is not
+        # differentiable); in a graph, later reads are read_variable nodes, never this value.
+        self._handle.assign(value if value.is_symbolic else _fresh(value))
         return self
 
     def assign(self, value: Any) -> Variable:

@@ -74,6 +74,27 @@ pub fn concrete_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Te
     }
 }
 
+/// The two operands of a binary op, unified as `unify` does; two Tensors (the eager hot
+/// path) are taken as they are.
+pub fn binary_operands(
+    py: Python<'_>,
+    op: &'static str,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+) -> PyResult<[Val; 2]> {
+    if let (Ok(a), Ok(b)) = (a.cast::<PyTensor>(), b.cast::<PyTensor>()) {
+        return Ok([a.get().inner.clone(), b.get().inner.clone()]);
+    }
+    unify(py, op, &[a, b])?.try_into().map_err(|_| {
+        new_err(
+            py,
+            ErrorKind::Internal,
+            op,
+            "expected two operands after conversion",
+        )
+    })
+}
+
 /// Operands of an op that needs one dtype: Python scalars take the dtype of the tensors.
 pub fn unify(py: Python<'_>, op: &'static str, objs: &[&Bound<'_, PyAny>]) -> PyResult<Vec<Val>> {
     let operands: Vec<Operand> = objs.iter().map(|o| operand(o)).collect::<PyResult<_>>()?;
@@ -158,6 +179,14 @@ fn to_concrete(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor>
         None => np.call_method1("asarray", (obj,)),
     }
     .map_err(|e| {
+        // A gradloop error from an element (a symbolic tensor's value) is the real cause.
+        let ours = py
+            .import("gradloop.errors")
+            .and_then(|m| m.getattr("GradloopError"))
+            .is_ok_and(|base| e.is_instance(py, &base));
+        if ours {
+            return e;
+        }
         new_err(
             py,
             ErrorKind::Shape,

@@ -116,7 +116,7 @@ pub fn symbolic_value_err(py: Python<'_>, what: &'static str, ty: &gradloop::Ten
         gradloop::ErrorKind::ControlFlow,
         what,
         format!(
-            "this {ty} tensor is a symbolic tensor inside @gl.function; its value is only \
+            "this tensor ({ty}) is a symbolic tensor inside @gl.function; its value is only \
              known when the function runs — use gl.cond / gl.while_loop for data-dependent \
              control flow"
         ),

@@ -3,12 +3,12 @@
 
 use gradloop::ops::indexing::{getitem as core_getitem, IndexItem};
 use gradloop::trace::Val;
-use gradloop::{ErrorKind, Value};
+use gradloop::{ErrorKind, Tensor, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyEllipsis, PyInt, PySlice, PyTuple};
 
 use crate::errors::new_err;
-use crate::runtime::{numel, run};
+use crate::runtime::{eager_ok, numel, run, run_eager};
 use crate::tensor::PyTensor;
 
 fn opt_i64(obj: Bound<'_, PyAny>) -> PyResult<Option<i64>> {
@@ -76,6 +76,26 @@ pub fn getitem(py: Python<'_>, x: &Val, index: &Bound<'_, PyAny>) -> PyResult<Py
         .iter()
         .any(|i| matches!(i, IndexItem::Tensor(Val::Symbol(_))));
     let size = if symbolic_index { 0 } else { numel(x) };
-    let x = x.clone();
+    let x = [x.clone()];
+    if !symbolic_index && eager_ok(&x) {
+        return run_eager(py, size, x, move |ctx, [x]| {
+            let items: Vec<IndexItem<Tensor>> = items.into_iter().map(concrete_item).collect();
+            core_getitem(ctx, &x, &items)
+        })
+        .map(PyTensor::new);
+    }
+    let [x] = x;
     run(py, size, move |ctx| core_getitem(ctx, &x, &items)).map(PyTensor::new)
+}
+
+/// An index item over concrete tensors (the eager fast path: no symbolic index).
+fn concrete_item(item: IndexItem<Val>) -> IndexItem<Tensor> {
+    match item {
+        IndexItem::Int(i) => IndexItem::Int(i),
+        IndexItem::Slice { start, stop, step } => IndexItem::Slice { start, stop, step },
+        IndexItem::NewAxis => IndexItem::NewAxis,
+        IndexItem::Ellipsis => IndexItem::Ellipsis,
+        IndexItem::Tensor(Val::Tensor(t)) => IndexItem::Tensor(t),
+        IndexItem::Tensor(Val::Symbol(_)) => unreachable!("checked: no symbolic index"),
+    }
 }

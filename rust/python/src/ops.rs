@@ -9,10 +9,10 @@ use gradloop::{DType, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySequence};
 
-use crate::convert::{input, opt_dtype, scalar, unify};
+use crate::convert::{binary_operands, input, opt_dtype, scalar};
 use crate::dtype::to_dtype;
 use crate::errors::IntoPyResult;
-use crate::runtime::{numel, run, work};
+use crate::runtime::{numel, run, run_op, work};
 use crate::tensor::PyTensor;
 
 macro_rules! unary_fns {
@@ -20,7 +20,7 @@ macro_rules! unary_fns {
         $(
             pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
                 let x = input(x)?;
-                run(py, numel(&x), move |ctx| $builder(ctx, &x)).map(PyTensor::new)
+                run_op!(py, numel(&x), |ctx, x| $builder(ctx, &x)).map(PyTensor::new)
             }
         )*
         pub mod py_unary {
@@ -45,10 +45,8 @@ macro_rules! binary_fns {
     ($($name:ident => $builder:path;)*) => {
         $(
             pub fn $name(py: Python<'_>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-                let [a, b]: [Val; 2] = unify(py, stringify!($name), &[a, b])?.try_into().map_err(|_| {
-                    pyo3::exceptions::PyRuntimeError::new_err("operand conversion")
-                })?;
-                run(py, work(&[&a, &b]), move |ctx| $builder(ctx, &a, &b)).map(PyTensor::new)
+                let [a, b] = binary_operands(py, stringify!($name), a, b)?;
+                run_op!(py, work(&[&a, &b]), |ctx, a, b| $builder(ctx, &a, &b)).map(PyTensor::new)
             }
         )*
         pub mod py_binary {
@@ -127,7 +125,7 @@ macro_rules! reduction_fns {
             pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
                 let x = input(x)?;
                 let axes = axes($opname, py, axis, x.ty().ndim())?;
-                run(py, numel(&x), move |ctx| $builder(ctx, &x, &axes, keepdims)).map(PyTensor::new)
+                run_op!(py, numel(&x), |ctx, x| $builder(ctx, &x, &axes, keepdims)).map(PyTensor::new)
             }
         )*
         pub mod py_reduce {
@@ -170,7 +168,7 @@ pub fn reshape(
 ) -> PyResult<PyTensor> {
     let x = input(x)?;
     let shape = layout::resolve_shape(&x.ty().shape, &int_list(shape)?).py(py)?;
-    run(py, 0, move |ctx| build::reshape(ctx, &x, &shape)).map(PyTensor::new)
+    run_op!(py, 0, |ctx, x| build::reshape(ctx, &x, &shape)).map(PyTensor::new)
 }
 
 pub fn transpose(
@@ -188,13 +186,13 @@ pub fn transpose(
             .collect::<gradloop::Result<_>>()
             .py(py)?,
     };
-    run(py, numel(&x), move |ctx| build::transpose(ctx, &x, &perm)).map(PyTensor::new)
+    run_op!(py, numel(&x), |ctx, x| build::transpose(ctx, &x, &perm)).map(PyTensor::new)
 }
 
 pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
     let x = input(x)?;
     let to = to_dtype(dtype)?;
-    run(py, numel(&x), move |ctx| build::cast(ctx, &x, to)).map(PyTensor::new)
+    run_op!(py, numel(&x), |ctx, x| build::cast(ctx, &x, to)).map(PyTensor::new)
 }
 
 fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
@@ -256,10 +254,7 @@ pub mod py_shape {
     ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let shape = shape_arg(shape)?;
-        run(py, numel(&x), move |ctx| {
-            build::broadcast_to(ctx, &x, &shape)
-        })
-        .map(PyTensor::new)
+        run_op!(py, numel(&x), |ctx, x| build::broadcast_to(ctx, &x, &shape)).map(PyTensor::new)
     }
 
     fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Val>> {
@@ -304,7 +299,7 @@ pub mod py_shape {
     pub fn expand_dims(py: Python<'_>, x: &Bound<'_, PyAny>, axis: i64) -> PyResult<PyTensor> {
         let x = input(x)?;
         let axis = normalize_axis("expand_dims", axis, x.ty().ndim() + 1).py(py)?;
-        run(py, 0, move |ctx| build::expand_dims(ctx, &x, axis)).map(PyTensor::new)
+        run_op!(py, 0, |ctx, x| build::expand_dims(ctx, &x, axis)).map(PyTensor::new)
     }
 
     /// Removes size-1 axes (all of them when `axis` is None).
@@ -330,17 +325,23 @@ pub mod py_shape {
                         py,
                         gradloop::ErrorKind::Shape,
                         "squeeze",
-                        format!(
-                            "cannot squeeze axis {bad} of size {} (shape {})",
-                            ShapeDisplay(&shape[bad..=bad]),
-                            ShapeDisplay(&shape)
-                        ),
+                        match shape[bad] {
+                            DYN => format!(
+                                "cannot squeeze axis {bad}: its size is unknown until run time \
+                                 (shape {})",
+                                ShapeDisplay(&shape)
+                            ),
+                            n => format!(
+                                "cannot squeeze axis {bad} of size {n} (shape {})",
+                                ShapeDisplay(&shape)
+                            ),
+                        },
                     ));
                 }
                 axes
             }
         };
-        run(py, 0, move |ctx| build::squeeze(ctx, &x, &axes)).map(PyTensor::new)
+        run_op!(py, 0, |ctx, x| build::squeeze(ctx, &x, &axes)).map(PyTensor::new)
     }
 
     /// `where(cond, x, y)`: x where cond is true, else y (broadcasting).
@@ -353,11 +354,9 @@ pub mod py_shape {
         y: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
         let c = input(cond)?;
-        let [x, y]: [Val; 2] = unify(py, "where", &[x, y])?
-            .try_into()
-            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("operand conversion"))?;
+        let [x, y] = binary_operands(py, "where", x, y)?;
         let n = work(&[&c, &x, &y]);
-        run(py, n, move |ctx| build::select(ctx, &c, &x, &y)).map(PyTensor::new)
+        run_op!(py, n, |ctx, c, x, y| build::select(ctx, &c, &x, &y)).map(PyTensor::new)
     }
 
     /// numpy's take: elements of `x` at `indices` along `axis` (flattened x when None).
@@ -376,7 +375,7 @@ pub mod py_shape {
             None => (true, 0),
             Some(a) => (false, normalize_axis("take", a, x.ty().ndim()).py(py)?),
         };
-        run(py, work(&[&x, &indices]), move |ctx| {
+        run_op!(py, work(&[&x, &indices]), |ctx, x, indices| {
             let x = if flatten {
                 let n = gradloop::shape::numel(&x.ty().shape);
                 build::reshape(ctx, &x, &[n])?
@@ -445,7 +444,7 @@ pub mod py_creation {
         dtype: DType,
     ) -> PyResult<PyTensor> {
         let shape = shape_arg(shape)?;
-        run(py, 0, move |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
+        run_op!(py, 0, |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
     }
 
     /// Zeros shaped like `x` (its dtype unless `dtype` is given).
@@ -491,7 +490,7 @@ pub mod py_creation {
             })
             .map(PyTensor::new);
         }
-        run(py, 0, move |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
+        run_op!(py, 0, |ctx| build::fill(ctx, dtype, &shape, value)).map(PyTensor::new)
     }
 
     /// numpy's arange: `arange(stop)` or `arange(start, stop, step)`; int32 when all are ints.
@@ -521,7 +520,7 @@ pub mod py_creation {
         };
         let st = f(step, 1.0)?;
         let dtype = creation_dtype(dtype, if all_int { DType::I32 } else { DType::F32 })?;
-        run(py, 0, move |ctx| build::arange(ctx, a, b, st, dtype)).map(PyTensor::new)
+        run_op!(py, 0, |ctx| build::arange(ctx, a, b, st, dtype)).map(PyTensor::new)
     }
 
     /// `gl.tensor(data, dtype=None)`: from Python scalars, nested lists, numpy arrays or tensors.

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
 use gradloop::trace::{graph_registry, lock, TraceContext, TracerRef, Val};
-use gradloop::{Context, Error, GradientRegistry, TapeContext, TapeRef};
+use gradloop::{Context, EagerContext, Error, GradientRegistry, TapeContext, TapeRef, Tensor};
 use pyo3::prelude::*;
 
 use crate::errors::{to_py, user_frame};
@@ -165,6 +165,53 @@ pub fn run<T: Send>(
         }
     })
 }
+
+/// Whether an op over `inputs` may take the eager fast path: nothing traces or records on this
+/// thread and every input is concrete.
+///
+/// `TraceContext` over concrete values without a trace only executes kernels; running the same
+/// builder on `EagerContext` over plain tensors does exactly that, without converting every
+/// input and output between `Val` and `Tensor` (the eager hot path costs ~350 ns per op).
+pub fn eager_ok<const N: usize>(inputs: &[Val; N]) -> bool {
+    inputs.iter().all(Val::is_concrete)
+        && STATE.with(|s| {
+            let s = s.borrow();
+            s.tapes.is_empty() && s.tracer.is_none()
+        })
+}
+
+/// Runs a builder on `EagerContext` over the tensors of `inputs` (all concrete: `eager_ok`).
+pub fn run_eager<const N: usize, T: Into<Val>>(
+    py: Python<'_>,
+    size: usize,
+    inputs: [Val; N],
+    f: impl FnOnce(&mut dyn Context<Tensor>, [Tensor; N]) -> gradloop::Result<T> + Send,
+) -> PyResult<Val> {
+    call(py, size, move || {
+        let tensors = inputs.map(|v| match v {
+            Val::Tensor(t) => t,
+            Val::Symbol(_) => unreachable!("run_eager takes concrete inputs (eager_ok)"),
+        });
+        f(&mut EagerContext, tensors).map(Into::into)
+    })
+}
+
+/// Calls a core builder over op inputs (the named `Val` variables): through `run` (a
+/// `Context<Val>`: eager or traced, recorded by tapes), or, when `eager_ok`, through
+/// `run_eager` with the same body over plain tensors. Evaluates to `PyResult<Val>`.
+macro_rules! run_op {
+    ($py:expr, $size:expr, |$ctx:ident $(, $v:ident)*| $body:expr) => {{
+        let size: usize = $size;
+        let inputs = [$($v),*];
+        if $crate::runtime::eager_ok(&inputs) {
+            $crate::runtime::run_eager($py, size, inputs, move |$ctx, [$($v),*]| $body)
+        } else {
+            let [$($v),*] = inputs;
+            $crate::runtime::run($py, size, move |$ctx| $body)
+        }
+    }};
+}
+pub(crate) use run_op;
 
 /// Runs core work `f`: panics become InternalError, errors `gradloop.errors` exceptions, and
 /// the GIL is released when `size` (concrete elements touched) is large.

@@ -2,6 +2,7 @@
 //! of a function being traced — with attributes, numpy interop, repr and Python operators
 //! (which call the same op functions as `gl.add` and friends).
 
+use gradloop::graph::ValueType;
 use gradloop::ops::build;
 use gradloop::trace::Val;
 use gradloop::{ErrorKind, Tensor, Value, DYN};
@@ -87,13 +88,20 @@ impl PyTensor {
         !self.inner.is_concrete()
     }
 
+    /// The identity gradient tapes track: two Python handles of one value share it.
+    #[getter]
+    fn _tape_id(&self) -> u64 {
+        use gradloop::Value;
+        self.inner.id()
+    }
+
     /// The tensor with its axes reversed.
     #[getter(T)]
     fn transposed(&self, py: Python<'_>) -> PyResult<PyTensor> {
         let perm: Vec<usize> = (0..self.inner.ty().ndim()).rev().collect();
         let x = self.inner.clone();
         let size = crate::runtime::numel(&x);
-        crate::runtime::run(py, size, move |ctx| build::transpose(ctx, &x, &perm))
+        crate::runtime::run_op!(py, size, |ctx, x| build::transpose(ctx, &x, &perm))
             .map(PyTensor::new)
     }
 
@@ -392,8 +400,14 @@ fn symbolic_repr(v: &Val) -> String {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
+    // A captured variable or stack (seen in `Branch.captures`) is not a tensor value.
+    let kind = match v.value_type() {
+        ValueType::Tensor(_) => "",
+        ValueType::Resource(_) => " variable",
+        ValueType::Stack(_) => " stack",
+    };
     format!(
-        "<gl.Tensor symbolic shape={shape} dtype={}>",
+        "<gl.Tensor symbolic{kind} shape={shape} dtype={}>",
         ty.dtype.name()
     )
 }
