@@ -25,7 +25,7 @@ import numpy as np
 import gradloop as gl
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from run import chain, paired, print_table  # noqa: E402
+from run import chain, paired, print_table
 
 CHAIN_OPS = 1000
 
@@ -100,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         number=1,
         repeats=repeats,
     )
-    rows.append((f"(c) tiny loop, graph, ns/iteration ({n_iter})", *stat(t["graph"], 1e9 / n_iter), ""))
+    rows.append(
+        (f"(c) tiny loop, graph, ns/iteration ({n_iter})", *stat(t["graph"], 1e9 / n_iter), "")
+    )
     rows.append(("    tiny loop, eager, ns/iteration", *stat(t["eager"], 1e9 / n_iter), ""))
     rows.append(("    eager / graph", *ratio(t["eager"], t["graph"]), ""))
 
@@ -110,8 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         m = gl.tensor(size, dtype=gl.int32)
         graph_grad(x0, m)
         t = paired({"grad": lambda m=m: graph_grad(x0, m)}, number=1, repeats=max(3, repeats // 2))
-        rows.append((f"(d) loop gradient, graph, {size:>7} iterations, ns/iteration",
-                     *stat(t["grad"], 1e9 / size), ""))
+        rows.append(
+            (
+                f"(d) loop gradient, graph, {size:>7} iterations, ns/iteration",
+                *stat(t["grad"], 1e9 / size),
+                "",
+            )
+        )
     print_table(rows)
     return 0
 

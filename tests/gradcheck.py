@@ -60,7 +60,10 @@ def check_grads(
     if "graph" in modes:
         traced = gl.function(fn)(*_tensors(xs))
         np.testing.assert_allclose(
-            np.asarray(traced), np.asarray(out), rtol=1e-12, atol=1e-300,
+            np.asarray(traced),
+            np.asarray(out),
+            rtol=1e-12,
+            atol=1e-300,
             err_msg="graph mode forward != eager forward",
         )
     for mode in modes:

@@ -47,7 +47,8 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> 
     symbolic = _validate.symbolic_scalar("cond", pred, (_core.bool_,), "pred", expected)
     if symbolic is not None:
         return _graph_branches(
-            "cond", [("true_fn", true_fn), ("false_fn", false_fn)],
+            "cond",
+            [("true_fn", true_fn), ("false_fn", false_fn)],
             lambda branches: _core.emit_if(symbolic, *branches),
         )
     taken = _validate.check_predicate("cond", pred)
@@ -92,9 +93,7 @@ def switch_case(
         n = len(named)
         inside = _core.logical_and(symbolic >= 0, symbolic < n)
         index = _core.cast(_core.where(inside, symbolic, n - 1), _core.int32)
-        return _graph_branches(
-            "switch_case", named, lambda traced: _core.emit_case(index, traced)
-        )
+        return _graph_branches("switch_case", named, lambda traced: _core.emit_case(index, traced))
     index = _validate.check_branch_index("switch_case", branch_index)
     if 0 <= index < len(branches):
         name, branch = f"branch_fns[{index}]", branches[index]

@@ -40,6 +40,7 @@ pub(crate) fn samples() -> Vec<Op> {
     };
     vec![
         fill.into(),
+        creation::FillLike { value: -0.0 }.into(),
         arange.into(),
         creation::StopGradient.into(),
         creation::Identity.into(),

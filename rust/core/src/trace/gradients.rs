@@ -469,7 +469,7 @@ impl ControlGradient {
 
         // Forward body: run the body, count, push the residuals.
         let fwd = function(tracer, &d.forward)?;
-        let (mut b, args) = FunctionBuilder::new(&format!("{body}_fwd"), aug_params.clone());
+        let (mut b, args) = FunctionBuilder::new(format!("{body}_fwd"), aug_params.clone());
         let (res, effects) = inline_into(&mut b, &fwd, &args[..n])?;
         let one = b.add_const(Tensor::scalar(1i64));
         let count = b.add_op1(binary::Add, &[args[n], one], None)?;
@@ -484,7 +484,7 @@ impl ControlGradient {
             results.push(pushed[0]);
         }
         let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
-        let (mut b, args) = FunctionBuilder::new(&format!("{cond}_fwd"), aug_params);
+        let (mut b, args) = FunctionBuilder::new(format!("{cond}_fwd"), aug_params);
         let (res, _) = inline_into(&mut b, &cond_fn, &args[..n])?;
         let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
 
@@ -499,7 +499,7 @@ impl ControlGradient {
             .map(|&(r, _)| d.residual_types[r].clone())
             .collect();
         bparams.extend(inv_types.iter().cloned());
-        let (mut b, args) = FunctionBuilder::new(&format!("{body}_grad"), bparams.clone());
+        let (mut b, args) = FunctionBuilder::new(format!("{body}_grad"), bparams.clone());
         let mut residual_ports: Vec<Option<Port>> = vec![None; d.residual_types.len()];
         let mut stacks_out = Vec::new();
         for (k, &r) in stacked.iter().enumerate() {
@@ -539,7 +539,7 @@ impl ControlGradient {
         results.extend(stacks_out);
         results.extend((0..invariant.len()).map(|j| args[nc + 1 + stacked.len() + j]));
         let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
-        let (mut b, args) = FunctionBuilder::new(&format!("{cond}_grad"), bparams);
+        let (mut b, args) = FunctionBuilder::new(format!("{cond}_grad"), bparams);
         let zero = b.add_const(Tensor::scalar(0i64));
         let more = b.add_op1(binary::Greater, &[args[nc], zero], None)?;
         let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;

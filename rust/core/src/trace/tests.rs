@@ -27,7 +27,11 @@ fn call(traced: &Traced, args: &[Tensor]) -> Vec<Tensor> {
     verify(&traced.graph).unwrap_or_else(|e| panic!("{e}\n{}", traced.graph));
     // Every traced graph prints and parses back to itself.
     let text = traced.graph.to_string();
-    assert_eq!(crate::graph::parse_graph(&text).unwrap(), traced.graph, "{text}");
+    assert_eq!(
+        crate::graph::parse_graph(&text).unwrap(),
+        traced.graph,
+        "{text}"
+    );
     let mut values: Vec<RtValue> = args.iter().cloned().map(RtValue::Tensor).collect();
     values.extend(traced.captured_inputs.iter().map(Captured::runtime_value));
     run_graph(&traced.graph, values)
@@ -192,10 +196,10 @@ fn gradients_flow_through_if_both_ways_and_to_second_order() {
                     traced_cond(ctx, &xs[0], &xs[1], &xs[2])
                 });
                 let got = call(&traced, &args);
-                for i in 1..3 {
+                for (i, g) in got.iter().enumerate().skip(1) {
                     for j in 0..2 {
                         let fd = finite_difference(&first, &args, i, j, 1);
-                        assert_close(got[i].to_f64_vec()[j], fd, "second order");
+                        assert_close(g.to_f64_vec()[j], fd, "second order");
                     }
                 }
             }
@@ -293,6 +297,7 @@ fn second_derivatives_through_a_while() {
     }
 }
 
+type BranchFn<'a> = dyn Fn(&mut dyn Context<Val>) -> Val + 'a;
 type Body<'a> = &'a dyn Fn(&mut dyn Context<Val>, &[Val]) -> Vec<Val>;
 
 /// Emits `while cond(vars): vars = body(vars)` with the closures traced as functions.
@@ -316,11 +321,7 @@ fn while_loop(ctx: &mut dyn Context<Val>, vars: &[Val], cond: Body, body: Body) 
 }
 
 /// Emits `branches[index]()` as a `Case`.
-fn switch(
-    ctx: &mut dyn Context<Val>,
-    index: &Val,
-    branches: &[&dyn Fn(&mut dyn Context<Val>) -> Val],
-) -> Val {
+fn switch(ctx: &mut dyn Context<Val>, index: &Val, branches: &[&BranchFn<'_>]) -> Val {
     let tracer = ctx.tracer().unwrap();
     let mut inner = TraceContext::new(Some(tracer.clone()));
     let mut traced = Vec::new();
@@ -427,10 +428,10 @@ fn gradients_flow_through_case_to_second_order() {
         let args = [Tensor::scalar(k), f64s(&[0.3, -0.2]), f64s(&[0.5, -0.4])];
         check_first_order(&first, &args);
         let got = call(&second, &args);
-        for i in 1..3 {
+        for (i, g) in got.iter().enumerate().skip(1) {
             for j in 0..2 {
                 let fd = finite_difference(&first, &args, i, j, 1);
-                assert_close(got[i].to_f64_vec()[j], fd, &format!("k={k} d2/dx{i}[{j}]"));
+                assert_close(g.to_f64_vec()[j], fd, &format!("k={k} d2/dx{i}[{j}]"));
             }
         }
     }
@@ -539,7 +540,7 @@ fn variables_in_branches_and_loops_change_only_when_they_run() {
         },
     );
     let read = ctx
-        .apply_node(&NodeKind::ReadVariable, &[resource.clone()])
+        .apply_node(&NodeKind::ReadVariable, std::slice::from_ref(&resource))
         .unwrap()
         .remove(0);
     let traced = lock(&tracer).finish(&[read]).unwrap();
