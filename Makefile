@@ -46,6 +46,7 @@ demo: dev
 
 bench: dev
 	$(PY) benches/run.py
+	$(PY) benches/graph_mode.py
 
 clean:
 	rm -rf $(VENV) target

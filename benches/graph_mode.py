@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         number=5 if args.quick else 20,
         repeats=repeats,
     )
-    rows.append(("(b) trace a while loop with a cond inside, ms", *stat(t["trace"], 1e3), ""))
+    rows.append(("(b) trace a while loop with a cond inside, us", *stat(t["trace"], 1e6), ""))
 
     n_iter = 2_000 if args.quick else 10_000
     x0 = gl.tensor(0.5, dtype=gl.float64)
@@ -119,6 +119,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "",
             )
         )
+    m = gl.tensor(sizes[1], dtype=gl.int32)
+    eager_grad = gl.grad(tiny_loop)
+    t = paired(
+        {"graph": lambda: graph_grad(x0, m), "eager": lambda: eager_grad(x0, m)},
+        number=1,
+        repeats=max(3, repeats // 2),
+    )
+    rows.append(
+        (
+            f"    loop gradient, eager, {sizes[1]:>7} iterations, ns/iteration",
+            *stat(t["eager"], 1e9 / sizes[1]),
+            "",
+        )
+    )
+    rows.append(("    eager / graph gradient", *ratio(t["eager"], t["graph"]), ""))
     print_table(rows)
     return 0
 
