@@ -11,7 +11,6 @@ pub mod interpret;
 pub mod ops;
 pub mod passes;
 pub mod shape;
-pub mod symbolic;
 pub mod tape;
 pub mod tensor;
 pub mod trace;
