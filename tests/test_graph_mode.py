@@ -321,3 +321,21 @@ def test_a_failed_trace_leaves_no_trace_behind() -> None:
         bad(f64(0.1))
     assert re.search("trace", repr(bad))
     np.testing.assert_allclose(np.asarray(gl.function(lambda x: x + 1)(f64(1.0))), [2.0])
+
+
+def test_prune_keeps_fetches_and_side_effects() -> None:
+    v = gl.Variable(0.0, dtype=gl.float64)
+
+    @gl.function
+    def f(x):
+        v.assign_add(1.0)
+        return gl.sin(x), gl.cos(x) * 2.0
+
+    g = f.graph(f64(0.5))
+    pruned = gl.prune(g, [0])
+    assert pruned.count_nodes("cos") == 0 and pruned.count_nodes("sin") == 1
+    assert pruned.count_nodes("assign_variable") == 1
+    pruned.verify()
+    assert str(gl.inline(g)) == str(g)  # no calls to inline in a traced graph
+    with pytest.raises(gl.errors.IndexError):
+        gl.prune(g, [5])

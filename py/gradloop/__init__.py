@@ -75,7 +75,7 @@ from .autodiff import (
     value_and_grad,
 )
 from .control_flow import cond, switch_case, while_loop
-from .function import Function, function
+from .function import Function, function, inline, prune
 from .variables import Variable
 
 __version__ = "0.1.0"
@@ -109,6 +109,7 @@ __all__ = [
     "grad",
     "greater",
     "greater_equal",
+    "inline",
     "int32",
     "int64",
     "less",
@@ -129,6 +130,7 @@ __all__ = [
     "ones",
     "ones_like",
     "pow",
+    "prune",
     "recompute_grad",
     "relu",
     "reshape",

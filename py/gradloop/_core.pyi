@@ -242,6 +242,11 @@ class Graph:
         """Nodes of `function` (the entry when None), parameters included."""
     def count_nodes(self, kind_name: str) -> int:
         """Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) in all functions."""
+    def inline(self) -> Graph:
+        """A new graph whose `call` nodes are replaced by their callees' nodes."""
+    def prune(self, fetches: Sequence[int]) -> Graph:
+        """A new graph returning the entry's results at `fetches` (indices), without the nodes
+        neither they nor a side effect need (writes to Variables are never pruned)."""
 
 class VariableHandle:
     """A variable cell of a fixed dtype and shape. Eagerly, `read`/`assign`/`assign_add` act on

@@ -26,7 +26,7 @@ import numpy as np
 from . import _core, _validate, errors, nest
 from . import variables as _variables
 
-__all__ = ["Function", "function"]
+__all__ = ["Function", "function", "inline", "prune"]
 
 #: Traces of one Function beyond this many warn (each new signature retraces).
 RETRACE_WARNING_THRESHOLD = 5
@@ -186,3 +186,16 @@ def function(fn: Callable[..., Any] | None = None, *, name: str | None = None) -
     if fn is None:
         return lambda f: Function(f, name=name)
     return Function(fn, name=name)
+
+
+def inline(graph: Any) -> Any:
+    """A new graph whose function calls are replaced by the callees' nodes (Grappler's function
+    inlining); `If`/`Case`/`While` keep calling their branch and body functions."""
+    return graph.inline()
+
+
+def prune(graph: Any, fetches: Any) -> Any:
+    """A new graph returning the entry's results at `fetches` (an int or a sequence of ints),
+    without the nodes that neither they nor a side effect need: writes to Variables are kept."""
+    indices = [fetches] if isinstance(fetches, int) else list(fetches)
+    return graph.prune(indices)

@@ -71,6 +71,23 @@ impl PyGraph {
         count_nodes(&self.graph, kind_name)
     }
 
+    /// A new graph whose `call` nodes are replaced by their callees' nodes.
+    fn inline(&self, py: Python<'_>) -> PyResult<PyGraph> {
+        let graph = gradloop::passes::inline_calls(&self.graph).py(py)?;
+        Ok(PyGraph {
+            graph: Arc::new(graph),
+        })
+    }
+
+    /// A new graph returning the entry's results at `fetches` (indices), without the nodes
+    /// neither they nor a side effect need.
+    fn prune(&self, py: Python<'_>, fetches: Vec<usize>) -> PyResult<PyGraph> {
+        let graph = gradloop::passes::prune(&self.graph, &fetches).py(py)?;
+        Ok(PyGraph {
+            graph: Arc::new(graph),
+        })
+    }
+
     /// The text form (parsed back by the graph parser).
     fn __str__(&self) -> String {
         self.graph.to_string()
