@@ -74,6 +74,7 @@ from .autodiff import (
     stop_gradient,
     value_and_grad,
 )
+from .compiled import export, jit, to_mlir
 from .control_flow import cond, switch_case, while_loop
 from .function import Function, function, inline, prune
 from .variables import Variable
@@ -102,6 +103,7 @@ __all__ = [
     "errors",
     "exp",
     "expand_dims",
+    "export",
     "float32",
     "float64",
     "full",
@@ -112,6 +114,7 @@ __all__ = [
     "inline",
     "int32",
     "int64",
+    "jit",
     "less",
     "less_equal",
     "log",
@@ -147,6 +150,7 @@ __all__ = [
     "take",
     "tanh",
     "tensor",
+    "to_mlir",
     "transpose",
     "value_and_grad",
     "where",

@@ -272,6 +272,11 @@ class VariableHandle:
 class ConcreteFunction:
     """A finished trace: its graph and the values it captured, callable on concrete tensors."""
 
+    def to_mlir(self, embed_captures: bool = False) -> str:
+        """The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
+        tensors become constants and the module takes only the `num_params` arguments;
+        otherwise they are arguments after those."""
+
     @property
     def graph(self) -> Graph: ...
     @property

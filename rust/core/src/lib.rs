@@ -1,13 +1,15 @@
 //! gradloop: differentiable dynamic control flow — the Rust core.
 //!
 //! Pure Rust, no Python: tensors (`tensor`, `dtype`), the op table (`ops`), the `Context` seam
-//! (`context`) and the gradient tape (`tape`). The Python bindings are a thin layer over this.
+//! (`context`) and the gradient tape (`tape`), the graph IR (`graph`, `trace`, `interpret`) and the
+//! MLIR emitter (`mlir`). The Python bindings are a thin layer over this.
 
 pub mod context;
 pub mod dtype;
 pub mod error;
 pub mod graph;
 pub mod interpret;
+pub mod mlir;
 pub mod ops;
 pub mod passes;
 pub mod shape;

@@ -129,6 +129,32 @@ impl PyConcreteFunction {
         }
     }
 
+    /// The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
+    /// tensors become constants and the module takes only the `num_params` arguments (what an
+    /// exported artifact needs); otherwise they are arguments after those.
+    #[pyo3(signature = (embed_captures=false))]
+    fn to_mlir(&self, py: Python<'_>, embed_captures: bool) -> PyResult<String> {
+        if !embed_captures {
+            return gradloop::mlir::emit_module(&self.graph).py(py);
+        }
+        let mut values: Vec<Option<gradloop::Tensor>> = vec![None; self.num_params];
+        for c in &self.captured_inputs {
+            match c {
+                Captured::Tensor(t) => values.push(Some(t.clone())),
+                Captured::Variable(_) => {
+                    return Err(new_err(
+                        py,
+                        ErrorKind::Compile,
+                        "to_mlir",
+                        "functions that use Variables cannot be compiled yet",
+                    ))
+                }
+            }
+        }
+        let graph = gradloop::passes::bind_params(&self.graph, &values).py(py)?;
+        gradloop::mlir::emit_module(&graph).py(py)
+    }
+
     /// Number of arguments a call takes (the captured inputs are passed automatically).
     #[getter]
     fn num_params(&self) -> usize {

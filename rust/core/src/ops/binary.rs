@@ -6,6 +6,10 @@
 //! pow (g*b*a^(b-1), g*z*log a where a > 0 else 0); maximum/minimum route g to the chosen
 //! operand (ties to a); select (-, g where c, g where !c). Comparisons and logical ops have no
 //! gradient: their output is bool.
+//!
+//! MLIR: operands are first broadcast to the result's shape (`broadcast_in_dim`, made explicit
+//! by `Emitter::broadcast_operands`), then one StableHLO op: `add`, `subtract`, `multiply`,
+//! `divide`, `power`, `maximum`, `minimum`, `compare` (EQ/NE/LT/LE/GT/GE), `and`, `or`, `select`.
 
 use smallvec::smallvec;
 
@@ -16,6 +20,7 @@ use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue, TypeText};
 use crate::shape::{broadcast_shapes, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -39,7 +44,8 @@ macro_rules! binary_op {
         $name:ident, $opname:literal, $builder:ident, $accepts:ident -> $out:ident,
         kernel: |$x:ident, $y:ident| $kernel:expr,
         saves: $saves:expr,
-        grad: |$ctx:ident, $saved:ident, $g:ident, $needs:ident| $grad:expr
+        grad: |$ctx:ident, $saved:ident, $g:ident, $needs:ident| $grad:expr,
+        mlir: |$e:ident, $ea:ident, $eb:ident, $eo:ident| $emit:expr
     ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -61,6 +67,14 @@ macro_rules! binary_op {
 
             fn saves(&self) -> Saves {
                 $saves
+            }
+
+            fn emit(&self, $e: &mut Emitter, inputs: &[MlirValue], outputs: &[TensorType]) -> Result<Values<MlirValue>> {
+                let $eo = &outputs[0];
+                let ops = $e.broadcast_operands(inputs, &$eo.shape)?;
+                let ($ea, $eb) = (&ops[0], &ops[1]);
+                let y: Result<MlirValue> = $emit;
+                Ok(smallvec![y?])
             }
 
             #[allow(unused_variables)]
@@ -116,7 +130,8 @@ binary_op! {
     Add, "add", add, Numeric -> Same,
     kernel: |x, y| x.wadd(y),
     saves: Saves::NOTHING,
-    grad: |ctx, saved, g, needs| (needs[0].then(|| g.clone()), needs[1].then(|| g.clone()))
+    grad: |ctx, saved, g, needs| (needs[0].then(|| g.clone()), needs[1].then(|| g.clone())),
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.add", &[a, b], out))
 }
 
 binary_op! {
@@ -127,7 +142,8 @@ binary_op! {
     grad: |ctx, saved, g, needs| {
         let gb = if needs[1] { Some(build::neg(ctx, g)?) } else { None };
         (needs[0].then(|| g.clone()), gb)
-    }
+    },
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.subtract", &[a, b], out))
 }
 
 binary_op! {
@@ -139,7 +155,8 @@ binary_op! {
         let ga = if needs[0] { Some(mul(ctx, g, saved.input(1)?)?) } else { None };
         let gb = if needs[1] { Some(mul(ctx, g, saved.input(0)?)?) } else { None };
         (ga, gb)
-    }
+    },
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.multiply", &[a, b], out))
 }
 
 binary_op! {
@@ -159,7 +176,8 @@ binary_op! {
             None
         };
         (needs[0].then_some(ga), gb)
-    }
+    },
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.divide", &[a, b], out))
 }
 
 binary_op! {
@@ -192,7 +210,8 @@ binary_op! {
             None
         };
         (ga, gb)
-    }
+    },
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.power", &[a, b], out))
 }
 
 binary_op! {
@@ -203,7 +222,8 @@ binary_op! {
     grad: |ctx, saved, g, needs| {
         let mask = greater_equal(ctx, saved.input(0)?, saved.input(1)?)?;
         route(ctx, &mask, g, needs)?
-    }
+    },
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.maximum", &[a, b], out))
 }
 
 binary_op! {
@@ -214,7 +234,8 @@ binary_op! {
     grad: |ctx, saved, g, needs| {
         let mask = less_equal(ctx, saved.input(0)?, saved.input(1)?)?;
         route(ctx, &mask, g, needs)?
-    }
+    },
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.minimum", &[a, b], out))
 }
 
 /// Sends `g` to a where `mask`, to b elsewhere (broadcast to the output's shape).
@@ -239,26 +260,29 @@ fn route<V: Value>(
 }
 
 macro_rules! comparison_op {
-    ($($name:ident, $opname:literal, $builder:ident, $accepts:ident, |$x:ident, $y:ident| $kernel:expr;)*) => {$(
+    ($($name:ident, $opname:literal, $builder:ident, $accepts:ident, |$x:ident, $y:ident| $kernel:expr, mlir: $mlir:ident $what:literal;)*) => {$(
         binary_op! {
             #[doc = concat!("Elementwise `", $opname, "`; the result is bool.")]
             $name, $opname, $builder, $accepts -> Bool,
             kernel: |$x, $y| $kernel,
             saves: Saves::NotDifferentiable("its output is bool"),
-            grad: |ctx, saved, g, needs| (None, None)
+            grad: |ctx, saved, g, needs| (None, None),
+            mlir: |e, a, b, out| comparison_op!(@emit $mlir, $what, e, a, b, out)
         }
     )*};
+    (@emit compare, $direction:literal, $e:ident, $a:ident, $b:ident, $out:ident) => { Ok($e.compare($direction, $a, $b)) };
+    (@emit logical, $op:literal, $e:ident, $a:ident, $b:ident, $out:ident) => { Ok($e.elementwise($op, &[$a, $b], $out)) };
 }
 
 comparison_op! {
-    Equal, "equal", equal, Any, |x, y| x == y;
-    NotEqual, "not_equal", not_equal, Any, |x, y| x != y;
-    Less, "less", less, Numeric, |x, y| x < y;
-    LessEqual, "less_equal", less_equal, Numeric, |x, y| x <= y;
-    Greater, "greater", greater, Numeric, |x, y| x > y;
-    GreaterEqual, "greater_equal", greater_equal, Numeric, |x, y| x >= y;
-    LogicalAnd, "logical_and", logical_and, Bool, |x, y| x && y;
-    LogicalOr, "logical_or", logical_or, Bool, |x, y| x || y;
+    Equal, "equal", equal, Any, |x, y| x == y, mlir: compare "EQ";
+    NotEqual, "not_equal", not_equal, Any, |x, y| x != y, mlir: compare "NE";
+    Less, "less", less, Numeric, |x, y| x < y, mlir: compare "LT";
+    LessEqual, "less_equal", less_equal, Numeric, |x, y| x <= y, mlir: compare "LE";
+    Greater, "greater", greater, Numeric, |x, y| x > y, mlir: compare "GT";
+    GreaterEqual, "greater_equal", greater_equal, Numeric, |x, y| x >= y, mlir: compare "GE";
+    LogicalAnd, "logical_and", logical_and, Bool, |x, y| x && y, mlir: logical "stablehlo.and";
+    LogicalOr, "logical_or", logical_or, Bool, |x, y| x || y, mlir: logical "stablehlo.or";
 }
 
 /// `where(cond, a, b)`: a where cond, else b; all three broadcast together.
@@ -288,6 +312,23 @@ impl OpDef for Select {
 
     fn saves(&self) -> Saves {
         Saves::inputs(0b001)
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let out = &outputs[0];
+        let ops = e.broadcast_operands(inputs, &out.shape)?;
+        let (c, a, b) = (&ops[0], &ops[1], &ops[2]);
+        let body = format!(
+            "stablehlo.select {c}, {a}, {b} : {}, {}",
+            TypeText(&c.ty),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(

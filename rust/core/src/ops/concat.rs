@@ -11,6 +11,7 @@ use super::slicing::slice;
 use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::mlir::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -92,6 +93,26 @@ impl OpDef for Concatenate {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        if let [x] = inputs {
+            return Ok(smallvec![x.clone()]);
+        }
+        let out = &outputs[0];
+        let body = format!(
+            "stablehlo.concatenate {}, dim = {} : ({}) -> {}",
+            names_text(inputs),
+            self.axis,
+            types_text(inputs.iter().map(|v| &v.ty)),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(

@@ -3,6 +3,11 @@
 //!
 //! Gradients: fill and arange have no inputs; cast's gradient casts back (float to float only);
 //! stop_gradient has none, by definition.
+//!
+//! MLIR: fill is a splat `stablehlo.constant` (fill_like broadcasts a scalar constant to its
+//! input's run-time shape when that has unknown dimensions); arange is `stablehlo.iota`, scaled
+//! and shifted; cast is `stablehlo.convert` (to bool: `!= 0`); stop_gradient and identity emit
+//! nothing (their value is their input's).
 
 use smallvec::smallvec;
 
@@ -12,6 +17,7 @@ use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Val
 use crate::context::Context;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue, TypeText};
 use crate::shape::{Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -41,6 +47,15 @@ impl OpDef for Fill {
 
     fn saves(&self) -> Saves {
         Saves::NotDifferentiable("fill has no inputs")
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![e.splat(self.dtype, &self.shape, self.value)?])
     }
 
     fn gradient<V: Value>(
@@ -92,6 +107,15 @@ impl OpDef for FillLike {
 
     fn saves(&self) -> Saves {
         Saves::NotDifferentiable("fill_like depends on its input's shape only")
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![e.splat_like(&inputs[0], self.value)?])
     }
 
     fn gradient<V: Value>(
@@ -153,6 +177,15 @@ impl OpDef for Arange {
         Saves::NotDifferentiable("arange has no inputs")
     }
 
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![self.emit_iota(e, &outputs[0])?])
+    }
+
     fn gradient<V: Value>(
         &self,
         _: &mut dyn Context<V>,
@@ -161,6 +194,31 @@ impl OpDef for Arange {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(Grads::new())
+    }
+}
+
+impl Arange {
+    /// `start + step * iota`, computed in the result's dtype when that is exact (integer
+    /// start and step), else in float64 and converted (an integer arange with a fractional
+    /// step truncates each element, as the kernel does).
+    fn emit_iota(&self, e: &mut Emitter, out: &TensorType) -> Result<MlirValue> {
+        let integral = |v: f64| v.fract() == 0.0 && v.abs() < 2f64.powi(31);
+        let work = if self.dtype.is_int() && !(integral(self.start) && integral(self.step)) {
+            DType::F64
+        } else {
+            self.dtype
+        };
+        let ty = out.with_dtype(work);
+        let mut v = e.op(&format!("stablehlo.iota dim = 0 : {}", TypeText(&ty)), &ty);
+        if self.step != 1.0 {
+            let step = e.splat(work, &ty.shape, self.step)?;
+            v = e.elementwise("stablehlo.multiply", &[&v, &step], &ty);
+        }
+        if self.start != 0.0 {
+            let start = e.splat(work, &ty.shape, self.start)?;
+            v = e.elementwise("stablehlo.add", &[&v, &start], &ty);
+        }
+        e.convert(&v, self.dtype)
     }
 }
 
@@ -231,6 +289,15 @@ impl OpDef for Cast {
         }
     }
 
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![e.convert(&inputs[0], self.to)?])
+    }
+
     fn gradient<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -279,6 +346,15 @@ impl OpDef for StopGradient {
         Saves::NotDifferentiable("stop_gradient blocks gradients by definition")
     }
 
+    fn emit(
+        &self,
+        _e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![inputs[0].clone()])
+    }
+
     fn gradient<V: Value>(
         &self,
         _: &mut dyn Context<V>,
@@ -311,6 +387,15 @@ impl OpDef for Identity {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        _e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![inputs[0].clone()])
     }
 
     fn gradient<V: Value>(

@@ -18,6 +18,7 @@ use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::mlir::{i64_array, Emitter, MlirValue, TypeText};
 use crate::shape::{Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -115,6 +116,42 @@ fn scatter_rows<T: Arith>(
     out
 }
 
+/// Indices with numpy's wrap-around made explicit: `i < 0 ? i + n : i`.
+fn emit_wrapped(e: &mut Emitter, idx: &MlirValue, n: usize) -> Result<MlirValue> {
+    let zero = e.splat_like(idx, 0.0)?;
+    let size = e.splat_like(idx, n as f64)?;
+    let negative = e.compare("LT", idx, &zero);
+    let shifted = e.elementwise("stablehlo.add", &[idx, &size], &idx.ty);
+    let body = format!(
+        "stablehlo.select {negative}, {shifted}, {idx} : {}, {}",
+        TypeText(&negative.ty),
+        TypeText(&idx.ty)
+    );
+    Ok(e.op(&body, &idx.ty))
+}
+
+/// Dimension-number fields `name = [..]`, leaving out empty lists (as MLIR prints them).
+fn dim_fields(fields: &[(&str, Vec<usize>)], index_vector_dim: usize) -> String {
+    let mut parts: Vec<String> = fields
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(name, v)| format!("{name} = {v:?}"))
+        .collect();
+    parts.push(format!("index_vector_dim = {index_vector_dim}"));
+    parts.join(", ")
+}
+
+/// A `Compile` error unless `ty` has a static shape (gather and scatter need one).
+fn require_static(e: &Emitter, what: &str, ty: &TensorType) -> Result<()> {
+    if ty.shape.contains(&DYN) {
+        return Err(e.unsupported(format!(
+            "{what} of shape {} has unknown dimensions; the emitter needs them static here",
+            ShapeDisplay(&ty.shape)
+        )));
+    }
+    Ok(())
+}
+
 /// Gathers along `axis`: output shape `x.shape[:axis] + indices.shape + x.shape[axis+1:]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Take {
@@ -158,6 +195,41 @@ impl OpDef for Take {
 
     fn saves(&self) -> Saves {
         Saves::inputs(0b10)
+    }
+
+    /// `stablehlo.gather` of one slice per index: the indexed axis collapsed, the indices'
+    /// dimensions in its place (`index_vector_dim` = their rank: an implicit trailing 1).
+    /// Out-of-range indices are clamped (eager execution raises instead).
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (x, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        require_static(e, "the gathered operand", &x.ty)?;
+        let (axis, r, k) = (self.axis, x.ty.ndim(), idx.ty.ndim());
+        let idx = emit_wrapped(e, idx, x.ty.shape[axis])?;
+        let offset_dims: Vec<usize> = (0..axis).chain(axis + k..r - 1 + k).collect();
+        let mut sizes = x.ty.shape.to_vec();
+        sizes[axis] = 1;
+        let dims = dim_fields(
+            &[
+                ("offset_dims", offset_dims),
+                ("collapsed_slice_dims", vec![axis]),
+                ("start_index_map", vec![axis]),
+            ],
+            k,
+        );
+        let body = format!(
+            "\"stablehlo.gather\"({x}, {idx}) {{dimension_numbers = #stablehlo.gather<{dims}>, \
+             indices_are_sorted = false, slice_sizes = {}}} : ({}, {}) -> {}",
+            i64_array(&sizes),
+            TypeText(&x.ty),
+            TypeText(&idx.ty),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(
@@ -236,6 +308,66 @@ impl OpDef for ScatterAdd {
 
     fn saves(&self) -> Saves {
         Saves::inputs(0b10)
+    }
+
+    /// `stablehlo.scatter` into zeros with an `add` region: the indexed axis is the inserted
+    /// window dimension, the indices' dimensions of `updates` are the scatter dimensions.
+    /// Out-of-range indices are skipped (eager execution raises instead).
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (u, idx, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        require_static(e, "the result", out)?;
+        let (axis, k) = (self.axis, idx.ty.ndim());
+        let zeros = e.splat(out.dtype, &out.shape, 0.0)?;
+        let idx = emit_wrapped(e, idx, self.dim_size)?;
+        let window: Vec<usize> = (0..axis).chain(axis + k..u.ty.ndim()).collect();
+        let dims = dim_fields(
+            &[
+                ("update_window_dims", window),
+                ("inserted_window_dims", vec![axis]),
+                ("scatter_dims_to_operand_dims", vec![axis]),
+            ],
+            k,
+        );
+        let name = e.fresh();
+        e.line(&format!(
+            "{name} = \"stablehlo.scatter\"({zeros}, {idx}, {u}) ({{"
+        ));
+        let scalar = TensorType::scalar(out.dtype);
+        let (a, b) = (e.fresh(), e.fresh());
+        let st = TypeText(&scalar).to_string();
+        e.line(&format!("^bb0({a}: {st}, {b}: {st}):"));
+        e.indent();
+        let (a, b) = (
+            MlirValue {
+                name: a,
+                ty: scalar.clone(),
+            },
+            MlirValue {
+                name: b,
+                ty: scalar.clone(),
+            },
+        );
+        let sum = e.elementwise("stablehlo.add", &[&a, &b], &scalar);
+        e.line(&format!("stablehlo.return {sum} : {st}"));
+        e.dedent();
+        e.line(&format!(
+            "}}) {{indices_are_sorted = false, scatter_dimension_numbers = \
+             #stablehlo.scatter<{dims}>, unique_indices = false}} : ({}, {}, {}) -> {} {}",
+            TypeText(&zeros.ty),
+            TypeText(&idx.ty),
+            TypeText(&u.ty),
+            TypeText(out),
+            e.loc()
+        ));
+        Ok(smallvec![MlirValue {
+            name,
+            ty: out.clone()
+        }])
     }
 
     fn gradient<V: Value>(

@@ -8,6 +8,9 @@
 //!
 //! Gradients: dynamic_slice writes g into zeros at the same starts; dynamic_update_slice sends
 //! g minus the window to the operand and the window to the update. Starts get none.
+//!
+//! MLIR: `stablehlo.dynamic_slice` / `stablehlo.dynamic_update_slice`, which clamp the same
+//! way; mixed int32/int64 starts are converted to int64 (StableHLO wants one index type).
 
 use smallvec::smallvec;
 
@@ -19,6 +22,7 @@ use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
+use crate::mlir::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -95,6 +99,15 @@ fn saved_starts<V: Value>(op: &'static str, saved: &Saved<V>, first: usize) -> R
         .collect()
 }
 
+/// Start indices of one integer type: int64 when they mix int32 and int64.
+fn uniform_starts(e: &mut Emitter, starts: &[MlirValue]) -> Result<Vec<MlirValue>> {
+    let first = starts.first().map(|s| s.ty.dtype);
+    if starts.iter().all(|s| Some(s.ty.dtype) == first) {
+        return Ok(starts.to_vec());
+    }
+    starts.iter().map(|s| e.convert(s, DType::I64)).collect()
+}
+
 /// A window of `sizes` read at clamped start positions: inputs `x, start_0, ..., start_{r-1}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DynamicSlice {
@@ -145,6 +158,28 @@ impl OpDef for DynamicSlice {
 
     fn saves(&self) -> Saves {
         Saves::inputs(!0b1)
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (x, out) = (&inputs[0], &outputs[0]);
+        if x.ty.ndim() == 0 {
+            return Ok(smallvec![x.clone()]);
+        }
+        let starts = uniform_starts(e, &inputs[1..])?;
+        let body = format!(
+            "stablehlo.dynamic_slice {x}, {}, sizes = {:?} : ({}, {}) -> {}",
+            names_text(&starts),
+            self.sizes,
+            TypeText(&x.ty),
+            types_text(starts.iter().map(|s| &s.ty)),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(
@@ -222,6 +257,28 @@ impl OpDef for DynamicUpdateSlice {
 
     fn saves(&self) -> Saves {
         Saves::inputs(!0b11)
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (x, u, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        if x.ty.ndim() == 0 {
+            return Ok(smallvec![e.cast(u, out)]);
+        }
+        let starts = uniform_starts(e, &inputs[2..])?;
+        let body = format!(
+            "stablehlo.dynamic_update_slice {x}, {u}, {} : ({}, {}, {}) -> {}",
+            names_text(&starts),
+            TypeText(&x.ty),
+            TypeText(&u.ty),
+            types_text(starts.iter().map(|s| &s.ty)),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(

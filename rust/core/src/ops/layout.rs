@@ -20,6 +20,7 @@ use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue};
 use crate::shape::{broadcast_shapes, numel, Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -55,6 +56,15 @@ impl OpDef for Reshape {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        Ok(smallvec![e.reshape(&inputs[0], &self.shape)?])
     }
 
     fn gradient<V: Value>(
@@ -156,6 +166,16 @@ impl OpDef for BroadcastTo {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let x = &inputs[0];
+        Ok(smallvec![e.broadcast_to(x, &self.shape, inputs)?])
     }
 
     fn gradient<V: Value>(

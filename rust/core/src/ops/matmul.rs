@@ -5,7 +5,9 @@
 //! b [..., n, k]): the kernels take strides, so a transposed operand costs nothing, and gradients
 //! use this instead of materialising a transpose. Dtypes: float32/float64 (the `gemm` crate),
 //! int32/int64 (wrapping arithmetic); bool is rejected. The `matmul` builder adds numpy's
-//! rank-1 rules. MLIR: `stablehlo.dot_general` (the flags choose the contracting dimensions).
+//! rank-1 rules. MLIR: `stablehlo.dot_general` (the flags choose the contracting dimensions);
+//! batch dimensions are broadcast explicitly first, except for a rank-2 `b`, whose product with
+//! any `a` needs no batch dimensions at all.
 //!
 //! Gradient (C = A'B' with A' = op_a(A), B' = op_b(B), g = dL/dC): dA' = g B'^T and
 //! dB' = A'^T g, each one MatMul with transpose flags, summed over broadcast batch dimensions.
@@ -18,6 +20,7 @@ use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue, TypeText};
 use crate::shape::{broadcast_shapes, numel, Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -317,6 +320,49 @@ impl OpDef for MatMul {
         Saves::INPUTS
     }
 
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (a, b, out) = (&inputs[0], &inputs[1], &outputs[0]);
+        let (ra, rb) = (a.ty.ndim(), b.ty.ndim());
+        let ka = if self.transpose_a { ra - 2 } else { ra - 1 };
+        let kb = if self.transpose_b { rb - 1 } else { rb - 2 };
+        if rb == 2 {
+            // No batch dimensions: a's free dimensions (batch..., m) then b's (n) are the
+            // result's, in order, whatever a's rank.
+            let dims = format!("contracting_dims = [{ka}] x [{kb}]");
+            return Ok(smallvec![dot_general(e, a, b, &dims, out)]);
+        }
+        let batch = &out.shape[..out.ndim() - 2];
+        let widen = |e: &mut Emitter, x: &MlirValue| {
+            let r = x.ty.ndim();
+            let mut shape: Shape = batch.into();
+            shape.extend_from_slice(&x.ty.shape[r - 2..]);
+            if shape != x.ty.shape && shape.contains(&DYN) {
+                return Err(e.unsupported(format!(
+                    "broadcasting the batch dimensions of {} to {} (unknown sizes)",
+                    TypeText(&x.ty),
+                    ShapeDisplay(&shape)
+                )));
+            }
+            e.broadcast_to(x, &shape, &[])
+        };
+        let (a, b) = (widen(e, a)?, widen(e, b)?);
+        let nb = batch.len();
+        let list = |n: usize| (0..n).map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        let dims = format!(
+            "batching_dims = [{}] x [{}], contracting_dims = [{}] x [{}]",
+            list(nb),
+            list(nb),
+            nb + ka - (ra - 2),
+            nb + kb - (rb - 2)
+        );
+        Ok(smallvec![dot_general(e, &a, &b, &dims, out)])
+    }
+
     fn gradient<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -347,6 +393,23 @@ impl OpDef for MatMul {
         };
         Ok(smallvec![ga, gb])
     }
+}
+
+/// `stablehlo.dot_general` with dimension numbers `dims`; the result is typed `out`.
+fn dot_general(
+    e: &mut Emitter,
+    a: &MlirValue,
+    b: &MlirValue,
+    dims: &str,
+    out: &TensorType,
+) -> MlirValue {
+    let body = format!(
+        "stablehlo.dot_general {a}, {b}, {dims} : ({}, {}) -> {}",
+        TypeText(&a.ty),
+        TypeText(&b.ty),
+        TypeText(out)
+    );
+    e.op(&body, out)
 }
 
 impl MatMul {

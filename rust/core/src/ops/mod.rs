@@ -4,7 +4,7 @@
 //! Adding an op: implement `OpDef` for a struct holding its attributes (in the file of its
 //! family) and state them with `op_attrs!` beside the struct (graph text prints and parses ops
 //! through it), then add one line to `op_table!` below. Eager execution, tracing, the tape and
-//! (later) the MLIR emitter all go through `Op`, so nothing else needs a list of ops.
+//! the MLIR emitter all go through `Op`, so nothing else needs a list of ops.
 //!
 //! Attributes are stored normalised (absolute, sorted axes; explicit shapes): the builder
 //! functions in `build` do that once, so rules and kernels never re-validate user input.
@@ -14,6 +14,7 @@ use std::fmt;
 
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
+use crate::mlir::{Emitter, MlirValue};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -150,6 +151,18 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
     /// What the gradient rule needs from the forward pass.
     fn saves(&self) -> Saves;
 
+    /// MLIR emission: writes the op's StableHLO into `e` on `inputs` (SSA values typed as the
+    /// inputs `infer` saw) and returns its values, typed `outputs` (what `infer` gave). The
+    /// shape rule broadcasts implicitly; emission makes it explicit (`Emitter::broadcast_*`).
+    /// An op or form with no StableHLO lowering returns `e.unsupported(..)`: a `Compile`
+    /// error naming the op (the emitter adds the node and source line).
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>>;
+
     /// Input gradients from output gradients, built through `ctx` (so they run eagerly, trace
     /// into a graph, and are recorded by outer tapes for higher order). `grads[i]` is `None`
     /// when output `i` received no gradient; rules make their own zeros when they need them.
@@ -229,6 +242,9 @@ macro_rules! op_table {
             }
             pub fn saves(&self) -> Saves {
                 match self { $( Op::$variant(o) => o.saves(), )* }
+            }
+            pub fn emit(&self, e: &mut Emitter, inputs: &[MlirValue], outputs: &[TensorType]) -> Result<Values<MlirValue>> {
+                match self { $( Op::$variant(o) => o.emit(e, inputs, outputs), )* }
             }
             pub fn gradient<V: Value>(
                 &self,

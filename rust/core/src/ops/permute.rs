@@ -12,6 +12,7 @@ use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue, TypeText};
 use crate::shape::{Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -62,6 +63,25 @@ impl OpDef for Transpose {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (x, out) = (&inputs[0], &outputs[0]);
+        if self.perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(smallvec![x.clone()]);
+        }
+        let body = format!(
+            "stablehlo.transpose {x}, dims = {:?} : ({}) -> {}",
+            self.perm,
+            TypeText(&x.ty),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(
@@ -130,6 +150,24 @@ impl OpDef for Reverse {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        _outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let x = &inputs[0];
+        if self.axes.is_empty() {
+            return Ok(smallvec![x.clone()]);
+        }
+        let body = format!(
+            "stablehlo.reverse {x}, dims = {:?} : {}",
+            self.axes,
+            TypeText(&x.ty)
+        );
+        Ok(smallvec![e.op(&body, &x.ty)])
     }
 
     fn gradient<V: Value>(

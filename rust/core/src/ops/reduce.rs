@@ -3,6 +3,9 @@
 //!
 //! Gradients: sum broadcasts g back over the reduced axes; max/min send g to the elements equal
 //! to the result, split evenly between ties (as TensorFlow does); mean is sum times 1/n.
+//!
+//! MLIR: `stablehlo.reduce` with an `add`/`maximum`/`minimum` region from 0, the lowest or the
+//! highest value; keepdims reshapes the result.
 
 use rayon::prelude::*;
 use smallvec::{smallvec, SmallVec};
@@ -14,6 +17,7 @@ use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue};
 use crate::shape::{normalize_axes, numel, Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -251,7 +255,7 @@ fn fold_general<T: Copy + Send + Sync>(
 }
 
 macro_rules! reduction {
-    ($(#[$doc:meta])* $name:ident, $opname:literal, $accepts:ident, $saves:expr, init: $init:ident, |$a:ident, $b:ident| $f:expr) => {
+    ($(#[$doc:meta])* $name:ident, $opname:literal, $accepts:ident, $saves:expr, init: $init:ident, |$a:ident, $b:ident| $f:expr, mlir: $combine:literal) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub struct $name {
@@ -282,6 +286,13 @@ macro_rules! reduction {
                 $saves
             }
 
+            fn emit(&self, e: &mut Emitter, inputs: &[MlirValue], outputs: &[TensorType]) -> Result<Values<MlirValue>> {
+                let x = &inputs[0];
+                let init = crate::with_numeric!(x.ty.dtype, T, { reduction!(@init $init T).to_f64() },
+                    return Err(e.bug(concat!($opname, " of bool"))));
+                Ok(smallvec![emit_reduction(e, x, &self.axes, &outputs[0], $combine, init)?])
+            }
+
             fn gradient<V: Value>(&self, ctx: &mut dyn Context<V>, saved: &Saved<V>, grads: &[Option<V>], _needs: &[bool]) -> Result<Grads<V>> {
                 let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
                 Ok(smallvec![Some(reduction!(@grad $init, ctx, saved, g, &self.axes, self.keepdims)?)])
@@ -309,16 +320,45 @@ bounded! { f32: f32::NEG_INFINITY, f32::INFINITY; f64: f64::NEG_INFINITY, f64::I
 
 reduction!(
     /// Sum over `axes`.
-    Sum, "sum", Numeric, Saves::NOTHING, init: zero, |a, b| a.wadd(b)
+    Sum, "sum", Numeric, Saves::NOTHING, init: zero, |a, b| a.wadd(b), mlir: "stablehlo.add"
 );
 reduction!(
     /// Maximum over `axes` (NaN propagates).
-    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || kernels::is_nan(a) { a } else { b }
+    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || kernels::is_nan(a) { a } else { b }, mlir: "stablehlo.maximum"
 );
 reduction!(
     /// Minimum over `axes` (NaN propagates).
-    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || kernels::is_nan(a) { a } else { b }
+    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || kernels::is_nan(a) { a } else { b }, mlir: "stablehlo.minimum"
 );
+
+/// `stablehlo.reduce` of `x` over `axes` from `init`, reshaped to `out` (keepdims) when the
+/// reduced axes stay as size 1.
+fn emit_reduction(
+    e: &mut Emitter,
+    x: &MlirValue,
+    axes: &[usize],
+    out: &TensorType,
+    combine: &str,
+    init: f64,
+) -> Result<MlirValue> {
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
+    let r = e.reduce(x, axes, combine, init)?;
+    if r.ty.shape == out.shape {
+        return Ok(r);
+    }
+    // keepdims: the kept dimensions of `r` go back to their places, between size-1 ones (a
+    // broadcast that expands nothing; IREE has no dynamic reshape).
+    let kept: Vec<usize> = (0..out.ndim()).filter(|d| !axes.contains(d)).collect();
+    let known: Vec<Vec<(MlirValue, usize)>> = (0..out.ndim())
+        .map(|d| match kept.iter().position(|&k| k == d) {
+            Some(i) => vec![(r.clone(), i)],
+            None => vec![],
+        })
+        .collect();
+    e.broadcast_in_dim(&r, &kept, &out.shape, &known)
+}
 
 /// `g` (shaped like the reduction's output) broadcast back to the input's shape.
 fn expand_to_input<V: Value>(

@@ -14,7 +14,8 @@ use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::shape::{Shape, TensorType, DYN};
+use crate::mlir::{Emitter, MlirValue, TypeText};
+use crate::shape::{Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -109,6 +110,37 @@ impl OpDef for Slice {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (x, out) = (&inputs[0], &outputs[0]);
+        if self.stop.contains(&DYN) {
+            return Err(e.unsupported(format!(
+                "a slice with unknown stop {} has no StableHLO form",
+                ShapeDisplay(&self.stop)
+            )));
+        }
+        if x.ty.shape.as_slice() == self.stop.as_slice() && self.is_identity(&self.stop) {
+            return Ok(smallvec![x.clone()]);
+        }
+        let ranges: Vec<String> = (0..x.ty.ndim())
+            .map(|d| match self.step[d] {
+                1 => format!("{}:{}", self.start[d], self.stop[d]),
+                s => format!("{}:{}:{s}", self.start[d], self.stop[d]),
+            })
+            .collect();
+        let body = format!(
+            "stablehlo.slice {x} [{}] : ({}) -> {}",
+            ranges.join(", "),
+            TypeText(&x.ty),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(
@@ -212,6 +244,30 @@ impl OpDef for Pad {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let (x, out) = (&inputs[0], &outputs[0]);
+        let pads = [&self.low, &self.high, &self.interior];
+        if pads.iter().all(|p| p.iter().all(|&n| n == 0)) {
+            return Ok(smallvec![x.clone()]);
+        }
+        let zero = e.scalar(x.ty.dtype, 0.0);
+        let body = format!(
+            "stablehlo.pad {x}, {zero}, low = {:?}, high = {:?}, interior = {:?} : ({}, {}) -> {}",
+            self.low,
+            self.high,
+            self.interior,
+            TypeText(&x.ty),
+            TypeText(&zero.ty),
+            TypeText(out)
+        );
+        Ok(smallvec![e.op(&body, out)])
     }
 
     fn gradient<V: Value>(

@@ -4,6 +4,9 @@
 //! Output shape and dtype equal the input's. Gradients (y = f(x), g = dL/dy):
 //! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
 //! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign 0; logical_not none.
+//!
+//! MLIR: the StableHLO op of the same meaning (`stablehlo.sine`, `stablehlo.logistic` for
+//! sigmoid, `stablehlo.not` for logical_not); relu is `stablehlo.maximum` with zero.
 
 use super::attrs::op_attrs;
 use super::kernels::Arith;
@@ -13,6 +16,7 @@ use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Val
 use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::mlir::{Emitter, MlirValue};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -30,7 +34,8 @@ macro_rules! unary_op {
         $name:ident, $opname:literal, $builder:ident, $accepts:ident,
         kernel: |$x:ident: $T:ident| $kernel:expr,
         saves: $saves:expr,
-        grad: |$ctx:ident, $saved:ident, $g:ident| $grad:expr
+        grad: |$ctx:ident, $saved:ident, $g:ident| $grad:expr,
+        mlir: |$e:ident, $mx:ident| $emit:expr
     ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -53,6 +58,12 @@ macro_rules! unary_op {
 
             fn saves(&self) -> Saves {
                 $saves
+            }
+
+            fn emit(&self, $e: &mut Emitter, inputs: &[MlirValue], _outputs: &[TensorType]) -> Result<Values<MlirValue>> {
+                let $mx = &inputs[0];
+                let y: Result<MlirValue> = $emit;
+                Ok(smallvec::smallvec![y?])
             }
 
             #[allow(unused_variables)]
@@ -100,7 +111,8 @@ unary_op! {
     Neg, "neg", neg, Numeric,
     kernel: |x: T| x.wneg(),
     saves: Saves::NOTHING,
-    grad: |ctx, saved, g| Ok(Some(neg(ctx, g)?))
+    grad: |ctx, saved, g| Ok(Some(neg(ctx, g)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.negate", &[x], &x.ty))
 }
 
 unary_op! {
@@ -108,7 +120,8 @@ unary_op! {
     Exp, "exp", exp, Float,
     kernel: |x: T| x.exp(),
     saves: Saves::OUTPUT,
-    grad: |ctx, saved, g| Ok(Some(build::mul(ctx, g, saved.output(0)?)?))
+    grad: |ctx, saved, g| Ok(Some(build::mul(ctx, g, saved.output(0)?)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.exponential", &[x], &x.ty))
 }
 
 unary_op! {
@@ -116,7 +129,8 @@ unary_op! {
     Log, "log", log, Float,
     kernel: |x: T| x.ln(),
     saves: Saves::inputs(1),
-    grad: |ctx, saved, g| Ok(Some(build::div(ctx, g, saved.input(0)?)?))
+    grad: |ctx, saved, g| Ok(Some(build::div(ctx, g, saved.input(0)?)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.log", &[x], &x.ty))
 }
 
 unary_op! {
@@ -127,7 +141,8 @@ unary_op! {
     grad: |ctx, saved, g| {
         let c = cos(ctx, saved.input(0)?)?;
         Ok(Some(build::mul(ctx, g, &c)?))
-    }
+    },
+    mlir: |e, x| Ok(e.elementwise("stablehlo.sine", &[x], &x.ty))
 }
 
 unary_op! {
@@ -139,7 +154,8 @@ unary_op! {
         let s = sin(ctx, saved.input(0)?)?;
         let gs = build::mul(ctx, g, &s)?;
         Ok(Some(neg(ctx, &gs)?))
-    }
+    },
+    mlir: |e, x| Ok(e.elementwise("stablehlo.cosine", &[x], &x.ty))
 }
 
 unary_op! {
@@ -153,7 +169,8 @@ unary_op! {
         let one = build::ones_like(ctx, y)?;
         let d = build::sub(ctx, &one, &yy)?;
         Ok(Some(build::mul(ctx, g, &d)?))
-    }
+    },
+    mlir: |e, x| Ok(e.elementwise("stablehlo.tanh", &[x], &x.ty))
 }
 
 unary_op! {
@@ -174,7 +191,8 @@ unary_op! {
         let d = build::sub(ctx, &one, y)?;
         let yd = build::mul(ctx, y, &d)?;
         Ok(Some(build::mul(ctx, g, &yd)?))
-    }
+    },
+    mlir: |e, x| Ok(e.elementwise("stablehlo.logistic", &[x], &x.ty))
 }
 
 unary_op! {
@@ -188,6 +206,10 @@ unary_op! {
         let positive = build::greater(ctx, x, &zero)?;
         let zg = build::zeros_like(ctx, g)?;
         Ok(Some(build::select(ctx, &positive, g, &zg)?))
+    },
+    mlir: |e, x| {
+        let zero = e.splat_like(x, 0.0)?;
+        Ok(e.elementwise("stablehlo.maximum", &[x, &zero], &x.ty))
     }
 }
 
@@ -200,7 +222,8 @@ unary_op! {
         let y = saved.output(0)?;
         let two_y = build::add(ctx, y, y)?;
         Ok(Some(build::div(ctx, g, &two_y)?))
-    }
+    },
+    mlir: |e, x| Ok(e.elementwise("stablehlo.sqrt", &[x], &x.ty))
 }
 
 unary_op! {
@@ -211,7 +234,8 @@ unary_op! {
     grad: |ctx, saved, g| {
         let s = sign(ctx, saved.input(0)?)?;
         Ok(Some(build::mul(ctx, g, &s)?))
-    }
+    },
+    mlir: |e, x| Ok(e.elementwise("stablehlo.abs", &[x], &x.ty))
 }
 
 unary_op! {
@@ -219,7 +243,8 @@ unary_op! {
     Sign, "sign", sign, Numeric,
     kernel: |x: T| if x == T::zero() { x } else if x > T::zero() { T::one() } else { T::one().wneg() },
     saves: Saves::NOTHING,
-    grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?))
+    grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.sign", &[x], &x.ty))
 }
 
 unary_op! {
@@ -227,7 +252,8 @@ unary_op! {
     LogicalNot, "logical_not", logical_not, Bool,
     kernel: |x: T| !x,
     saves: Saves::NotDifferentiable("its output is bool"),
-    grad: |ctx, saved, g| Err(Error::gradient("logical_not", "logical_not is not differentiable"))
+    grad: |ctx, saved, g| Err(Error::gradient("logical_not", "logical_not is not differentiable")),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.not", &[x], &x.ty))
 }
 
 #[cfg(test)]

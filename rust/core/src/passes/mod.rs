@@ -5,10 +5,13 @@
 //! - `prune`: keeps what the fetched results need, plus every side effect (control outputs and
 //!   their ancestors: a write to a Variable is never dropped).
 //! - `eliminate_dead_code` is `prune` with the function's own results as fetches.
+//! - `bind_params`: entry parameters replaced by constants (captured tensors of an export).
 
+mod bind;
 mod inline;
 mod prune;
 
+pub use bind::bind_params;
 pub use inline::inline_calls;
 pub use prune::{eliminate_dead_code, prune};
 
@@ -79,5 +82,30 @@ func @twice(%0: f64[2]) -> (f64[2]) {
                 .len(),
             7
         );
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+    use crate::graph::parse_graph;
+    use crate::interpret::{run_graph, RtValue};
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn bound_parameters_become_constants() {
+        let g = parse_graph(
+            "graph @f\n\nfunc @f(%0: f64[2], %1: f64[2]) -> (f64[2]) {\n  %2 = mul(%0, %1) : f64[2]\n  return %2\n}\n",
+        )
+        .unwrap();
+        let w = Tensor::from_vec(vec![2.0f64, -1.0], &[2]).unwrap();
+        let bound = bind_params(&g, &[None, Some(w)]).unwrap();
+        assert_eq!(bound.entry_function().unwrap().params.len(), 1);
+        let x = Tensor::from_vec(vec![3.0f64, 4.0], &[2]).unwrap();
+        let out = run_graph(&bound, vec![RtValue::Tensor(x)]).unwrap();
+        assert_eq!(out[0].as_tensor().unwrap().to_f64_vec(), vec![6.0, -4.0]);
+        let wrong = Tensor::from_vec(vec![1.0f32, 1.0], &[2]).unwrap();
+        assert!(bind_params(&g, &[None, Some(wrong)]).is_err());
+        assert!(bind_params(&g, &[None]).is_err());
     }
 }

@@ -1,0 +1,180 @@
+"""Compiled mode: traced graphs emitted as MLIR (StableHLO inside `scf`) and compiled by IREE.
+
+`to_mlir(fn, *args)` is the text; `jit(fn, target=...)` compiles once per input signature (the
+signature rules of `gl.function`), caches the `.vmfb` in memory and on disk (keyed by the MLIR,
+the target, the flags and the compiler version) and runs it with `iree-base-runtime`;
+`export(fn, *args, path=...)` writes a self-contained `.vmfb` (captured tensors embedded as
+constants) and its `.mlir` beside it, which plain `iree-run-module` runs.
+
+float64 programs keep float64: IREE would demote them to float32 by default, so the flags that
+keep f64 (and link libm for f64 transcendentals on `llvm-cpu`) are added when the module uses
+f64. `vulkan-spirv` has no f64 on its default target: such modules are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _core, _validate, errors
+from .function import Function
+
+__all__ = ["export", "jit", "to_mlir"]
+
+TARGETS = {"llvm-cpu": "local-task", "vulkan-spirv": "vulkan", "cuda": "cuda"}
+
+
+def _function(fn: Callable[..., Any]) -> Function:
+    return fn if isinstance(fn, Function) else Function(fn)
+
+
+def to_mlir(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """The MLIR module of `fn` traced for these arguments: a public `func.func` taking the
+    tensor arguments (captured tensors embedded as constants)."""
+    return _function(fn).concrete_function(*args, **kwargs).to_mlir(embed_captures=True)
+
+
+def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
+    if target not in TARGETS:
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
+        )
+    flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}"]
+    uses_f64 = "xf64>" in mlir or "tensor<f64>" in mlir
+    if target == "llvm-cpu":
+        # `host` for what runs here; a generic CPU for artifacts meant for other machines.
+        flags.append(f"--iree-llvmcpu-target-cpu={'generic' if portable else 'host'}")
+        if uses_f64:
+            flags += ["--iree-input-demote-f64-to-f32=false", "--iree-llvmcpu-link-embedded=false"]
+    elif uses_f64:
+        if target == "vulkan-spirv":
+            raise errors.CompileError(
+                _validate.at_user(
+                    "vulkan-spirv has no float64 on its default target: cast the program to "
+                    "float32 (gl.cast) to run it on Vulkan"
+                )
+            )
+        flags.append("--iree-input-demote-f64-to-f32=false")
+    if target == "cuda":
+        flags.append("--iree-cuda-target=sm_80")
+    return flags
+
+
+def _compiler_version() -> str:
+    return importlib.metadata.version("iree-base-compiler")
+
+
+def _cache_dir() -> pathlib.Path:
+    root = os.environ.get("GRADLOOP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gradloop"
+    )
+    return pathlib.Path(root)
+
+
+_memory_cache: dict[str, bytes] = {}
+
+
+def compile_mlir(mlir: str, target: str = "llvm-cpu", portable: bool = False) -> bytes:
+    """The `.vmfb` of `mlir` for `target`, from the memory or disk cache when compiled before.
+    `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only)."""
+    flags = _flags(mlir, target, portable)
+    key = hashlib.sha256(
+        "\0".join([mlir, target, *flags, _compiler_version()]).encode()
+    ).hexdigest()
+    found = _memory_cache.get(key)
+    if found is not None:
+        return found
+    path = _cache_dir() / f"{key}.vmfb"
+    if path.exists():
+        vmfb = path.read_bytes()
+    else:
+        vmfb = _compile_with_iree(mlir, flags)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(vmfb)
+            tmp.replace(path)  # atomic: concurrent processes never read half a file
+        except OSError:
+            pass  # a read-only cache directory only costs a recompile
+    _memory_cache[key] = vmfb
+    return vmfb
+
+
+def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
+    from iree import compiler
+
+    try:
+        return compiler.compile_str(mlir, extra_args=flags)
+    except compiler.CompilerToolError as e:
+        raise errors.CompileError(_validate.at_user(f"iree-compile failed: {e}")) from None
+
+
+class Jit:
+    """`gl.jit(fn, target)`: compiled once per input signature, cached (see the module doc)."""
+
+    def __init__(self, fn: Callable[..., Any], target: str = "llvm-cpu") -> None:
+        self._function = _function(fn)
+        self._target = target
+        self._compiled: dict[int, tuple[Any, Any]] = {}
+        if target not in TARGETS:
+            _flags("", target)  # raises the unknown-target error
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def _module(self, concrete: Any) -> Any:
+        from iree import runtime
+
+        found = self._compiled.get(id(concrete))
+        if found is not None and found[0] is concrete:
+            return found[1]
+        mlir = concrete.to_mlir(embed_captures=False)
+        vmfb = compile_mlir(mlir, self._target)
+        module = runtime.load_vm_flatbuffer(vmfb, driver=TARGETS[self._target])
+        entry = module[concrete.graph.entry]
+        self._compiled[id(concrete)] = (concrete, entry)
+        return entry
+
+    def mlir(self, *args: Any, **kwargs: Any) -> str:
+        """The MLIR this call signature compiles."""
+        return self._function.concrete_function(*args, **kwargs).to_mlir(embed_captures=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        structure, leaves = self._function._flatten(args, kwargs)
+        concrete_entry = self._function._concrete(structure, leaves)
+        concrete = concrete_entry.fn
+        entry = self._module(concrete)
+        inputs = [np.asarray(x) for x in leaves if isinstance(x, _core.Tensor)]
+        inputs += [np.asarray(c) for c in concrete.captured_inputs]
+        out = entry(*inputs)
+        results = out if isinstance(out, (tuple, list)) else [out]
+        tensors = [
+            _core.tensor(np.array(r.to_host() if hasattr(r, "to_host") else r)) for r in results
+        ]
+        return concrete_entry.outputs(tensors)
+
+
+def jit(fn: Callable[..., Any], target: str = "llvm-cpu") -> Jit:
+    """`fn` compiled with IREE for `target` ("llvm-cpu", "vulkan-spirv" or "cuda")."""
+    return Jit(fn, target)
+
+
+def export(
+    fn: Callable[..., Any], *args: Any, path: str | os.PathLike[str], target: str = "llvm-cpu"
+) -> pathlib.Path:
+    """Writes `fn` traced for `args` as a `.vmfb` at `path` and its MLIR beside it (`.mlir`).
+    The module is self-contained: run it with `iree-run-module --module=PATH
+    --function=<name> --input=...` (the function is named after `fn`)."""
+    mlir = to_mlir(fn, *args)
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".mlir").write_text(mlir)
+    out.write_bytes(compile_mlir(mlir, target, portable=True))
+    return out

@@ -1,0 +1,296 @@
+//! Functional control flow as `scf` regions: `If` -> `scf.if`, `Case` -> a chain of `scf.if`,
+//! `While` -> `scf.while`. Every region is written by one helper, `region`: it emits the
+//! region's contents (a branch, cond or body function inlined on the region's values) and ends
+//! the block with the region's terminator, results cast to the types the node declares.
+//!
+//! ```text
+//!   %p = tensor.extract %pred[] : tensor<i1>          If: the tensor<i1> predicate as an i1
+//!   %r:2 = scf.if %p -> (T0, T1) { <then> scf.yield } else { <else> scf.yield }
+//!
+//!   %i = tensor.extract %index[] : tensor<i32>         Case: compare with 0, 1, ..., n-2
+//!   %r = scf.if (%i == 0) { <branch 0> } else { scf.if (%i == 1) { .. } else { <last> } }
+//!                         (out of range, negative included, runs the last branch)
+//!
+//!   %r:n = scf.while (%v = %init, ...) : (T...) -> (T...) {
+//!     <cond(%v...)> ; scf.condition(%c) %v...               before: test, forward the vars
+//!   } do {
+//!   ^bb0(%w...): <body(%w...)> ; scf.yield %next...         after: one trip
+//!   }
+//! ```
+//!
+//! `maximum_iterations` adds a leading `i64` counter to the loop-carried values: the loop goes
+//! on while `cond(vars) && counter < maximum_iterations`, and the body adds 1.
+//!
+//! `Case` is not `scf.index_switch`: IREE 3.13's stream conversion rejects `index_switch`
+//! ("expected each region to return 1 values"); a chain of `scf.if` compiles everywhere.
+
+use super::emitter::element_type;
+use super::function::{flat_names, flat_types_of, operand_list, Bound, Lowering};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::graph::{Node, NodeKind, ValueType};
+
+/// How a region's block ends.
+enum Terminator<'a> {
+    /// `scf.yield` of the results.
+    Yield,
+    /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
+    /// with a counter `(name, maximum)`, also tests `name < maximum`.
+    Condition {
+        vars: &'a [String],
+        types: &'a [String],
+        counter: Option<(&'a str, &'a str)>,
+    },
+    /// `scf.yield` of the results, after a counter `name` incremented by the constant `one`.
+    YieldCounting { counter: &'a str, one: &'a str },
+}
+
+impl Lowering<'_> {
+    /// One region: the values `body` emits (usually a function inlined), cast to `types`,
+    /// then `term`. `block` is the `^bb0(...)` header a region with block arguments needs.
+    fn region(
+        &mut self,
+        block: Option<String>,
+        types: &[ValueType],
+        body: impl FnOnce(&mut Self) -> Result<Vec<Bound>>,
+        term: Terminator<'_>,
+    ) -> Result<()> {
+        if let Some(header) = block {
+            self.e.line(&header);
+        }
+        self.e.indent();
+        let site = self.e.site().clone();
+        let results = body(self)?;
+        let results = self.coerce_all(results, types)?;
+        self.e.set_site(site);
+        match term {
+            Terminator::Yield => {
+                let names = flat_names(&results);
+                let flat = flat_types_of(&self.e, types)?;
+                self.e
+                    .line(&format!("scf.yield{}", operand_list(&names, &flat)));
+            }
+            Terminator::YieldCounting { counter, one } => {
+                let next = self.e.fresh();
+                let loc = self.e.loc();
+                self.e
+                    .line(&format!("{next} = arith.addi {counter}, {one} : i64 {loc}"));
+                let mut names = vec![next];
+                names.extend(flat_names(&results));
+                let mut flat = vec!["i64".to_string()];
+                flat.extend(flat_types_of(&self.e, types)?);
+                self.e
+                    .line(&format!("scf.yield{}", operand_list(&names, &flat)));
+            }
+            Terminator::Condition {
+                vars,
+                types: var_types,
+                counter,
+            } => {
+                let [Bound::Tensor(pred)] = results.as_slice() else {
+                    return Err(self.e.bug("a loop condition must return one bool[]"));
+                };
+                let mut go = self.e.extract_scalar(pred);
+                if let Some((k, max)) = counter {
+                    let loc = self.e.loc();
+                    let below = self.e.fresh();
+                    self.e
+                        .line(&format!("{below} = arith.cmpi slt, {k}, {max} : i64 {loc}"));
+                    let both = self.e.fresh();
+                    self.e
+                        .line(&format!("{both} = arith.andi {go}, {below} : i1 {loc}"));
+                    go = both;
+                }
+                self.e.line(&format!(
+                    "scf.condition({go}){}",
+                    operand_list(vars, var_types)
+                ));
+            }
+        }
+        self.e.dedent();
+        Ok(())
+    }
+
+    /// `If` -> `scf.if` on the predicate extracted from its `tensor<i1>`.
+    pub(crate) fn emit_if(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
+        let NodeKind::If {
+            then_branch,
+            else_branch,
+        } = &node.kind
+        else {
+            return Err(self.e.bug("emit_if on another node"));
+        };
+        let (pred, operands) = split_first(self, inputs)?;
+        let p = self.e.extract_scalar(&pred);
+        let flat = flat_types_of(&self.e, &node.outputs)?;
+        let (prefix, names) = self.result_names(&flat);
+        let (site, loc) = (self.e.site().clone(), self.e.loc());
+        self.e
+            .line(&format!("{prefix}scf.if {p}{} {{", arrow(&flat)));
+        let then_body = |l: &mut Self| l.inline(then_branch, operands.clone());
+        self.region(None, &node.outputs, then_body, Terminator::Yield)?;
+        self.e.line("} else {");
+        let else_body = |l: &mut Self| l.inline(else_branch, operands);
+        self.region(None, &node.outputs, else_body, Terminator::Yield)?;
+        self.e.set_site(site);
+        self.e.line(&format!("}} {loc}"));
+        results(&node.outputs, names)
+    }
+
+    /// `Case` -> `branches[0]` if the index is 0, else `branches[1]` if it is 1, ..., else the
+    /// last branch (which so takes every out-of-range index, as the IR says).
+    pub(crate) fn emit_case(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
+        let NodeKind::Case { branches } = &node.kind else {
+            return Err(self.e.bug("emit_case on another node"));
+        };
+        let (index, operands) = split_first(self, inputs)?;
+        let i = self.e.extract_scalar(&index);
+        let int = element_type(index.ty.dtype);
+        self.case_chain(&i, int, branches, 0, &operands, &node.outputs)
+    }
+
+    /// `branches[0]` when `i == k`, else the chain of the others; the last one alone is
+    /// inlined in place.
+    fn case_chain(
+        &mut self,
+        i: &str,
+        int: &str,
+        branches: &[String],
+        k: usize,
+        operands: &[Bound],
+        types: &[ValueType],
+    ) -> Result<Vec<Bound>> {
+        let Some((first, rest)) = branches.split_first() else {
+            return Err(self.e.bug("a case node without branches"));
+        };
+        if rest.is_empty() {
+            let results = self.inline(first, operands.to_vec())?;
+            return self.coerce_all(results, types);
+        }
+        let (site, loc) = (self.e.site().clone(), self.e.loc());
+        let (c, eq) = (self.e.fresh(), self.e.fresh());
+        self.e
+            .line(&format!("{c} = arith.constant {k} : {int} {loc}"));
+        self.e
+            .line(&format!("{eq} = arith.cmpi eq, {i}, {c} : {int} {loc}"));
+        let flat = flat_types_of(&self.e, types)?;
+        let (prefix, names) = self.result_names(&flat);
+        self.e
+            .line(&format!("{prefix}scf.if {eq}{} {{", arrow(&flat)));
+        let then_body = |l: &mut Self| l.inline(first, operands.to_vec());
+        self.region(None, types, then_body, Terminator::Yield)?;
+        self.e.line("} else {");
+        let else_body = |l: &mut Self| l.case_chain(i, int, rest, k + 1, operands, types);
+        self.region(None, types, else_body, Terminator::Yield)?;
+        self.e.set_site(site);
+        self.e.line(&format!("}} {loc}"));
+        results(types, names)
+    }
+
+    /// `While` -> `scf.while`, the loop vars typed as the node's outputs.
+    pub(crate) fn emit_while(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
+        let NodeKind::While {
+            cond,
+            body,
+            maximum_iterations,
+            ..
+        } = &node.kind
+        else {
+            return Err(self.e.bug("emit_while on another node"));
+        };
+        let types = &node.outputs;
+        let inits = self.coerce_all(inputs, types)?;
+        let loc = self.e.loc();
+        let mut init_names = flat_names(&inits);
+        let mut flat = flat_types_of(&self.e, types)?;
+        let limits = match maximum_iterations {
+            Some(max) => {
+                let (zero, limit, one) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
+                for (name, v) in [(&zero, 0), (&limit, *max), (&one, 1)] {
+                    self.e
+                        .line(&format!("{name} = arith.constant {v} : i64 {loc}"));
+                }
+                init_names.insert(0, zero);
+                flat.insert(0, "i64".to_string());
+                Some((limit, one))
+            }
+            None => None,
+        };
+        let counted = usize::from(limits.is_some());
+        let (prefix, names) = self.result_names(&flat);
+        let before: Vec<String> = flat.iter().map(|_| self.e.fresh()).collect();
+        let after: Vec<String> = flat.iter().map(|_| self.e.fresh()).collect();
+        let carried: Vec<String> = before
+            .iter()
+            .zip(&init_names)
+            .map(|(b, i)| format!("{b} = {i}"))
+            .collect();
+        let site = self.e.site().clone();
+        let sig = flat.join(", ");
+        self.e.line(&format!(
+            "{prefix}scf.while ({}) : ({sig}) -> ({sig}) {{",
+            carried.join(", ")
+        ));
+        let vars = rebuild(types, &before[counted..])?;
+        let counter = limits
+            .as_ref()
+            .map(|(limit, _)| (before[0].as_str(), limit.as_str()));
+        let term = Terminator::Condition {
+            vars: &before,
+            types: &flat,
+            counter,
+        };
+        let pred = [ValueType::tensor(DType::Bool, &[])];
+        self.region(None, &pred, |l| l.inline(cond, vars), term)?;
+        self.e.line("} do {");
+        let block_args: Vec<String> = after
+            .iter()
+            .zip(&flat)
+            .map(|(a, t)| format!("{a}: {t}"))
+            .collect();
+        let header = format!("^bb0({}):", block_args.join(", "));
+        let vars = rebuild(types, &after[counted..])?;
+        let term = match &limits {
+            Some((_, one)) => Terminator::YieldCounting {
+                counter: &after[0],
+                one,
+            },
+            None => Terminator::Yield,
+        };
+        self.region(Some(header), types, |l| l.inline(body, vars), term)?;
+        self.e.set_site(site);
+        self.e.line(&format!("}} {loc}"));
+        results(types, names[counted..].to_vec())
+    }
+}
+
+/// The first input (a predicate or index tensor) and the operands after it.
+fn split_first(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<(super::MlirValue, Vec<Bound>)> {
+    let Some((first, rest)) = inputs.split_first() else {
+        return Err(l.e.bug("a control-flow node without inputs"));
+    };
+    Ok((l.tensor_input(first)?, rest.to_vec()))
+}
+
+/// ` -> (T, ...)` after an op with results, or nothing.
+fn arrow(flat: &[String]) -> String {
+    if flat.is_empty() {
+        String::new()
+    } else {
+        format!(" -> ({})", flat.join(", "))
+    }
+}
+
+/// Values of `types` made of the SSA `names`, in order.
+fn rebuild(types: &[ValueType], names: &[String]) -> Result<Vec<Bound>> {
+    let mut it = names.iter().cloned();
+    types
+        .iter()
+        .map(|t| Bound::from_names(t, &mut it))
+        .collect()
+}
+
+/// The op's results as values of `types`.
+fn results(types: &[ValueType], names: Vec<String>) -> Result<Vec<Bound>> {
+    rebuild(types, &names)
+}

@@ -1,0 +1,386 @@
+//! Lowering graph functions: the entry function becomes a public `func.func`; every function it
+//! calls (`If`/`Case`/`While` branches and bodies, `Call`) is inlined where it is called, into
+//! the `scf` region or the current block. Inlining keeps each region self-contained (a loop body
+//! reads like the Python that was traced, and every op keeps its `loc`), needs no function
+//! signatures for values that lower to several SSA values, and is what IREE would do anyway.
+//!
+//! A graph value lowers to a `Bound`: one SSA value for a tensor, a buffer and a size for a
+//! stack (`stacks.rs`). Where a value's type is more or less static than the type expected
+//! where it flows (an argument of a `f32[?]` parameter, a branch result of a `f32[?]` output),
+//! a `tensor.cast` is inserted, so every value has exactly the type its node declares.
+
+use std::fmt::Write;
+
+use super::emitter::{string_literal, type_text, Emitter, MlirValue, Site, TypeText};
+use super::stacks::buffer_type;
+use crate::error::{Error, Result};
+use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
+use crate::shape::TensorType;
+
+/// A graph value in MLIR.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Bound {
+    Tensor(MlirValue),
+    /// A stack: a buffer of `tensor<? x element>` and the number of rows in use, an `index`
+    /// (see `stacks.rs`).
+    Stack {
+        buffer: MlirValue,
+        size: String,
+    },
+}
+
+impl Bound {
+    /// The SSA names this value is made of (what regions carry, yield and take as arguments).
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Bound::Tensor(v) => vec![v.name.clone()],
+            Bound::Stack { buffer, size } => vec![buffer.name.clone(), size.clone()],
+        }
+    }
+
+    /// The value of type `ty` made of the SSA names `names` yields (as many as `flat_types`).
+    pub fn from_names(ty: &ValueType, names: &mut impl Iterator<Item = String>) -> Result<Bound> {
+        let mut next = || {
+            names
+                .next()
+                .ok_or_else(|| Error::internal("mlir", "too few SSA names for a value"))
+        };
+        match ty {
+            ValueType::Tensor(t) => Ok(Bound::Tensor(MlirValue {
+                name: next()?,
+                ty: t.clone(),
+            })),
+            ValueType::Stack(t) => Ok(Bound::Stack {
+                buffer: MlirValue {
+                    name: next()?,
+                    ty: buffer_type(t),
+                },
+                size: next()?,
+            }),
+            ValueType::Resource(_) => Err(Error::internal(
+                "mlir",
+                format!("no SSA form for a value of type {ty}"),
+            )),
+        }
+    }
+}
+
+/// The MLIR types a value of type `ty` lowers to (one per SSA value, in `Bound::names` order).
+pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
+    match ty {
+        ValueType::Tensor(t) => Ok(vec![type_text(t)]),
+        ValueType::Resource(t) => Err(e.unsupported(format!(
+            "variables (a resource<{}> value) are not supported by the MLIR emitter yet",
+            super::emitter::element_type(t.dtype)
+        ))),
+        ValueType::Stack(t) => Ok(vec![type_text(&buffer_type(t)), "index".to_string()]),
+    }
+}
+
+/// `flat_types` of several values, concatenated.
+pub(crate) fn flat_types_of(e: &Emitter, types: &[ValueType]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for t in types {
+        out.extend(flat_types(e, t)?);
+    }
+    Ok(out)
+}
+
+/// The SSA names of several values, concatenated.
+pub(crate) fn flat_names(values: &[Bound]) -> Vec<String> {
+    values.iter().flat_map(Bound::names).collect()
+}
+
+/// A function name as an MLIR symbol: `@name`, or `@"..."` when it is not a bare identifier.
+pub(crate) fn symbol(name: &str) -> String {
+    let mut chars = name.chars();
+    let bare = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || "_$.".contains(c));
+    if bare {
+        format!("@{name}")
+    } else {
+        format!("@{}", string_literal(name))
+    }
+}
+
+/// Emits the functions of one library into an `Emitter`.
+pub(crate) struct Lowering<'g> {
+    pub library: &'g Library,
+    pub e: Emitter,
+}
+
+impl<'g> Lowering<'g> {
+    pub fn new(library: &'g Library) -> Self {
+        Lowering {
+            library,
+            e: Emitter::new(),
+        }
+    }
+
+    /// `f` as a public `func.func` (tensor parameters and results only).
+    pub fn entry(&mut self, f: &Function) -> Result<()> {
+        self.e.reset_names();
+        self.e.set_site(Site {
+            op: "func",
+            location: None,
+        });
+        let mut params = Vec::with_capacity(f.params.len());
+        let mut args = Vec::with_capacity(f.params.len());
+        for (i, p) in f.params.iter().enumerate() {
+            let ValueType::Tensor(t) = p else {
+                let why = format!("parameter {i} of @{} has type {p}", f.name);
+                let kind = if matches!(p, ValueType::Resource(_)) {
+                    "variables"
+                } else {
+                    "stacks"
+                };
+                return Err(self.e.unsupported(format!(
+                    "{kind} are not supported by the MLIR emitter yet: {why}"
+                )));
+            };
+            let name = format!("%arg{i}");
+            params.push(format!("{name}: {}", TypeText(t)));
+            args.push(Bound::Tensor(MlirValue {
+                name,
+                ty: t.clone(),
+            }));
+        }
+        let result_types = f.result_types()?;
+        let flat = flat_types_of(&self.e, &result_types)?;
+        let arrow = if flat.is_empty() {
+            String::new()
+        } else {
+            format!(" -> ({})", flat.join(", "))
+        };
+        self.e.line(&format!(
+            "func.func {}({}){arrow} {{",
+            symbol(&f.name),
+            params.join(", ")
+        ));
+        self.e.indent();
+        let results = self.body(f, args)?;
+        let names = flat_names(&results);
+        if names.is_empty() {
+            self.e.line("return");
+        } else {
+            self.e.line(&format!(
+                "return {} : {}",
+                names.join(", "),
+                flat.join(", ")
+            ));
+        }
+        self.e.dedent();
+        self.e.line("}");
+        Ok(())
+    }
+
+    /// The body of library function `name` emitted on `args` into the current block; returns
+    /// its results, typed as the function declares them.
+    pub fn inline(&mut self, name: &str, args: Vec<Bound>) -> Result<Vec<Bound>> {
+        let f = self.library.get(name)?;
+        if args.len() != f.params.len() {
+            return Err(self.e.bug(format!(
+                "@{name} takes {} arguments, got {}",
+                f.params.len(),
+                args.len()
+            )));
+        }
+        let args = args
+            .into_iter()
+            .zip(&f.params)
+            .map(|(a, t)| self.coerce(a, t))
+            .collect::<Result<Vec<_>>>()?;
+        self.body(f, args)
+    }
+
+    /// `value` with exactly the type `ty` (a `tensor.cast` between compatible types).
+    pub fn coerce(&mut self, value: Bound, ty: &ValueType) -> Result<Bound> {
+        match (value, ty) {
+            (Bound::Tensor(v), ValueType::Tensor(t)) => Ok(Bound::Tensor(self.e.cast(&v, t))),
+            (Bound::Stack { buffer, size }, ValueType::Stack(t)) if buffer.ty == buffer_type(t) => {
+                Ok(Bound::Stack { buffer, size })
+            }
+            (v, t) => Err(self
+                .e
+                .bug(format!("a value {v:?} cannot flow where {t} is expected"))),
+        }
+    }
+
+    /// Values coerced one for one to `types`.
+    pub fn coerce_all(&mut self, values: Vec<Bound>, types: &[ValueType]) -> Result<Vec<Bound>> {
+        if values.len() != types.len() {
+            return Err(self
+                .e
+                .bug(format!("{} values for {} types", values.len(), types.len())));
+        }
+        values
+            .into_iter()
+            .zip(types)
+            .map(|(v, t)| self.coerce(v, t))
+            .collect()
+    }
+
+    /// Emits the nodes of `f` in order on `args` (already typed as its parameters).
+    fn body(&mut self, f: &Function, args: Vec<Bound>) -> Result<Vec<Bound>> {
+        let mut values: Vec<Vec<Bound>> = Vec::with_capacity(f.nodes.len());
+        for (id, node) in f.nodes.iter().enumerate() {
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|p| {
+                    values
+                        .get(p.node)
+                        .and_then(|outs| outs.get(p.output))
+                        .cloned()
+                        .ok_or_else(|| {
+                            self.e
+                                .bug(format!("%{}#{} is not defined", p.node, p.output))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.e.set_site(Site {
+                op: node.kind.name(),
+                location: node.location.clone(),
+            });
+            let outs = self
+                .node(node, inputs, &args)
+                .map_err(|e| with_node_context(e, f, id))?;
+            if outs.len() != node.outputs.len() {
+                let msg = format!(
+                    "produced {} values; the node declares {}",
+                    outs.len(),
+                    node.outputs.len()
+                );
+                return Err(with_node_context(self.e.bug(msg), f, id));
+            }
+            values.push(outs);
+        }
+        f.results
+            .iter()
+            .map(|p| {
+                values
+                    .get(p.node)
+                    .and_then(|outs| outs.get(p.output))
+                    .cloned()
+                    .ok_or_else(|| {
+                        self.e
+                            .bug(format!("result %{}#{} is not defined", p.node, p.output))
+                    })
+            })
+            .collect()
+    }
+
+    /// One node's MLIR; returns its outputs typed as the node declares them.
+    fn node(&mut self, node: &Node, inputs: Vec<Bound>, args: &[Bound]) -> Result<Vec<Bound>> {
+        let outs = match &node.kind {
+            NodeKind::Arg(i) => {
+                let a = args
+                    .get(*i)
+                    .cloned()
+                    .ok_or_else(|| self.e.bug(format!("no argument {i}")))?;
+                vec![a]
+            }
+            NodeKind::Const(c) => vec![Bound::Tensor(self.e.constant(&c.0))],
+            NodeKind::Op(op) => {
+                let values = inputs
+                    .into_iter()
+                    .map(|b| self.tensor_input(&b))
+                    .collect::<Result<Vec<MlirValue>>>()?;
+                let types: Vec<TensorType> = values.iter().map(|v| v.ty.clone()).collect();
+                let inferred = op.infer(&types)?;
+                let outs = op.emit(&mut self.e, &values, &inferred)?;
+                outs.into_iter().map(Bound::Tensor).collect()
+            }
+            NodeKind::If { .. } => self.emit_if(node, inputs)?,
+            NodeKind::Case { .. } => self.emit_case(node, inputs)?,
+            NodeKind::While { .. } => self.emit_while(node, inputs)?,
+            NodeKind::Call { function } => {
+                let site = self.e.site().clone();
+                let outs = self.inline(function, inputs)?;
+                self.e.set_site(site);
+                outs
+            }
+            NodeKind::StackNew { element } => vec![self.stack_new(element)?],
+            NodeKind::StackPush => {
+                let [stack, value] = two(self, inputs)?;
+                vec![self.stack_push(stack, value)?]
+            }
+            NodeKind::StackPop => {
+                let element = node.outputs.get(1).map(ValueType::inner).cloned();
+                let element = element.ok_or_else(|| self.e.bug("stack_pop has two outputs"))?;
+                let [stack] = one(self, inputs)?;
+                self.stack_pop(stack, &element)?.to_vec()
+            }
+            NodeKind::ReadVariable | NodeKind::AssignVariable | NodeKind::AssignAddVariable => {
+                let name = node.kind.name();
+                return Err(self
+                    .e
+                    .unsupported(format!("{name} is not supported by the MLIR emitter yet")));
+            }
+        };
+        self.coerce_all(outs, &node.outputs)
+    }
+
+    /// Names for the results of a region op with `types`: the `%r = ` / `%r:n = ` prefix and
+    /// the values (`%r`, or `%r#i`).
+    pub fn result_names(&mut self, types: &[String]) -> (String, Vec<String>) {
+        match types.len() {
+            0 => (String::new(), Vec::new()),
+            1 => {
+                let r = self.e.fresh();
+                (format!("{r} = "), vec![r])
+            }
+            n => {
+                let r = self.e.fresh();
+                let names = (0..n).map(|i| format!("{r}#{i}")).collect();
+                (format!("{r}:{n} = "), names)
+            }
+        }
+    }
+
+    /// An input that must be a tensor (an op's operand, a predicate or an index).
+    pub fn tensor_input(&self, b: &Bound) -> Result<MlirValue> {
+        match b {
+            Bound::Tensor(v) => Ok(v.clone()),
+            Bound::Stack { .. } => Err(self.e.bug("a stack where a tensor is expected")),
+        }
+    }
+}
+
+/// Exactly one input.
+fn one(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<[Bound; 1]> {
+    <[Bound; 1]>::try_from(inputs)
+        .map_err(|v| l.e.bug(format!("expected 1 input, got {}", v.len())))
+}
+
+/// Exactly two inputs.
+fn two(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<[Bound; 2]> {
+    <[Bound; 2]>::try_from(inputs)
+        .map_err(|v| l.e.bug(format!("expected 2 inputs, got {}", v.len())))
+}
+
+/// `names : types` as `scf.yield` / `return` write them (nothing when empty).
+pub(crate) fn operand_list(names: &[String], types: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" {} : {}", names.join(", "), types.join(", "))
+    }
+}
+
+/// Adds `  at %7 = mul in @f (model.py:12)` to an error crossing node `id` of `f`.
+fn with_node_context(mut e: Error, f: &Function, id: NodeId) -> Error {
+    let node = &f.nodes[id];
+    let _ = write!(
+        e.message,
+        "\n  at %{id} = {} in @{}",
+        node.kind.name(),
+        f.name
+    );
+    if let Some(l) = &node.location {
+        let _ = write!(e.message, " ({}:{})", l.file, l.line);
+    }
+    e
+}

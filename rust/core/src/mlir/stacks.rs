@@ -1,0 +1,157 @@
+//! Stacks (the loop-gradient intermediates) as a buffer and a size, threaded like any value
+//! (see notes/reverse-while-growable-stack.mlir, checked with IREE 3.13):
+//!
+//! ```text
+//!   stack<f32[3]>  ──►  %buf: tensor<?x3xf32> (capacity rows, the first %n in use), %n: index
+//!   stack_new        tensor.empty(16), 0
+//!   stack_push(s, v) if %n == capacity: copy %buf into a tensor.empty of twice the capacity;
+//!                    tensor.insert_slice %v into %buf[%n, 0][1, 3][1, 1]; %n + 1
+//!   stack_pop(s)     %n - 1; tensor.extract_slice %buf[%n - 1, 0][1, 3][1, 1]
+//! ```
+//!
+//! Doubling makes the copies O(1) amortised per push as far as the IR goes; whether IREE then
+//! updates `%buf` in place is a question for measurement (iree-org/iree #15195). Popping an empty
+//! stack is undefined here (the interpreter reports it); the gradient's loops never do.
+
+use super::emitter::{type_text, MlirValue, TypeText};
+use super::function::{Bound, Lowering};
+use crate::error::Result;
+use crate::shape::{ShapeDisplay, TensorType, DYN};
+
+/// Rows a new stack's buffer has room for before it first grows.
+const INITIAL_CAPACITY: usize = 16;
+
+/// The buffer type of a stack of `element`s: `tensor<? x element>`.
+pub(crate) fn buffer_type(element: &TensorType) -> TensorType {
+    let mut shape = vec![DYN];
+    shape.extend_from_slice(&element.shape);
+    TensorType::new(element.dtype, &shape)
+}
+
+impl Lowering<'_> {
+    /// An `index` constant.
+    fn index(&mut self, v: usize) -> String {
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e
+            .line(&format!("{name} = arith.constant {v} : index {loc}"));
+        name
+    }
+
+    /// A `Compile` error unless the element shape is static (the slices need static sizes).
+    fn check_element(&self, element: &TensorType) -> Result<()> {
+        if element.shape.contains(&DYN) {
+            return Err(self.e.unsupported(format!(
+                "a stack of elements with unknown dimensions {} is not supported by the MLIR \
+                 emitter",
+                ShapeDisplay(&element.shape)
+            )));
+        }
+        Ok(())
+    }
+
+    /// `[offset, 0, ...][rows, sizes...][1, ...]`: `rows` rows from `offset` of a buffer of
+    /// `element`s, as `tensor.insert_slice` / `extract_slice` write it.
+    fn rows(offset: &str, rows: &str, element: &TensorType) -> String {
+        let rest = element.ndim();
+        let zeros = ", 0".repeat(rest);
+        let sizes: String = element.shape.iter().map(|d| format!(", {d}")).collect();
+        let ones = ", 1".repeat(rest);
+        format!("[{offset}{zeros}][{rows}{sizes}][1{ones}]")
+    }
+
+    pub(crate) fn stack_new(&mut self, element: &TensorType) -> Result<Bound> {
+        self.check_element(element)?;
+        let ty = buffer_type(element);
+        let cap = self.index(INITIAL_CAPACITY);
+        let buffer = self.e.fresh();
+        let loc = self.e.loc();
+        self.e.line(&format!(
+            "{buffer} = tensor.empty({cap}) : {} {loc}",
+            TypeText(&ty)
+        ));
+        let size = self.index(0);
+        Ok(Bound::Stack {
+            buffer: MlirValue { name: buffer, ty },
+            size,
+        })
+    }
+
+    pub(crate) fn stack_push(&mut self, stack: Bound, value: Bound) -> Result<Bound> {
+        let (Bound::Stack { buffer, size }, Bound::Tensor(v)) = (stack, value) else {
+            return Err(self.e.bug("stack_push takes a stack and a tensor"));
+        };
+        self.check_element(&v.ty)?;
+        let bt = type_text(&buffer.ty);
+        let loc = self.e.loc();
+        let zero = self.index(0);
+        let (cap, full, grown) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
+        self.e
+            .line(&format!("{cap} = tensor.dim {buffer}, {zero} : {bt} {loc}"));
+        self.e.line(&format!(
+            "{full} = arith.cmpi eq, {size}, {cap} : index {loc}"
+        ));
+        self.e
+            .line(&format!("{grown} = scf.if {full} -> ({bt}) {{"));
+        self.e.indent();
+        let (twice, empty, copied) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
+        self.e
+            .line(&format!("{twice} = arith.addi {cap}, {cap} : index {loc}"));
+        self.e
+            .line(&format!("{empty} = tensor.empty({twice}) : {bt} {loc}"));
+        let all = Self::rows(&zero, &cap, &v.ty);
+        self.e.line(&format!(
+            "{copied} = tensor.insert_slice {buffer} into {empty}{all} : {bt} into {bt} {loc}"
+        ));
+        self.e.line(&format!("scf.yield {copied} : {bt}"));
+        self.e.dedent();
+        self.e.line("} else {");
+        self.e.indent();
+        self.e.line(&format!("scf.yield {buffer} : {bt}"));
+        self.e.dedent();
+        self.e.line(&format!("}} {loc}"));
+        let pushed = self.e.fresh();
+        self.e.line(&format!(
+            "{pushed} = tensor.insert_slice {v} into {grown}{} : {} into {bt} {loc}",
+            Self::rows(&size, "1", &v.ty),
+            TypeText(&v.ty)
+        ));
+        let one = self.index(1);
+        let next = self.e.fresh();
+        self.e
+            .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
+        Ok(Bound::Stack {
+            buffer: MlirValue {
+                name: pushed,
+                ty: buffer.ty,
+            },
+            size: next,
+        })
+    }
+
+    /// Returns the stack without its top, and the top.
+    pub(crate) fn stack_pop(&mut self, stack: Bound, element: &TensorType) -> Result<[Bound; 2]> {
+        let Bound::Stack { buffer, size } = stack else {
+            return Err(self.e.bug("stack_pop takes a stack"));
+        };
+        self.check_element(element)?;
+        let loc = self.e.loc();
+        let one = self.index(1);
+        let (top, value) = (self.e.fresh(), self.e.fresh());
+        self.e
+            .line(&format!("{top} = arith.subi {size}, {one} : index {loc}"));
+        self.e.line(&format!(
+            "{value} = tensor.extract_slice {buffer}{} : {} to {} {loc}",
+            Self::rows(&top, "1", element),
+            TypeText(&buffer.ty),
+            TypeText(element)
+        ));
+        Ok([
+            Bound::Stack { buffer, size: top },
+            Bound::Tensor(MlirValue {
+                name: value,
+                ty: element.clone(),
+            }),
+        ])
+    }
+}

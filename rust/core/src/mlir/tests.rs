@@ -1,0 +1,351 @@
+//! Golden tests of emitted MLIR: each case of `cases.rs` with FileCheck-style checks beside it
+//! (`{{*}}` matches anything within a line). `check.rs` additionally parses, compiles and runs
+//! these modules with IREE.
+
+use super::cases::{self, graph};
+use super::filecheck::filecheck;
+use super::*;
+use crate::error::ErrorKind;
+
+fn emit(text: &str) -> String {
+    emit_module(&graph(text)).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+#[test]
+fn elementwise_ops_broadcast_explicitly_and_carry_locations() {
+    filecheck(
+        &emit(cases::ELEMENTWISE),
+        r#"
+        CHECK: module {
+        CHECK-NEXT: func.func @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>, %arg2: tensor<f32>) -> (tensor<2x3xf32>, tensor<2x3xi1>) {
+        CHECK-NEXT: %0 = stablehlo.broadcast_in_dim %arg1, dims = [1] : (tensor<3xf32>) -> tensor<2x3xf32> loc("model.py":3:0)
+        CHECK-NEXT: %1 = stablehlo.multiply %arg0, %0 : tensor<2x3xf32> loc("model.py":3:0)
+        CHECK-NEXT: %2 = stablehlo.broadcast_in_dim %arg2, dims = [] : (tensor<f32>) -> tensor<2x3xf32> loc("model.py":4:0)
+        CHECK-NEXT: %3 = stablehlo.add %1, %2 : tensor<2x3xf32> loc("model.py":4:0)
+        CHECK-NEXT: %4 = stablehlo.tanh %3 : tensor<2x3xf32> loc("model.py":4:0)
+        CHECK: %6 = stablehlo.compare GT, %4, %5, FLOAT : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xi1> loc("model.py":5:0)
+        CHECK: %8 = stablehlo.select %6, %4, %7 : tensor<2x3xi1>, tensor<2x3xf32> loc("model.py":5:0)
+        CHECK-NEXT: return %8, %6 : tensor<2x3xf32>, tensor<2x3xi1>
+        "#,
+    );
+}
+
+#[test]
+fn unknown_dimensions_broadcast_with_run_time_sizes() {
+    filecheck(
+        &emit(cases::DYNAMIC),
+        r#"
+        CHECK: func.func @dyn(%arg0: tensor<?x3xf32>, %arg1: tensor<3xf32>) -> (tensor<?x3xf32>, tensor<?x1xf32>)
+        CHECK-NEXT: %0 = stablehlo.get_dimension_size %arg0, dim = 0 : (tensor<?x3xf32>) -> tensor<i32>
+        CHECK: %3 = stablehlo.concatenate %1, %2, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+        CHECK-NEXT: %4 = stablehlo.dynamic_broadcast_in_dim %arg1, %3, dims = [1] {known_expanding_dimensions = array<i64>, known_nonexpanding_dimensions = array<i64: 0>} : (tensor<3xf32>, tensor<2xi32>) -> tensor<?x3xf32> loc("model.py":7:0)
+        CHECK-NEXT: %5 = stablehlo.add %arg0, %4 : tensor<?x3xf32>
+        fill_like: a scalar broadcast to the run-time shape of its input
+        CHECK: %6 = stablehlo.constant dense<0.5> : tensor<f32>
+        CHECK: stablehlo.dynamic_broadcast_in_dim %6, {{*}} -> tensor<?x3xf32>
+        keepdims: the reduced value gets its unit axis back by a broadcast (no dynamic reshape)
+        CHECK: stablehlo.reduce({{*}}) across dimensions = [1] : (tensor<?x3xf32>, tensor<f32>) -> tensor<?xf32>
+        CHECK: stablehlo.dynamic_broadcast_in_dim %14, %21, dims = [0] {{*}} -> tensor<?x1xf32> loc("model.py":8:0)
+        CHECK-NOT: dynamic_reshape
+        CHECK: return %12, %22 : tensor<?x3xf32>, tensor<?x1xf32>
+        "#
+        .lines()
+        .filter(|l| l.trim().starts_with("CHECK"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .as_str(),
+    );
+}
+
+#[test]
+fn reductions_have_a_region_and_identities() {
+    filecheck(
+        &emit(cases::REDUCTION),
+        r#"
+        CHECK: %0 = stablehlo.constant dense<0.0> : tensor<f32> loc("model.py":20:0)
+        CHECK-NEXT: %1 = stablehlo.reduce(%arg0 init: %0) across dimensions = [1] : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>
+        CHECK-NEXT: reducer(%2: tensor<f32>, %3: tensor<f32>) {
+        CHECK-NEXT: %4 = stablehlo.add %2, %3 : tensor<f32> loc("model.py":20:0)
+        CHECK-NEXT: stablehlo.return %4 : tensor<f32>
+        CHECK-NEXT: } loc("model.py":20:0)
+        CHECK: %5 = stablehlo.constant dense<0xFF800000> : tensor<f32>
+        CHECK: across dimensions = [0] : (tensor<2x3xf32>, tensor<f32>) -> tensor<3xf32>
+        CHECK: stablehlo.maximum
+        CHECK: %10 = stablehlo.broadcast_in_dim %6, dims = [1] : (tensor<3xf32>) -> tensor<1x3xf32> loc("model.py":21:0)
+        CHECK: stablehlo.constant dense<0x7F800000> : tensor<f32>
+        CHECK: across dimensions = [0, 1] : (tensor<2x3xf32>, tensor<f32>) -> tensor<f32>
+        CHECK: stablehlo.minimum
+        CHECK: stablehlo.constant dense<0.33333334> : tensor<f32>
+        CHECK: stablehlo.multiply %1, %17 : tensor<2xf32> loc("model.py":22:0)
+        CHECK: return %1, %10, %12, %18 : tensor<2xf32>, tensor<1x3xf32>, tensor<f32>, tensor<2xf32>
+        "#,
+    );
+}
+
+#[test]
+fn matmul_is_dot_general_with_explicit_batches() {
+    filecheck(
+        &emit(cases::MATMUL),
+        r#"
+        CHECK: %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32> loc("model.py":30:0)
+        CHECK-NEXT: stablehlo.broadcast_in_dim %arg2, dims = [1] : (tensor<2xf32>) -> tensor<4x2xf32>
+        CHECK-NEXT: stablehlo.add %0, %1 : tensor<4x2xf32>
+        CHECK-NEXT: %3 = stablehlo.dot_general %arg3, %arg1, contracting_dims = [2] x [0] : (tensor<5x4x3xf32>, tensor<3x2xf32>) -> tensor<5x4x2xf32> loc("model.py":31:0)
+        CHECK-NEXT: %4 = stablehlo.broadcast_in_dim %arg4, dims = [0, 1, 2, 3] : (tensor<2x1x3x4xf32>) -> tensor<2x5x3x4xf32>
+        CHECK-NEXT: %5 = stablehlo.broadcast_in_dim %arg5, dims = [1, 2, 3] : (tensor<5x3x2xf32>) -> tensor<2x5x3x2xf32>
+        CHECK-NEXT: %6 = stablehlo.dot_general %4, %5, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : (tensor<2x5x3x4xf32>, tensor<2x5x3x2xf32>) -> tensor<2x5x4x2xf32> loc("model.py":32:0)
+        "#,
+    );
+}
+
+#[test]
+fn if_becomes_scf_if_with_inlined_branches() {
+    filecheck(
+        &emit(cases::IF),
+        r#"
+        CHECK: func.func @cond(%arg0: tensor<i1>, %arg1: tensor<3xf32>) -> (tensor<3xf32>) {
+        CHECK-NEXT: %0 = tensor.extract %arg0[] : tensor<i1> loc("model.py":40:0)
+        CHECK-NEXT: %1 = scf.if %0 -> (tensor<3xf32>) {
+        CHECK-NEXT: %2 = stablehlo.sine %arg1 : tensor<3xf32> loc("model.py":41:0)
+        CHECK-NEXT: scf.yield %2 : tensor<3xf32>
+        CHECK-NEXT: } else {
+        CHECK-NEXT: %3 = stablehlo.cosine %arg1 : tensor<3xf32> loc("model.py":43:0)
+        CHECK: %6 = stablehlo.multiply %3, %5 : tensor<3xf32> loc("model.py":43:0)
+        CHECK-NEXT: scf.yield %6 : tensor<3xf32>
+        CHECK-NEXT: } loc("model.py":40:0)
+        CHECK-NEXT: return %1 : tensor<3xf32>
+        CHECK-NOT: func.func
+        "#,
+    );
+}
+
+#[test]
+fn case_becomes_a_chain_of_scf_if_ending_in_the_last_branch() {
+    filecheck(
+        &emit(cases::CASE),
+        r#"
+        CHECK: %0 = tensor.extract %arg0[] : tensor<i32> loc("model.py":50:0)
+        CHECK-NEXT: %1 = arith.constant 0 : i32
+        CHECK-NEXT: %2 = arith.cmpi eq, %0, %1 : i32
+        CHECK-NEXT: %3 = scf.if %2 -> (tensor<3xf32>) {
+        CHECK-NEXT: stablehlo.negate %arg1
+        CHECK: } else {
+        CHECK-NEXT: %5 = arith.constant 1 : i32
+        CHECK-NEXT: %6 = arith.cmpi eq, %0, %5 : i32
+        CHECK-NEXT: %7 = scf.if %6 -> (tensor<3xf32>) {
+        CHECK-NEXT: stablehlo.exponential %arg1
+        CHECK: } else {
+        CHECK-NEXT: %9 = stablehlo.sine %arg1
+        CHECK-NEXT: scf.yield %9 : tensor<3xf32>
+        CHECK-NEXT: } loc("model.py":50:0)
+        CHECK-NEXT: scf.yield %7 : tensor<3xf32>
+        CHECK-NEXT: } loc("model.py":50:0)
+        CHECK-NOT: scf.index_switch
+        CHECK: return %3 : tensor<3xf32>
+        "#,
+    );
+}
+
+#[test]
+fn while_becomes_scf_while_with_an_iteration_counter() {
+    filecheck(
+        &emit(cases::WHILE),
+        r#"
+        CHECK: %0 = stablehlo.constant dense<0> : tensor<i32>
+        CHECK-NEXT: %1 = arith.constant 0 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %2 = arith.constant 10 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %3 = arith.constant 1 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %4:4 = scf.while (%5 = %1, %6 = %0, %7 = %arg0, %8 = %arg1) : (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) -> (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) {
+        CHECK-NEXT: %13 = stablehlo.compare LT, %6, %8, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1> loc("model.py":60:0)
+        CHECK-NEXT: %14 = tensor.extract %13[] : tensor<i1>
+        CHECK-NEXT: %15 = arith.cmpi slt, %5, %2 : i64
+        CHECK-NEXT: %16 = arith.andi %14, %15 : i1
+        CHECK-NEXT: scf.condition(%16) %5, %6, %7, %8 : i64, tensor<i32>, tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: } do {
+        CHECK-NEXT: ^bb0(%9: i64, %10: tensor<i32>, %11: tensor<3xf32>, %12: tensor<i32>):
+        CHECK-NEXT: %17 = stablehlo.constant dense<1> : tensor<i32>
+        CHECK-NEXT: %18 = stablehlo.add %10, %17 : tensor<i32> loc("model.py":63:0)
+        CHECK: %21 = stablehlo.multiply %11, %20 : tensor<3xf32> loc("model.py":62:0)
+        CHECK: %24 = stablehlo.add %21, %23 : tensor<3xf32> loc("model.py":62:0)
+        CHECK-NEXT: %25 = arith.addi %9, %3 : i64
+        CHECK-NEXT: scf.yield %25, %18, %24, %12 : i64, tensor<i32>, tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: } loc("model.py":60:0)
+        CHECK-NEXT: return %4#2, %4#1 : tensor<3xf32>, tensor<i32>
+        "#,
+    );
+}
+
+#[test]
+fn nested_loops_nest_scf_while_regions() {
+    filecheck(
+        &emit(cases::NESTED),
+        r#"
+        CHECK: %1:3 = scf.while (%2 = %0, %3 = %arg0, %4 = %arg1) : (tensor<i32>, tensor<3xf32>, tensor<i32>) -> (tensor<i32>, tensor<3xf32>, tensor<i32>) {
+        CHECK-NOT: arith.cmpi
+        CHECK: scf.condition(%9) %2, %3, %4
+        CHECK-NEXT: } do {
+        CHECK-NEXT: ^bb0(%5: tensor<i32>, %6: tensor<3xf32>, %7: tensor<i32>):
+        the inner loop carries the outer body's values: x = %6, its bound i = %5
+        CHECK: %14:4 = scf.while (%15 = %11, %16 = %10, %17 = %6, %18 = %5) : (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) -> (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) {
+        CHECK: arith.cmpi slt, %15, %12 : i64
+        CHECK: } do {
+        CHECK: %29 = stablehlo.sine %21 : tensor<3xf32> loc("model.py":72:0)
+        CHECK: scf.yield %31, %28, %30, %22
+        CHECK-NEXT: } loc("model.py":71:0)
+        CHECK: scf.yield %33, %14#2, %7 : tensor<i32>, tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: } loc("model.py":70:0)
+        CHECK-NEXT: return %1#1 : tensor<3xf32>
+        "#
+        .lines()
+        .filter(|l| l.trim().starts_with("CHECK"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .as_str(),
+    );
+}
+
+#[test]
+fn traced_gradients_of_branches_emit_as_one_function() {
+    // The first- and second-order gradients of a cond and a switch_case: the forward If/Case
+    // gains the intermediates as outputs, the backward one reads them (see `trace`).
+    for g in [super::traced::cond(2), super::traced::switch(2)] {
+        let text = emit_module(&g).unwrap_or_else(|e| panic!("{e}\n{g}"));
+        assert_eq!(text.matches("func.func").count(), 1, "{text}");
+        filecheck(
+            &text,
+            "CHECK: func.func @f(%arg0: {{*}}, %arg1: tensor<2xf64>, %arg2: tensor<2xf64>)\n\
+             CHECK: scf.if\nCHECK: scf.if\nCHECK: return",
+        );
+    }
+}
+
+#[test]
+fn loop_gradients_carry_stacks_as_growable_buffers() {
+    // d/dx of `while i < n: x = sin(x) * c + x`: the forward loop pushes sin(x) and x, the
+    // backward loop pops them (see `stacks.rs`).
+    let text = emit_module(&super::traced::while_sin(1)).unwrap();
+    let checks = r#"
+        CHECK: %3 = arith.constant 16 : index
+        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x2xf64>
+        CHECK-NEXT: %5 = arith.constant 0 : index
+        CHECK: scf.while ({{*}}, %15 = %4, %16 = %5, %17 = %7, %18 = %8) : ({{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index) -> (
+        CHECK: } do {
+        CHECK: %30 = stablehlo.sine %20 : tensor<2xf64>
+        CHECK: %38 = tensor.dim %24, %37 : tensor<?x2xf64>
+        CHECK-NEXT: %39 = arith.cmpi eq, %25, %38 : index
+        CHECK-NEXT: %40 = scf.if %39 -> (tensor<?x2xf64>) {
+        CHECK-NEXT: %41 = arith.addi %38, %38 : index
+        CHECK-NEXT: %42 = tensor.empty(%41) : tensor<?x2xf64>
+        CHECK-NEXT: %43 = tensor.insert_slice %24 into %42[%37, 0][%38, 2][1, 1] : tensor<?x2xf64> into tensor<?x2xf64>
+        CHECK-NEXT: scf.yield %43 : tensor<?x2xf64>
+        CHECK-NEXT: } else {
+        CHECK-NEXT: scf.yield %24 : tensor<?x2xf64>
+        CHECK: %44 = tensor.insert_slice %30 into %40[%25, 0][1, 2][1, 1] : tensor<2xf64> into tensor<?x2xf64>
+        CHECK: %46 = arith.addi %25, %45 : index
+        CHECK: scf.yield {{*}}, %44, %46, %54, %56 : {{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index
+        CHECK: scf.while ({{*}}, %62 = %9#5, %63 = %9#6, %64 = %9#7, %65 = %9#8, {{*}})
+        CHECK: } do {
+        CHECK: %79 = arith.subi %71, %78 : index
+        CHECK-NEXT: %80 = tensor.extract_slice %70[%79, 0][1, 2][1, 1] : tensor<?x2xf64> to tensor<2xf64>
+        CHECK: scf.yield {{*}}, %70, %79, %72, %82, {{*}}
+        "#;
+    filecheck(&text, checks);
+}
+
+#[test]
+fn variables_are_compile_errors() {
+    let g = crate::graph::examples::state_graph();
+    let err = emit_module(&g).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Compile);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("variables are not supported by the MLIR emitter yet"),
+        "{msg}"
+    );
+    assert!(msg.contains("resource<f32[3]>"), "{msg}");
+}
+
+#[test]
+fn errors_name_the_node_and_every_enclosing_call() {
+    let g = graph(
+        r#"graph @outer
+
+func @outer(%0: f32[3]) -> (f32[3]) {
+  %1 = call(%0) {function=@inner} : f32[3] loc("model.py":90)
+  return %1
+}
+
+func @inner(%0: f32[3]) -> (f32[3]) {
+  %1 = stack_new() {element=f32[?]} : stack<f32[?]> loc("model.py":91)
+  %2 = sin(%0) : f32[3]
+  return %2
+}
+"#,
+    );
+    let err = emit_module(&g).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Compile, "{err}");
+    let msg = err.to_string();
+    let want = "stack_new: a stack of elements with unknown dimensions [?] is not supported by \
+                the MLIR emitter\n  at %1 = stack_new in @inner (model.py:91)\n  \
+                at %1 = call in @outer (model.py:90)";
+    assert_eq!(msg, want);
+}
+
+#[test]
+fn function_names_that_are_not_identifiers_are_quoted() {
+    let text = emit_module(&crate::graph::examples::constants_graph()).unwrap();
+    filecheck(
+        &text,
+        r#"
+        CHECK: func.func @"consts <lambda>"() -> (tensor<2x3xf64>, tensor<3xf64>) {
+        CHECK-NEXT: stablehlo.constant dense<[[0.1, -0.0, 1.0e-7], [0x7FC00000, 0x7F800000, 3.0]]> : tensor<2x3xf32>
+        CHECK-NEXT: stablehlo.constant dense<[0.1, 1.0e300, -2.5]> : tensor<3xf64>
+        CHECK-NEXT: stablehlo.constant dense<[-2147483648, 7]> : tensor<2xi32>
+        CHECK-NEXT: stablehlo.constant dense<9223372036854775807> : tensor<i64>
+        CHECK-NEXT: stablehlo.constant dense<[true, false]> : tensor<2xi1>
+        CHECK-NEXT: stablehlo.constant dense<0.1> : tensor<2x3xf64>
+        "#,
+    );
+}
+
+#[test]
+#[ignore]
+fn dump_edge_cases() {
+    let texts = [
+        r#"graph @e1
+
+func @e1(%0: bool[], %1: i32[]) -> () {
+  %2 = if(%0) {then=@none, else=@none} : ()
+  %3 = case(%1) {branches=[@none]} : ()
+  return
+}
+
+func @none() -> () {
+  return
+}
+"#,
+        r#"graph @e2
+
+func @e2(%0: f32[3]) -> (f32[3]) {
+  %1 = while(%0) {cond=@c, body=@b, maximum_iterations=0, parallel_iterations=1} : f32[3]
+  return %1
+}
+
+func @c(%0: f32[3]) -> (bool[]) {
+  %1 = const() {value=[true]} : bool[]
+  return %1
+}
+
+func @b(%0: f32[3]) -> (f32[3]) {
+  %1 = sin(%0) : f32[3]
+  return %1
+}
+"#,
+    ];
+    for t in texts {
+        match emit_module(&graph(t)) {
+            Ok(m) => println!("{m}"),
+            Err(e) => println!("ERROR {e}"),
+        }
+    }
+}
