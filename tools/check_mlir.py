@@ -67,7 +67,6 @@ def run_module(
     mlir: pathlib.Path, spec: dict, bin_dir: pathlib.Path, extra: list[str]
 ) -> str | None:
     """None when the compiled module's results match every run's expected ones, else why not."""
-    import numpy as np
 
     uses_f64 = "f64" in mlir.read_text()
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,32 +77,46 @@ def run_module(
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             return f"compile: {r.stderr.strip()[-2000:]}"
-        for k, run in enumerate(spec["runs"]):
-            cmd = [
-                str(bin_dir / "iree-run-module"),
-                "--device=local-task",
-                f"--module={vmfb}",
-                f"--function={spec['function']}",
-            ]
-            for i, inp in enumerate(run["inputs"]):
-                path = tmp / f"in{k}_{i}.npy"
-                np.save(path, tensor(inp))
-                cmd.append(f"--input=@{path}")
-            outs = [tmp / f"out{k}_{i}.npy" for i in range(len(run["expected"]))]
-            cmd += [f"--output=@{p}" for p in outs]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                return f"run {k}: no result after {RUN_TIMEOUT_S} s"
-            if r.returncode != 0:
-                return f"run {k}: {r.stderr.strip()[-2000:]}"
-            for i, (want, path) in enumerate(zip(run["expected"], outs)):
-                got, w = np.load(path), tensor(want)
-                if got.shape != w.shape or got.dtype != w.dtype:
-                    return f"run {k} result {i}: got {got.dtype}{list(got.shape)}, want {w.dtype}{list(w.shape)}"
-                tol = 1e-5 if w.dtype == np.float32 else 1e-12
-                if not np.allclose(got, w, rtol=tol, atol=tol, equal_nan=True):
-                    return f"run {k} result {i}: got {got.ravel()[:8]}, want {w.ravel()[:8]}"
+        problems = [
+            check_run(k, run, tmp, vmfb, spec["function"], bin_dir)
+            for k, run in enumerate(spec["runs"])
+        ]
+        problems = [p for p in problems if p is not None]
+    return "; ".join(problems) or None
+
+
+def check_run(
+    k: int, run: dict, tmp: pathlib.Path, vmfb: pathlib.Path, function: str, bin_dir: pathlib.Path
+) -> str | None:
+    """None when run `k` of a compiled module gives the expected results, else why not."""
+    import numpy as np
+
+    cmd = [
+        str(bin_dir / "iree-run-module"),
+        "--device=local-task",
+        f"--module={vmfb}",
+        f"--function={function}",
+    ]
+    for i, inp in enumerate(run["inputs"]):
+        path = tmp / f"in{k}_{i}.npy"
+        np.save(path, tensor(inp))
+        cmd.append(f"--input=@{path}")
+    outs = [tmp / f"out{k}_{i}.npy" for i in range(len(run["expected"]))]
+    cmd += [f"--output=@{p}" for p in outs]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"run {k}: no result after {RUN_TIMEOUT_S} s"
+    if r.returncode != 0:
+        return f"run {k}: {r.stderr.strip().splitlines()[0][:300]}"
+    for i, (want, path) in enumerate(zip(run["expected"], outs, strict=True)):
+        got, w = np.load(path), tensor(want)
+        if got.shape != w.shape or got.dtype != w.dtype:
+            got_t, want_t = f"{got.dtype}{list(got.shape)}", f"{w.dtype}{list(w.shape)}"
+            return f"run {k} result {i}: got {got_t}, want {want_t}"
+        tol = 1e-5 if w.dtype == np.float32 else 1e-12
+        if not np.allclose(got, w, rtol=tol, atol=tol, equal_nan=True):
+            return f"run {k} result {i}: got {got.ravel()[:8]}, want {w.ravel()[:8]}"
     return None
 
 
