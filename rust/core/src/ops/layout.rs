@@ -110,6 +110,16 @@ pub fn resolve_shape(from: &[usize], shape: &[i64]) -> Result<Shape> {
         .product();
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(&i) = unknown.first() {
+        if numel_in == crate::shape::DYN {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "cannot infer the -1 in {shape:?} from shape {}, whose size is only known \
+                     when the graph runs: give every dimension",
+                    ShapeDisplay(from)
+                ),
+            ));
+        }
         if known == 0 || !numel_in.is_multiple_of(known) {
             return Err(Error::shape(
                 "reshape",
@@ -269,6 +279,11 @@ mod tests {
             "broadcast_to",
             &["[2, 3]", "[3]"],
         );
+        // A -1 cannot be inferred from a size only known at run time.
+        let err = resolve_shape(&[crate::shape::DYN, 3], &[-1, 3]).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Shape);
+        assert!(err.message.contains("give every dimension"), "{err}");
+        assert_eq!(resolve_shape(&[2, 3], &[-1]).unwrap().as_slice(), &[6]);
     }
 
     #[test]
