@@ -6,11 +6,8 @@ use crate::context::Context;
 use crate::graph::{Graph, ValueType};
 use crate::ops::build;
 use crate::tape::{compute_gradient, Tape, TapeContext, TapeRef};
-use crate::tensor::Tensor;
-use crate::trace::{
-    emit_case, emit_if, emit_while, graph_registry, lock, Branch, LoopFunctions, TraceContext,
-    Tracer, Val,
-};
+use crate::trace::testing::{int, while_loop};
+use crate::trace::{emit_case, emit_if, graph_registry, lock, Branch, TraceContext, Tracer, Val};
 use crate::value::Value;
 use crate::DType;
 
@@ -75,38 +72,6 @@ fn branch(ctx: &mut dyn Context<Val>, f: &dyn Fn(&mut dyn Context<Val>) -> Val) 
     let out = f(&mut inner);
     let popped = lock(&tracer).pop_function(&[out]).unwrap();
     Branch::from(popped)
-}
-
-type LoopFn<'a> = &'a dyn Fn(&mut dyn Context<Val>, &[Val]) -> Vec<Val>;
-
-/// `while cond(vars): vars = body(vars)`, traced.
-fn while_loop(
-    ctx: &mut dyn Context<Val>,
-    vars: &[Val],
-    max: Option<i64>,
-    cond: LoopFn,
-    body: LoopFn,
-) -> Vec<Val> {
-    let tracer = ctx.tracer().unwrap();
-    let types: Vec<ValueType> = vars.iter().map(Val::value_type).collect();
-    let mut inner = TraceContext::new(Some(tracer.clone()));
-    let params = lock(&tracer).push_function("cond", types.clone());
-    let more = cond(&mut inner, &params);
-    let cond = Branch::from(lock(&tracer).pop_function(&more).unwrap());
-    let params = lock(&tracer).push_function("body", types);
-    let next = body(&mut inner, &params);
-    let body = Branch::from(lock(&tracer).pop_function(&next).unwrap());
-    let functions = LoopFunctions {
-        cond,
-        body,
-        maximum_iterations: max,
-        parallel_iterations: 10,
-    };
-    emit_while(ctx, &functions, vars).unwrap()
-}
-
-fn int(v: i64) -> Val {
-    Val::Tensor(Tensor::scalar(v))
 }
 
 /// `sum(x * x * c) if p else sum(sin(x) + c)`; params `(p: bool[], x: f64[2], c: f64[2])`.

@@ -26,6 +26,8 @@ mod rewrite;
 mod tracer;
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;
 
 use crate::graph::{Port, ValueType};

@@ -1,6 +1,7 @@
 //! Tracing, capture, control-flow emission and control-flow gradients, checked against eager
 //! computation and central finite differences through the interpreter.
 
+use super::testing::{int, while_loop};
 use super::*;
 use crate::context::Context;
 use crate::graph::{verify, NodeKind, ValueType};
@@ -298,27 +299,6 @@ fn second_derivatives_through_a_while() {
 }
 
 type BranchFn<'a> = dyn Fn(&mut dyn Context<Val>) -> Val + 'a;
-type Body<'a> = &'a dyn Fn(&mut dyn Context<Val>, &[Val]) -> Vec<Val>;
-
-/// Emits `while cond(vars): vars = body(vars)` with the closures traced as functions.
-fn while_loop(ctx: &mut dyn Context<Val>, vars: &[Val], cond: Body, body: Body) -> Vec<Val> {
-    let tracer = ctx.tracer().unwrap();
-    let types: Vec<ValueType> = vars.iter().map(Val::value_type).collect();
-    let mut inner = TraceContext::new(Some(tracer.clone()));
-    let params = lock(&tracer).push_function("cond", types.clone());
-    let more = cond(&mut inner, &params);
-    let cond = Branch::from(lock(&tracer).pop_function(&more).unwrap());
-    let params = lock(&tracer).push_function("body", types);
-    let next = body(&mut inner, &params);
-    let body = Branch::from(lock(&tracer).pop_function(&next).unwrap());
-    let functions = LoopFunctions {
-        cond,
-        body,
-        maximum_iterations: None,
-        parallel_iterations: 10,
-    };
-    emit_while(ctx, &functions, vars).unwrap()
-}
 
 /// Emits `branches[index]()` as a `Case`.
 fn switch(ctx: &mut dyn Context<Val>, index: &Val, branches: &[&BranchFn<'_>]) -> Val {
@@ -333,16 +313,13 @@ fn switch(ctx: &mut dyn Context<Val>, index: &Val, branches: &[&BranchFn<'_>]) -
     emit_case(ctx, index, &traced).unwrap().remove(0)
 }
 
-fn int(v: i64) -> Val {
-    Val::Tensor(Tensor::scalar(v))
-}
-
 /// for i < n: j = 0; while j < i: x = tanh(x * c) + x; j += 1   (inner trip count = i)
 fn nested_loops(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
     let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
     let out = while_loop(
         ctx,
         &[i0, x.clone()],
+        None,
         &|ctx, v| vec![build::less(ctx, &v[0], n).unwrap()],
         &|ctx, v| {
             let j0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
@@ -350,6 +327,7 @@ fn nested_loops(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
             let inner = while_loop(
                 ctx,
                 &[j0, v[1].clone()],
+                None,
                 &|ctx, w| vec![build::less(ctx, &w[0], &limit).unwrap()],
                 &|ctx, w| {
                     let t = build::mul(ctx, &w[1], c).unwrap();
@@ -443,6 +421,7 @@ fn cond_in_loop(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
     let out = while_loop(
         ctx,
         &[i0, x.clone()],
+        None,
         &|ctx, v| vec![build::less(ctx, &v[0], n).unwrap()],
         &|ctx, v| {
             let s = build::sum(ctx, &v[1], &[0], false).unwrap();
@@ -533,6 +512,7 @@ fn variables_in_branches_and_loops_change_only_when_they_run() {
     while_loop(
         &mut ctx,
         &[i0],
+        None,
         &|ctx, v| vec![build::less(ctx, &v[0], &n).unwrap()],
         &|ctx, v| {
             bump(ctx, 10.0);
