@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
 import tempfile
+
+DEVICE = os.environ.get("GRADLOOP_IREE_DEVICE", "local-task")
 
 RUN_TIMEOUT_S = 60
 
@@ -93,7 +96,7 @@ def check_run(
 
     cmd = [
         str(bin_dir / "iree-run-module"),
-        "--device=local-task",
+        f"--device={DEVICE}",
         f"--module={vmfb}",
         f"--function={function}",
     ]

@@ -61,7 +61,7 @@ impl Lowering<'_> {
         self.e.indent();
         let site = self.e.site().clone();
         let results = body(self)?;
-        let results = self.coerce_all(results, types)?;
+        let results = self.carried_all(results, types)?;
         self.e.set_site(site);
         match term {
             Terminator::Yield => {
@@ -87,10 +87,10 @@ impl Lowering<'_> {
                 types: var_types,
                 counter,
             } => {
-                let [Bound::Tensor(pred)] = results.as_slice() else {
+                let [pred] = results.as_slice() else {
                     return Err(self.e.bug("a loop condition must return one bool[]"));
                 };
-                let mut go = self.e.extract_scalar(pred);
+                let mut go = self.scalar_input(pred)?;
                 if let Some((k, max)) = counter {
                     let loc = self.e.loc();
                     let below = self.e.fresh();
@@ -121,7 +121,7 @@ impl Lowering<'_> {
             return Err(self.e.bug("emit_if on another node"));
         };
         let (pred, operands) = split_first(self, inputs)?;
-        let p = self.e.extract_scalar(&pred);
+        let p = self.scalar_input(&pred)?;
         let flat = flat_types_of(&self.e, &node.outputs)?;
         let (prefix, names) = self.result_names(&flat);
         let (site, loc) = (self.e.site().clone(), self.e.loc());
@@ -144,8 +144,9 @@ impl Lowering<'_> {
             return Err(self.e.bug("emit_case on another node"));
         };
         let (index, operands) = split_first(self, inputs)?;
-        let i = self.e.extract_scalar(&index);
-        let int = element_type(index.ty.dtype);
+        let i = self.scalar_input(&index)?;
+        let dtype = index.tensor_type().map(|t| t.dtype);
+        let int = element_type(dtype.ok_or_else(|| self.e.bug("a stack as a case index"))?);
         self.case_chain(&i, int, branches, 0, &operands, &node.outputs)
     }
 
@@ -199,7 +200,7 @@ impl Lowering<'_> {
             return Err(self.e.bug("emit_while on another node"));
         };
         let types = &node.outputs;
-        let inits = self.coerce_all(inputs, types)?;
+        let inits = self.carried_all(inputs, types)?;
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, types)?;
@@ -265,11 +266,11 @@ impl Lowering<'_> {
 }
 
 /// The first input (a predicate or index tensor) and the operands after it.
-fn split_first(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<(super::MlirValue, Vec<Bound>)> {
+fn split_first(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<(Bound, Vec<Bound>)> {
     let Some((first, rest)) = inputs.split_first() else {
         return Err(l.e.bug("a control-flow node without inputs"));
     };
-    Ok((l.tensor_input(first)?, rest.to_vec()))
+    Ok((first.clone(), rest.to_vec()))
 }
 
 /// ` -> (T, ...)` after an op with results, or nothing.

@@ -11,8 +11,8 @@
 
 use std::fmt::Write;
 
-use super::emitter::{string_literal, type_text, Emitter, MlirValue, Site, TypeText};
-use super::stacks::buffer_type;
+use super::emitter::{element_type, string_literal, type_text, Emitter, MlirValue, Site, TypeText};
+use super::stacks::{buffer_type, storage_type};
 use crate::error::{Error, Result};
 use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
 use crate::shape::TensorType;
@@ -21,6 +21,9 @@ use crate::shape::TensorType;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Bound {
     Tensor(MlirValue),
+    /// A rank-0 value held as an MLIR scalar (`f64`, `i1`, ...; see `scalar.rs`); `ty` is
+    /// its rank-0 tensor type.
+    Scalar(MlirValue),
     /// A stack: a buffer of `tensor<? x element>` and the number of rows in use, an `index`
     /// (see `stacks.rs`).
     Stack {
@@ -33,8 +36,16 @@ impl Bound {
     /// The SSA names this value is made of (what regions carry, yield and take as arguments).
     pub fn names(&self) -> Vec<String> {
         match self {
-            Bound::Tensor(v) => vec![v.name.clone()],
+            Bound::Tensor(v) | Bound::Scalar(v) => vec![v.name.clone()],
             Bound::Stack { buffer, size } => vec![buffer.name.clone(), size.clone()],
+        }
+    }
+
+    /// The tensor type of a tensor or scalar value (`None` for a stack).
+    pub fn tensor_type(&self) -> Option<&TensorType> {
+        match self {
+            Bound::Tensor(v) | Bound::Scalar(v) => Some(&v.ty),
+            Bound::Stack { .. } => None,
         }
     }
 
@@ -46,10 +57,17 @@ impl Bound {
                 .ok_or_else(|| Error::internal("mlir", "too few SSA names for a value"))
         };
         match ty {
-            ValueType::Tensor(t) => Ok(Bound::Tensor(MlirValue {
-                name: next()?,
-                ty: t.clone(),
-            })),
+            ValueType::Tensor(t) => {
+                let v = MlirValue {
+                    name: next()?,
+                    ty: t.clone(),
+                };
+                Ok(if t.ndim() == 0 {
+                    Bound::Scalar(v)
+                } else {
+                    Bound::Tensor(v)
+                })
+            }
             ValueType::Stack(t) => Ok(Bound::Stack {
                 buffer: MlirValue {
                     name: next()?,
@@ -65,15 +83,17 @@ impl Bound {
     }
 }
 
-/// The MLIR types a value of type `ty` lowers to (one per SSA value, in `Bound::names` order).
+/// The MLIR types a value of type `ty` lowers to where regions carry it (one per SSA value, in
+/// `Bound::names` order): rank-0 tensors are carried as scalars (see `scalar.rs`).
 pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
     match ty {
+        ValueType::Tensor(t) if t.ndim() == 0 => Ok(vec![element_type(t.dtype).to_string()]),
         ValueType::Tensor(t) => Ok(vec![type_text(t)]),
         ValueType::Resource(t) => Err(e.unsupported(format!(
             "variables (a resource<{}> value) are not supported by the MLIR emitter yet",
-            super::emitter::element_type(t.dtype)
+            element_type(t.dtype)
         ))),
-        ValueType::Stack(t) => Ok(vec![type_text(&buffer_type(t)), "index".to_string()]),
+        ValueType::Stack(t) => Ok(vec![storage_type(t), "index".to_string()]),
     }
 }
 
@@ -109,6 +129,8 @@ pub(crate) fn symbol(name: &str) -> String {
 pub(crate) struct Lowering<'g> {
     pub library: &'g Library,
     pub e: Emitter,
+    /// Stacks created so far (each gets a buffer no other stack can share, see `stacks.rs`).
+    pub stacks: usize,
 }
 
 impl<'g> Lowering<'g> {
@@ -116,6 +138,7 @@ impl<'g> Lowering<'g> {
         Lowering {
             library,
             e: Emitter::new(),
+            stacks: 0,
         }
     }
 
@@ -148,7 +171,16 @@ impl<'g> Lowering<'g> {
             }));
         }
         let result_types = f.result_types()?;
-        let flat = flat_types_of(&self.e, &result_types)?;
+        let flat = result_types
+            .iter()
+            .map(|t| match t {
+                ValueType::Tensor(t) => Ok(type_text(t)),
+                _ => Err(self.e.unsupported(format!(
+                    "@{} returns a {t}: only tensors can leave a compiled function",
+                    f.name
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
         let arrow = if flat.is_empty() {
             String::new()
         } else {
@@ -161,7 +193,10 @@ impl<'g> Lowering<'g> {
         ));
         self.e.indent();
         let results = self.body(f, args)?;
-        let names = flat_names(&results);
+        let names = results
+            .iter()
+            .map(|b| self.tensor_input(b).map(|v| v.name))
+            .collect::<Result<Vec<_>>>()?;
         if names.is_empty() {
             self.e.line("return");
         } else {
@@ -199,6 +234,7 @@ impl<'g> Lowering<'g> {
     pub fn coerce(&mut self, value: Bound, ty: &ValueType) -> Result<Bound> {
         match (value, ty) {
             (Bound::Tensor(v), ValueType::Tensor(t)) => Ok(Bound::Tensor(self.e.cast(&v, t))),
+            (Bound::Scalar(v), ValueType::Tensor(t)) if v.ty == *t => Ok(Bound::Scalar(v)),
             (Bound::Stack { buffer, size }, ValueType::Stack(t)) if buffer.ty == buffer_type(t) => {
                 Ok(Bound::Stack { buffer, size })
             }
@@ -206,6 +242,31 @@ impl<'g> Lowering<'g> {
                 .e
                 .bug(format!("a value {v:?} cannot flow where {t} is expected"))),
         }
+    }
+
+    /// `value` as regions carry a value of type `ty`: coerced, rank-0 tensors as scalars.
+    pub fn carried(&mut self, value: Bound, ty: &ValueType) -> Result<Bound> {
+        match self.coerce(value, ty)? {
+            Bound::Tensor(v) if v.ty.ndim() == 0 => {
+                let name = self.e.extract_scalar(&v);
+                Ok(Bound::Scalar(MlirValue { name, ty: v.ty }))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Values as regions carry them, one for one of `types` (see `carried`).
+    pub fn carried_all(&mut self, values: Vec<Bound>, types: &[ValueType]) -> Result<Vec<Bound>> {
+        if values.len() != types.len() {
+            return Err(self
+                .e
+                .bug(format!("{} values for {} types", values.len(), types.len())));
+        }
+        values
+            .into_iter()
+            .zip(types)
+            .map(|(v, t)| self.carried(v, t))
+            .collect()
     }
 
     /// Values coerced one for one to `types`.
@@ -284,12 +345,22 @@ impl<'g> Lowering<'g> {
             }
             NodeKind::Const(c) => vec![Bound::Tensor(self.e.constant(&c.0))],
             NodeKind::Op(op) => {
+                let types: Vec<TensorType> = inputs
+                    .iter()
+                    .map(|b| {
+                        b.tensor_type()
+                            .cloned()
+                            .ok_or_else(|| self.e.bug("a stack where a tensor is expected"))
+                    })
+                    .collect::<Result<_>>()?;
+                let inferred = op.infer(&types)?;
+                if let Some(outs) = self.try_scalar_op(op, &inputs, &inferred)? {
+                    return self.coerce_all(outs, &node.outputs);
+                }
                 let values = inputs
                     .into_iter()
                     .map(|b| self.tensor_input(&b))
                     .collect::<Result<Vec<MlirValue>>>()?;
-                let types: Vec<TensorType> = values.iter().map(|v| v.ty.clone()).collect();
-                let inferred = op.infer(&types)?;
                 let outs = op.emit(&mut self.e, &values, &inferred)?;
                 outs.into_iter().map(Bound::Tensor).collect()
             }
@@ -341,9 +412,13 @@ impl<'g> Lowering<'g> {
     }
 
     /// An input that must be a tensor (an op's operand, a predicate or an index).
-    pub fn tensor_input(&self, b: &Bound) -> Result<MlirValue> {
+    pub fn tensor_input(&mut self, b: &Bound) -> Result<MlirValue> {
         match b {
             Bound::Tensor(v) => Ok(v.clone()),
+            Bound::Scalar(v) => {
+                let body = format!("tensor.from_elements {v} : {}", TypeText(&v.ty));
+                Ok(self.e.op(&body, &v.ty))
+            }
             Bound::Stack { .. } => Err(self.e.bug("a stack where a tensor is expected")),
         }
     }

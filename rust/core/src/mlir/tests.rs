@@ -148,29 +148,33 @@ fn case_becomes_a_chain_of_scf_if_ending_in_the_last_branch() {
 
 #[test]
 fn while_becomes_scf_while_with_an_iteration_counter() {
+    // rank-0 loop variables are carried as scalars (see scalar.rs)
     filecheck(
         &emit(cases::WHILE),
         r#"
         CHECK: %0 = stablehlo.constant dense<0> : tensor<i32>
-        CHECK-NEXT: %1 = arith.constant 0 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %2 = arith.constant 10 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %3 = arith.constant 1 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %4:4 = scf.while (%5 = %1, %6 = %0, %7 = %arg0, %8 = %arg1) : (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) -> (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) {
-        CHECK-NEXT: %13 = stablehlo.compare LT, %6, %8, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1> loc("model.py":60:0)
-        CHECK-NEXT: %14 = tensor.extract %13[] : tensor<i1>
-        CHECK-NEXT: %15 = arith.cmpi slt, %5, %2 : i64
-        CHECK-NEXT: %16 = arith.andi %14, %15 : i1
-        CHECK-NEXT: scf.condition(%16) %5, %6, %7, %8 : i64, tensor<i32>, tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: %1 = tensor.extract %0[] : tensor<i32>
+        CHECK-NEXT: %2 = tensor.extract %arg1[] : tensor<i32>
+        CHECK-NEXT: %3 = arith.constant 0 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %4 = arith.constant 10 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %5 = arith.constant 1 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %6:4 = scf.while (%7 = %3, %8 = %1, %9 = %arg0, %10 = %2) : (i64, i32, tensor<3xf32>, i32) -> (i64, i32, tensor<3xf32>, i32) {
+        CHECK-NEXT: %15 = arith.cmpi slt, %8, %10 : i32 loc("model.py":60:0)
+        CHECK-NEXT: %16 = arith.cmpi slt, %7, %4 : i64
+        CHECK-NEXT: %17 = arith.andi %15, %16 : i1
+        CHECK-NEXT: scf.condition(%17) %7, %8, %9, %10 : i64, i32, tensor<3xf32>, i32
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%9: i64, %10: tensor<i32>, %11: tensor<3xf32>, %12: tensor<i32>):
-        CHECK-NEXT: %17 = stablehlo.constant dense<1> : tensor<i32>
-        CHECK-NEXT: %18 = stablehlo.add %10, %17 : tensor<i32> loc("model.py":63:0)
-        CHECK: %21 = stablehlo.multiply %11, %20 : tensor<3xf32> loc("model.py":62:0)
-        CHECK: %24 = stablehlo.add %21, %23 : tensor<3xf32> loc("model.py":62:0)
-        CHECK-NEXT: %25 = arith.addi %9, %3 : i64
-        CHECK-NEXT: scf.yield %25, %18, %24, %12 : i64, tensor<i32>, tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: ^bb0(%11: i64, %12: i32, %13: tensor<3xf32>, %14: i32):
+        CHECK-NEXT: %18 = stablehlo.constant dense<1> : tensor<i32>
+        CHECK-NEXT: %19 = tensor.extract %18[] : tensor<i32>
+        CHECK-NEXT: %20 = arith.addi %12, %19 : i32 loc("model.py":63:0)
+        CHECK: %23 = stablehlo.multiply %13, %22 : tensor<3xf32> loc("model.py":62:0)
+        CHECK: %26 = stablehlo.add %23, %25 : tensor<3xf32> loc("model.py":62:0)
+        CHECK-NEXT: %27 = arith.addi %11, %5 : i64
+        CHECK-NEXT: scf.yield %27, %20, %26, %14 : i64, i32, tensor<3xf32>, i32
         CHECK-NEXT: } loc("model.py":60:0)
-        CHECK-NEXT: return %4#2, %4#1 : tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: %28 = tensor.from_elements %6#1 : tensor<i32>
+        CHECK-NEXT: return %6#2, %28 : tensor<3xf32>, tensor<i32>
         "#,
     );
 }
@@ -180,21 +184,21 @@ fn nested_loops_nest_scf_while_regions() {
     filecheck(
         &emit(cases::NESTED),
         r#"
-        CHECK: %1:3 = scf.while (%2 = %0, %3 = %arg0, %4 = %arg1) : (tensor<i32>, tensor<3xf32>, tensor<i32>) -> (tensor<i32>, tensor<3xf32>, tensor<i32>) {
-        CHECK-NOT: arith.cmpi
-        CHECK: scf.condition(%9) %2, %3, %4
+        CHECK: %3:3 = scf.while (%4 = %1, %5 = %arg0, %6 = %2) : (i32, tensor<3xf32>, i32) -> (i32, tensor<3xf32>, i32) {
+        CHECK-NEXT: %10 = arith.cmpi slt, %4, %6 : i32
+        CHECK-NEXT: scf.condition(%10) %4, %5, %6
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%5: tensor<i32>, %6: tensor<3xf32>, %7: tensor<i32>):
-        the inner loop carries the outer body's values: x = %6, its bound i = %5
-        CHECK: %14:4 = scf.while (%15 = %11, %16 = %10, %17 = %6, %18 = %5) : (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) -> (i64, tensor<i32>, tensor<3xf32>, tensor<i32>) {
-        CHECK: arith.cmpi slt, %15, %12 : i64
+        CHECK-NEXT: ^bb0(%7: i32, %8: tensor<3xf32>, %9: i32):
+        the inner loop carries the outer body's values: x = %8, its bound i = %7
+        CHECK: %16:4 = scf.while (%17 = %13, %18 = %12, %19 = %8, %20 = %7) : (i64, i32, tensor<3xf32>, i32) -> (i64, i32, tensor<3xf32>, i32) {
+        CHECK: arith.cmpi slt, %17, %14 : i64
         CHECK: } do {
-        CHECK: %29 = stablehlo.sine %21 : tensor<3xf32> loc("model.py":72:0)
-        CHECK: scf.yield %31, %28, %30, %22
+        CHECK: %31 = stablehlo.sine %23 : tensor<3xf32> loc("model.py":72:0)
+        CHECK: scf.yield %33, %30, %32, %24
         CHECK-NEXT: } loc("model.py":71:0)
-        CHECK: scf.yield %33, %14#2, %7 : tensor<i32>, tensor<3xf32>, tensor<i32>
+        CHECK: scf.yield %36, %16#2, %9 : i32, tensor<3xf32>, i32
         CHECK-NEXT: } loc("model.py":70:0)
-        CHECK-NEXT: return %1#1 : tensor<3xf32>
+        CHECK-NEXT: return %3#1 : tensor<3xf32>
         "#
         .lines()
         .filter(|l| l.trim().starts_with("CHECK"))
@@ -222,32 +226,35 @@ fn traced_gradients_of_branches_emit_as_one_function() {
 #[test]
 fn loop_gradients_carry_stacks_as_growable_buffers() {
     // d/dx of `while i < n: x = sin(x) * c + x`: the forward loop pushes sin(x) and x, the
-    // backward loop pops them (see `stacks.rs`).
+    // backward loop pops them (see `stacks.rs`). The second stack starts with another
+    // capacity, so IREE cannot merge the two buffers.
     let text = emit_module(&super::traced::while_sin(1)).unwrap();
     let checks = r#"
         CHECK: %3 = arith.constant 16 : index
         CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x2xf64>
         CHECK-NEXT: %5 = arith.constant 0 : index
-        CHECK: scf.while ({{*}}, %15 = %4, %16 = %5, %17 = %7, %18 = %8) : ({{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index) -> (
+        CHECK-NEXT: %6 = arith.constant 17 : index
+        CHECK-NEXT: %7 = tensor.empty(%6) : tensor<?x2xf64>
+        CHECK: scf.while ({{*}}, %18 = %4, %19 = %5, %20 = %7, %21 = %8) : ({{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index) -> (
         CHECK: } do {
-        CHECK: %30 = stablehlo.sine %20 : tensor<2xf64>
-        CHECK: %38 = tensor.dim %24, %37 : tensor<?x2xf64>
-        CHECK-NEXT: %39 = arith.cmpi eq, %25, %38 : index
-        CHECK-NEXT: %40 = scf.if %39 -> (tensor<?x2xf64>) {
-        CHECK-NEXT: %41 = arith.addi %38, %38 : index
-        CHECK-NEXT: %42 = tensor.empty(%41) : tensor<?x2xf64>
-        CHECK-NEXT: %43 = tensor.insert_slice %24 into %42[%37, 0][%38, 2][1, 1] : tensor<?x2xf64> into tensor<?x2xf64>
-        CHECK-NEXT: scf.yield %43 : tensor<?x2xf64>
+        CHECK: %32 = stablehlo.sine %23 : tensor<2xf64>
+        CHECK: %42 = tensor.dim %27, %41 : tensor<?x2xf64>
+        CHECK-NEXT: %43 = arith.cmpi eq, %28, %42 : index
+        CHECK-NEXT: %44 = scf.if %43 -> (tensor<?x2xf64>) {
+        CHECK-NEXT: %45 = arith.addi %42, %42 : index
+        CHECK-NEXT: %46 = tensor.empty(%45) : tensor<?x2xf64>
+        CHECK-NEXT: %47 = tensor.insert_slice %27 into %46[%41, 0][%42, 2][1, 1] : tensor<?x2xf64> into tensor<?x2xf64>
+        CHECK-NEXT: scf.yield %47 : tensor<?x2xf64>
         CHECK-NEXT: } else {
-        CHECK-NEXT: scf.yield %24 : tensor<?x2xf64>
-        CHECK: %44 = tensor.insert_slice %30 into %40[%25, 0][1, 2][1, 1] : tensor<2xf64> into tensor<?x2xf64>
-        CHECK: %46 = arith.addi %25, %45 : index
-        CHECK: scf.yield {{*}}, %44, %46, %54, %56 : {{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index
-        CHECK: scf.while ({{*}}, %62 = %9#5, %63 = %9#6, %64 = %9#7, %65 = %9#8, {{*}})
+        CHECK-NEXT: scf.yield %27 : tensor<?x2xf64>
+        CHECK: %48 = tensor.insert_slice %32 into %44[%28, 0][1, 2][1, 1] : tensor<2xf64> into tensor<?x2xf64>
+        CHECK: %50 = arith.addi %28, %49 : index
+        CHECK: scf.yield {{*}}, %48, %50, %58, %60 : {{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index
+        CHECK: scf.while ({{*}}, %66 = %12#5, %67 = %12#6, %68 = %12#7, %69 = %12#8, {{*}})
         CHECK: } do {
-        CHECK: %79 = arith.subi %71, %78 : index
-        CHECK-NEXT: %80 = tensor.extract_slice %70[%79, 0][1, 2][1, 1] : tensor<?x2xf64> to tensor<2xf64>
-        CHECK: scf.yield {{*}}, %70, %79, %72, %82, {{*}}
+        CHECK: %83 = arith.subi %75, %82 : index
+        CHECK-NEXT: %84 = tensor.extract_slice %74[%83, 0][1, 2][1, 1] : tensor<?x2xf64> to tensor<2xf64>
+        CHECK: scf.yield {{*}}, %74, %83, %76, %86, {{*}}
         "#;
     filecheck(&text, checks);
 }

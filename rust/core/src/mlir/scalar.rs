@@ -1,0 +1,205 @@
+//! Detensoring: rank-0 values as MLIR scalars (`f64`, `i32`, `i1`, ...) instead of `tensor<..>`.
+//!
+//! IREE runs `scf` control flow on the host and every StableHLO op as a device dispatch, even on
+//! a `tensor<f64>`: a loop whose counter, predicate and state are scalars pays a dispatch, a
+//! fence and a read-back per op and iteration (about 20 µs on `local-task`). Scalar `arith` /
+//! `math` ops instead run in IREE's VM on the host, tens of nanoseconds each (IREE's own
+//! detensoring pass is off by default since 3.x). So:
+//!
+//! * a rank-0 value crossing a region boundary (`scf.while` loop variables, `scf.if` results,
+//!   block arguments) is always a scalar — see `function::flat_types`;
+//! * an elementwise op whose inputs are all rank-0, one of them already a scalar, is emitted as
+//!   the `arith` / `math` op of this table, when it has one; any other op gets its rank-0
+//!   operands back as tensors (`tensor.from_elements`), so its StableHLO is unchanged.
+//!
+//! The table lists only ops whose scalar form has exactly the semantics of the StableHLO form the
+//! op table emits (wrapping integer arithmetic, NaN-propagating maximum/minimum, ordered float
+//! comparisons except `!=`, which is unordered, as `stablehlo.compare NE` is).
+
+use super::emitter::{element_type, scalar_literal, MlirValue};
+use super::function::{Bound, Lowering};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::Op;
+use crate::shape::TensorType;
+
+/// How one op is written on scalars.
+enum Form {
+    /// `%r = <mnemonic> %a[, %b] : T`.
+    Op(&'static str),
+    /// `%r = arith.cmpf/cmpi <predicate>, %a, %b : T` (the result is `i1`).
+    Compare(&'static str, &'static str),
+    /// `%r = arith.select %c, %a, %b : T`.
+    Select,
+    /// `%r = arith.xori %a, true : i1`.
+    Not,
+    /// The operand itself (identity, stop_gradient, a cast to the same dtype).
+    Same,
+    /// `cast` to another dtype.
+    Convert(DType),
+}
+
+/// The scalar form of `op` on operands of dtype `dtype`, if it has one.
+fn form(op: &Op, dtype: DType) -> Option<Form> {
+    let float = dtype.is_float();
+    let int = matches!(dtype, DType::I32 | DType::I64);
+    let pick = |f: &'static str, i: &'static str| -> Option<Form> {
+        if float {
+            Some(Form::Op(f))
+        } else if int {
+            Some(Form::Op(i))
+        } else {
+            None
+        }
+    };
+    let only_float = |f: &'static str| float.then_some(Form::Op(f));
+    let compare = |f: &'static str, i: &'static str| {
+        if float {
+            Some(Form::Compare("arith.cmpf", f))
+        } else {
+            Some(Form::Compare("arith.cmpi", i))
+        }
+    };
+    match op {
+        Op::Identity(_) | Op::StopGradient(_) => Some(Form::Same),
+        Op::Cast(c) if c.to == dtype => Some(Form::Same),
+        Op::Cast(c) => Some(Form::Convert(c.to)),
+        Op::Neg(_) => only_float("arith.negf"),
+        Op::Exp(_) => only_float("math.exp"),
+        Op::Log(_) => only_float("math.log"),
+        Op::Sin(_) => only_float("math.sin"),
+        Op::Cos(_) => only_float("math.cos"),
+        Op::Tanh(_) => only_float("math.tanh"),
+        Op::Sqrt(_) => only_float("math.sqrt"),
+        Op::Abs(_) => pick("math.absf", "math.absi"),
+        Op::LogicalNot(_) => (dtype == DType::Bool).then_some(Form::Not),
+        Op::Add(_) => pick("arith.addf", "arith.addi"),
+        Op::Sub(_) => pick("arith.subf", "arith.subi"),
+        Op::Mul(_) => pick("arith.mulf", "arith.muli"),
+        Op::Div(_) => only_float("arith.divf"),
+        Op::Pow(_) => only_float("math.powf"),
+        Op::Maximum(_) => pick("arith.maximumf", "arith.maxsi"),
+        Op::Minimum(_) => pick("arith.minimumf", "arith.minsi"),
+        Op::Equal(_) => compare("oeq", "eq"),
+        Op::NotEqual(_) => compare("une", "ne"),
+        Op::Less(_) if float || int => compare("olt", "slt"),
+        Op::LessEqual(_) if float || int => compare("ole", "sle"),
+        Op::Greater(_) if float || int => compare("ogt", "sgt"),
+        Op::GreaterEqual(_) if float || int => compare("oge", "sge"),
+        Op::LogicalAnd(_) => (dtype == DType::Bool).then_some(Form::Op("arith.andi")),
+        Op::LogicalOr(_) => (dtype == DType::Bool).then_some(Form::Op("arith.ori")),
+        Op::Select(_) => Some(Form::Select),
+        _ => None,
+    }
+}
+
+/// `arith` conversion of a scalar from `from` to `to` (different dtypes).
+fn conversion(from: DType, to: DType) -> &'static str {
+    use DType::*;
+    match (from, to) {
+        (F32, F64) => "arith.extf",
+        (F64, F32) => "arith.truncf",
+        (I32 | I64, F32 | F64) => "arith.sitofp",
+        (Bool, F32 | F64) => "arith.uitofp",
+        (F32 | F64, I32 | I64) => "arith.fptosi",
+        (I32, I64) => "arith.extsi",
+        (Bool, I32 | I64) => "arith.extui",
+        _ => "arith.trunci", // i64 -> i32
+    }
+}
+
+impl Lowering<'_> {
+    /// `op` on scalars when its inputs are all rank-0, at least one already a scalar, and the
+    /// table has its form; `None` leaves it to the StableHLO path.
+    pub(crate) fn try_scalar_op(
+        &mut self,
+        op: &Op,
+        inputs: &[Bound],
+        outputs: &[TensorType],
+    ) -> Result<Option<Vec<Bound>>> {
+        let rank0 = |b: &Bound| {
+            matches!(b, Bound::Scalar(_)) || b.tensor_type().is_some_and(|t| t.ndim() == 0)
+        };
+        let any_scalar = inputs.iter().any(|b| matches!(b, Bound::Scalar(_)));
+        if !any_scalar || !inputs.iter().all(rank0) || outputs.len() != 1 || outputs[0].ndim() != 0
+        {
+            return Ok(None);
+        }
+        // select's operand dtype is that of its value operands, not the bool condition
+        let operand = match op {
+            Op::Select(_) => inputs.get(1),
+            _ => inputs.first(),
+        };
+        let Some(dtype) = operand.and_then(Bound::tensor_type).map(|t| t.dtype) else {
+            return Ok(None);
+        };
+        let Some(form) = form(op, dtype) else {
+            return Ok(None);
+        };
+        let args = inputs
+            .iter()
+            .map(|b| self.scalar_input(b))
+            .collect::<Result<Vec<String>>>()?;
+        let out = &outputs[0];
+        let ty = element_type(dtype);
+        let body = match form {
+            Form::Same => return Ok(Some(vec![Bound::Scalar(scalar_value(&args[0], out))])),
+            Form::Op(mnemonic) => format!("{mnemonic} {} : {ty}", args.join(", ")),
+            Form::Compare(mnemonic, predicate) => {
+                format!("{mnemonic} {predicate}, {}, {} : {ty}", args[0], args[1])
+            }
+            Form::Select => format!("arith.select {}, {}, {} : {ty}", args[0], args[1], args[2]),
+            Form::Not => {
+                let t = self.scalar_constant(DType::Bool, 1.0);
+                format!("arith.xori {}, {t} : i1", args[0])
+            }
+            Form::Convert(DType::Bool) => {
+                let zero = self.scalar_constant(dtype, 0.0);
+                let (mnemonic, predicate) = if dtype.is_float() {
+                    ("arith.cmpf", "une")
+                } else {
+                    ("arith.cmpi", "ne")
+                };
+                format!("{mnemonic} {predicate}, {}, {zero} : {ty}", args[0])
+            }
+            Form::Convert(to) => format!(
+                "{} {} : {ty} to {}",
+                conversion(dtype, to),
+                args[0],
+                element_type(to)
+            ),
+        };
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e.line(&format!("{name} = {body} {loc}"));
+        Ok(Some(vec![Bound::Scalar(scalar_value(&name, out))]))
+    }
+
+    /// `arith.constant` of a scalar.
+    pub(crate) fn scalar_constant(&mut self, dtype: DType, value: f64) -> String {
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e.line(&format!(
+            "{name} = arith.constant {} : {} {loc}",
+            scalar_literal(value, dtype),
+            element_type(dtype)
+        ));
+        name
+    }
+
+    /// The scalar SSA name of a rank-0 value (`tensor.extract` of a rank-0 tensor).
+    pub(crate) fn scalar_input(&mut self, b: &Bound) -> Result<String> {
+        match b {
+            Bound::Scalar(v) => Ok(v.name.clone()),
+            Bound::Tensor(v) if v.ty.ndim() == 0 => Ok(self.e.extract_scalar(v)),
+            _ => Err(self.e.bug(format!("{b:?} is not a rank-0 value"))),
+        }
+    }
+}
+
+fn scalar_value(name: &str, ty: &TensorType) -> MlirValue {
+    MlirValue {
+        name: name.to_string(),
+        ty: ty.clone(),
+    }
+}
