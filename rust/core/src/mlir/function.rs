@@ -357,6 +357,9 @@ impl<'g> Lowering<'g> {
                 if let Some(outs) = self.try_scalar_op(op, &inputs, &inferred)? {
                     return self.coerce_all(outs, &node.outputs);
                 }
+                if let Some(outs) = self.empty_results(&inferred)? {
+                    return self.coerce_all(outs, &node.outputs);
+                }
                 let values = inputs
                     .into_iter()
                     .map(|b| self.tensor_input(&b))
@@ -392,6 +395,20 @@ impl<'g> Lowering<'g> {
             }
         };
         self.coerce_all(outs, &node.outputs)
+    }
+
+    /// Empty constants for an op whose results all have no elements (whatever it computes):
+    /// iree-compile 3.13 crashes (SIGFPE) on some ops over zero-sized tensors.
+    fn empty_results(&mut self, outputs: &[TensorType]) -> Result<Option<Vec<Bound>>> {
+        let empty = |t: &TensorType| t.shape.contains(&0);
+        if outputs.is_empty() || !outputs.iter().all(empty) {
+            return Ok(None);
+        }
+        let outs = outputs
+            .iter()
+            .map(|t| self.e.splat(t.dtype, &t.shape, 0.0).map(Bound::Tensor))
+            .collect::<Result<_>>()?;
+        Ok(Some(outs))
     }
 
     /// Names for the results of a region op with `types`: the `%r = ` / `%r:n = ` prefix and

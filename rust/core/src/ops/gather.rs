@@ -323,6 +323,10 @@ impl OpDef for ScatterAdd {
         require_static(e, "the result", out)?;
         let (axis, k) = (self.axis, idx.ty.ndim());
         let zeros = e.splat(out.dtype, &out.shape, 0.0)?;
+        if u.ty.shape.contains(&0) {
+            // nothing to add (and iree-compile 3.13 crashes on an empty scatter)
+            return Ok(smallvec![zeros]);
+        }
         let idx = emit_wrapped(e, idx, self.dim_size)?;
         let window: Vec<usize> = (0..axis).chain(axis + k..u.ty.ndim()).collect();
         let dims = dim_fields(

@@ -330,6 +330,10 @@ impl OpDef for MatMul {
         let (ra, rb) = (a.ty.ndim(), b.ty.ndim());
         let ka = if self.transpose_a { ra - 2 } else { ra - 1 };
         let kb = if self.transpose_b { rb - 1 } else { rb - 2 };
+        if a.ty.shape[ka] == 0 {
+            // An empty sum is 0 (and iree-compile 3.13 crashes on a zero-length contraction).
+            return Ok(smallvec![e.splat(out.dtype, &out.shape, 0.0)?]);
+        }
         if rb == 2 {
             // No batch dimensions: a's free dimensions (batch..., m) then b's (n) are the
             // result's, in order, whatever a's rank.
