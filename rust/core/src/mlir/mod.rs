@@ -28,6 +28,7 @@
 mod control;
 mod emitter;
 mod function;
+mod loop_vars;
 mod shapes;
 mod stacks;
 
