@@ -23,12 +23,32 @@
 //!
 //! `Case` is not `scf.index_switch`: IREE 3.13's stream conversion rejects `index_switch`
 //! ("expected each region to return 1 values"); a chain of `scf.if` compiles everywhere.
+//!
+//! A loop body can end with one `stablehlo.optimization_barrier` over some of its next values
+//! and their block arguments, the body then yielding the barrier's results:
+//!
+//! ```text
+//!   ^bb0(%n, %x, %x_prev): ...  %b:2 = stablehlo.optimization_barrier %x_prev, %x
+//!                               scf.yield %n1, %x1, %b#1
+//! ```
+//!
+//! Why: IREE 3.13 rotates most `scf.while` loops into do-while form (its loop-invariant code
+//! motion wraps them in a zero-trip check) and then canonicalizes them. For a loop variable
+//! the body never reads (`x_prev = x`), whose next value is loop-invariant (a gradient
+//! accumulator reset to zero) or equals another's, that removes the variable's `before` or
+//! its `after` block argument alone; the two blocks then differ, and the stream conversion of
+//! `scf.while` (which converts both blocks with the signature of the loop's operands) crashes
+//! `iree-compile` (out-of-bounds in `applySignatureConversion`). The barrier keeps such an
+//! argument read and such a value opaque; `loop_vars.rs` finds these variables. Only they go
+//! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
+//! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
-use super::emitter::element_type;
+use super::emitter::{element_type, names_text, type_text, MlirValue};
 use super::function::{flat_names, flat_types_of, operand_list, Bound, Lowering};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Node, NodeKind, ValueType};
+use crate::shape::DYN;
 
 /// How a region's block ends.
 enum Terminator<'a> {
@@ -258,10 +278,78 @@ impl Lowering<'_> {
             },
             None => Terminator::Yield,
         };
-        self.region(Some(header), types, |l| l.inline(body, vars), term)?;
+        let args = vars.clone();
+        let exposed = super::loop_vars::exposed(self.library.get(body)?);
+        let next = |l: &mut Self| {
+            let next = l.inline(body, vars)?;
+            let next = l.coerce_all(next, types)?;
+            l.loop_barrier(&args, next, &exposed)
+        };
+        self.region(Some(header), types, next, term)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
         results(types, names[counted..].to_vec())
+    }
+}
+
+impl Lowering<'_> {
+    /// `next` with the values of the `exposed` loop variables (statically shaped tensors only)
+    /// replaced by results of one `stablehlo.optimization_barrier` over them and their block
+    /// arguments `args` (see the module doc and `loop_vars.rs`).
+    fn loop_barrier(
+        &mut self,
+        args: &[Bound],
+        next: Vec<Bound>,
+        exposed: &[bool],
+    ) -> Result<Vec<Bound>> {
+        let mut operands: Vec<MlirValue> = Vec::new();
+        let mut slot = |v: MlirValue| match operands.iter().position(|o| o.name == v.name) {
+            Some(i) => i,
+            None => {
+                operands.push(v);
+                operands.len() - 1
+            }
+        };
+        let mut slots = vec![None; next.len()];
+        for (k, b) in next.iter().enumerate() {
+            let (Some(v), true) = (static_tensor(b), exposed.get(k) == Some(&true)) else {
+                continue;
+            };
+            if let Some(a) = args.get(k).and_then(static_tensor) {
+                slot(a);
+            }
+            slots[k] = Some(slot(v));
+        }
+        if operands.is_empty() {
+            return Ok(next);
+        }
+        let flat: Vec<String> = operands.iter().map(|v| type_text(&v.ty)).collect();
+        let (prefix, names) = self.result_names(&flat);
+        let loc = self.e.loc();
+        self.e.line(&format!(
+            "{prefix}stablehlo.optimization_barrier {} : {} {loc}",
+            names_text(&operands),
+            flat.join(", ")
+        ));
+        Ok(next
+            .into_iter()
+            .zip(slots)
+            .map(|(b, slot)| match (slot, b) {
+                (Some(i), Bound::Tensor(v)) => Bound::Tensor(MlirValue {
+                    name: names[i].clone(),
+                    ty: v.ty,
+                }),
+                (_, b) => b,
+            })
+            .collect())
+    }
+}
+
+/// The value of a tensor of static shape (what a barrier takes), or None.
+fn static_tensor(b: &Bound) -> Option<MlirValue> {
+    match b {
+        Bound::Tensor(v) if !v.ty.shape.contains(&DYN) => Some(v.clone()),
+        _ => None,
     }
 }
 

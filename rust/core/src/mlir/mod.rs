@@ -28,6 +28,7 @@
 mod control;
 mod emitter;
 mod function;
+mod loop_vars;
 mod scalar;
 mod shapes;
 mod stacks;
