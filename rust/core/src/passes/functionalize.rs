@@ -325,6 +325,11 @@ impl<'f> Rewrite<'f> {
         }
     }
 
+    /// A node's inputs as passed on (see `operand`).
+    fn operands(&self, node: &Node) -> Result<Vec<Port>> {
+        node.inputs.iter().map(|&p| self.operand(p)).collect()
+    }
+
     /// `value` becomes the current value of the variable `node` (an assignment) writes. A value
     /// whose static shape is less known than the variable's is reshaped to it, so every read
     /// has exactly the variable's type.
@@ -378,11 +383,6 @@ impl<'f> Rewrite<'f> {
         callees: &[&str],
     ) -> Result<Vec<Port>> {
         let f = self.f;
-        let inputs = node
-            .inputs
-            .iter()
-            .map(|&p| self.operand(p))
-            .collect::<Result<Vec<_>>>()?;
         // Positions (among the operands) of variables some callee assigns.
         let mut written: Vec<usize> = Vec::new();
         for callee in callees {
@@ -409,6 +409,7 @@ impl<'f> Rewrite<'f> {
                 parallel_iterations: *parallel_iterations,
             };
             let outputs = node.outputs.iter().map(value_type).collect();
+            let inputs = self.operands(node)?;
             let out = self.add(kind, node, &inputs, outputs)?;
             for &p in &written {
                 let root = self.root(node.inputs[p])?;
@@ -428,6 +429,7 @@ impl<'f> Rewrite<'f> {
                 "a variable handle returned by a node",
             ));
         }
+        let inputs = self.operands(node)?;
         let renamed = callees
             .iter()
             .map(|c| pass.rewrite(c, &written))
