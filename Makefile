@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all dev test test-rust test-python lint fmt demo bench clean
+.PHONY: all dev test test-rust test-python vulkan-driver lint fmt demo bench clean
 
 all: dev
 
@@ -28,8 +28,12 @@ test: test-rust test-python
 test-rust:
 	cargo test -p gradloop --quiet
 
-test-python: dev
+test-python: dev vulkan-driver
 	$(PY) -m pytest -q
+
+# Mesa's software Vulkan for the vulkan-spirv tests: installed once when missing, else a no-op.
+vulkan-driver:
+	@tools/ensure_vulkan.sh
 
 lint: $(STAMP)
 	cargo fmt --all -- --check

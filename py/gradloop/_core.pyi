@@ -274,9 +274,15 @@ class ConcreteFunction:
 
     def to_mlir(self, embed_captures: bool = False) -> str:
         """The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
-        tensors become constants and the module takes only the `num_params` arguments;
-        otherwise they are arguments after those."""
+        tensors become constants and the module takes the `num_params` arguments followed by
+        the variables' values; otherwise it takes every captured input after those. Variables
+        are values: the module returns, after the results, the final value of each variable
+        in `assigned_variables`."""
 
+    @property
+    def assigned_variables(self) -> list[int]:
+        """Positions in `captured_inputs` of the variables the function may assign, in order:
+        compiled, it returns their final values after its own results."""
     @property
     def graph(self) -> Graph: ...
     @property

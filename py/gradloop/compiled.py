@@ -6,9 +6,17 @@ the target, the flags and the compiler version) and runs it with `iree-base-runt
 `export(fn, *args, path=...)` writes a self-contained `.vmfb` (captured tensors embedded as
 constants) and its `.mlir` beside it, which plain `iree-run-module` runs.
 
+Variables are values in a compiled module: it takes each Variable the function uses as an
+input (its value on entry, after the function's own inputs) and returns the final value of
+each Variable the function may assign after its own results. `jit` passes the current values
+and stores the returned ones, so every call sees the Variables as they are then.
+
 float64 programs keep float64: IREE would demote them to float32 by default, so the flags that
 keep f64 (and link libm for f64 transcendentals on `llvm-cpu`) are added when the module uses
 f64. `vulkan-spirv` has no f64 on its default target: such modules are refused with a clear error.
+Vulkan modules use 8-bit storage buffers (`VK_KHR_8bit_storage`, which desktop drivers and
+Mesa's software Vulkan have): without them IREE emulates bool tensors in 32-bit words and reads
+the last partial word of a bool input as false.
 """
 
 from __future__ import annotations
@@ -22,12 +30,28 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _validate, errors
+from . import _core, _runtime, _validate, errors
 from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
 
-TARGETS = {"llvm-cpu": "local-task", "vulkan-spirv": "vulkan", "cuda": "cuda"}
+#: Compiler target -> the IREE runtime driver `jit` runs it on. CPU modules run on `local-sync`
+#: (on the calling thread): a data-dependent loop steps through IREE's VM once per iteration,
+#: and `local-task` hands every step to its worker pool, several times slower per iteration
+#: (benches/driver_overhead.py measures both).
+TARGETS = {"llvm-cpu": "local-sync", "vulkan-spirv": "vulkan", "cuda": "cuda"}
+
+# IREE 3.13's default VM register allocation miscompiles an `scf.if` whose results share one
+# buffer in one branch and come from separate buffers in the other (a repeated branch operand
+# is moved out, iree-org/iree#24753): the call fails with "ref is null" or an out-of-range
+# binding. Variables make that pattern common (a branch that does not assign a Variable yields
+# its value unchanged); the stack-size register allocation does not have the bug.
+_VM_FLAG = "--iree-vm-target-optimize-for-stack-size=true"
+
+# Bool tensors live in bytes: see the module doc.
+_VULKAN_FEATURES = (
+    "spirv:v1.3,cap:Shader,cap:Int8,cap:StorageBuffer8BitAccess,ext:SPV_KHR_8bit_storage"
+)
 
 
 def _function(fn: Callable[..., Any]) -> Function:
@@ -45,7 +69,7 @@ def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
         raise errors.InvalidArgumentError(
             _validate.at_user(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
         )
-    flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}"]
+    flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}", _VM_FLAG]
     uses_f64 = "xf64>" in mlir or "tensor<f64>" in mlir
     if target == "llvm-cpu":
         # `host` for what runs here; a generic CPU for artifacts meant for other machines.
@@ -61,6 +85,8 @@ def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
                 )
             )
         flags.append("--iree-input-demote-f64-to-f32=false")
+    if target == "vulkan-spirv":
+        flags.append(f"--iree-vulkan-target-features={_VULKAN_FEATURES}")
     if target == "cuda":
         flags.append("--iree-cuda-target=sm_80")
     return flags
@@ -115,13 +141,42 @@ def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
         raise errors.CompileError(_validate.at_user(f"iree-compile failed: {e}")) from None
 
 
+class _Compiled:
+    """One signature compiled: the module's entry and where the Variables go."""
+
+    def __init__(self, concrete: Any, target: str) -> None:
+        self.concrete = concrete
+        mlir = concrete.to_mlir(embed_captures=False)
+        vmfb = compile_mlir(mlir, target)
+        self.entry = _runtime.load(vmfb, TARGETS[target], concrete.graph.entry)
+        self.captured = concrete.captured_inputs
+        self.assigned = [self.captured[k] for k in concrete.assigned_variables]
+
+    def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
+        # Captured tensors and the Variables' current values follow the arguments.
+        inputs = [np.asarray(t) for t in tensors]
+        inputs += [
+            np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c)
+            for c in self.captured
+        ]
+        out = self.entry(*inputs)
+        results = [
+            _core.tensor(_runtime.to_numpy(r))
+            for r in (out if isinstance(out, (tuple, list)) else [out])
+        ]
+        n = len(results) - len(self.assigned)
+        for handle, value in zip(self.assigned, results[n:], strict=True):
+            handle.assign(value)
+        return results[:n]
+
+
 class Jit:
     """`gl.jit(fn, target)`: compiled once per input signature, cached (see the module doc)."""
 
     def __init__(self, fn: Callable[..., Any], target: str = "llvm-cpu") -> None:
         self._function = _function(fn)
         self._target = target
-        self._compiled: dict[int, tuple[Any, Any]] = {}
+        self._compiled: dict[int, _Compiled] = {}
         if target not in TARGETS:
             _flags("", target)  # raises the unknown-target error
 
@@ -129,18 +184,11 @@ class Jit:
     def target(self) -> str:
         return self._target
 
-    def _module(self, concrete: Any) -> Any:
-        from iree import runtime
-
+    def _module(self, concrete: Any) -> _Compiled:
         found = self._compiled.get(id(concrete))
-        if found is not None and found[0] is concrete:
-            return found[1]
-        mlir = concrete.to_mlir(embed_captures=False)
-        vmfb = compile_mlir(mlir, self._target)
-        module = runtime.load_vm_flatbuffer(vmfb, driver=TARGETS[self._target])
-        entry = module[concrete.graph.entry]
-        self._compiled[id(concrete)] = (concrete, entry)
-        return entry
+        if found is None or found.concrete is not concrete:
+            found = self._compiled[id(concrete)] = _Compiled(concrete, self._target)
+        return found
 
     def mlir(self, *args: Any, **kwargs: Any) -> str:
         """The MLIR this call signature compiles."""
@@ -149,16 +197,9 @@ class Jit:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         structure, leaves = self._function._flatten(args, kwargs)
         concrete_entry = self._function._concrete(structure, leaves)
-        concrete = concrete_entry.fn
-        entry = self._module(concrete)
-        inputs = [np.asarray(x) for x in leaves if isinstance(x, _core.Tensor)]
-        inputs += [np.asarray(c) for c in concrete.captured_inputs]
-        out = entry(*inputs)
-        results = out if isinstance(out, (tuple, list)) else [out]
-        tensors = [
-            _core.tensor(np.array(r.to_host() if hasattr(r, "to_host") else r)) for r in results
-        ]
-        return concrete_entry.outputs(tensors)
+        compiled = self._module(concrete_entry.fn)
+        results = compiled([x for x in leaves if isinstance(x, _core.Tensor)])
+        return concrete_entry.outputs(results)
 
 
 def jit(fn: Callable[..., Any], target: str = "llvm-cpu") -> Jit:
@@ -171,7 +212,13 @@ def export(
 ) -> pathlib.Path:
     """Writes `fn` traced for `args` as a `.vmfb` at `path` and its MLIR beside it (`.mlir`).
     The module is self-contained: run it with `iree-run-module --module=PATH
-    --function=<name> --input=...` (the function is named after `fn`)."""
+    --function=<name> --input=...` (the function is named after `fn`).
+
+    Signature: the tensor arguments in order (Python values are fixed at their traced
+    values), then one input per Variable `fn` uses, its value on entry, in the order `fn`
+    first used them; it returns the results, then the final value of each Variable `fn` may
+    assign, in that same order (Variables it only reads have no output). Closed-over tensors
+    are embedded as constants."""
     mlir = to_mlir(fn, *args)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -130,29 +130,33 @@ impl PyConcreteFunction {
     }
 
     /// The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
-    /// tensors become constants and the module takes only the `num_params` arguments (what an
-    /// exported artifact needs); otherwise they are arguments after those.
+    /// tensors become constants and the module takes the `num_params` arguments followed by
+    /// the variables' values (what an exported artifact needs); otherwise it takes every
+    /// captured input after those. Variables are values: the module returns, after the
+    /// results, the final value of each variable in `assigned_variables`.
     #[pyo3(signature = (embed_captures=false))]
     fn to_mlir(&self, py: Python<'_>, embed_captures: bool) -> PyResult<String> {
         if !embed_captures {
             return gradloop::mlir::emit_module(&self.graph).py(py);
         }
         let mut values: Vec<Option<gradloop::Tensor>> = vec![None; self.num_params];
-        for c in &self.captured_inputs {
-            match c {
-                Captured::Tensor(t) => values.push(Some(t.clone())),
-                Captured::Variable(_) => {
-                    return Err(new_err(
-                        py,
-                        ErrorKind::Compile,
-                        "to_mlir",
-                        "functions that use Variables cannot be compiled yet",
-                    ))
-                }
-            }
-        }
+        values.extend(self.captured_inputs.iter().map(|c| match c {
+            Captured::Tensor(t) => Some(t.clone()),
+            Captured::Variable(_) => None,
+        }));
         let graph = gradloop::passes::bind_params(&self.graph, &values).py(py)?;
         gradloop::mlir::emit_module(&graph).py(py)
+    }
+
+    /// Positions in `captured_inputs` of the variables the function may assign, in order:
+    /// compiled, it returns their final values after its own results.
+    #[getter]
+    fn assigned_variables(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        let params = gradloop::passes::assigned_variables(&self.graph).py(py)?;
+        Ok(params
+            .into_iter()
+            .filter_map(|p| p.checked_sub(self.num_params))
+            .collect())
     }
 
     /// Number of arguments a call takes (the captured inputs are passed automatically).

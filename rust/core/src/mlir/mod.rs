@@ -22,8 +22,9 @@
 //! - Every op carries `loc("file":line:0)` from its node's source location, or `loc(unknown)`.
 //! - Stacks (loop-gradient intermediates) are a `tensor<? x element>` buffer with doubling
 //!   capacity and an `index` size, carried through loops like any value (`stacks`).
-//! - What has no MLIR form yet (variables, reshapes to unknown shapes, ...) is a `Compile`
-//!   error naming the op, its node, function and source line.
+//! - Variables are made values first (`passes::functionalize_variables`). What has no MLIR
+//!   form yet (reshapes to unknown shapes, ...) is a `Compile` error naming the op, its node,
+//!   function and source line.
 
 mod control;
 mod emitter;
@@ -61,6 +62,7 @@ use function::Lowering;
 /// errors.
 pub fn emit_module(graph: &Graph) -> Result<String> {
     verify(graph)?;
+    let graph = &crate::passes::functionalize_variables(graph)?;
     let entry = graph.entry_function()?;
     let mut lowering = Lowering::new(&graph.library);
     lowering.e.line("module {");

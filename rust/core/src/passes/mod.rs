@@ -6,12 +6,19 @@
 //!   their ancestors: a write to a Variable is never dropped).
 //! - `eliminate_dead_code` is `prune` with the function's own results as fetches.
 //! - `bind_params`: entry parameters replaced by constants (captured tensors of an export).
+//! - `functionalize_variables`: variables become values threaded through control flow (the
+//!   value on entry a parameter, the value on exit an extra result), for the MLIR emitter.
 
 mod bind;
+mod functionalize;
 mod inline;
 mod prune;
 
+#[cfg(test)]
+mod functionalize_tests;
+
 pub use bind::bind_params;
+pub use functionalize::{assigned_variables, functionalize_variables};
 pub use inline::inline_calls;
 pub use prune::{eliminate_dead_code, prune};
 
