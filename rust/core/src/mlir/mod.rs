@@ -28,6 +28,7 @@
 mod control;
 mod emitter;
 mod function;
+pub mod import;
 mod shapes;
 mod stacks;
 
@@ -58,13 +59,28 @@ use function::Lowering;
 /// module doc). The graph is verified first; ops or nodes without an MLIR form are `Compile`
 /// errors.
 pub fn emit_module(graph: &Graph) -> Result<String> {
+    emit(graph, true)
+}
+
+/// The entry function alone, as a public `func.func` (no module around it): what is added to
+/// an existing module (`import::gradient_module`). Everything it calls is inlined, so it
+/// refers to no other symbol.
+pub fn emit_function(graph: &Graph) -> Result<String> {
+    emit(graph, false)
+}
+
+fn emit(graph: &Graph, in_module: bool) -> Result<String> {
     verify(graph)?;
     let entry = graph.entry_function()?;
     let mut lowering = Lowering::new(&graph.library);
-    lowering.e.line("module {");
-    lowering.e.indent();
+    if in_module {
+        lowering.e.line("module {");
+        lowering.e.indent();
+    }
     lowering.entry(entry)?;
-    lowering.e.dedent();
-    lowering.e.line("}");
+    if in_module {
+        lowering.e.dedent();
+        lowering.e.line("}");
+    }
     Ok(lowering.e.finish())
 }
