@@ -97,7 +97,9 @@ def _add_grad(commands: argparse._SubParsersAction) -> None:
         "returns the gradients with respect to the --wrt arguments.",
     )
     parser.add_argument("input", metavar="IN.mlir", help="the module to differentiate")
-    parser.add_argument("-o", dest="output", metavar="OUT.mlir", required=True)
+    parser.add_argument(
+        "-o", dest="output", metavar="OUT.mlir", required=True, help="where to write the module"
+    )
     parser.add_argument(
         "--function", default="main", help="the function to differentiate (default: %(default)s)"
     )
@@ -129,7 +131,9 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
         "runs (for llvm-cpu, for a generic CPU of this architecture; float64 is kept).",
     )
     parser.add_argument("input", metavar="IN.mlir", help="the module to compile")
-    parser.add_argument("-o", dest="output", metavar="OUT.vmfb", required=True)
+    parser.add_argument(
+        "-o", dest="output", metavar="OUT.vmfb", required=True, help="where to write the .vmfb"
+    )
     parser.add_argument(
         "--target",
         default="llvm-cpu",

@@ -24,6 +24,8 @@
 //!   capacity and an `index` size, carried through loops like any value (`stacks`).
 //! - What has no MLIR form yet (variables, reshapes to unknown shapes, ...) is a `Compile`
 //!   error naming the op, its node, function and source line.
+//! - `import` is the way in: StableHLO / `scf` modules (in MLIR's generic form) imported into
+//!   the graph IR, and their gradient functions emitted back into them (`emit_function`).
 
 mod control;
 mod emitter;

@@ -33,6 +33,7 @@ fn grow(mut x: f64, c: f64) -> (f64, i64) {
     while x < 10.0 {
         x = x * c + x.sin();
         n += 1;
+        assert!(n < 1000, "a fixed point below 10");
     }
     (x, n)
 }
@@ -45,7 +46,8 @@ fn while_loops_capture_outer_values_and_remake_constants() {
         LOOP_BODY,
         &["%0#0", "%0#1"],
     );
-    for (x, c) in [(1.0, 1.5), (0.2, 1.1), (12.0, 2.0)] {
+    // c >= 1.3: smaller factors have fixed points below 10 (x * c + sin(x) = x).
+    for (x, c) in [(1.0, 1.5), (0.3, 1.3), (12.0, 2.0)] {
         let args = [Tensor::scalar(x), Tensor::scalar(0i64), Tensor::scalar(c)];
         let out = run(&text, &args).unwrap();
         let (want_x, want_n) = grow(x, c);
@@ -90,7 +92,7 @@ fn gradients_of_data_dependent_loops_match_finite_differences() {
     let grad = crate::trace::gradient_graph(&g, &[2, 0], "main_grad").unwrap();
     verify(&grad).unwrap();
     assert_eq!(grad.entry_function().unwrap().params.len(), 3);
-    for (x, c) in [(1.0, 1.5), (0.7, 1.3), (2.0, 1.05)] {
+    for (x, c) in [(1.0, 1.5), (0.6, 1.35), (2.5, 1.9)] {
         let got = call(&grad, &[x, 0.0, c], 1);
         let h = 1e-6;
         let f = |x: f64, c: f64| call(&g, &[x, 0.0, c], 1)[0];

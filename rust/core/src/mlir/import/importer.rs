@@ -221,13 +221,17 @@ impl<'m> Importer<'m> {
             let file = if file == "-" { self.source } else { file };
             lock(&self.tracer).location = Some(Location::new(file, *line));
         }
+        let Some(convert) = table::lookup(&op.name) else {
+            return Err(import_error(
+                &op.name,
+                format!(
+                    "`{}` at {} is not supported by the gradloop importer",
+                    op.name,
+                    self.place(&op.loc)
+                ),
+            ));
+        };
         let converted = (|| {
-            let convert = table::lookup(&op.name).ok_or_else(|| {
-                import_error(
-                    &op.name,
-                    format!("`{}` is not supported by the gradloop importer", op.name),
-                )
-            })?;
             let inputs = op
                 .operands
                 .iter()

@@ -107,7 +107,9 @@ pub fn gradient_module(text: &str, function: &str, wrt: &[usize], source: &str) 
         ));
     }
     let graph = import_function(&module, function, source)?;
-    let grad = gradient_graph(&graph, wrt, &name)?;
+    // Values the gradient does not use (the forward result itself) are dropped here rather than
+    // left to the compiler.
+    let grad = crate::passes::eliminate_dead_code(&gradient_graph(&graph, wrt, &name)?)?;
     if grad.entry != name {
         return Err(Error::internal(
             "mlir import",

@@ -259,7 +259,7 @@ fn parse_region(c: &mut Cursor<'_>) -> Result<Region> {
                 region.blocks.push(std::mem::take(&mut block));
             }
             c.sigil_name('^')?;
-            if c.eat("(") {
+            if c.eat("(") && !c.eat(")") {
                 loop {
                     let name = c.sigil_name('%')?;
                     c.expect(":")?;
