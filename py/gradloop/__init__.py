@@ -6,7 +6,7 @@ on data, and take reverse-mode and higher-order gradients through them.
 
 from __future__ import annotations
 
-from . import errors
+from . import errors, mlir
 from ._core import (
     DType,
     Tensor,
@@ -127,6 +127,7 @@ __all__ = [
     "mean",
     "min",
     "minimum",
+    "mlir",
     "mul",
     "neg",
     "not_equal",

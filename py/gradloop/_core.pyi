@@ -342,3 +342,11 @@ def emit_while(
     """A `while` node: `cond` and `body` were traced with the loop variables' types as their
     parameters (`body` returns the next loop variables). Returns the final loop variables;
     active tapes record it (its gradient is a reverse `while` over stacks)."""
+
+def mlir_gradient_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+    """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
+    gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
+    error locations. Raises CompileError for ops or types the importer does not support."""
+
+def mlir_supported_ops() -> list[str]:
+    """Names of the MLIR ops the importer converts."""

@@ -1,13 +1,15 @@
 """The `gradloop` command line (also `python -m gradloop`).
 
 Each subcommand is registered by one `_add_<name>` function that builds its argument parser and
-binds the function that runs it; `main` dispatches. Subcommands: `demo` (the flagship example).
-`grad` and `compile` (MLIR in, MLIR or `.vmfb` out) join them in later versions.
+binds the function that runs it; `main` dispatches. Subcommands: `demo` (the flagship example),
+`grad` (an MLIR module in, the module with its gradient function added out) and `compile` (an
+MLIR module in, an IREE `.vmfb` out).
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -49,8 +51,104 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=_run_demo)
 
 
+def _read(path: str) -> str:
+    try:
+        return pathlib.Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise errors.InvalidArgumentError(f"cannot read {path}: {e}") from None
+
+
+def _write(path: str, data: str | bytes) -> None:
+    try:
+        out = pathlib.Path(path)
+        if isinstance(data, bytes):
+            out.write_bytes(data)
+        else:
+            out.write_text(data)
+    except OSError as e:
+        raise errors.InvalidArgumentError(f"cannot write {path}: {e}") from None
+
+
+def _indices(text: str) -> tuple[int, ...]:
+    try:
+        indices = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        indices = ()
+    if not indices or any(i < 0 for i in indices):
+        raise argparse.ArgumentTypeError(f"expected argument indices such as 0,1, got {text!r}")
+    return indices
+
+
+def _run_grad(args: argparse.Namespace) -> int:
+    from . import mlir
+
+    text = mlir.grad_module(_read(args.input), args.function, args.wrt, source=args.input)
+    _write(args.output, text)
+    return 0
+
+
+def _add_grad(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "grad",
+        help="add the gradient function @<function>_grad to a StableHLO module",
+        description="Reads a StableHLO module (for example one exported from JAX) and writes it "
+        "with a public function @<function>_grad added: it takes <function>'s arguments (then "
+        "one cotangent per result when there are several results or a non-scalar one) and "
+        "returns the gradients with respect to the --wrt arguments.",
+    )
+    parser.add_argument("input", metavar="IN.mlir", help="the module to differentiate")
+    parser.add_argument(
+        "-o", dest="output", metavar="OUT.mlir", required=True, help="where to write the module"
+    )
+    parser.add_argument(
+        "--function", default="main", help="the function to differentiate (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--wrt",
+        type=_indices,
+        default=(0,),
+        help="comma-separated indices of the arguments to differentiate with respect to "
+        "(default: 0)",
+    )
+    parser.set_defaults(run=_run_grad)
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    from . import compiled
+
+    vmfb = compiled.compile_mlir(_read(args.input), args.target, portable=True)
+    _write(args.output, vmfb)
+    return 0
+
+
+def _add_compile(commands: argparse._SubParsersAction) -> None:
+    from .compiled import TARGETS
+
+    parser = commands.add_parser(
+        "compile",
+        help="compile a StableHLO module into an IREE .vmfb",
+        description="Compiles a StableHLO module with IREE into a .vmfb that iree-run-module "
+        "runs (for llvm-cpu, for a generic CPU of this architecture; float64 is kept).",
+    )
+    parser.add_argument("input", metavar="IN.mlir", help="the module to compile")
+    parser.add_argument(
+        "-o", dest="output", metavar="OUT.vmfb", required=True, help="where to write the .vmfb"
+    )
+    parser.add_argument(
+        "--target",
+        default="llvm-cpu",
+        choices=sorted(TARGETS),
+        help="IREE target backend (default: %(default)s)",
+    )
+    parser.set_defaults(run=_run_compile)
+
+
 # One entry per subcommand, in the order `--help` lists them.
-_SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_demo,)
+_SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_demo,
+    _add_grad,
+    _add_compile,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ mod dtype;
 mod errors;
 mod function;
 mod indexing;
+mod mlir;
 mod ops;
 mod runtime;
 mod tape;
@@ -50,6 +51,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(trace::emit_if, m)?,
         wrap_pyfunction!(trace::emit_case, m)?,
         wrap_pyfunction!(trace::emit_while, m)?,
+        wrap_pyfunction!(mlir::mlir_gradient_module, m)?,
+        wrap_pyfunction!(mlir::mlir_supported_ops, m)?,
     ] {
         m.add_function(f)?;
     }

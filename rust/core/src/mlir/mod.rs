@@ -22,13 +22,18 @@
 //! - Every op carries `loc("file":line:0)` from its node's source location, or `loc(unknown)`.
 //! - Stacks (loop-gradient intermediates) are a `tensor<? x element>` buffer with doubling
 //!   capacity and an `index` size, carried through loops like any value (`stacks`).
+//! - Rank-0 values cross regions as MLIR scalars and scalar ops run as `arith`/`math` on the
+//!   host (`scalar`); stacks of scalars are host-side `!util.list`s (`stacks`).
 //! - Variables are made values first (`passes::functionalize_variables`). What has no MLIR
 //!   form yet (reshapes to unknown shapes, ...) is a `Compile` error naming the op, its node,
 //!   function and source line.
+//! - `import` is the way in: StableHLO / `scf` modules (in MLIR's generic form) imported into
+//!   the graph IR, and their gradient functions emitted back into them (`emit_function`).
 
 mod control;
 mod emitter;
 mod function;
+pub mod import;
 mod loop_vars;
 mod scalar;
 mod shapes;
@@ -61,14 +66,29 @@ use function::Lowering;
 /// module doc). The graph is verified first; ops or nodes without an MLIR form are `Compile`
 /// errors.
 pub fn emit_module(graph: &Graph) -> Result<String> {
+    emit(graph, true)
+}
+
+/// The entry function alone, as a public `func.func` (no module around it): what is added to
+/// an existing module (`import::gradient_module`). Everything it calls is inlined, so it
+/// refers to no other symbol.
+pub fn emit_function(graph: &Graph) -> Result<String> {
+    emit(graph, false)
+}
+
+fn emit(graph: &Graph, in_module: bool) -> Result<String> {
     verify(graph)?;
     let graph = &crate::passes::functionalize_variables(graph)?;
     let entry = graph.entry_function()?;
     let mut lowering = Lowering::new(&graph.library);
-    lowering.e.line("module {");
-    lowering.e.indent();
+    if in_module {
+        lowering.e.line("module {");
+        lowering.e.indent();
+    }
     lowering.entry(entry)?;
-    lowering.e.dedent();
-    lowering.e.line("}");
+    if in_module {
+        lowering.e.dedent();
+        lowering.e.line("}");
+    }
     Ok(lowering.e.finish())
 }

@@ -20,6 +20,7 @@
 //! ```
 
 mod control;
+mod differentiate;
 pub mod gradients;
 mod replay;
 mod rewrite;
@@ -36,6 +37,7 @@ use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
 
 pub use control::{emit_case, emit_if, emit_while, Branch, LoopFunctions};
+pub use differentiate::{gradient_graph, takes_cotangents};
 pub use gradients::graph_registry;
 pub use replay::replay;
 pub use rewrite::{inline_into, with_params};

@@ -1,0 +1,119 @@
+"""MLIR in, gradients out: `gl.mlir.grad(text, function="main", wrt=(0,))`.
+
+The module (StableHLO, as `jax.jit(f).lower(...).as_text()` writes it, with `stablehlo.while`,
+`stablehlo.if`, `stablehlo.case`, `func.call`s, and the `scf` forms `scf.while`, `scf.if`,
+`scf.index_switch`) is parsed and verified by MLIR's own Python bindings (from
+`iree-base-compiler`), printed in MLIR's generic form, and imported by the Rust core into the
+graph IR, where the gradient is the same program transform as for traced Python: a loop's
+gradient is a loop that runs the trip count backwards over stacks of the forward intermediates
+(reverse mode through data-dependent loops, which JAX refuses). The gradient function is
+emitted as MLIR and added to the module, which is printed back (without location info).
+
+Errors: text that does not parse or verify, an op or type the importer does not support (named
+with its `file:line:col`) are `CompileError`s; an integer argument in `wrt` is a
+`GradientError`, an index out of range an `IndexError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from . import _core, _validate, errors
+
+__all__ = ["grad", "supported_ops"]
+
+# `loc("-":3:5)`: where MLIR's parser puts text parsed from memory.
+_MEMORY_LOC = re.compile(r'loc\("-":(\d+):(\d+)\)')
+
+
+def supported_ops() -> list[str]:
+    """Names of the MLIR ops the importer converts."""
+    return list(_core.mlir_supported_ops())
+
+
+def grad(mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,)) -> str:
+    """The module `mlir_text` with a public function `@<function>_grad` added.
+
+    `@<function>_grad` takes `@<function>`'s arguments, followed by one cotangent per result
+    when `@<function>` has a non-scalar result or several results (a single scalar result is
+    seeded with 1), and returns the gradients with respect to the arguments `wrt` (indices),
+    in that order. The rest of the module is unchanged.
+    """
+    return grad_module(mlir_text, function, wrt, source="<mlir>")
+
+
+def grad_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+    """`grad`, naming the text `source` in error locations (the command line passes the
+    file name)."""
+    if not isinstance(text, str):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"mlir_text must be a str, got {type(text).__name__}")
+        )
+    if not isinstance(function, str):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"function must be a str, got {type(function).__name__}")
+        )
+    indices = _wrt_indices(wrt)
+    ir = _bindings()
+    with ir.Context():
+        module = _parse(ir, text, source)
+        generic = module.operation.get_asm(
+            print_generic_op_form=True, use_local_scope=True, enable_debug_info=True
+        )
+    combined = _core.mlir_gradient_module(generic, function, indices, source)
+    with ir.Context():
+        # The core's output is parsed and verified again: a malformed gradient is our bug.
+        module = _parse(ir, combined, "the gradient module", internal=True)
+        return str(module.operation.get_asm(assume_verified=True))
+
+
+def _wrt_indices(wrt: Sequence[int]) -> list[int]:
+    items = (wrt,) if isinstance(wrt, int) else wrt
+    try:
+        indices = list(items)
+    except TypeError:
+        indices = None
+    if indices is None or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
+    ):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"wrt must be argument indices (ints >= 0), got {wrt!r}")
+        )
+    return indices
+
+
+def _bindings() -> Any:
+    try:
+        from iree.compiler import ir
+    except ImportError as e:  # pragma: no cover - a dependency of compiled mode
+        raise errors.CompileError(
+            "gl.mlir needs the MLIR bindings of iree-base-compiler (pip install "
+            f"iree-base-compiler): {e}"
+        ) from None
+    return ir
+
+
+def _parse(ir: Any, text: str, source: str, internal: bool = False) -> Any:
+    """The parsed and verified module; MLIR's diagnostics become a CompileError."""
+    try:
+        module = ir.Module.parse(text)
+        module.operation.verify()
+    except ir.MLIRError as e:
+        where = [_diagnostic(d, source) for d in e.error_diagnostics] or [str(e)]
+        if internal:
+            raise errors.InternalError(
+                "the gradient module does not verify (please report):\n" + "\n".join(where)
+            ) from None
+        raise errors.CompileError(_validate.at_user("invalid MLIR:\n" + "\n".join(where))) from None
+    return module
+
+
+def _diagnostic(d: Any, source: str) -> str:
+    """`source:line:col: message` for one MLIR diagnostic (notes indented below it)."""
+    loc = _MEMORY_LOC.sub(lambda m: f"{source}:{m[1]}:{m[2]}", str(d.location))
+    loc = loc.removeprefix("loc(").removesuffix(")") if loc.startswith("loc(") else loc
+    lines = [f"  {loc}: {d.message}"]
+    lines += ["  " + _diagnostic(n, source) for n in getattr(d, "notes", ())]
+    return "\n".join(lines)

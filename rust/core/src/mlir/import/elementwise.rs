@@ -1,0 +1,226 @@
+//! Elementwise StableHLO ops as gradloop ops: one-to-one where the op table has the op, and
+//! composed from it otherwise (`rsqrt` is `1 / sqrt`, `remainder` is `a - b * trunc(a / b)`).
+//! StableHLO's elementwise ops take operands of one shape; gradloop's broadcast, which only
+//! matters for `clamp` and `select`, whose bounds or predicate may be scalars.
+
+use super::attr::Attribute;
+use super::importer::{import_error, Importer};
+use super::syntax::Operation;
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::build;
+use crate::trace::Val;
+use crate::value::Value;
+
+/// A builder of one operand.
+pub(crate) type Unary = fn(&mut dyn Context<Val>, &Val) -> Result<Val>;
+/// A builder of two operands.
+pub(crate) type Binary = fn(&mut dyn Context<Val>, &Val, &Val) -> Result<Val>;
+
+/// The operands, which must be exactly `N`.
+pub(crate) fn operands<'a, const N: usize>(op: &Operation, x: &'a [Val]) -> Result<&'a [Val; N]> {
+    x.try_into()
+        .map_err(|_| import_error(&op.name, format!("expected {N} operands, got {}", x.len())))
+}
+
+pub(crate) fn unary(
+    im: &mut Importer<'_>,
+    op: &Operation,
+    x: &[Val],
+    f: Unary,
+) -> Result<Vec<Val>> {
+    let [a] = operands(op, x)?;
+    Ok(vec![f(im.ctx(), a)?])
+}
+
+pub(crate) fn binary(
+    im: &mut Importer<'_>,
+    op: &Operation,
+    x: &[Val],
+    f: Binary,
+) -> Result<Vec<Val>> {
+    let [a, b] = operands(op, x)?;
+    Ok(vec![f(im.ctx(), a, b)?])
+}
+
+/// A boolean-only op (`and`, `or`, `xor`, `not` on `i1`); bitwise integer forms are refused.
+pub(crate) fn logical(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    if x.iter().any(|v| v.ty().dtype != DType::Bool) {
+        return Err(import_error(
+            &op.name,
+            "only the boolean (i1) form is supported, not bitwise integer operations",
+        ));
+    }
+    let ctx = im.ctx();
+    let out = match (op.name.as_str(), x) {
+        ("stablehlo.not", [a]) => build::logical_not(ctx, a)?,
+        ("stablehlo.and", [a, b]) => build::logical_and(ctx, a, b)?,
+        ("stablehlo.or", [a, b]) => build::logical_or(ctx, a, b)?,
+        ("stablehlo.xor", [a, b]) => build::not_equal(ctx, a, b)?,
+        _ => {
+            return Err(import_error(
+                &op.name,
+                format!("unexpected {} operands", x.len()),
+            ))
+        }
+    };
+    Ok(vec![out])
+}
+
+/// `stablehlo.constant` (and `arith.constant`): a constant node.
+pub(crate) fn constant(im: &mut Importer<'_>, op: &Operation, _: &[Val]) -> Result<Vec<Val>> {
+    let tensor = match op.attr("value") {
+        Some(Attribute::Dense(d)) => d.to_tensor()?,
+        Some(Attribute::Int(v)) => match op.result_types.first().and_then(|t| t.tensor_type()) {
+            Some(t) if t.is_scalar() => crate::tensor::Tensor::filled(t.dtype, &[], *v as f64),
+            _ => {
+                return Err(import_error(
+                    &op.name,
+                    "an integer value needs a scalar type",
+                ))
+            }
+        },
+        Some(Attribute::Float(v)) => match op.result_types.first().and_then(|t| t.tensor_type()) {
+            Some(t) if t.is_scalar() && t.dtype.is_float() => {
+                crate::tensor::Tensor::filled(t.dtype, &[], *v)
+            }
+            _ => {
+                return Err(import_error(
+                    &op.name,
+                    "a float value needs a float scalar type",
+                ))
+            }
+        },
+        Some(Attribute::Bool(b)) => crate::tensor::Tensor::scalar(*b),
+        other => {
+            return Err(import_error(
+                &op.name,
+                format!("unsupported constant value {other:?}"),
+            ))
+        }
+    };
+    Ok(vec![im.constant(tensor)?])
+}
+
+/// `stablehlo.compare` with its direction; `UNSIGNED` comparisons of integers are refused
+/// (gradloop's integers are signed).
+pub(crate) fn compare(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [a, b] = operands(op, x)?;
+    let kind = op.attr("compare_type").and_then(Attribute::enum_value);
+    if kind == Some("UNSIGNED") && a.ty().dtype.is_int() {
+        return Err(import_error(
+            &op.name,
+            "unsigned comparisons of integers are not supported",
+        ));
+    }
+    let direction = op
+        .attr("comparison_direction")
+        .and_then(Attribute::enum_value);
+    let f: Binary = match direction {
+        Some("EQ") => build::equal,
+        Some("NE") => build::not_equal,
+        Some("LT") => build::less,
+        Some("LE") => build::less_equal,
+        Some("GT") => build::greater,
+        Some("GE") => build::greater_equal,
+        other => {
+            return Err(import_error(
+                &op.name,
+                format!("unknown comparison {other:?}"),
+            ))
+        }
+    };
+    Ok(vec![f(im.ctx(), a, b)?])
+}
+
+/// `stablehlo.convert` (and `arith.index_cast`): a cast to the result's dtype.
+pub(crate) fn convert(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [a] = operands(op, x)?;
+    let to = op
+        .result_types
+        .first()
+        .and_then(|t| t.tensor_type())
+        .ok_or_else(|| import_error(&op.name, "unsupported result type"))?
+        .dtype;
+    if a.ty().dtype == to {
+        return Ok(vec![a.clone()]);
+    }
+    Ok(vec![build::cast(im.ctx(), a, to)?])
+}
+
+pub(crate) fn select(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [p, a, b] = operands(op, x)?;
+    Ok(vec![build::select(im.ctx(), p, a, b)?])
+}
+
+/// `clamp(lo, x, hi)` = `min(max(x, lo), hi)`.
+pub(crate) fn clamp(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [lo, v, hi] = operands(op, x)?;
+    let ctx = im.ctx();
+    let low = build::maximum(ctx, v, lo)?;
+    Ok(vec![build::minimum(ctx, &low, hi)?])
+}
+
+/// Division; integer division truncates toward zero (through float64, exact below 2^53).
+pub(crate) fn divide(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [a, b] = operands(op, x)?;
+    let ctx = im.ctx();
+    if a.ty().dtype.is_float() {
+        return Ok(vec![build::div(ctx, a, b)?]);
+    }
+    Ok(vec![truncated_quotient(ctx, a, b)?])
+}
+
+/// `trunc(a / b)` in `a`'s dtype: a cast to an integer truncates toward zero.
+fn truncated_quotient(ctx: &mut dyn Context<Val>, a: &Val, b: &Val) -> Result<Val> {
+    let dtype = a.ty().dtype;
+    let wide = |ctx: &mut dyn Context<Val>, v: &Val| build::cast(ctx, v, DType::F64);
+    let (fa, fb) = (wide(ctx, a)?, wide(ctx, b)?);
+    let q = build::div(ctx, &fa, &fb)?;
+    let q = build::cast(ctx, &q, DType::I64)?;
+    build::cast(ctx, &q, dtype)
+}
+
+/// `a - b * trunc(a / b)`: the sign of `a`, as C's `fmod`. For floats the quotient goes through
+/// int64, so it needs |a / b| < 2^63; its gradient is 1 for `a` and `-trunc(a / b)` for `b`.
+pub(crate) fn remainder(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [a, b] = operands(op, x)?;
+    let ctx = im.ctx();
+    let q = truncated_quotient(ctx, a, b)?;
+    let bq = build::mul(ctx, b, &q)?;
+    Ok(vec![build::sub(ctx, a, &bq)?])
+}
+
+/// `1 / sqrt(x)`.
+pub(crate) fn rsqrt(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
+    let s = build::sqrt(ctx, x)?;
+    let one = build::ones_like(ctx, &s)?;
+    build::div(ctx, &one, &s)
+}
+
+/// `exp(x) - 1` (loses the precision of a fused expm1 near 0).
+pub(crate) fn expm1(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
+    let e = build::exp(ctx, x)?;
+    let one = build::ones_like(ctx, &e)?;
+    build::sub(ctx, &e, &one)
+}
+
+/// `log(1 + x)` (loses the precision of a fused log1p near 0).
+pub(crate) fn log1p(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
+    let one = build::ones_like(ctx, x)?;
+    let s = build::add(ctx, &one, x)?;
+    build::log(ctx, &s)
+}
+
+/// `sin(x) / cos(x)`.
+pub(crate) fn tan(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
+    let s = build::sin(ctx, x)?;
+    let c = build::cos(ctx, x)?;
+    build::div(ctx, &s, &c)
+}
+
+/// Values passed through unchanged (`stablehlo.optimization_barrier`).
+pub(crate) fn pass_through(_: &mut Importer<'_>, _: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    Ok(x.to_vec())
+}

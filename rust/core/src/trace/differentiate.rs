@@ -1,0 +1,111 @@
+//! The gradient of a graph's entry function as a new entry: `gradient_graph(graph, wrt, name)`
+//! traces `name(params.., cotangents..) -> (d/d params[i] for i in wrt)` by replaying the entry
+//! under a tape (so `If`/`Case`/`While` get their control-flow gradients) and running the
+//! tape backwards. It works on any graph, traced or imported from MLIR.
+//!
+//! Cotangent parameters follow the entry's parameters when the entry has several results or a
+//! non-scalar one (one per result, typed like it); a single scalar result is seeded with 1.
+//! Integer results get no gradient (their cotangents are ignored); an argument nothing
+//! depends on gets zeros.
+
+use super::{graph_registry, lock, replay, TraceContext, Tracer, Val};
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::ops::build;
+use crate::passes::bind_params;
+use crate::tape::{compute_gradient, Tape, TapeContext, TapeRef};
+use crate::trace::Captured;
+use crate::value::Value;
+
+/// Whether the gradient of `graph`'s entry takes one cotangent per result.
+pub fn takes_cotangents(graph: &Graph) -> Result<bool> {
+    let results = graph.entry_function()?.result_types()?;
+    Ok(results.len() != 1 || !results[0].inner().is_scalar())
+}
+
+/// The graph whose entry `name` computes the gradients of `graph`'s entry with respect to its
+/// parameters `wrt` (in that order; see the module doc for the signature).
+pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
+    let f = graph.entry_function()?;
+    for &i in wrt {
+        let ty = f.params.get(i).ok_or_else(|| {
+            Error::index(
+                "grad",
+                format!(
+                    "wrt index {i} is out of range: @{} has {} arguments",
+                    f.name,
+                    f.params.len()
+                ),
+            )
+        })?;
+        if !ty.inner().dtype.is_float() {
+            return Err(Error::gradient(
+                "grad",
+                format!("argument {i} of @{} is {ty}: only float32 and float64 arguments have gradients", f.name),
+            ));
+        }
+    }
+    let cotangents = takes_cotangents(graph)?;
+    let n = f.params.len();
+    let mut params = f.params.clone();
+    if cotangents {
+        params.extend(f.result_types()?);
+    }
+    let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);
+    let registry = graph_registry();
+    let mut base = TraceContext::new(Some(tracer.clone()));
+    let tape: TapeRef<Val> = Tape::new_ref(false);
+    let mut sources: Vec<usize> = wrt.to_vec();
+    sources.sort_unstable();
+    sources.dedup();
+    {
+        let mut t = tape.lock().unwrap_or_else(|e| e.into_inner());
+        for &i in &sources {
+            t.watch(&xs[i])?;
+        }
+    }
+    let tapes = [tape.clone()];
+    let mut taped = TapeContext {
+        inner: &mut base,
+        tapes: &tapes,
+        registry: &registry,
+    };
+    let ys = replay(&mut taped, f, &xs[..n])?;
+    let (mut targets, mut seeds) = (Vec::new(), Vec::new());
+    for (k, y) in ys.into_iter().enumerate() {
+        if y.ty().dtype.is_float() {
+            targets.push(y);
+            seeds.push(cotangents.then(|| xs[n + k].clone()));
+        }
+    }
+    let source_vals: Vec<Val> = sources.iter().map(|&i| xs[i].clone()).collect();
+    let grads = if targets.is_empty() {
+        vec![None; sources.len()]
+    } else {
+        let seeds = cotangents.then_some(seeds.as_slice());
+        compute_gradient(&tape, &mut base, &targets, &source_vals, seeds)?
+    };
+    let mut outs = Vec::with_capacity(wrt.len());
+    for &i in wrt {
+        let k = sources.iter().position(|&s| s == i).unwrap_or_default();
+        outs.push(match &grads[k] {
+            Some(g) => g.clone(),
+            None => build::zeros_like(&mut base, &xs[i])?,
+        });
+    }
+    let traced = lock(&tracer).finish(&outs)?;
+    if traced.captured_inputs.is_empty() {
+        return Ok(traced.graph);
+    }
+    // Tensors a gradient rule made eagerly and captured: constants of the function.
+    let mut values = vec![None; traced.num_params];
+    for c in traced.captured_inputs {
+        match c {
+            Captured::Tensor(t) => values.push(Some(t)),
+            Captured::Variable(_) => {
+                return Err(Error::internal("grad", "a gradient captured a variable"))
+            }
+        }
+    }
+    bind_params(&traced.graph, &values)
+}
