@@ -271,3 +271,35 @@ def test_the_grad_and_compile_commands(tmp_path) -> None:
     r = gradloop_command("grad", str(bad), "-o", str(tmp_path / "x.mlir"))
     assert r.returncode == 1
     assert "stablehlo.cbrt" in r.stderr and f"{bad}:3:10" in r.stderr, r.stderr
+
+
+def test_large_constants_and_reductions_to_a_scalar() -> None:
+    # MLIR prints constants of more than 100 elements as hex: d/dx sum(x * w + max(x)) is
+    # w + one-hot(argmax(x)).
+    w = np.linspace(-1.0, 2.0, 150)
+    x = np.cos(np.arange(150.0))
+    body = ", ".join(repr(float(v)) for v in w)
+    text = f"""module {{
+  func.func @main(%x: tensor<150xf64>) -> tensor<f64> {{
+    %w = stablehlo.constant dense<[{body}]> : tensor<150xf64>
+    %zero = stablehlo.constant dense<0.0> : tensor<f64>
+    %low = stablehlo.constant dense<0xFFF0000000000000> : tensor<f64>
+    %p = stablehlo.multiply %x, %w : tensor<150xf64>
+    %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0]
+      : (tensor<150xf64>, tensor<f64>) -> tensor<f64>
+    %m = stablehlo.reduce(%x init: %low) applies stablehlo.maximum across dimensions = [0]
+      : (tensor<150xf64>, tensor<f64>) -> tensor<f64>
+    %r = stablehlo.add %s, %m : tensor<f64>
+    return %r : tensor<f64>
+  }}
+}}
+"""
+    (g,) = Compiled(gl.mlir.grad(text))("main_grad", x)
+    np.testing.assert_allclose(g, w + (np.arange(150) == np.argmax(x)), rtol=1e-14)
+
+
+def test_ops_jax_programs_use_around_loops() -> None:
+    # Away from the kinks: x from 0 and z = [x[1:], 2 x[:2]] from +-0.5 (where, relu, clip),
+    # and sum(w) from an integer (floor).
+    args = [np.array([-0.9, -0.35, 0.1, 0.7, 0.95]), np.array([0.6, 0.8, 1.1, 1.3, 1.45])]
+    check_gradients(fixture("op_zoo"), args, wrt=(0, 1))

@@ -129,7 +129,7 @@ fn bits_value(bits: u64, dtype: DType) -> Number {
 /// Elements of hex data (little-endian, one byte per boolean, as MLIR prints `dense<"0x..">`).
 fn hex_values(bytes: &[u8], dtype: DType, n: usize) -> Result<Vec<Number>> {
     let size = dtype.size();
-    if bytes.len() % size != 0 || (bytes.len() / size != n && bytes.len() != size) {
+    if !bytes.len().is_multiple_of(size) || (bytes.len() / size != n && bytes.len() != size) {
         return Err(import_error(format!(
             "hex constant of {} bytes for {n} {dtype} elements",
             bytes.len()

@@ -47,7 +47,7 @@ fn branch<'m>(
     hint: &str,
 ) -> Result<Branch> {
     let block = block_of(op, region)?;
-    im.function_of(hint, vec![], |im, _| Ok(im.block(block, &[])?.0))
+    im.function_of(hint, vec![], |im, _| im.block(block, &[]))
 }
 
 /// A loop condition: `region` on the loop variables, returning its predicate (the first value
@@ -61,7 +61,7 @@ fn loop_cond<'m>(
     let block = block_of(op, region)?;
     let name = op.name.clone();
     im.function_of("while_cond", types, move |im, args| {
-        let (out, _) = im.block(block, args)?;
+        let out = im.block(block, args)?;
         match out.first() {
             Some(p) => Ok(vec![p.clone()]),
             None => Err(import_error(&name, "the loop condition returns nothing")),
@@ -88,9 +88,7 @@ pub(crate) fn stablehlo_while<'m>(
     let [cond, body] = regions::<2>(op)?;
     let cond = loop_cond(im, op, cond, types_of(x))?;
     let block = block_of(op, body)?;
-    let body = im.function_of("while_body", types_of(x), |im, args| {
-        Ok(im.block(block, args)?.0)
-    })?;
+    let body = im.function_of("while_body", types_of(x), |im, args| im.block(block, args))?;
     run_loop(im, cond, body, x)
 }
 
@@ -117,15 +115,15 @@ pub(crate) fn scf_while<'m>(
         let passed = if forwards_args {
             args.to_vec()
         } else {
-            im.block(before_block, args)?.0.split_off(1)
+            im.block(before_block, args)?.split_off(1)
         };
-        Ok(im.block(after_block, &passed)?.0)
+        im.block(after_block, &passed)
     })?;
     let finals = run_loop(im, cond, body, x)?;
     if forwards_args {
         return Ok(finals);
     }
-    Ok(im.block(before_block, &finals)?.0.split_off(1))
+    Ok(im.block(before_block, &finals)?.split_off(1))
 }
 
 /// `stablehlo.if` and `scf.if`: a predicate and two regions (an `scf.if` without results has

@@ -190,7 +190,7 @@ const CALLS: &str = r#""builtin.module"() ({
 #[test]
 fn calls_are_inlined_with_their_own_names() {
     let x = f64s(&[0.5, -1.0], &[2]);
-    let out = run(CALLS, &[x.clone()]).unwrap();
+    let out = run(CALLS, std::slice::from_ref(&x)).unwrap();
     let want: Vec<f64> = x.to_f64_vec().iter().map(|v| 3.0 * v.sin()).collect();
     assert_eq!(out[0].to_f64_vec(), want);
     let g = import_function(&parse_generic(CALLS).unwrap(), "main", "t").unwrap();

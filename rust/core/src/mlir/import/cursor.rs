@@ -159,10 +159,10 @@ impl<'a> Cursor<'a> {
         self.skip_ws();
         let rest = self.rest();
         let body = rest.strip_prefix('-').unwrap_or(rest);
-        let len = if body.starts_with("0x") {
-            2 + body[2..]
+        let len = if let Some(hex) = body.strip_prefix("0x") {
+            2 + hex
                 .find(|c: char| !c.is_ascii_hexdigit())
-                .unwrap_or(body.len() - 2)
+                .unwrap_or(hex.len())
         } else {
             let mut end = body
                 .find(|c: char| !c.is_ascii_digit())

@@ -126,13 +126,9 @@ impl<'m> Importer<'m> {
         }
     }
 
-    /// Runs `block` on `args` in a new scope; returns its terminator's operands and the
-    /// terminator (None for a block without one).
-    pub fn block(
-        &mut self,
-        block: &'m Block,
-        args: &[Val],
-    ) -> Result<(Vec<Val>, Option<&'m Operation>)> {
+    /// Runs `block` on `args` in a new scope; returns its terminator's operands (nothing for a
+    /// block without a terminator).
+    pub fn block(&mut self, block: &'m Block, args: &[Val]) -> Result<Vec<Val>> {
         if block.args.len() != args.len() {
             return Err(import_error(
                 "mlir import",
@@ -175,7 +171,7 @@ impl<'m> Importer<'m> {
                     .collect::<Result<_>>()?,
                 None => Vec::new(),
             };
-            Ok((values, terminator))
+            Ok(values)
         })();
         self.scopes.pop();
         result
@@ -212,7 +208,7 @@ impl<'m> Importer<'m> {
         let result = self.block(block, args);
         self.scopes = outer;
         self.calls.pop();
-        Ok(result?.0)
+        result
     }
 
     /// Converts one op and binds its results; errors say which op and where.

@@ -31,6 +31,8 @@ mod types;
 #[cfg(test)]
 mod control_tests;
 #[cfg(test)]
+mod layout_tests;
+#[cfg(test)]
 mod tests;
 
 pub use attr::{Attribute, DenseElements};
@@ -83,7 +85,7 @@ pub fn import_function(module: &Operation, function: &str, source: &str) -> Resu
     }
     let (tracer, args) = Tracer::new(function, params);
     let mut importer = Importer::new(module, tracer.clone(), source);
-    let (results, _) = importer.block(block, &args)?;
+    let results = importer.block(block, &args)?;
     let traced = lock(&tracer).finish(&results)?;
     if !traced.captured_inputs.is_empty() {
         return Err(Error::internal(

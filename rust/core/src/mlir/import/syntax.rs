@@ -283,3 +283,65 @@ fn parse_region(c: &mut Cursor<'_>) -> Result<Region> {
     }
     Ok(region)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generic_form_parses_into_ops_regions_and_locations() {
+        let text = r#"#loc3 = loc("m.py":1:1)
+    "builtin.module"() <{sym_name = "jit_f"}> ({
+      "func.func"() <{function_type = (tensor<f32>) -> tensor<f32>, sym_name = "main"}> ({
+      ^bb0(%arg0: tensor<f32> loc("-":2:26)):
+        %0:2 = "stablehlo.while"(%arg0, %arg0) ({
+        ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+          %1 = "stablehlo.compare"(%a, %b) <{comparison_direction = #stablehlo<comparison_direction LT>}> : (tensor<f32>, tensor<f32>) -> tensor<i1> loc("f"("m.py":7:3))
+          "stablehlo.return"(%1) : (tensor<i1>) -> () loc(#loc3)
+        }, {
+        ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+          "stablehlo.return"(%b, %a) : (tensor<f32>, tensor<f32>) -> ()
+        }) : (tensor<f32>, tensor<f32>) -> (tensor<f32>, tensor<f32>) loc(callsite("g"("x.py":3:4) at "y.py":5:6))
+        "func.return"(%0#1) : (tensor<f32>) -> () loc(unknown)
+      }) {jax.uses_shape_polymorphism = false} : () -> ()
+    }) {mhlo.num_partitions = 1 : i32} : () -> ()
+    "#;
+        let m = parse_generic(text).unwrap();
+        assert_eq!(m.attr("sym_name"), Some(&Attribute::Str("jit_f".into())));
+        assert_eq!(m.attr("mhlo.num_partitions"), Some(&Attribute::Int(1)));
+        let f = &m.regions[0].blocks[0].ops[0];
+        assert_eq!(
+            f.attr("jax.uses_shape_polymorphism"),
+            Some(&Attribute::Bool(false))
+        );
+        let body = &f.regions[0].blocks[0];
+        assert_eq!(body.args[0].0, "%arg0");
+        let w = &body.ops[0];
+        assert_eq!(
+            (w.name.as_str(), w.results.clone()),
+            ("stablehlo.while", vec![("%0".to_string(), 2)])
+        );
+        assert_eq!(w.regions.len(), 2);
+        assert_eq!(w.loc.to_string(), "x.py:3:4");
+        let cmp = &w.regions[0].blocks[0].ops[0];
+        assert_eq!(cmp.loc.to_string(), "m.py:7:3");
+        assert_eq!(
+            cmp.attr("comparison_direction")
+                .and_then(Attribute::enum_value),
+            Some("LT")
+        );
+        assert_eq!(w.regions[0].blocks[0].ops[1].loc.to_string(), "loc(#loc3)");
+        let ret = &body.ops[1];
+        assert_eq!(
+            ret.operands[0],
+            ValueRef {
+                name: "%0".into(),
+                index: 1
+            }
+        );
+        assert_eq!(ret.loc.to_string(), "loc(unknown)");
+        assert_eq!(&text[m.regions[0].end..m.regions[0].end + 2], "})");
+        let err = parse_generic("%0 = stablehlo.add %a, %b : tensor<f32>").unwrap_err();
+        assert!(err.message.contains("generic form"), "{err}");
+    }
+}

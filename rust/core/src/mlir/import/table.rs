@@ -27,12 +27,17 @@ const TERMINATORS: &[&str] = &[
 static TABLE: &[(&str, Convert)] = &[
     // elementwise, one operand
     ("stablehlo.abs", |im, op, x| unary(im, op, x, build::abs)),
+    ("stablehlo.ceil", |im, op, x| unary(im, op, x, ew::ceil)),
     ("stablehlo.cosine", |im, op, x| unary(im, op, x, build::cos)),
     ("stablehlo.exponential", |im, op, x| {
         unary(im, op, x, build::exp)
     }),
     ("stablehlo.exponential_minus_one", |im, op, x| {
         unary(im, op, x, ew::expm1)
+    }),
+    ("stablehlo.floor", |im, op, x| unary(im, op, x, ew::floor)),
+    ("stablehlo.is_finite", |im, op, x| {
+        unary(im, op, x, ew::is_finite)
     }),
     ("stablehlo.log", |im, op, x| unary(im, op, x, build::log)),
     ("stablehlo.log_plus_one", |im, op, x| {
