@@ -88,6 +88,85 @@ def test_second_derivative_of_a_loop_compiles() -> None:
     assert_compiled_matches_eager(gl.grad(lambda x: gl.grad(f)(x).sum()), f64(0.3, -0.2))
 
 
+def sin_loop(x, c, n):
+    """`while i < n: x = sin(x) * c + x`, then sum(x)."""
+    i0 = gl.tensor(0, dtype=gl.int64)
+    body = lambda i, v: (i + 1, gl.sin(v) * c + v)  # noqa: E731
+    return gl.while_loop(lambda i, v: i < n, body, (i0, x))[1].sum()
+
+
+def nested_loops(x, c, n):
+    """`for i < n: (for j < i, at most 3 trips: x = tanh(x * c) + x)`, then sum(x)."""
+
+    def outer(i, v):
+        inner = lambda j, u: (j + 1, gl.tanh(u * c) + u)  # noqa: E731
+        j0 = gl.tensor(0, dtype=gl.int64)
+        return i + 1, gl.while_loop(lambda j, u: j < i, inner, (j0, v), maximum_iterations=3)[1]
+
+    i0 = gl.tensor(0, dtype=gl.int64)
+    return gl.while_loop(lambda i, v: i < n, outer, (i0, x))[1].sum()
+
+
+def x_c_n(n: int) -> tuple[gl.Tensor, gl.Tensor, gl.Tensor]:
+    return f64(0.3, -0.8), f64(0.5, 0.2), gl.tensor(n, dtype=gl.int64)
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_loop_gradients_with_zero_trips_compile(n: int) -> None:
+    # The forward loop runs zero times: its stacks stay empty, the backward loop never runs.
+    assert_compiled_matches_eager(gl.grad(sin_loop, argnums=(0, 1)), *x_c_n(n))
+    second = gl.grad(lambda x, c, n: gl.grad(sin_loop)(x, c, n).sum(), argnums=(0, 1))
+    assert_compiled_matches_eager(second, *x_c_n(n))
+
+
+@pytest.mark.parametrize(
+    "n",
+    [
+        0,
+        pytest.param(
+            1,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="IREE 3.13 runtime: 'transient buffer has not been committed' "
+                "(docs/architecture.md, compiled mode)",
+            ),
+        ),
+    ],
+)
+def test_second_order_gradient_of_nested_loops_compiles(n: int) -> None:
+    second = gl.grad(lambda x, c, n: gl.grad(nested_loops)(x, c, n).sum(), argnums=(0, 1))
+    assert_compiled_matches_eager(second, *x_c_n(n))
+
+
+def with_previous(x):
+    """A loop variable the body never reads (`prev = v`): the pattern that made iree-compile
+    3.13 crash on loop gradients (see `rust/core/src/mlir/loop_vars.rs`)."""
+    body = lambda i, v, prev: (i + 1, gl.sin(v) * 1.5, v)  # noqa: E731
+    _, v, prev = gl.while_loop(lambda i, v, prev: i < 5, body, (0, x, x))
+    return (v * prev).sum()
+
+
+def with_reset(x):
+    """A loop variable whose next value is a constant (reset every trip)."""
+    body = lambda i, v, last: (i + 1, gl.sin(v) + v * last, gl.ones_like(last))  # noqa: E731
+    _, v, _ = gl.while_loop(lambda i, v, last: i < 4, body, (0, x, x * 0.5))
+    return v.sum()
+
+
+@pytest.mark.parametrize("fn", [with_previous, with_reset])
+def test_loops_iree_would_strip_a_variable_of_compile(fn) -> None:
+    assert_compiled_matches_eager(fn, f64(0.3, -0.8))
+    assert_compiled_matches_eager(gl.grad(fn), f64(0.3, -0.8))
+
+
+def test_gradient_of_the_flagship_example_compiles() -> None:
+    from gradloop.examples import projectile
+
+    fn = gl.value_and_grad(projectile.loss, has_aux=True)
+    for theta in (0.1, 0.6):
+        assert_compiled_matches_eager(fn, gl.tensor(theta, dtype=gl.float64), 35.0, rtol=1e-12)
+
+
 def test_emitted_mlir_parses_and_verifies() -> None:
     from iree.compiler import ir
 

@@ -76,6 +76,39 @@ def test_second_derivative_through_the_loop(theta):
     assert second == pytest.approx(central, rel=1e-5)
 
 
+needs_iree = pytest.mark.skipif(
+    not projectile.compiled_mode_available(), reason="compiled mode needs IREE"
+)
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@needs_iree
+def test_compiled_mode_agrees_with_eager_and_graph_modes(private_cache, capsys):
+    fit = projectile.Fit(theta=0.6, history=[(0.0, 0.1, 0), (0.0, 0.6, 0)])
+    worst = projectile.compare_modes(fit, projectile.DEFAULT_TARGET)
+    assert worst < 1e-12
+    out = capsys.readouterr().out
+    assert all(f"  {mode} " in out for mode in ("eager", "graph", "compiled"))
+
+
+@needs_iree
+def test_exported_module_runs_under_iree_run_module(private_cache, tmp_path):
+    if projectile.iree_run_module() is None:
+        pytest.fail("iree-run-module is not installed (iree-base-runtime provides it)")
+    done = projectile.export_and_run(0.33, projectile.DEFAULT_TARGET, tmp_path)
+    assert done.vmfb.exists() and done.vmfb.with_suffix(".mlir").exists()
+    assert done.matches  # bit for bit what the same module gives in process, and printed so
+    assert done.printed_values == pytest.approx(done.values, rel=1e-5)
+    assert done.values == pytest.approx(done.eager, rel=1e-12)
+    landing, trips = reference_flight(0.33)
+    assert done.values[1] == trips
+    assert done.values[0] == pytest.approx((landing - projectile.DEFAULT_TARGET) ** 2, rel=1e-9)
+
+
 def test_command_line_demo_runs():
     proc = subprocess.run(
         [sys.executable, "-m", "gradloop", "demo", "--steps", "3"],
@@ -87,6 +120,9 @@ def test_command_line_demo_runs():
     assert proc.returncode == 0, proc.stderr
     assert "fitted angle" in proc.stdout
     assert "gradient check" in proc.stdout
+    if projectile.compiled_mode_available() and projectile.iree_run_module() is not None:
+        assert "  compiled " in proc.stdout
+        assert "bit for bit" in proc.stdout
 
 
 def test_command_line_requires_a_subcommand(capsys):

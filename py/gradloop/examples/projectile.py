@@ -11,10 +11,22 @@ that lands the projectile on a target. Run it with `gradloop demo`, `python -m g
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 import gradloop as gl
 
@@ -124,8 +136,12 @@ def main(
     steps: int = DEFAULT_STEPS,
     target: float = DEFAULT_TARGET,
     learning_rate: float = DEFAULT_LEARNING_RATE,
+    compiled: bool = True,
+    export_dir: str | os.PathLike[str] | None = None,
 ) -> Fit:
-    """Runs the demo and prints its progress; returns the fit."""
+    """Runs the demo and prints its progress; returns the fit. With `compiled` (and IREE
+    installed) the loss and gradient also run under `gl.jit`, and are exported to a `.vmfb`
+    (into `export_dir`, else a temporary directory) that `iree-run-module` runs."""
     print(
         f"Fitting the launch angle of a projectile (speed {SPEED} m/s, drag {DRAG} 1/m,\n"
         f"launch height {HEIGHT} m, time step {DT} s) so that it lands at {target} m.\n"
@@ -144,34 +160,171 @@ def main(
         f"  {reverse:.9f} m/rad by reverse mode through the while_loop\n"
         f"  {central:.9f} m/rad by central difference (relative difference {rel:.1e})"
     )
-    compare_modes(result, target)
+    compare_modes(result, target, compiled=compiled)
+    if compiled:
+        report_export(result.theta, target, export_dir)
     return result
 
 
-def compare_modes(result: Fit, target: float) -> float:
-    """Re-runs the fit's angles in graph mode; prints and returns the largest relative difference
-    of loss and gradient from eager mode, and the time per evaluation of each mode."""
-    import time
-
+def compare_modes(result: Fit, target: float, compiled: bool = True) -> float:
+    """Re-runs the fit's angles in graph mode and, when IREE is installed and `compiled`, under
+    `gl.jit`; prints and returns the largest relative difference of loss and gradient from
+    eager mode, and the median time per loss+gradient evaluation of each mode."""
     thetas = [gl.tensor(theta, dtype=gl.float64) for _, theta, _ in result.history]
-    worst = 0.0
-    timings = {}
-    for name, fn in (("eager", eager_loss_and_grad), ("graph", graph_loss_and_grad)):
-        fn(thetas[0], target)  # graph mode traces on its first call
-        start = time.perf_counter()
-        timings[name] = [fn(t, target) for t in thetas]
-        timings[name + "_s"] = (time.perf_counter() - start) / len(thetas)
-    for (ev, eg), (gv, gg) in zip(timings["eager"], timings["graph"], strict=True):
-        for a, b in ((ev[0], gv[0]), (eg, gg)):
-            worst = max(worst, abs(float(a) - float(b)) / max(abs(float(a)), 1e-300))
+    modes: dict[str, Callable[..., Any]] = {
+        "eager": eager_loss_and_grad,
+        "graph": graph_loss_and_grad,
+    }
+    if compiled and compiled_mode_available():
+        modes["compiled"] = compiled_loss_and_grad()
+    results, medians = {}, {}
+    for name, fn in modes.items():
+        fn(thetas[0], target)  # graph mode traces, compiled mode also compiles, on a first call
+        results[name], medians[name] = timed(fn, thetas, target)
+    worst = {name: largest_relative_difference(results["eager"], results[name]) for name in modes}
     print(
-        f"\ngraph mode (@gl.function: traced once, symbolic gradient of the While, interpreter):\n"
-        f"  same {len(thetas)} losses and gradients as eager mode, largest relative difference "
-        f"{worst:.1e}\n"
-        f"  {timings['eager_s'] * 1e3:.1f} ms per loss+gradient eagerly, "
-        f"{timings['graph_s'] * 1e3:.1f} ms as a graph"
+        f"\nthe fit's {len(thetas)} angles again in every mode (median time per loss+gradient; "
+        "largest relative difference of loss and gradient from eager mode):"
     )
+    for name in modes:
+        diff = "" if name == "eager" else f"   {worst[name]:.1e}"
+        print(f"  {name:<9} {MODES[name]:<66} {medians[name] * 1e3:8.2f} ms{diff}")
+    if "compiled" not in modes and compiled:
+        print("  (compiled mode skipped: install iree-base-compiler and iree-base-runtime)")
+    return max(worst.values())
+
+
+MODES = {
+    "eager": "(ops run at once, gradient tape)",
+    "graph": "(@gl.function: traced once, symbolic While gradient, interpreter)",
+    "compiled": "(gl.jit: the same graph as MLIR, compiled by IREE for llvm-cpu)",
+}
+
+
+def timed(fn: Callable[..., Any], thetas: list[gl.Tensor], target: float) -> tuple[list, float]:
+    """`fn(theta, target)` for each angle, and the median seconds per call."""
+    outputs, seconds = [], []
+    for theta in thetas:
+        start = time.perf_counter()
+        outputs.append(fn(theta, target))
+        seconds.append(time.perf_counter() - start)
+    return outputs, statistics.median(seconds)
+
+
+def largest_relative_difference(reference: list, other: list) -> float:
+    """The largest |a - b| / |a| over the losses and gradients of two runs of the angles."""
+    worst = 0.0
+    for ((rv, _), rg), ((ov, _), og) in zip(reference, other, strict=True):
+        for a, b in ((rv, ov), (rg, og)):
+            worst = max(worst, abs(float(a) - float(b)) / max(abs(float(a)), 1e-300))
     return worst
+
+
+def compiled_mode_available() -> bool:
+    """Whether IREE's compiler and runtime (what `gl.jit` uses) are installed."""
+    return all(importlib.util.find_spec(m) is not None for m in ("iree.compiler", "iree.runtime"))
+
+
+def compiled_loss_and_grad() -> Callable[..., Any]:
+    """The loss and its gradient compiled with IREE for the CPU (`gl.jit`): the traced graph of
+    `graph_loss_and_grad`, emitted as MLIR (StableHLO inside scf.while) once per signature."""
+    return gl.jit(gl.value_and_grad(loss, has_aux=True), target="llvm-cpu")
+
+
+@dataclass
+class Exported:
+    """What `export_and_run` did: the artifact, the command, and both sets of results."""
+
+    vmfb: pathlib.Path
+    command: list[str]
+    printed: str  # iree-run-module's output
+    values: list[float]  # its results, read back exactly (.npy): loss, trips, gradient
+    in_process: list[float]  # the same .vmfb run in this process by IREE's Python runtime
+    eager: list[float]  # the same function run eagerly
+
+    @property
+    def printed_values(self) -> list[float]:
+        """The results as iree-run-module printed them (`f64=0.0699663`: 6 significant digits)."""
+        return [float(v) for v in re.findall(r"^[fi]\d+=(\S+)$", self.printed, re.MULTILINE)]
+
+    @property
+    def matches(self) -> bool:
+        """Whether iree-run-module gave exactly what the same module gives in this process (and
+        printed it, to its precision)."""
+        printed = self.printed_values
+        close = len(printed) == len(self.values) and all(
+            math.isclose(p, v, rel_tol=1e-5) for p, v in zip(printed, self.values, strict=True)
+        )
+        return close and self.values == self.in_process
+
+    @property
+    def eager_difference(self) -> float:
+        """The largest relative difference of the exported module's results from eager mode."""
+        pairs = zip(self.eager, self.values, strict=True)
+        return max(abs(e - v) / max(abs(e), 1e-300) for e, v in pairs)
+
+
+def iree_run_module() -> str | None:
+    """The `iree-run-module` binary of this Python environment (`iree-base-runtime` ships it)."""
+    beside = pathlib.Path(sys.executable).parent / "iree-run-module"
+    return str(beside) if beside.exists() else shutil.which("iree-run-module")
+
+
+def export_and_run(theta: float, target: float, directory: pathlib.Path) -> Exported:
+    """Exports loss+gradient at `target` as a self-contained `.vmfb` (`gl.export`) and runs it
+    for `theta` with plain `iree-run-module` in a subprocess: no Python, no gradloop."""
+    fn = gl.value_and_grad(loss, has_aux=True)
+    t = gl.tensor(theta, dtype=gl.float64)
+    vmfb = gl.export(fn, t, target, path=directory / "projectile.vmfb")
+    function = re.search(
+        r"func\.func (?:public )?@([\w.$]+)", vmfb.with_suffix(".mlir").read_text()
+    )
+    binary = iree_run_module()
+    if function is None or binary is None:
+        raise gl.errors.CompileError("the exported module has no function, or no iree-run-module")
+    command = [binary, f"--module={vmfb}", f"--function={function[1]}", f"--input=f64={theta!r}"]
+    printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    outputs = [directory / f"result{i}.npy" for i in range(3)]
+    exact = command + [f"--output=@{o}" for o in outputs]
+    subprocess.run(exact, capture_output=True, text=True, check=True)
+    values = [float(np.load(o)) for o in outputs]
+    (value, trips), grad = fn(t, target)
+    eager = [float(value), float(trips), float(grad)]
+    return Exported(vmfb, command, printed, values, run_in_process(vmfb, function[1], t), eager)
+
+
+def run_in_process(vmfb: pathlib.Path, function: str, theta: gl.Tensor) -> list[float]:
+    """The results of `function` of the `.vmfb` run by IREE's Python runtime in this process."""
+    from iree import runtime
+
+    module = runtime.load_vm_flatbuffer(vmfb.read_bytes(), driver="local-task")
+    results = module[function](np.asarray(theta))
+    return [float(np.asarray(r.to_host() if hasattr(r, "to_host") else r)) for r in results]
+
+
+def report_export(theta: float, target: float, export_dir: str | os.PathLike[str] | None) -> bool:
+    """Runs `export_and_run` (in `export_dir`, or a temporary directory) and prints it."""
+    if not compiled_mode_available() or iree_run_module() is None:
+        print("\nexport skipped: install iree-base-compiler and iree-base-runtime")
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = pathlib.Path(export_dir) if export_dir is not None else pathlib.Path(tmp)
+        done = export_and_run(theta, target, directory)
+        where = done.vmfb if export_dir is not None else f"{done.vmfb.name} (a temporary file)"
+        printed = " ".join(line.strip() for line in done.printed.splitlines()[1:])
+        print(
+            f"\nexported loss+gradient with gl.export to {where} and ran it with iree-run-module:\n"
+            f"  $ {' '.join([pathlib.Path(done.command[0]).name, *done.command[1:]])}\n"
+            f"  printed: {printed}\n"
+            f"  loss {done.values[0]!r}, trips {done.values[1]:.0f}, gradient {done.values[2]!r}\n"
+            + (
+                "  bit for bit what the same module gives in this process"
+                if done.matches
+                else f"  DIFFERENT from the same module run in this process: {done.in_process}"
+            )
+            + f"; relative difference from eager mode {done.eager_difference:.1e}"
+        )
+        return done.matches
 
 
 if __name__ == "__main__":
