@@ -31,7 +31,7 @@ def median_seconds(fn, args, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        _runtime.to_numpy(fn(*args))
+        fn(*args)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -46,7 +46,7 @@ def main() -> None:
     vmfb = compiled.compile_mlir(mlir, "llvm-cpu")
     print(f"{'driver':12s} {'call (n=0)':>12s} {'per iteration':>15s}")
     for driver in DRIVERS:
-        fn = _runtime.load(vmfb, driver, "loop")
+        fn = _runtime.Function(vmfb, driver, "loop")
         fn(x, np.int32(opts.iterations))  # warm up
         fixed = median_seconds(fn, (x, np.int32(0)), 3 * opts.repeats)
         total = median_seconds(fn, (x, np.int32(opts.iterations)), opts.repeats)

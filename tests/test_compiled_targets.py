@@ -89,10 +89,10 @@ PROGRAMS = [
 @pytest.fixture(scope="module")
 def vulkan() -> None:
     """Fails (never skips) when no Vulkan device can be created: `make test` installs one."""
-    from iree import runtime
+    from gradloop import _runtime
 
     try:
-        runtime.Config("vulkan")
+        _runtime.device("vulkan")
     except Exception as e:  # the runtime raises plain RuntimeError/ValueError here
         pytest.fail(
             "no Vulkan device: the vulkan-spirv tests run on Mesa's software Vulkan. Install it "
@@ -134,6 +134,31 @@ def test_vulkan_threads_variables(vulkan) -> None:
         np.testing.assert_allclose(np.asarray(f(x)), v, **F32)
     assert int(counter.numpy()) == trips
     np.testing.assert_allclose(w.numpy(), want_w, **F32)
+
+
+def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:
+    # Simulated on the CPU driver: Mesa's software Vulkan loses the device now and then.
+    from gradloop import _runtime
+
+    f = gl.jit(lambda x: gl.sin(x) * 2.0)
+    x = f32(0.5, 1.0)
+    np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
+    device = _runtime.device("local-sync")
+    real_run, failures = _runtime.Function._run, []
+
+    def flaky(self, inputs):
+        if len(failures) < 2:
+            failures.append(1)
+            raise RuntimeError("queue.c: DATA_LOSS; [vkWaitSemaphores] VK_ERROR_DEVICE_LOST")
+        return real_run(self, inputs)
+
+    monkeypatch.setattr(_runtime.Function, "_run", flaky)
+    np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
+    assert failures == [1, 1] and _runtime.device("local-sync") is not device
+    failures.clear()
+    monkeypatch.setattr(_runtime, "_ATTEMPTS", 2)
+    with pytest.raises(RuntimeError, match="DEVICE_LOST"):
+        f(x)
 
 
 def test_vulkan_refuses_float64_with_a_clear_error(vulkan) -> None:

@@ -148,7 +148,7 @@ class _Compiled:
         self.concrete = concrete
         mlir = concrete.to_mlir(embed_captures=False)
         vmfb = compile_mlir(mlir, target)
-        self.entry = _runtime.load(vmfb, TARGETS[target], concrete.graph.entry)
+        self.entry = _runtime.Function(vmfb, TARGETS[target], concrete.graph.entry)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
 
@@ -159,11 +159,7 @@ class _Compiled:
             np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c)
             for c in self.captured
         ]
-        out = self.entry(*inputs)
-        results = [
-            _core.tensor(_runtime.to_numpy(r))
-            for r in (out if isinstance(out, (tuple, list)) else [out])
-        ]
+        results = [_core.tensor(r) for r in self.entry(*inputs)]
         n = len(results) - len(self.assigned)
         for handle, value in zip(self.assigned, results[n:], strict=True):
             handle.assign(value)
