@@ -51,6 +51,7 @@ demo: dev
 bench: dev
 	$(PY) benches/run.py
 	$(PY) benches/graph_mode.py
+	$(PY) benches/compiled_mode.py
 
 clean:
 	rm -rf $(VENV) target
