@@ -4,7 +4,7 @@
 //! and the node is emitted as a traced `while_loop` / `cond` / `switch_case` is.
 
 use super::attr::Attribute;
-use super::importer::{entry_block, import_error, Importer};
+use super::importer::{import_error, Importer};
 use super::syntax::{Block, Operation, Region};
 use crate::error::Result;
 use crate::graph::ValueType;
@@ -196,9 +196,6 @@ pub(crate) fn call<'m>(im: &mut Importer<'m>, op: &'m Operation, x: &[Val]) -> R
         Some(Attribute::Symbol(s)) => s.clone(),
         _ => return Err(import_error(&op.name, "missing `callee`")),
     };
-    if let Some(f) = im.function(&callee) {
-        entry_block(f, &format!("@{callee}"))?;
-    }
     im.call(&callee, x)
 }
 

@@ -202,7 +202,7 @@ impl<'m> Importer<'m> {
                 format!("@{callee} calls itself (recursion is not supported)"),
             ));
         }
-        let block = entry_block(f, callee)?;
+        let block = entry_block(f, &format!("@{callee}"))?;
         self.calls.push(callee.to_string());
         let outer = std::mem::replace(&mut self.scopes, vec![HashMap::new()]);
         let result = self.block(block, args);
