@@ -119,20 +119,7 @@ def test_loop_gradients_with_zero_trips_compile(n: int) -> None:
     assert_compiled_matches_eager(second, *x_c_n(n))
 
 
-@pytest.mark.parametrize(
-    "n",
-    [
-        0,
-        pytest.param(
-            1,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="IREE 3.13 runtime: 'transient buffer has not been committed' "
-                "(docs/architecture.md, compiled mode)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("n", [0, 1])
 def test_second_order_gradient_of_nested_loops_compiles(n: int) -> None:
     second = gl.grad(lambda x, c, n: gl.grad(nested_loops)(x, c, n).sum(), argnums=(0, 1))
     assert_compiled_matches_eager(second, *x_c_n(n))
