@@ -140,7 +140,21 @@ def with_reset(x):
     return v.sum()
 
 
-@pytest.mark.parametrize("fn", [with_previous, with_reset])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(
+            with_previous,
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=ValueError,
+                reason="IREE 3.13 runtime: 'binding table slot requires a buffer' for a loop "
+                "variable passed through unread beside host-scalar loop state",
+            ),
+        ),
+        with_reset,
+    ],
+)
 def test_loops_iree_would_strip_a_variable_of_compile(fn) -> None:
     assert_compiled_matches_eager(fn, f64(0.3, -0.8))
     assert_compiled_matches_eager(gl.grad(fn), f64(0.3, -0.8))
