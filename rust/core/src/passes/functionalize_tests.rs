@@ -180,13 +180,13 @@ fn a_loop_assigns_once_per_iteration_and_its_condition_reads() {
         vec![1, 3],
         "the limit is only read"
     );
-    for (start, limit) in [(0, 4), (3, 3), (5, 2)] {
+    for (start, limit) in [(0i32, 4i32), (3, 3), (5, 2)] {
         check(
             &g,
             &[
                 In::T(Tensor::scalar(1.0f64)),
-                In::V(Tensor::scalar(start as i32)),
-                In::V(Tensor::scalar(limit as i32)),
+                In::V(Tensor::scalar(start)),
+                In::V(Tensor::scalar(limit)),
                 In::V(Tensor::scalar(1.5f64)),
             ],
         );

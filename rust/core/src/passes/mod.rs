@@ -11,6 +11,7 @@
 
 mod bind;
 mod functionalize;
+mod functionalize_rewrite;
 mod inline;
 mod prune;
 
