@@ -148,8 +148,9 @@ def with_reset(x):
             marks=pytest.mark.xfail(
                 strict=True,
                 raises=ValueError,
-                reason="IREE 3.13 runtime: 'binding table slot requires a buffer' for a loop "
-                "variable passed through unread beside host-scalar loop state",
+                reason="IREE 3.13 VM (iree-org/iree#24753 family): the loop's entry branch passes "
+                "x's buffer twice and one register is moved out ('binding table slot requires "
+                "a buffer')",
             ),
         ),
         with_reset,

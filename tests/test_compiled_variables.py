@@ -253,28 +253,20 @@ def _switch(x, v, h, k):
     )
 
 
-# IREE 3.13 moves a buffer out of a VM register while it is still needed when one branch of a
-# nested `scf.if` (a `Case`) computes several results into one buffer and another passes
-# several inputs through: iree-org/iree#24753, fixed upstream by iree-org/iree#24781.
-_IREE_24753 = pytest.mark.xfail(
-    strict=True, raises=ValueError, reason="IREE 3.13 VM register allocation (iree#24753)"
-)
-
-
 @pytest.mark.parametrize(
     ("fn", "extra"),
     [
         (_update, ()),
         (_switch, (0,)),
-        pytest.param(_switch, (1,), marks=_IREE_24753),
+        (_switch, (1,)),
         (_switch, (2,)),
     ],
 )
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_branches_passing_several_inputs_through_unchanged(fn, extra, sign) -> None:
     # The pattern threaded Variables produce everywhere: one branch computes every result, the
-    # other passes inputs through. IREE's default VM register allocation miscompiles the `If`
-    # form (see `_VM_FLAG` in gradloop/compiled.py).
+    # other passes inputs through, int32 and float64 scalars side by side (the VM register
+    # mix `rust/core/src/mlir/scalar.rs` carries at one width).
     args = (f64(sign, 2.0 * sign), f64(1.0, 1.0), gl.tensor(np.int32(4)))
     args += tuple(gl.tensor(k) for k in extra)
     for got, want in zip(leaves(gl.jit(fn)(*args)), leaves(fn(*args)), strict=True):

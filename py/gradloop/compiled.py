@@ -25,6 +25,7 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -41,12 +42,6 @@ __all__ = ["export", "jit", "to_mlir"]
 #: (benches/driver_overhead.py measures both).
 TARGETS = {"llvm-cpu": "local-sync", "vulkan-spirv": "vulkan", "cuda": "cuda"}
 
-# IREE 3.13's default VM register allocation miscompiles an `scf.if` whose results share one
-# buffer in one branch and come from separate buffers in the other (a repeated branch operand
-# is moved out, iree-org/iree#24753): the call fails with "ref is null" or an out-of-range
-# binding. Variables make that pattern common (a branch that does not assign a Variable yields
-# its value unchanged); the stack-size register allocation does not have the bug.
-_VM_FLAG = "--iree-vm-target-optimize-for-stack-size=true"
 
 # Bool tensors live in bytes: see the module doc.
 _VULKAN_FEATURES = (
@@ -69,8 +64,8 @@ def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
         raise errors.InvalidArgumentError(
             _validate.at_user(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
         )
-    flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}", _VM_FLAG]
-    uses_f64 = "xf64>" in mlir or "tensor<f64>" in mlir
+    flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}"]
+    uses_f64 = re.search(r"\bf64\b", mlir) is not None
     if target == "llvm-cpu":
         # `host` for what runs here; a generic CPU for artifacts meant for other machines.
         flags.append(f"--iree-llvmcpu-target-cpu={'generic' if portable else 'host'}")

@@ -81,7 +81,11 @@ impl Lowering<'_> {
         self.e.indent();
         let site = self.e.site().clone();
         let results = body(self)?;
-        let results = self.carried_all(results, types)?;
+        // a condition's predicate is an operand of `scf.condition`, not a carried value
+        let results = match term {
+            Terminator::Condition { .. } => self.coerce_all(results, types)?,
+            _ => self.carried_all(results, types)?,
+        };
         self.e.set_site(site);
         match term {
             Terminator::Yield => {
@@ -154,7 +158,7 @@ impl Lowering<'_> {
         self.region(None, &node.outputs, else_body, Terminator::Yield)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
-        results(&node.outputs, names)
+        self.unpack(&node.outputs, &names)
     }
 
     /// `Case` -> `branches[0]` if the index is 0, else `branches[1]` if it is 1, ..., else the
@@ -205,7 +209,7 @@ impl Lowering<'_> {
         self.region(None, types, else_body, Terminator::Yield)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
-        results(types, names)
+        self.unpack(types, &names)
     }
 
     /// `While` -> `scf.while`, the loop vars typed as the node's outputs.
@@ -252,7 +256,6 @@ impl Lowering<'_> {
             "{prefix}scf.while ({}) : ({sig}) -> ({sig}) {{",
             carried.join(", ")
         ));
-        let vars = rebuild(types, &before[counted..])?;
         let counter = limits
             .as_ref()
             .map(|(limit, _)| (before[0].as_str(), limit.as_str()));
@@ -262,7 +265,11 @@ impl Lowering<'_> {
             counter,
         };
         let pred = [ValueType::tensor(DType::Bool, &[])];
-        self.region(None, &pred, |l| l.inline(cond, vars), term)?;
+        let test = |l: &mut Self| {
+            let vars = l.unpack(types, &before[counted..])?;
+            l.inline(cond, vars)
+        };
+        self.region(None, &pred, test, term)?;
         self.e.line("} do {");
         let block_args: Vec<String> = after
             .iter()
@@ -270,7 +277,6 @@ impl Lowering<'_> {
             .map(|(a, t)| format!("{a}: {t}"))
             .collect();
         let header = format!("^bb0({}):", block_args.join(", "));
-        let vars = rebuild(types, &after[counted..])?;
         let term = match &limits {
             Some((_, one)) => Terminator::YieldCounting {
                 counter: &after[0],
@@ -278,9 +284,10 @@ impl Lowering<'_> {
             },
             None => Terminator::Yield,
         };
-        let args = vars.clone();
         let exposed = super::loop_vars::exposed(self.library.get(body)?);
         let next = |l: &mut Self| {
+            let vars = l.unpack(types, &after[counted..])?;
+            let args = vars.clone();
             let next = l.inline(body, vars)?;
             let next = l.coerce_all(next, types)?;
             l.loop_barrier(&args, next, &exposed)
@@ -288,7 +295,7 @@ impl Lowering<'_> {
         self.region(Some(header), types, next, term)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
-        results(types, names[counted..].to_vec())
+        self.unpack(types, &names[counted..])
     }
 }
 
@@ -368,18 +375,4 @@ fn arrow(flat: &[String]) -> String {
     } else {
         format!(" -> ({})", flat.join(", "))
     }
-}
-
-/// Values of `types` made of the SSA `names`, in order.
-fn rebuild(types: &[ValueType], names: &[String]) -> Result<Vec<Bound>> {
-    let mut it = names.iter().cloned();
-    types
-        .iter()
-        .map(|t| Bound::from_names(t, &mut it))
-        .collect()
-}
-
-/// The op's results as values of `types`.
-fn results(types: &[ValueType], names: Vec<String>) -> Result<Vec<Bound>> {
-    rebuild(types, &names)
 }

@@ -9,9 +9,11 @@
 //! where it flows (an argument of a `f32[?]` parameter, a branch result of a `f32[?]` output),
 //! a `tensor.cast` is inserted, so every value has exactly the type its node declares.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::emitter::{element_type, string_literal, type_text, Emitter, MlirValue, Site, TypeText};
+use super::scalar::carrier_type;
 use super::stacks::{buffer_type, storage_type};
 use crate::error::{Error, Result};
 use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
@@ -87,7 +89,7 @@ impl Bound {
 /// `Bound::names` order): rank-0 tensors are carried as scalars (see `scalar.rs`).
 pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
     match ty {
-        ValueType::Tensor(t) if t.ndim() == 0 => Ok(vec![element_type(t.dtype).to_string()]),
+        ValueType::Tensor(t) if t.ndim() == 0 => Ok(vec![carrier_type(t.dtype).to_string()]),
         ValueType::Tensor(t) => Ok(vec![type_text(t)]),
         ValueType::Resource(t) => Err(e.unsupported(format!(
             "variables (a resource<{}> value) are not supported by the MLIR emitter yet",
@@ -131,6 +133,9 @@ pub(crate) struct Lowering<'g> {
     pub e: Emitter,
     /// Stacks created so far (each gets a buffer no other stack can share, see `stacks.rs`).
     pub stacks: usize,
+    /// Scalars `narrow` made, each with the carried value it came from: `widen` gives that
+    /// back, so a loop variable passed through stays the same SSA value.
+    pub narrowed: HashMap<String, String>,
 }
 
 impl<'g> Lowering<'g> {
@@ -139,12 +144,14 @@ impl<'g> Lowering<'g> {
             library,
             e: Emitter::new(),
             stacks: 0,
+            narrowed: HashMap::new(),
         }
     }
 
     /// `f` as a public `func.func` (tensor parameters and results only).
     pub fn entry(&mut self, f: &Function) -> Result<()> {
         self.e.reset_names();
+        self.narrowed.clear();
         self.e.set_site(Site {
             op: "func",
             location: None,
@@ -244,15 +251,41 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    /// `value` as regions carry a value of type `ty`: coerced, rank-0 tensors as scalars.
+    /// `value` as regions carry a value of type `ty`: coerced, rank-0 values as scalars of
+    /// their `carrier_type` (so the result's names are what a terminator yields, not values
+    /// to compute with; `unpack` reverses it).
     pub fn carried(&mut self, value: Bound, ty: &ValueType) -> Result<Bound> {
         match self.coerce(value, ty)? {
-            Bound::Tensor(v) if v.ty.ndim() == 0 => {
-                let name = self.e.extract_scalar(&v);
-                Ok(Bound::Scalar(MlirValue { name, ty: v.ty }))
+            b @ (Bound::Tensor(_) | Bound::Scalar(_))
+                if b.tensor_type().is_some_and(|t| t.ndim() == 0) =>
+            {
+                let x = self.scalar_input(&b)?;
+                let Some(t) = b.tensor_type().cloned() else {
+                    return Err(self.e.bug("a rank-0 value without a type"));
+                };
+                let name = self.widen(&x, t.dtype);
+                Ok(Bound::Scalar(MlirValue { name, ty: t }))
             }
             other => Ok(other),
         }
+    }
+
+    /// The values of `types` that control flow carried as the SSA `names` (block arguments,
+    /// an op's results): rank-0 values narrowed back from their `carrier_type`.
+    pub fn unpack(&mut self, types: &[ValueType], names: &[String]) -> Result<Vec<Bound>> {
+        let mut it = names.iter().cloned();
+        let mut out = Vec::with_capacity(types.len());
+        for t in types {
+            let b = match Bound::from_names(t, &mut it)? {
+                Bound::Scalar(v) => {
+                    let name = self.narrow(&v.name, v.ty.dtype);
+                    Bound::Scalar(MlirValue { name, ty: v.ty })
+                }
+                other => other,
+            };
+            out.push(b);
+        }
+        Ok(out)
     }
 
     /// Values as regions carry them, one for one of `types` (see `carried`).
@@ -360,10 +393,7 @@ impl<'g> Lowering<'g> {
                 if let Some(outs) = self.empty_results(&inferred)? {
                     return self.coerce_all(outs, &node.outputs);
                 }
-                let values = inputs
-                    .into_iter()
-                    .map(|b| self.tensor_input(&b))
-                    .collect::<Result<Vec<MlirValue>>>()?;
+                let values = self.tensor_operands(op, inputs)?;
                 let outs = op.emit(&mut self.e, &values, &inferred)?;
                 outs.into_iter().map(Bound::Tensor).collect()
             }

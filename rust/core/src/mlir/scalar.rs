@@ -12,11 +12,19 @@
 //!   the `arith` / `math` op of this table, when it has one; any other op gets its rank-0
 //!   operands back as tensors (`tensor.from_elements`), so its StableHLO is unchanged.
 //!
+//! Where control flow carries a rank-0 value (block arguments, `scf.yield`, `scf.condition`),
+//! it is 64 bits wide: `f64` and `i64` as they are, `f32` as its bits in an `i64`, `i32` and
+//! `i1` extended to `i64` (`carrier_type`, `widen`, `narrow`). IREE 3.13's VM register
+//! allocator orders the moves of a branch's operands without seeing that a 64-bit register
+//! pair overlaps a 32-bit register, so a loop carrying both an `f32` and an `i64` could read
+//! one's bits as the other's (wrong numbers, or a stack popped past its end). With every carried
+//! scalar the same width the moves cannot overlap; the casts cost a VM op each.
+//!
 //! The table lists only ops whose scalar form has exactly the semantics of the StableHLO form the
 //! op table emits (wrapping integer arithmetic, NaN-propagating maximum/minimum, ordered float
 //! comparisons except `!=`, which is unordered, as `stablehlo.compare NE` is).
 
-use super::emitter::{element_type, scalar_literal, MlirValue};
+use super::emitter::{element_type, scalar_literal, MlirValue, TypeText};
 use super::function::{Bound, Lowering};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -63,7 +71,7 @@ fn form(op: &Op, dtype: DType) -> Option<Form> {
     match op {
         Op::Identity(_) | Op::StopGradient(_) => Some(Form::Same),
         Op::Cast(c) if c.to == dtype => Some(Form::Same),
-        Op::Cast(c) => Some(Form::Convert(c.to)),
+        Op::Cast(c) => host_cast(dtype, c.to).then_some(Form::Convert(c.to)),
         Op::Neg(_) => only_float("arith.negf"),
         Op::Exp(_) => only_float("math.exp"),
         Op::Log(_) => only_float("math.log"),
@@ -93,6 +101,14 @@ fn form(op: &Op, dtype: DType) -> Option<Form> {
     }
 }
 
+/// Whether IREE 3.13's VM has a cast from `from` to `to`: it has none from `f64` to an
+/// integer or to `f32`, nor from `i32` or `i1` to `f64` ("failed to legalize arith.fptosi"),
+/// so those stay StableHLO converts (a dispatch each).
+fn host_cast(from: DType, to: DType) -> bool {
+    use DType::*;
+    !matches!((from, to), (F64, I32 | I64 | F32) | (I32 | Bool, F64))
+}
+
 /// `arith` conversion of a scalar from `from` to `to` (different dtypes).
 fn conversion(from: DType, to: DType) -> &'static str {
     use DType::*;
@@ -108,7 +124,95 @@ fn conversion(from: DType, to: DType) -> &'static str {
     }
 }
 
+/// Whether a rank-0 value of `dtype` is carried in a wider `i64` (see the module doc).
+fn widened(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::I32 | DType::Bool)
+}
+
+/// The MLIR type control flow carries a rank-0 value of `dtype` as (see the module doc).
+pub(crate) fn carrier_type(dtype: DType) -> &'static str {
+    if widened(dtype) {
+        "i64"
+    } else {
+        element_type(dtype)
+    }
+}
+
 impl Lowering<'_> {
+    /// The scalar `x` of `dtype` as control flow carries it.
+    pub(crate) fn widen(&mut self, x: &str, dtype: DType) -> String {
+        if let Some(carried) = self.narrowed.get(x) {
+            return carried.clone();
+        }
+        let steps: &[&str] = match dtype {
+            DType::F32 => &[
+                "arith.bitcast {} : f32 to i32",
+                "arith.extui {} : i32 to i64",
+            ],
+            DType::I32 => &["arith.extsi {} : i32 to i64"],
+            DType::Bool => &["arith.extui {} : i1 to i64"],
+            _ => &[],
+        };
+        self.chain(x, steps)
+    }
+
+    /// The scalar of `dtype` that `widen` carried as `x`.
+    pub(crate) fn narrow(&mut self, x: &str, dtype: DType) -> String {
+        let steps: &[&str] = match dtype {
+            DType::F32 => &[
+                "arith.trunci {} : i64 to i32",
+                "arith.bitcast {} : i32 to f32",
+            ],
+            DType::I32 => &["arith.trunci {} : i64 to i32"],
+            DType::Bool => &["arith.trunci {} : i64 to i1"],
+            _ => &[],
+        };
+        let value = self.chain(x, steps);
+        if value != x {
+            self.narrowed.insert(value.clone(), x.to_string());
+        }
+        value
+    }
+
+    /// `x` through one-operand ops, each written with `{}` for its operand.
+    fn chain(&mut self, x: &str, steps: &[&str]) -> String {
+        let mut value = x.to_string();
+        for step in steps {
+            let name = self.e.fresh();
+            let loc = self.e.loc();
+            let body = step.replace("{}", &value);
+            self.e.line(&format!("{name} = {body} {loc}"));
+            value = name;
+        }
+        value
+    }
+
+    /// The operands of `op` as tensors for its StableHLO form. A cast the VM lacks
+    /// (`host_cast`) of a scalar gets its operand through a `stablehlo.optimization_barrier`:
+    /// IREE 3.13 otherwise folds `convert(from_elements(x))` back into the very `arith` cast
+    /// its VM cannot run.
+    pub(crate) fn tensor_operands(
+        &mut self,
+        op: &Op,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<MlirValue>> {
+        let device_cast = |b: &Bound| match (op, b) {
+            (Op::Cast(c), Bound::Scalar(v)) => !host_cast(v.ty.dtype, c.to),
+            _ => false,
+        };
+        inputs
+            .iter()
+            .map(|b| {
+                let t = self.tensor_input(b)?;
+                if !device_cast(b) {
+                    return Ok(t);
+                }
+                let body = format!("stablehlo.optimization_barrier {t} : {}", TypeText(&t.ty));
+                Ok(self.e.op(&body, &t.ty))
+            })
+            .collect()
+    }
+
     /// `op` on scalars when its inputs are all rank-0, at least one already a scalar, and the
     /// table has its form; `None` leaves it to the StableHLO path.
     pub(crate) fn try_scalar_op(

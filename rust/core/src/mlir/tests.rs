@@ -148,33 +148,39 @@ fn case_becomes_a_chain_of_scf_if_ending_in_the_last_branch() {
 
 #[test]
 fn while_becomes_scf_while_with_an_iteration_counter() {
-    // rank-0 loop variables are carried as scalars (see scalar.rs)
+    // rank-0 loop variables are carried as 64-bit scalars (see scalar.rs); one passed through
+    // unchanged (the bound, %16) is yielded as the block argument itself
     filecheck(
         &emit(cases::WHILE),
         r#"
         CHECK: %0 = stablehlo.constant dense<0> : tensor<i32>
         CHECK-NEXT: %1 = tensor.extract %0[] : tensor<i32>
-        CHECK-NEXT: %2 = tensor.extract %arg1[] : tensor<i32>
-        CHECK-NEXT: %3 = arith.constant 0 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %4 = arith.constant 10 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %5 = arith.constant 1 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %6:4 = scf.while (%7 = %3, %8 = %1, %9 = %arg0, %10 = %2) : (i64, i32, tensor<3xf32>, i32) -> (i64, i32, tensor<3xf32>, i32) {
-        CHECK-NEXT: %15 = arith.cmpi slt, %8, %10 : i32 loc("model.py":60:0)
-        CHECK-NEXT: %16 = arith.cmpi slt, %7, %4 : i64
-        CHECK-NEXT: %17 = arith.andi %15, %16 : i1
-        CHECK-NEXT: scf.condition(%17) %7, %8, %9, %10 : i64, i32, tensor<3xf32>, i32
+        CHECK-NEXT: %2 = arith.extsi %1 : i32 to i64
+        CHECK-NEXT: %3 = tensor.extract %arg1[] : tensor<i32>
+        CHECK-NEXT: %4 = arith.extsi %3 : i32 to i64
+        CHECK-NEXT: %5 = arith.constant 0 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %6 = arith.constant 10 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %7 = arith.constant 1 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %8:4 = scf.while (%9 = %5, %10 = %2, %11 = %arg0, %12 = %4) : (i64, i64, tensor<3xf32>, i64) -> (i64, i64, tensor<3xf32>, i64) {
+        CHECK-NEXT: %17 = arith.trunci %10 : i64 to i32
+        CHECK-NEXT: %18 = arith.trunci %12 : i64 to i32
+        CHECK-NEXT: %19 = arith.cmpi slt, %17, %18 : i32 loc("model.py":60:0)
+        CHECK-NEXT: %20 = arith.cmpi slt, %9, %6 : i64
+        CHECK-NEXT: %21 = arith.andi %19, %20 : i1
+        CHECK-NEXT: scf.condition(%21) %9, %10, %11, %12 : i64, i64, tensor<3xf32>, i64
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%11: i64, %12: i32, %13: tensor<3xf32>, %14: i32):
-        CHECK-NEXT: %18 = stablehlo.constant dense<1> : tensor<i32>
-        CHECK-NEXT: %19 = tensor.extract %18[] : tensor<i32>
-        CHECK-NEXT: %20 = arith.addi %12, %19 : i32 loc("model.py":63:0)
-        CHECK: %23 = stablehlo.multiply %13, %22 : tensor<3xf32> loc("model.py":62:0)
-        CHECK: %26 = stablehlo.add %23, %25 : tensor<3xf32> loc("model.py":62:0)
-        CHECK-NEXT: %27 = arith.addi %11, %5 : i64
-        CHECK-NEXT: scf.yield %27, %20, %26, %14 : i64, i32, tensor<3xf32>, i32
+        CHECK-NEXT: ^bb0(%13: i64, %14: i64, %15: tensor<3xf32>, %16: i64):
+        CHECK-NEXT: %22 = arith.trunci %14 : i64 to i32
+        CHECK: %26 = arith.addi %22, %25 : i32 loc("model.py":63:0)
+        CHECK: %29 = stablehlo.multiply %15, %28 : tensor<3xf32> loc("model.py":62:0)
+        CHECK: %32 = stablehlo.add %29, %31 : tensor<3xf32> loc("model.py":62:0)
+        CHECK-NEXT: %33 = arith.extsi %26 : i32 to i64
+        CHECK-NEXT: %34 = arith.addi %13, %7 : i64
+        CHECK-NEXT: scf.yield %34, %33, %32, %16 : i64, i64, tensor<3xf32>, i64
         CHECK-NEXT: } loc("model.py":60:0)
-        CHECK-NEXT: %28 = tensor.from_elements %6#1 : tensor<i32>
-        CHECK-NEXT: return %6#2, %28 : tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: %35 = arith.trunci %8#1 : i64 to i32
+        CHECK: %37 = tensor.from_elements %35 : tensor<i32>
+        CHECK-NEXT: return %8#2, %37 : tensor<3xf32>, tensor<i32>
         "#,
     );
 }
@@ -184,21 +190,21 @@ fn nested_loops_nest_scf_while_regions() {
     filecheck(
         &emit(cases::NESTED),
         r#"
-        CHECK: %3:3 = scf.while (%4 = %1, %5 = %arg0, %6 = %2) : (i32, tensor<3xf32>, i32) -> (i32, tensor<3xf32>, i32) {
-        CHECK-NEXT: %10 = arith.cmpi slt, %4, %6 : i32
-        CHECK-NEXT: scf.condition(%10) %4, %5, %6
+        CHECK: %5:3 = scf.while (%6 = %2, %7 = %arg0, %8 = %4) : (i64, tensor<3xf32>, i64) -> (i64, tensor<3xf32>, i64) {
+        CHECK: %14 = arith.cmpi slt, %12, %13 : i32
+        CHECK-NEXT: scf.condition(%14) %6, %7, %8
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%7: i32, %8: tensor<3xf32>, %9: i32):
-        the inner loop carries the outer body's values: x = %8, its bound i = %7
-        CHECK: %16:4 = scf.while (%17 = %13, %18 = %12, %19 = %8, %20 = %7) : (i64, i32, tensor<3xf32>, i32) -> (i64, i32, tensor<3xf32>, i32) {
-        CHECK: arith.cmpi slt, %17, %14 : i64
+        CHECK-NEXT: ^bb0(%9: i64, %10: tensor<3xf32>, %11: i64):
+        the inner loop carries the outer body's values: x = %10, its bound i = %9
+        CHECK: %23:4 = scf.while (%24 = %20, %25 = %19, %26 = %10, %27 = %9) : (i64, i64, tensor<3xf32>, i64) -> (i64, i64, tensor<3xf32>, i64) {
+        CHECK: arith.cmpi slt, %24, %21 : i64
         CHECK: } do {
-        CHECK: %31 = stablehlo.sine %23 : tensor<3xf32> loc("model.py":72:0)
-        CHECK: scf.yield %33, %30, %32, %24
+        CHECK: %42 = stablehlo.sine %30 : tensor<3xf32> loc("model.py":72:0)
+        CHECK: scf.yield %45, %44, %43, %31
         CHECK-NEXT: } loc("model.py":71:0)
-        CHECK: scf.yield %36, %16#2, %9 : i32, tensor<3xf32>, i32
+        CHECK: scf.yield %51, %23#2, %11 : i64, tensor<3xf32>, i64
         CHECK-NEXT: } loc("model.py":70:0)
-        CHECK-NEXT: return %3#1 : tensor<3xf32>
+        CHECK: return %5#1 : tensor<3xf32>
         "#
         .lines()
         .filter(|l| l.trim().starts_with("CHECK"))
