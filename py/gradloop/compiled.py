@@ -25,7 +25,6 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +64,7 @@ def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
             _validate.at_user(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
         )
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}"]
-    uses_f64 = re.search(r"\bf64\b", mlir) is not None
+    uses_f64 = "f64" in mlir  # element types, scalars and `!util.list<f64>` alike
     if target == "llvm-cpu":
         # `host` for what runs here; a generic CPU for artifacts meant for other machines.
         flags.append(f"--iree-llvmcpu-target-cpu={'generic' if portable else 'host'}")
