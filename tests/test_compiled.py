@@ -125,6 +125,55 @@ def test_second_order_gradient_of_nested_loops_compiles(n: int) -> None:
     assert_compiled_matches_eager(second, *x_c_n(n))
 
 
+def energy_rnn(w, x, limit, bound):
+    """`h = tanh(w @ h + x)` until the energy sum |h|^2 passes `limit` (an argument: the stop
+    is data-dependent), at most `bound` trips; a branch in the body makes the pushes differ."""
+
+    def body(t, h, energy):
+        h = gl.tanh(gl.matmul(w, h) + x)
+        h = gl.cond(energy > limit * 0.5, lambda: h * 0.9, lambda: h)
+        return t + 1, h, energy + gl.sum(h * h)
+
+    init = (0, x * 0.0, gl.tensor(0.0, dtype=x.dtype))
+    go = lambda t, h, energy: energy < limit  # noqa: E731
+    _, h, energy = gl.while_loop(go, body, init, maximum_iterations=bound)
+    return energy + gl.sum(h)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "limit", "bound"), [("float64", 3.0, 50), ("float32", 3.0, 50), ("float64", 1e9, 7)]
+)
+def test_gradient_of_a_bounded_loop_with_a_data_dependent_stop_compiles(dtype, limit, bound):
+    # With maximum_iterations the stacks are made full size before the loop (stack_bounds.rs);
+    # the limit, a function argument, decides the trip count; the last case hits the bound.
+    rng = np.random.default_rng(3)
+    w = gl.tensor((rng.standard_normal((6, 6)) * 0.4).astype(dtype))
+    x = gl.tensor(rng.standard_normal(6).astype(dtype))
+    grad = gl.grad(energy_rnn, argnums=(0, 1))
+    args = (w, x, gl.tensor(np.array(limit, dtype=dtype)), bound)
+    assert "tensor.dim" not in gl.to_mlir(grad, *args)  # no push checks the capacity
+    assert_compiled_matches_eager(grad, *args, rtol=1e-10 if dtype == "float64" else 2e-4)
+
+
+def bounded_nested_loops(x, c, n):
+    """`nested_loops` with the outer loop bounded too (at most 4 trips)."""
+
+    def outer(i, v):
+        inner = lambda j, u: (j + 1, gl.tanh(u * c) + u)  # noqa: E731
+        j0 = gl.tensor(0, dtype=gl.int64)
+        return i + 1, gl.while_loop(lambda j, u: j < i, inner, (j0, v), maximum_iterations=3)[1]
+
+    i0 = gl.tensor(0, dtype=gl.int64)
+    return gl.while_loop(lambda i, v: i < n, outer, (i0, x), maximum_iterations=4)[1].sum()
+
+
+@pytest.mark.parametrize("n", [0, 3, 9])
+def test_gradients_of_bounded_nested_loops_compile(n: int) -> None:
+    assert_compiled_matches_eager(gl.grad(bounded_nested_loops, argnums=(0, 1)), *x_c_n(n))
+    second = gl.grad(lambda x, c, n: gl.grad(bounded_nested_loops)(x, c, n).sum())
+    assert_compiled_matches_eager(second, *x_c_n(n))
+
+
 def with_previous(x):
     """A loop variable the body never reads (`prev = v`): the pattern that made iree-compile
     3.13 crash on loop gradients (see `rust/core/src/mlir/loop_vars.rs`)."""

@@ -224,10 +224,32 @@ impl Lowering<'_> {
             return Err(self.e.bug("emit_while on another node"));
         };
         let types = &node.outputs;
-        let inits = self.carried_all(inputs, types)?;
+        let mut inputs = inputs;
+        let reserve = self.reserve_stacks(body, *maximum_iterations, &mut inputs);
+        let body_fn = self.library.get(body)?;
+        let exposed = super::loop_vars::exposed(body_fn);
+        let mut through = super::loop_vars::passes_through(body_fn);
+        if through.iter().all(|&t| t) {
+            through.fill(false);
+        }
+        // A variable the body passes through unchanged is not carried: both regions and the
+        // loop's result use its initial value (fewer block arguments and VM registers).
+        let mut fixed: Vec<Option<Bound>> = Vec::with_capacity(types.len());
+        let (mut carried_inputs, mut ctypes) = (Vec::new(), Vec::new());
+        for ((v, t), &through) in inputs.into_iter().zip(types).zip(&through) {
+            if through {
+                fixed.push(Some(self.coerce(v, t)?));
+            } else {
+                fixed.push(None);
+                carried_inputs.push(v);
+                ctypes.push(t.clone());
+            }
+        }
+        let ctypes = ctypes;
+        let inits = self.carried_all(carried_inputs, &ctypes)?;
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
-        let mut flat = flat_types_of(&self.e, types)?;
+        let mut flat = flat_types_of(&self.e, &ctypes)?;
         let limits = match maximum_iterations {
             Some(max) => {
                 let (zero, limit, one) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
@@ -266,7 +288,8 @@ impl Lowering<'_> {
         };
         let pred = [ValueType::tensor(DType::Bool, &[])];
         let test = |l: &mut Self| {
-            let vars = l.unpack(types, &before[counted..])?;
+            let carried = l.unpack(&ctypes, &before[counted..])?;
+            let vars = l.with_fixed(&fixed, carried)?;
             l.inline(cond, vars)
         };
         self.region(None, &pred, test, term)?;
@@ -284,22 +307,47 @@ impl Lowering<'_> {
             },
             None => Terminator::Yield,
         };
-        let exposed = super::loop_vars::exposed(self.library.get(body)?);
         let next = |l: &mut Self| {
-            let vars = l.unpack(types, &after[counted..])?;
+            let carried = l.unpack(&ctypes, &after[counted..])?;
+            let vars = l.with_fixed(&fixed, carried)?;
+            for (var, _) in vars.iter().zip(&reserve).filter(|(_, &r)| r) {
+                if let Bound::Stack { buffer, .. } = var {
+                    l.reserved.insert(buffer.name.clone());
+                }
+            }
             let args = vars.clone();
             let next = l.inline(body, vars)?;
             let next = l.coerce_all(next, types)?;
-            l.loop_barrier(&args, next, &exposed)
+            let next = l.loop_barrier(&args, next, &exposed)?;
+            Ok(next
+                .into_iter()
+                .zip(&fixed)
+                .filter_map(|(v, f)| f.is_none().then_some(v))
+                .collect())
         };
-        self.region(Some(header), types, next, term)?;
+        self.region(Some(header), &ctypes, next, term)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
-        self.unpack(types, &names[counted..])
+        let results = self.unpack(&ctypes, &names[counted..])?;
+        self.with_fixed(&fixed, results)
     }
 }
 
 impl Lowering<'_> {
+    /// The loop variables: the `fixed` ones (passed through unchanged) where given, else the
+    /// next of the `carried` ones.
+    fn with_fixed(&self, fixed: &[Option<Bound>], carried: Vec<Bound>) -> Result<Vec<Bound>> {
+        let mut carried = carried.into_iter();
+        let vars = fixed
+            .iter()
+            .map(|f| f.clone().or_else(|| carried.next()))
+            .collect::<Option<Vec<_>>>();
+        match (vars, carried.next()) {
+            (Some(vars), None) => Ok(vars),
+            _ => Err(self.e.bug("loop variables and carried values disagree")),
+        }
+    }
+
     /// `next` with the values of the `exposed` loop variables (statically shaped tensors only)
     /// replaced by results of one `stablehlo.optimization_barrier` over them and their block
     /// arguments `args` (see the module doc and `loop_vars.rs`).

@@ -9,7 +9,7 @@
 //! where it flows (an argument of a `f32[?]` parameter, a branch result of a `f32[?]` output),
 //! a `tensor.cast` is inserted, so every value has exactly the type its node declares.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::emitter::{element_type, string_literal, type_text, Emitter, MlirValue, Site, TypeText};
@@ -136,6 +136,10 @@ pub(crate) struct Lowering<'g> {
     /// Scalars `narrow` made, each with the carried value it came from: `widen` gives that
     /// back, so a loop variable passed through stays the same SSA value.
     pub narrowed: HashMap<String, String>,
+    /// Buffers `stack_new` made (their stacks still empty).
+    pub fresh_stacks: HashSet<String>,
+    /// Buffers with room for every push still to come (see `stack_bounds.rs`).
+    pub reserved: HashSet<String>,
 }
 
 impl<'g> Lowering<'g> {
@@ -145,6 +149,8 @@ impl<'g> Lowering<'g> {
             e: Emitter::new(),
             stacks: 0,
             narrowed: HashMap::new(),
+            fresh_stacks: HashSet::new(),
+            reserved: HashSet::new(),
         }
     }
 
@@ -152,6 +158,8 @@ impl<'g> Lowering<'g> {
     pub fn entry(&mut self, f: &Function) -> Result<()> {
         self.e.reset_names();
         self.narrowed.clear();
+        self.fresh_stacks.clear();
+        self.reserved.clear();
         self.e.set_site(Site {
             op: "func",
             location: None,

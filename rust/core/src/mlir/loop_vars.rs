@@ -19,10 +19,7 @@ use crate::graph::{Function, NodeKind, Port};
 /// the variable is write-only, invariant or a duplicate (see the module doc).
 pub(crate) fn exposed(body: &Function) -> Vec<bool> {
     let n = body.params.len();
-    let arg = |k: usize| Port::new(k, 0);
-    let passes_through: Vec<bool> = (0..n)
-        .map(|k| body.results.get(k) == Some(&arg(k)))
-        .collect();
+    let passes_through = passes_through(body);
     let varying = varying_nodes(body, &passes_through);
     let read = read_args(body, n);
     (0..n)
@@ -34,6 +31,13 @@ pub(crate) fn exposed(body: &Function) -> Vec<bool> {
             let duplicate = body.results[..k].contains(&next);
             !read[k] || invariant || duplicate
         })
+        .collect()
+}
+
+/// Per loop variable of `body`: whether the body yields its parameter unchanged.
+pub(crate) fn passes_through(body: &Function) -> Vec<bool> {
+    (0..body.params.len())
+        .map(|k| body.results.get(k) == Some(&Port::new(k, 0)))
         .collect()
 }
 

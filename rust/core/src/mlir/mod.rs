@@ -37,6 +37,7 @@ pub mod import;
 mod loop_vars;
 mod scalar;
 mod shapes;
+mod stack_bounds;
 mod stacks;
 
 #[cfg(test)]

@@ -32,12 +32,17 @@
 
 use super::emitter::{element_type, type_text, MlirValue, TypeText};
 use super::function::{Bound, Lowering};
+use super::stack_bounds;
 use crate::error::Result;
 use crate::shape::{ShapeDisplay, TensorType, DYN};
 
 /// Rows a new stack's buffer has room for before it first grows (plus one per stack made
 /// before it in the module).
 const INITIAL_CAPACITY: usize = 16;
+
+/// The largest buffer (bytes) made up front for a bounded loop's pushes: a larger bound (a
+/// generous `maximum_iterations`) keeps the doubling buffer, which grows only as needed.
+const MAX_RESERVED: u64 = 1 << 28;
 
 /// The buffer type of a stack of `element`s: `tensor<? x element>`.
 pub(crate) fn buffer_type(element: &TensorType) -> TensorType {
@@ -110,6 +115,7 @@ impl Lowering<'_> {
                 "{buffer} = tensor.empty({cap}) : {} {loc}",
                 TypeText(&ty)
             ));
+            self.fresh_stacks.insert(buffer.clone());
         }
         let size = self.index(0);
         Ok(Bound::Stack {
@@ -148,6 +154,50 @@ impl Lowering<'_> {
             .transpose()?;
         let bt = type_text(&buffer.ty);
         let loc = self.e.loc();
+        let reserved = self.reserved.contains(&buffer.name);
+        let grown = if reserved {
+            buffer.name.clone()
+        } else {
+            self.grow_if_full(&buffer, &size, &v.ty)?
+        };
+        let pushed = self.e.fresh();
+        if let Some(x) = scalar {
+            self.e.line(&format!(
+                "{pushed} = tensor.insert {x} into {grown}[{size}] : {bt} {loc}"
+            ));
+        } else {
+            self.e.line(&format!(
+                "{pushed} = tensor.insert_slice {v} into {grown}{} : {} into {bt} {loc}",
+                Self::rows(&size, "1", &v.ty),
+                TypeText(&v.ty)
+            ));
+        }
+        if reserved {
+            self.reserved.insert(pushed.clone());
+        }
+        let one = self.index(1);
+        let next = self.e.fresh();
+        self.e
+            .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
+        Ok(Bound::Stack {
+            buffer: MlirValue {
+                name: pushed,
+                ty: buffer.ty,
+            },
+            size: next,
+        })
+    }
+
+    /// The buffer of a stack of `size` `element`s, copied into one of twice the capacity when
+    /// it is full.
+    fn grow_if_full(
+        &mut self,
+        buffer: &MlirValue,
+        size: &str,
+        element: &TensorType,
+    ) -> Result<String> {
+        let bt = type_text(&buffer.ty);
+        let loc = self.e.loc();
         let zero = self.index(0);
         let (cap, full, grown) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
         self.e
@@ -163,7 +213,7 @@ impl Lowering<'_> {
             .line(&format!("{twice} = arith.addi {cap}, {cap} : index {loc}"));
         self.e
             .line(&format!("{empty} = tensor.empty({twice}) : {bt} {loc}"));
-        let all = Self::rows(&zero, &cap, &v.ty);
+        let all = Self::rows(&zero, &cap, element);
         self.e.line(&format!(
             "{copied} = tensor.insert_slice {buffer} into {empty}{all} : {bt} into {bt} {loc}"
         ));
@@ -174,29 +224,52 @@ impl Lowering<'_> {
         self.e.line(&format!("scf.yield {buffer} : {bt}"));
         self.e.dedent();
         self.e.line(&format!("}} {loc}"));
-        let pushed = self.e.fresh();
-        if let Some(x) = scalar {
-            self.e.line(&format!(
-                "{pushed} = tensor.insert {x} into {grown}[{size}] : {bt} {loc}"
-            ));
-        } else {
-            self.e.line(&format!(
-                "{pushed} = tensor.insert_slice {v} into {grown}{} : {} into {bt} {loc}",
-                Self::rows(&size, "1", &v.ty),
-                TypeText(&v.ty)
-            ));
+        Ok(grown)
+    }
+
+    /// Per loop variable of a `While` (`inputs`, its initial values): whether it is a stack
+    /// with room for every push of the loop. An empty stack `stack_new` made gets a buffer of
+    /// that many rows when the loop bounds its pushes (`stack_bounds.rs`); a stack an
+    /// enclosing loop reserved for stays reserved.
+    pub(crate) fn reserve_stacks(
+        &mut self,
+        body: &str,
+        maximum_iterations: Option<i64>,
+        inputs: &mut [Bound],
+    ) -> Vec<bool> {
+        let mut reserve = Vec::with_capacity(inputs.len());
+        for (k, input) in inputs.iter_mut().enumerate() {
+            let Bound::Stack { buffer, .. } = input else {
+                reserve.push(false);
+                continue;
+            };
+            let fresh = self.fresh_stacks.contains(&buffer.name);
+            let reserved = self.reserved.contains(&buffer.name);
+            let rows = (fresh || reserved)
+                .then(|| stack_bounds::loop_pushes(self.library, body, k, maximum_iterations))
+                .flatten();
+            let row_bytes = crate::shape::numel(&buffer.ty.shape[1..]) * buffer.ty.dtype.size();
+            let Some(rows) = rows.filter(|&r| r.saturating_mul(row_bytes as u64) <= MAX_RESERVED)
+            else {
+                reserve.push(false);
+                continue;
+            };
+            if !reserved {
+                let rows = usize::try_from(rows).unwrap_or(usize::MAX).max(1);
+                let cap = self.index(rows.saturating_add(self.stacks));
+                self.stacks += 1;
+                let name = self.e.fresh();
+                let loc = self.e.loc();
+                self.e.line(&format!(
+                    "{name} = tensor.empty({cap}) : {} {loc}",
+                    TypeText(&buffer.ty)
+                ));
+                self.reserved.insert(name.clone());
+                buffer.name = name;
+            }
+            reserve.push(true);
         }
-        let one = self.index(1);
-        let next = self.e.fresh();
-        self.e
-            .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
-        Ok(Bound::Stack {
-            buffer: MlirValue {
-                name: pushed,
-                ty: buffer.ty,
-            },
-            size: next,
-        })
+        reserve
     }
 
     /// Returns the stack without its top, and the top.

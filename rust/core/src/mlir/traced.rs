@@ -113,14 +113,19 @@ pub(crate) fn switch(order: usize) -> Graph {
 
 /// `while i < n: x = sin(x) * c + x; i += 1`, then `sum(x)`; params `(x, c: f64[2], n: i64[])`.
 pub(crate) fn while_sin(order: usize) -> Graph {
+    while_sin_bounded(order, None)
+}
+
+/// `while_sin` with `maximum_iterations`.
+pub(crate) fn while_sin_bounded(order: usize, maximum_iterations: Option<i64>) -> Graph {
     let params = vec![f64s(2), f64s(2), ValueType::tensor(DType::I64, &[])];
-    trace(params, order, &|ctx, v| {
+    trace(params, order, &move |ctx, v| {
         let (x, c, n) = (&v[0], &v[1], &v[2]);
         let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
         let out = while_loop(
             ctx,
             &[i0, x.clone()],
-            None,
+            maximum_iterations,
             &|ctx, w| vec![build::less(ctx, &w[0], n).unwrap()],
             &|ctx, w| {
                 let s = build::sin(ctx, &w[1]).unwrap();
@@ -136,14 +141,19 @@ pub(crate) fn while_sin(order: usize) -> Graph {
 /// `for i < n: (for j < i (at most 3 trips): x = tanh(x * c) + x)`, then `sum(x)`; params
 /// `(x, c: f64[2], n: i64[])`.
 pub(crate) fn nested_loops(order: usize) -> Graph {
+    nested_loops_bounded(order, None)
+}
+
+/// `nested_loops` with `maximum_iterations` on the outer loop.
+pub(crate) fn nested_loops_bounded(order: usize, maximum_iterations: Option<i64>) -> Graph {
     let params = vec![f64s(2), f64s(2), ValueType::tensor(DType::I64, &[])];
-    trace(params, order, &|ctx, v| {
+    trace(params, order, &move |ctx, v| {
         let (x, c, n) = (&v[0], &v[1], &v[2]);
         let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
         let out = while_loop(
             ctx,
             &[i0, x.clone()],
-            None,
+            maximum_iterations,
             &|ctx, w| vec![build::less(ctx, &w[0], n).unwrap()],
             &|ctx, w| {
                 let j0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
