@@ -139,7 +139,8 @@ def while_loop(
         loop_vars: a tensor or a nested tuple/list/dict of tensors; Python scalars and numpy
             arrays are converted to tensors first (a Python float becomes float32).
         maximum_iterations: None, or an int or scalar int tensor >= 0 bounding the trip count;
-            `cond` is not evaluated once it is reached.
+            `cond` is not evaluated once it is reached. Under `gl.jit`, an int bound also
+            lets the gradient's loop stacks be allocated once, before the loop.
         parallel_iterations: a positive int: how many iterations graph mode may run at once.
             Eager iterations run one after another.
 

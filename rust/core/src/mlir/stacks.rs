@@ -26,6 +26,10 @@
 //! without removing, so that is safe. Bool elements keep the tensor buffer (an `i1` list is
 //! not a VM type).
 //!
+//! A stack a bounded loop fills is made full size before the loop (`stack_bounds.rs`,
+//! `reserve_stacks`): its buffer is in `Lowering::reserved`, and a push onto it is the insert
+//! alone.
+//!
 //! Doubling makes the copies O(1) amortised per push as far as the IR goes; whether IREE then
 //! updates `%buf` in place is a question for measurement (iree-org/iree #15195). Popping an empty
 //! stack is undefined here (the interpreter reports it); the gradient's loops never do.
