@@ -228,12 +228,16 @@ impl Lowering<'_> {
         let reserve = self.reserve_stacks(body, *maximum_iterations, &mut inputs);
         let body_fn = self.library.get(body)?;
         let exposed = super::loop_vars::exposed(body_fn);
+        // A tensor the body passes through unchanged is not carried: both regions and the
+        // loop's result use its initial value (fewer block arguments). A rank-0 one is: read
+        // inside the loop, IREE would copy it to the host on every trip.
         let mut through = super::loop_vars::passes_through(body_fn);
+        for (t, ty) in through.iter_mut().zip(types) {
+            *t &= ty.as_tensor().is_none_or(|t| t.ndim() > 0);
+        }
         if through.iter().all(|&t| t) {
             through.fill(false);
         }
-        // A variable the body passes through unchanged is not carried: both regions and the
-        // loop's result use its initial value (fewer block arguments and VM registers).
         let mut fixed: Vec<Option<Bound>> = Vec::with_capacity(types.len());
         let (mut carried_inputs, mut ctypes) = (Vec::new(), Vec::new());
         for ((v, t), &through) in inputs.into_iter().zip(types).zip(&through) {

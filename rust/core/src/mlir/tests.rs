@@ -148,37 +148,39 @@ fn case_becomes_a_chain_of_scf_if_ending_in_the_last_branch() {
 
 #[test]
 fn while_becomes_scf_while_with_an_iteration_counter() {
-    // rank-0 loop variables are carried as 64-bit scalars (see scalar.rs); the bound, which
-    // the body passes through unchanged, is not carried: the condition reads %arg1 itself
+    // rank-0 loop variables are carried as 64-bit scalars (see scalar.rs); one passed through
+    // unchanged (the bound, %16) is yielded as the block argument itself
     filecheck(
         &emit(cases::WHILE),
         r#"
         CHECK: %0 = stablehlo.constant dense<0> : tensor<i32>
         CHECK-NEXT: %1 = tensor.extract %0[] : tensor<i32>
         CHECK-NEXT: %2 = arith.extsi %1 : i32 to i64
-        CHECK-NEXT: %3 = arith.constant 0 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %4 = arith.constant 10 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %5 = arith.constant 1 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %6:3 = scf.while (%7 = %3, %8 = %2, %9 = %arg0) : (i64, i64, tensor<3xf32>) -> (i64, i64, tensor<3xf32>) {
-        CHECK-NEXT: %13 = arith.trunci %8 : i64 to i32
-        CHECK-NEXT: %14 = tensor.extract %arg1[] : tensor<i32>
-        CHECK-NEXT: %15 = arith.cmpi slt, %13, %14 : i32 loc("model.py":60:0)
-        CHECK-NEXT: %16 = arith.cmpi slt, %7, %4 : i64
-        CHECK-NEXT: %17 = arith.andi %15, %16 : i1
-        CHECK-NEXT: scf.condition(%17) %7, %8, %9 : i64, i64, tensor<3xf32>
+        CHECK-NEXT: %3 = tensor.extract %arg1[] : tensor<i32>
+        CHECK-NEXT: %4 = arith.extsi %3 : i32 to i64
+        CHECK-NEXT: %5 = arith.constant 0 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %6 = arith.constant 10 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %7 = arith.constant 1 : i64 loc("model.py":60:0)
+        CHECK-NEXT: %8:4 = scf.while (%9 = %5, %10 = %2, %11 = %arg0, %12 = %4) : (i64, i64, tensor<3xf32>, i64) -> (i64, i64, tensor<3xf32>, i64) {
+        CHECK-NEXT: %17 = arith.trunci %10 : i64 to i32
+        CHECK-NEXT: %18 = arith.trunci %12 : i64 to i32
+        CHECK-NEXT: %19 = arith.cmpi slt, %17, %18 : i32 loc("model.py":60:0)
+        CHECK-NEXT: %20 = arith.cmpi slt, %9, %6 : i64
+        CHECK-NEXT: %21 = arith.andi %19, %20 : i1
+        CHECK-NEXT: scf.condition(%21) %9, %10, %11, %12 : i64, i64, tensor<3xf32>, i64
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%10: i64, %11: i64, %12: tensor<3xf32>):
-        CHECK-NEXT: %18 = arith.trunci %11 : i64 to i32
-        CHECK: %21 = arith.addi %18, %20 : i32 loc("model.py":63:0)
-        CHECK: %24 = stablehlo.multiply %12, %23 : tensor<3xf32> loc("model.py":62:0)
-        CHECK: %27 = stablehlo.add %24, %26 : tensor<3xf32> loc("model.py":62:0)
-        CHECK-NEXT: %28 = arith.extsi %21 : i32 to i64
-        CHECK-NEXT: %29 = arith.addi %10, %5 : i64
-        CHECK-NEXT: scf.yield %29, %28, %27 : i64, i64, tensor<3xf32>
+        CHECK-NEXT: ^bb0(%13: i64, %14: i64, %15: tensor<3xf32>, %16: i64):
+        CHECK-NEXT: %22 = arith.trunci %14 : i64 to i32
+        CHECK: %26 = arith.addi %22, %25 : i32 loc("model.py":63:0)
+        CHECK: %29 = stablehlo.multiply %15, %28 : tensor<3xf32> loc("model.py":62:0)
+        CHECK: %32 = stablehlo.add %29, %31 : tensor<3xf32> loc("model.py":62:0)
+        CHECK-NEXT: %33 = arith.extsi %26 : i32 to i64
+        CHECK-NEXT: %34 = arith.addi %13, %7 : i64
+        CHECK-NEXT: scf.yield %34, %33, %32, %16 : i64, i64, tensor<3xf32>, i64
         CHECK-NEXT: } loc("model.py":60:0)
-        CHECK-NEXT: %30 = arith.trunci %6#1 : i64 to i32
-        CHECK: %31 = tensor.from_elements %30 : tensor<i32>
-        CHECK-NEXT: return %6#2, %31 : tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: %35 = arith.trunci %8#1 : i64 to i32
+        CHECK: %37 = tensor.from_elements %35 : tensor<i32>
+        CHECK-NEXT: return %8#2, %37 : tensor<3xf32>, tensor<i32>
         "#,
     );
 }
@@ -188,24 +190,21 @@ fn nested_loops_nest_scf_while_regions() {
     filecheck(
         &emit(cases::NESTED),
         r#"
-        the bound n is passed through unchanged: not carried, read where it is used
-        CHECK: %3:2 = scf.while (%4 = %2, %5 = %arg0) : (i64, tensor<3xf32>) -> (i64, tensor<3xf32>) {
-        CHECK: %9 = tensor.extract %arg1[] : tensor<i32>
-        CHECK-NEXT: %10 = arith.cmpi slt, %8, %9 : i32
-        CHECK-NEXT: scf.condition(%10) %4, %5
+        CHECK: %5:3 = scf.while (%6 = %2, %7 = %arg0, %8 = %4) : (i64, tensor<3xf32>, i64) -> (i64, tensor<3xf32>, i64) {
+        CHECK: %14 = arith.cmpi slt, %12, %13 : i32
+        CHECK-NEXT: scf.condition(%14) %6, %7, %8
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%6: i64, %7: tensor<3xf32>):
-        CHECK-NEXT: %11 = arith.trunci %6 : i64 to i32
-        the inner loop carries the outer body's x = %7; its bound, the outer i, stays %11
-        CHECK: %18:3 = scf.while (%19 = %15, %20 = %14, %21 = %7) : (i64, i64, tensor<3xf32>) -> (i64, i64, tensor<3xf32>) {
-        CHECK: arith.cmpi slt, %25, %11 : i32
+        CHECK-NEXT: ^bb0(%9: i64, %10: tensor<3xf32>, %11: i64):
+        the inner loop carries the outer body's values: x = %10, its bound i = %9
+        CHECK: %23:4 = scf.while (%24 = %20, %25 = %19, %26 = %10, %27 = %9) : (i64, i64, tensor<3xf32>, i64) -> (i64, i64, tensor<3xf32>, i64) {
+        CHECK: arith.cmpi slt, %24, %21 : i64
         CHECK: } do {
-        CHECK: %33 = stablehlo.sine %24 : tensor<3xf32> loc("model.py":72:0)
-        CHECK: scf.yield %36, %35, %34
+        CHECK: %42 = stablehlo.sine %30 : tensor<3xf32> loc("model.py":72:0)
+        CHECK: scf.yield %45, %44, %43, %31
         CHECK-NEXT: } loc("model.py":71:0)
-        CHECK: scf.yield %41, %18#2 : i64, tensor<3xf32>
+        CHECK: scf.yield %51, %23#2, %11 : i64, tensor<3xf32>, i64
         CHECK-NEXT: } loc("model.py":70:0)
-        CHECK: return %3#1 : tensor<3xf32>
+        CHECK: return %5#1 : tensor<3xf32>
         "#
         .lines()
         .filter(|l| l.trim().starts_with("CHECK"))
@@ -234,8 +233,8 @@ fn traced_gradients_of_branches_emit_as_one_function() {
 fn loop_gradients_carry_stacks_as_growable_buffers() {
     // d/dx of `while i < n: x = sin(x) * c + x`: the forward loop pushes sin(x) and x, the
     // backward loop pops them (see `stacks.rs`). The second stack starts with another
-    // capacity, so IREE cannot merge the two buffers. The backward loop reads c (%arg1), which
-    // it passes through, directly.
+    // capacity, so IREE cannot merge the two buffers. Both loops read c (%arg1), which they
+    // pass through, directly; the bound n (rank 0) is carried.
     let text = emit_module(&super::traced::while_sin(1)).unwrap();
     let checks = r#"
         CHECK: %3 = arith.constant 16 : index
@@ -243,27 +242,28 @@ fn loop_gradients_carry_stacks_as_growable_buffers() {
         CHECK-NEXT: %5 = arith.constant 0 : index
         CHECK-NEXT: %6 = arith.constant 17 : index
         CHECK-NEXT: %7 = tensor.empty(%6) : tensor<?x2xf64>
-        CHECK: scf.while ({{*}}, %15 = %4, %16 = %5, %17 = %7, %18 = %8) : ({{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index) -> (
+        CHECK: scf.while ({{*}}, %17 = %4, %18 = %5, %19 = %7, %20 = %8) : ({{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index) -> (
         CHECK: } do {
-        CHECK: %28 = stablehlo.sine %20 : tensor<2xf64>
-        CHECK: %38 = tensor.dim %22, %37 : tensor<?x2xf64>
-        CHECK-NEXT: %39 = arith.cmpi eq, %23, %38 : index
-        CHECK-NEXT: %40 = scf.if %39 -> (tensor<?x2xf64>) {
-        CHECK-NEXT: %41 = arith.addi %38, %38 : index
-        CHECK-NEXT: %42 = tensor.empty(%41) : tensor<?x2xf64>
-        CHECK-NEXT: %43 = tensor.insert_slice %22 into %42[%37, 0][%38, 2][1, 1] : tensor<?x2xf64> into tensor<?x2xf64>
-        CHECK-NEXT: scf.yield %43 : tensor<?x2xf64>
+        CHECK: %30 = stablehlo.sine %22 : tensor<2xf64>
+        CHECK-NEXT: %31 = stablehlo.multiply %30, %arg1 : tensor<2xf64>
+        CHECK: %40 = tensor.dim %25, %39 : tensor<?x2xf64>
+        CHECK-NEXT: %41 = arith.cmpi eq, %26, %40 : index
+        CHECK-NEXT: %42 = scf.if %41 -> (tensor<?x2xf64>) {
+        CHECK-NEXT: %43 = arith.addi %40, %40 : index
+        CHECK-NEXT: %44 = tensor.empty(%43) : tensor<?x2xf64>
+        CHECK-NEXT: %45 = tensor.insert_slice %25 into %44[%39, 0][%40, 2][1, 1] : tensor<?x2xf64> into tensor<?x2xf64>
+        CHECK-NEXT: scf.yield %45 : tensor<?x2xf64>
         CHECK-NEXT: } else {
-        CHECK-NEXT: scf.yield %22 : tensor<?x2xf64>
-        CHECK: %44 = tensor.insert_slice %28 into %40[%23, 0][1, 2][1, 1] : tensor<2xf64> into tensor<?x2xf64>
-        CHECK: %46 = arith.addi %23, %45 : index
-        CHECK: scf.yield {{*}}, %44, %46, %54, %56 : {{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index
-        CHECK: scf.while ({{*}}, %61 = %11#2, %62 = %11#3, %63 = %11#4, %64 = %11#5, %65 = %11#6)
+        CHECK-NEXT: scf.yield %25 : tensor<?x2xf64>
+        CHECK: %46 = tensor.insert_slice %30 into %42[%26, 0][1, 2][1, 1] : tensor<2xf64> into tensor<?x2xf64>
+        CHECK: %48 = arith.addi %26, %47 : index
+        CHECK: scf.yield {{*}}, %46, %48, %56, %58 : {{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index
+        CHECK: scf.while ({{*}}, %63 = %12#3, %64 = %12#4, %65 = %12#5, %66 = %12#6, %67 = %12#7)
         CHECK: } do {
-        CHECK: %77 = arith.subi %70, %76 : index
-        CHECK-NEXT: %78 = tensor.extract_slice %69[%77, 0][1, 2][1, 1] : tensor<?x2xf64> to tensor<2xf64>
-        CHECK: %82 = stablehlo.multiply %66, %arg1 : tensor<2xf64>
-        CHECK: scf.yield {{*}}, %69, %77, %71, %80 : {{*}}
+        CHECK: %79 = arith.subi %72, %78 : index
+        CHECK-NEXT: %80 = tensor.extract_slice %71[%79, 0][1, 2][1, 1] : tensor<?x2xf64> to tensor<2xf64>
+        CHECK: %84 = stablehlo.multiply %68, %arg1 : tensor<2xf64>
+        CHECK: scf.yield {{*}}, %71, %79, %73, %82 : {{*}}
         "#;
     filecheck(&text, checks);
 }
