@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradcheck import check_grads
+from gradcheck import check_grads, numerical_gradient
 
 Pair = namedtuple("Pair", ["a", "b"])
 HERE = r"test_graph_mode\.py:\d+"
@@ -179,18 +179,48 @@ def test_a_python_bool_predicate_branches_at_trace_time() -> None:
 
 
 def test_loop_gradients_stack_only_what_they_need() -> None:
-    # x <- sin(x) * c + x: sin's gradient needs x, mul's needs sin(x); c is loop invariant.
-    c = f64(0.5, 0.2)
-
-    def f(x, n):
+    # x <- sin(x) * c + x: sin's gradient needs x, and mul's gradient with respect to c needs
+    # sin(x); c is loop invariant. Differentiated with respect to x alone, sin(x) is not stacked.
+    def f(x, c, n):
         return gl.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, gl.sin(v) * c + v), (0, x))[
             1
         ].sum()
 
-    g = gl.function(gl.grad(f))
-    args = (f64(0.3, -0.8), gl.tensor(4))
-    assert g.concrete_function(*args).graph.count_nodes("stack_push") == 2
-    np.testing.assert_allclose(np.asarray(g(*args)), np.asarray(gl.grad(f)(*args)), rtol=1e-12)
+    args = (f64(0.3, -0.8), f64(0.5, 0.2), gl.tensor(4))
+    for argnums, pushes in [(0, 1), ((0, 1), 2), (1, 2)]:
+        g = gl.function(gl.grad(f, argnums=argnums))
+        assert g.concrete_function(*args).graph.count_nodes("stack_push") == pushes
+        for got, want in zip(leaves(g(*args)), leaves(gl.grad(f, argnums=argnums)(*args))):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_two_tapes_differentiate_one_loop_with_respect_to_different_inputs() -> None:
+    # The inner tape watches x only, so its loop gradient skips c; the outer tape then asks
+    # for c through the same loop and gets a loop gradient of its own.
+    def f(x, c):
+        with gl.GradientTape() as outer:
+            outer.watch(c)
+            with gl.GradientTape() as inner:
+                inner.watch(x)
+                body = lambda i, v: (i + 1, gl.sin(v) * c + v)  # noqa: E731
+                y = gl.while_loop(lambda i, v: i < 3, body, (0, x))[1].sum()
+            gx = inner.gradient(y, x)
+        gc = outer.gradient(y, c)
+        return gx, gc
+
+    args = (f64(0.3, -0.8), f64(0.5, 0.2))
+    graph, eager = gl.function(f)(*args), f(*args)
+    for got, want in zip(leaves(graph), leaves(eager), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    # and both against central differences in float64
+    def y(x, c):
+        body = lambda i, v: (i + 1, gl.sin(v) * c + v)  # noqa: E731
+        return gl.while_loop(lambda i, v: i < 3, body, (0, x))[1].sum()
+
+    x, c = (np.asarray(a) for a in args)
+    want_gx, want_gc = numerical_gradient(lambda x, c: y(x, c), [x, c])
+    np.testing.assert_allclose(np.asarray(graph[0]), want_gx, rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(graph[1]), want_gc, rtol=1e-7)
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000])

@@ -259,7 +259,7 @@ impl GradientFunction<Val> for ControlGradient {
         &self,
         ctx: &mut dyn Context<Val>,
         grad_outputs: &[Option<Val>],
-        _needs: &[bool],
+        needs: &[bool],
     ) -> Result<Grads<Val>> {
         let name = self.kind.name();
         let tracer = ctx
@@ -269,8 +269,8 @@ impl GradientFunction<Val> for ControlGradient {
         let key = (frame, node);
         let cached = lock(&tracer).augmented.get(&key).cloned();
         let aug = match cached {
-            Some(a) => a,
-            None => {
+            Some(a) if self.covers(&a, needs) => a,
+            cached => {
                 let index = lock(&tracer).frame_index(frame).ok_or_else(|| {
                     gradient_error(name, "the function holding this node is finished")
                 })?;
@@ -278,14 +278,19 @@ impl GradientFunction<Val> for ControlGradient {
                 // Build over the node's own frame; the new forward node joins the current one.
                 lock(&tracer).stash_above(index);
                 let built = match &self.kind {
-                    NodeKind::While { .. } => self.augment_while(&tracer, grad_outputs),
+                    NodeKind::While { .. } => self.augment_while(&tracer, grad_outputs, needs),
                     _ => self.augment_branches(&tracer),
                 };
                 lock(&tracer).unstash();
                 let built = built?;
-                let aug =
-                    Arc::new(self.emit_forward(ctx, &tracer, built, index + 1 == depth, node)?);
-                lock(&tracer).augmented.insert(key, aug.clone());
+                // A node augmented before for other inputs gets a second forward node (the
+                // first one stays where it is and keeps serving the earlier gradient).
+                let first = cached.is_none();
+                let same_frame = first && index + 1 == depth;
+                let aug = Arc::new(self.emit_forward(ctx, &tracer, built, same_frame, node)?);
+                if first {
+                    lock(&tracer).augmented.insert(key, aug.clone());
+                }
                 aug
             }
         };
@@ -313,6 +318,15 @@ enum ExtraInput {
 }
 
 impl ControlGradient {
+    /// Whether `aug` gives a gradient for every float tensor input that `needs` one.
+    fn covers(&self, aug: &Augmented, needs: &[bool]) -> bool {
+        let sel = self.selector();
+        self.inputs.iter().enumerate().skip(sel).all(|(i, input)| {
+            !(needs.get(i).copied().unwrap_or(true) && is_float_tensor(&input.value_type()))
+                || aug.differentiable.contains(&(i - sel))
+        })
+    }
+
     fn selector(&self) -> usize {
         match self.kind {
             NodeKind::If { .. } | NodeKind::Case { .. } => 1,
@@ -410,7 +424,12 @@ impl ControlGradient {
         })
     }
 
-    fn augment_while(&self, tracer: &TracerRef, grad_outputs: &[Option<Val>]) -> Result<Built> {
+    fn augment_while(
+        &self,
+        tracer: &TracerRef,
+        grad_outputs: &[Option<Val>],
+        needs: &[bool],
+    ) -> Result<Built> {
         let NodeKind::While {
             cond,
             body,
@@ -424,16 +443,18 @@ impl ControlGradient {
         let cond_fn = function(tracer, cond)?;
         let n = body_fn.params.len();
         let types = body_fn.params.clone();
+        let wanted = wanted_vars(&body_fn, needs);
         // Float tensors always carry a cotangent; a stack only once one reaches it.
         let mut carried: Vec<usize> = (0..n)
             .filter(|&i| {
-                is_float_tensor(&types[i])
-                    || (is_float_stack(&types[i])
-                        && grad_outputs.get(i).is_some_and(Option::is_some))
+                wanted[i]
+                    && (is_float_tensor(&types[i])
+                        || (is_float_stack(&types[i])
+                            && grad_outputs.get(i).is_some_and(Option::is_some)))
             })
             .collect();
         let float_vars: Vec<usize> = (0..n)
-            .filter(|&i| is_float_tensor(&types[i]) || is_float_stack(&types[i]))
+            .filter(|&i| wanted[i] && (is_float_tensor(&types[i]) || is_float_stack(&types[i])))
             .collect();
         let d = loop {
             let d = differentiate(tracer, &body_fn, &carried, &float_vars)?;
@@ -640,6 +661,63 @@ impl ControlGradient {
         }
         Ok(grads)
     }
+}
+
+/// Per loop variable of `body`: whether the backward loop needs its cotangent. A float tensor
+/// variable whose gradient `needs` asks for does, and so does every float variable whose next
+/// value depends on one that does (its cotangent flows into theirs); float stacks always may.
+/// The others (a loop-invariant input nobody differentiates) are left out, with the
+/// residuals only their gradients would use (the RFC's `skip_input_indices`).
+fn wanted_vars(body: &Function, needs: &[bool]) -> Vec<bool> {
+    let n = body.params.len();
+    let float = |i: usize| is_float_tensor(&body.params[i]) || is_float_stack(&body.params[i]);
+    let mut wanted: Vec<bool> = (0..n)
+        .map(|i| {
+            is_float_stack(&body.params[i]) || (float(i) && needs.get(i).copied().unwrap_or(true))
+        })
+        .collect();
+    let deps = result_dependencies(body);
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for j in 0..n {
+            let depends = deps
+                .get(j)
+                .is_some_and(|d| (0..n).any(|i| wanted[i] && d[i]));
+            if !wanted[j] && float(j) && depends {
+                wanted[j] = true;
+                changed = true;
+            }
+        }
+    }
+    wanted
+}
+
+/// Per result of `f`: which of its parameters it depends on (through any node: a node's
+/// outputs all depend on all its inputs).
+fn result_dependencies(f: &Function) -> Vec<Vec<bool>> {
+    let n = f.params.len();
+    let mut deps: Vec<Vec<bool>> = Vec::with_capacity(f.nodes.len());
+    for node in &f.nodes {
+        let mut d = vec![false; n];
+        if let NodeKind::Arg(k) = node.kind {
+            if let Some(x) = d.get_mut(k) {
+                *x = true;
+            }
+        }
+        for p in &node.inputs {
+            if let Some(from) = deps.get(p.node) {
+                for (x, y) in d.iter_mut().zip(from) {
+                    *x |= *y;
+                }
+            }
+        }
+        deps.push(d);
+    }
+    f.results
+        .iter()
+        .map(|p| deps.get(p.node).cloned().unwrap_or_else(|| vec![true; n]))
+        .collect()
 }
 
 /// `push(stack, value) -> stack'`: the cotangent stack pops to give both gradients.
