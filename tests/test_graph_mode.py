@@ -190,8 +190,9 @@ def test_loop_gradients_stack_only_what_they_need() -> None:
     for argnums, pushes in [(0, 1), ((0, 1), 2), (1, 2)]:
         g = gl.function(gl.grad(f, argnums=argnums))
         assert g.concrete_function(*args).graph.count_nodes("stack_push") == pushes
-        for got, want in zip(leaves(g(*args)), leaves(gl.grad(f, argnums=argnums)(*args))):
-            np.testing.assert_allclose(got, want, rtol=1e-12)
+        want = leaves(gl.grad(f, argnums=argnums)(*args))
+        for got, w in zip(leaves(g(*args)), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-12)
 
 
 def test_two_tapes_differentiate_one_loop_with_respect_to_different_inputs() -> None:
@@ -212,6 +213,7 @@ def test_two_tapes_differentiate_one_loop_with_respect_to_different_inputs() -> 
     graph, eager = gl.function(f)(*args), f(*args)
     for got, want in zip(leaves(graph), leaves(eager), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
     # and both against central differences in float64
     def y(x, c):
         body = lambda i, v: (i + 1, gl.sin(v) * c + v)  # noqa: E731
