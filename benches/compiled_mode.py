@@ -3,13 +3,14 @@
 Usage: python benches/compiled_mode.py [--quick] [--repeats N]
 
 (a) a data-dependent while loop with a tiny body (i += 1; x = x * a + 1e-3 on scalars): ns per
-    iteration compiled (llvm-cpu), on the graph interpreter and eagerly;
+    iteration compiled (llvm-cpu), on the graph interpreter and eagerly, as (t(n) - t(0)) / n
+    per repeat, and the fixed cost of a compiled call;
 (b) the gradient of a dynamic-length RNN (64 hidden units, tanh, stopping when the accumulated
     energy of the state passes a threshold, about 1000 steps): time per gradient;
 (c) an MLP training step (784-512-512-10, batch 64, float32; value_and_grad + SGD update);
-(d) the compiled gradient of the loop of (a) at 10^3, 10^4 and 10^5 iterations: the forward
-    loop pushes onto growable stacks, the reverse loop pops; ns per iteration stays flat when the
-    cost is linear (amortised O(1) per iteration);
+(d) the compiled gradient of the loop of (a) at 10^3, 10^4 and 10^5 iterations, per iteration
+    as in (a): the forward loop pushes onto growable stacks, the reverse loop pops; ns per
+    iteration stays flat when the cost is linear (amortised O(1) per iteration);
 (e) compile times: trace + emit + iree-compile of each program on a cold cache.
 
 Every figure is a median over repeats with its interquartile range (see benches/README.md); each
@@ -118,16 +119,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     repeats = args.repeats or (3 if args.quick else 7)
     rows: list[tuple[str, str, str, str]] = []
 
-    # (a) tiny loop
+    # (a) tiny loop: per iteration is (t(n) - t(0)) / n in each repeat, the call's fixed cost
+    # (argument and result transfer, the VM call) left out and reported on its own
     n_iter = 2_000 if args.quick else 10_000
     x0, n = gl.tensor(0.5, dtype=gl.float64), gl.tensor(n_iter, dtype=gl.int32)
+    zero = gl.tensor(0, dtype=gl.int32)
     modes = {"compiled": gl.jit(tiny_loop), "graph": gl.function(tiny_loop), "eager": tiny_loop}
     agree("tiny loop", {m: f(x0, n) for m, f in modes.items()}, 1e-12)
-    t = paired({m: (lambda f=f: f(x0, n)) for m, f in modes.items()}, 1, repeats)
+    calls = {}
+    for mode, f in modes.items():
+        calls[mode] = lambda f=f: f(x0, n)
+        calls[f"{mode}/0"] = lambda f=f: f(x0, zero)
+    t = paired(calls, 1, repeats)
+    per_iteration = {
+        m: [(a - b) / n_iter for a, b in zip(t[m], t[f"{m}/0"], strict=True)] for m in modes
+    }
     for mode in modes:
-        rows.append((f"(a) tiny loop, {mode}, ns/iteration", *stat(t[mode], 1e9 / n_iter), ""))
-    rows.append(("    graph / compiled", *ratio(t["graph"], t["compiled"]), ""))
-    rows.append(("    eager / compiled", *ratio(t["eager"], t["compiled"]), ""))
+        rows.append((f"(a) tiny loop, {mode}, ns/iteration", *stat(per_iteration[mode], 1e9), ""))
+    rows.append(
+        ("    graph / compiled", *ratio(per_iteration["graph"], per_iteration["compiled"]), "")
+    )
+    rows.append(
+        ("    eager / compiled", *ratio(per_iteration["eager"], per_iteration["compiled"]), "")
+    )
+    rows.append(("    compiled, fixed cost of a call, us", *stat(t["compiled/0"], 1e6), ""))
 
     # (b) RNN gradient
     rnn_args = rnn_inputs(np.random.default_rng(0))
@@ -156,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.append(("    graph / compiled", *ratio(t["graph"], t["compiled"]), ""))
     rows.append(("    eager / compiled", *ratio(t["eager"], t["compiled"]), ""))
 
-    # (d) compiled loop gradient at growing trip counts
+    # (d) compiled loop gradient at growing trip counts, per iteration as in (a)
     compiled_grad = gl.jit(gl.grad(tiny_loop))
     sizes = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
     for size in sizes:
@@ -164,14 +179,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         agree(
             "loop gradient", {"eager": gl.grad(tiny_loop)(x0, m), "c": compiled_grad(x0, m)}, 1e-9
         )
-        t = paired({"grad": lambda m=m: compiled_grad(x0, m)}, 1, max(3, repeats // 2))
+        calls = {
+            "grad": lambda m=m: compiled_grad(x0, m),
+            "grad/0": lambda: compiled_grad(x0, zero),
+        }
+        t = paired(calls, 1, max(5, repeats))
+        per = [(a - b) / size for a, b in zip(t["grad"], t["grad/0"], strict=True)]
         rows.append(
             (
                 f"(d) loop gradient, compiled, {size:>7} iterations, ns/iteration",
-                *stat(t["grad"], 1e9 / size),
+                *stat(per, 1e9),
                 "",
             )
         )
+    rows.append(("    fixed cost of a gradient call, us", *stat(t["grad/0"], 1e6), ""))
 
     # (e) compile times, cold cache
     for name, fn, fn_args in (
