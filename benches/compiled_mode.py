@@ -3,14 +3,14 @@
 Usage: python benches/compiled_mode.py [--quick] [--repeats N]
 
 (a) a data-dependent while loop with a tiny body (i += 1; x = x * a + 1e-3 on scalars): ns per
-    iteration compiled (llvm-cpu), on the graph interpreter and eagerly, as (t(n) - t(0)) / n
-    per repeat, and the fixed cost of a compiled call;
+    iteration compiled (llvm-cpu), on the graph interpreter and eagerly, as (t(n) - t(n/10)) /
+    (0.9 n) per repeat, and the time of a compiled call with zero trips;
 (b) the gradient of a dynamic-length RNN (64 hidden units, tanh, stopping when the accumulated
     energy of the state passes a threshold, about 1000 steps): time per gradient;
 (c) an MLP training step (784-512-512-10, batch 64, float32; value_and_grad + SGD update);
-(d) the compiled gradient of the loop of (a) at 10^3, 10^4 and 10^5 iterations, per iteration
-    as in (a): the forward loop pushes onto growable stacks, the reverse loop pops; ns per
-    iteration stays flat when the cost is linear (amortised O(1) per iteration);
+(d) the compiled gradient of the loop of (a) at 10^3, 10^4 and 10^5 iterations: the forward
+    loop pushes onto growable stacks, the reverse loop pops; the slope between sizes (ns per
+    extra iteration) stays flat when the cost is linear (amortised O(1) per iteration);
 (e) compile times: trace + emit + iree-compile of each program on a cold cache.
 
 Every figure is a median over repeats with its interquartile range (see benches/README.md); each
@@ -20,6 +20,7 @@ program's three modes are first checked to agree.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import tempfile
@@ -119,20 +120,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     repeats = args.repeats or (3 if args.quick else 7)
     rows: list[tuple[str, str, str, str]] = []
 
-    # (a) tiny loop: per iteration is (t(n) - t(0)) / n in each repeat, the call's fixed cost
-    # (argument and result transfer, the VM call) left out and reported on its own
+    # (a) tiny loop: per iteration is (t(n) - t(n / 10)) / (0.9 n) in each repeat, leaving out
+    # what a call costs once (transfers, the VM call, a first trip), reported on its own
     n_iter = 2_000 if args.quick else 10_000
     x0, n = gl.tensor(0.5, dtype=gl.float64), gl.tensor(n_iter, dtype=gl.int32)
-    zero = gl.tensor(0, dtype=gl.int32)
+    tenth, zero = gl.tensor(n_iter // 10, dtype=gl.int32), gl.tensor(0, dtype=gl.int32)
     modes = {"compiled": gl.jit(tiny_loop), "graph": gl.function(tiny_loop), "eager": tiny_loop}
     agree("tiny loop", {m: f(x0, n) for m, f in modes.items()}, 1e-12)
     calls = {}
     for mode, f in modes.items():
         calls[mode] = lambda f=f: f(x0, n)
-        calls[f"{mode}/0"] = lambda f=f: f(x0, zero)
+        calls[f"{mode}/10"] = lambda f=f: f(x0, tenth)
+    calls["compiled/0"] = lambda: modes["compiled"](x0, zero)
     t = paired(calls, 1, repeats)
+    trips = n_iter - n_iter // 10
     per_iteration = {
-        m: [(a - b) / n_iter for a, b in zip(t[m], t[f"{m}/0"], strict=True)] for m in modes
+        m: [(a - b) / trips for a, b in zip(t[m], t[f"{m}/10"], strict=True)] for m in modes
     }
     for mode in modes:
         rows.append((f"(a) tiny loop, {mode}, ns/iteration", *stat(per_iteration[mode], 1e9), ""))
@@ -142,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.append(
         ("    eager / compiled", *ratio(per_iteration["eager"], per_iteration["compiled"]), "")
     )
-    rows.append(("    compiled, fixed cost of a call, us", *stat(t["compiled/0"], 1e6), ""))
+    rows.append(("    compiled, a call with zero trips, us", *stat(t["compiled/0"], 1e6), ""))
 
     # (b) RNN gradient
     rnn_args = rnn_inputs(np.random.default_rng(0))
@@ -171,20 +174,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.append(("    graph / compiled", *ratio(t["graph"], t["compiled"]), ""))
     rows.append(("    eager / compiled", *ratio(t["eager"], t["compiled"]), ""))
 
-    # (d) compiled loop gradient at growing trip counts, per iteration as in (a)
+    # (d) compiled loop gradient at growing trip counts: time per iteration of the whole call,
+    # and the slope between consecutive sizes (flat slopes: linear cost, O(1) per iteration)
     compiled_grad = gl.jit(gl.grad(tiny_loop))
     sizes = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
+    calls = {}
     for size in sizes:
         m = gl.tensor(size, dtype=gl.int32)
         agree(
             "loop gradient", {"eager": gl.grad(tiny_loop)(x0, m), "c": compiled_grad(x0, m)}, 1e-9
         )
-        calls = {
-            "grad": lambda m=m: compiled_grad(x0, m),
-            "grad/0": lambda: compiled_grad(x0, zero),
-        }
-        t = paired(calls, 1, max(5, repeats))
-        per = [(a - b) / size for a, b in zip(t["grad"], t["grad/0"], strict=True)]
+        calls[size] = lambda m=m: compiled_grad(x0, m)
+    t = paired(calls, 1, max(5, repeats))
+    for size in sizes:
+        per = [x / size for x in t[size]]
         rows.append(
             (
                 f"(d) loop gradient, compiled, {size:>7} iterations, ns/iteration",
@@ -192,7 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "",
             )
         )
-    rows.append(("    fixed cost of a gradient call, us", *stat(t["grad/0"], 1e6), ""))
+    for small, large in itertools.pairwise(sizes):
+        slope = [(b - a) / (large - small) for a, b in zip(t[small], t[large], strict=True)]
+        rows.append(
+            (f"    slope from {small} to {large} iterations, ns/iteration", *stat(slope, 1e9), "")
+        )
 
     # (e) compile times, cold cache
     for name, fn, fn_args in (
