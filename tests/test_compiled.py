@@ -250,6 +250,42 @@ def test_compiled_once_per_signature_and_cached_on_disk(tmp_path, monkeypatch) -
     assert len(list(cache.glob("*.vmfb"))) == 2
 
 
+def test_a_failed_compile_is_cached_too(tmp_path, monkeypatch) -> None:
+    from gradloop import compiled
+
+    bad = "module { func.func @f() { %0 = stablehlo.no_such_op : tensor<f32> return } }"
+    with pytest.raises(gl.errors.CompileError, match="iree-compile failed"):
+        compiled.compile_mlir(bad)
+    assert len(list((tmp_path / "cache").glob("*.error"))) == 1
+    monkeypatch.setattr(compiled, "_compile_with_iree", None)  # would fail if called
+    with pytest.raises(gl.errors.CompileError, match="no_such_op"):
+        compiled.compile_mlir(bad)
+
+
+def test_loop_gradients_keep_tensor_stacks_in_lists_where_iree_allows(monkeypatch) -> None:
+    # On llvm-cpu the loop gradient compiles with its stacks as lists of buffer views (O(1)
+    # per push); gl.to_mlir gives the buffer form.
+    from gradloop import compiled
+
+    args = x_c_n(3)
+    grad = gl.grad(sin_loop, argnums=(0, 1))
+    assert "!util.list<?>" in gl.jit(grad).mlir(*args)
+    assert "!util.list<?>" not in gl.to_mlir(grad, *args)
+    # Where IREE refuses the list form, the buffer form is compiled instead.
+    real = compiled.compile_mlir
+
+    def refuse_lists(mlir, *rest, **kwargs):
+        if "!util.list<?>" in mlir:
+            raise gl.errors.CompileError("refused")
+        return real(mlir, *rest, **kwargs)
+
+    monkeypatch.setattr(compiled, "compile_mlir", refuse_lists)
+    fallback = gl.jit(grad)
+    assert "!util.list<?>" not in fallback.mlir(*args)
+    for got, want in zip(leaves(fallback(*args)), leaves(grad(*args)), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 def test_export_runs_under_plain_iree_run_module(tmp_path) -> None:
     # iree-base-runtime installs it beside the interpreter of this environment.
     tool = os.path.join(os.path.dirname(sys.executable), "iree-run-module")

@@ -11,6 +11,12 @@ input (its value on entry, after the function's own inputs) and returns the fina
 each Variable the function may assign after its own results. `jit` passes the current values
 and stores the returned ones, so every call sees the Variables as they are then.
 
+A module with tensor stacks (the intermediates a loop gradient saves) is compiled in the first
+form of `_FORMS` that IREE 3.13 accepts: on `llvm-cpu`, stacks as lists of buffer views (O(1)
+per push) where it can; growable buffers, which IREE copies on every trip, elsewhere. `to_mlir`
+gives the buffer form; `Jit.mlir` and `export` give the form compiled. A failed compile is
+cached too.
+
 float64 programs keep float64: IREE would demote them to float32 by default, so the flags that
 keep f64 (and link libm for f64 transcendentals on `llvm-cpu`) are added when the module uses
 f64. `vulkan-spirv` has no f64 on its default target: such modules are refused with a clear error.
@@ -111,19 +117,59 @@ def compile_mlir(mlir: str, target: str = "llvm-cpu", portable: bool = False) ->
     if found is not None:
         return found
     path = _cache_dir() / f"{key}.vmfb"
+    failed = path.with_suffix(".error")
     if path.exists():
         vmfb = path.read_bytes()
+    elif failed.exists():  # the same compiler failed on the same text before
+        raise errors.CompileError(failed.read_text())
     else:
-        vmfb = _compile_with_iree(mlir, flags)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(vmfb)
-            tmp.replace(path)  # atomic: concurrent processes never read half a file
-        except OSError:
-            pass  # a read-only cache directory only costs a recompile
+            vmfb = _compile_with_iree(mlir, flags)
+        except errors.CompileError as e:
+            _write_atomic(failed, str(e).encode())
+            raise
+        _write_atomic(path, vmfb)
     _memory_cache[key] = vmfb
     return vmfb
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: concurrent processes never read half a file
+    except OSError:
+        pass  # a read-only cache directory only costs a recompile
+
+
+#: The forms a module is tried in, fastest first (`EmitOptions` in `rust/core/src/mlir`):
+#: IREE 3.13 compiles tensor stacks kept as lists of buffer views (O(1) per push) for some
+#: modules only, and growable buffers (copied on every trip) for every module we know of.
+_FORMS: tuple[dict[str, bool], ...] = (
+    {"list_stacks": True, "loop_init_barriers": True},
+    {"list_stacks": True},
+    {},
+)
+
+
+def _compile_concrete(
+    concrete: Any, target: str, embed_captures: bool, portable: bool = False
+) -> tuple[str, bytes]:
+    """The MLIR and `.vmfb` of `concrete` in the first form of `_FORMS` IREE compiles."""
+    failure: errors.CompileError | None = None
+    # On Vulkan, IREE 3.13 runs the list form into "transient buffer has no staged Vulkan
+    # backing"; CUDA is not tried (no GPU to check it on).
+    for form in _FORMS if target == "llvm-cpu" else ({},):
+        mlir = concrete.to_mlir(embed_captures=embed_captures, **form)
+        if form and "!util.list<?>" not in mlir:
+            continue  # no tensor stacks: the plain form says the same
+        try:
+            return mlir, compile_mlir(mlir, target, portable)
+        except errors.CompileError as e:
+            failure = e
+    assert failure is not None
+    raise failure
 
 
 def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
@@ -140,8 +186,7 @@ class _Compiled:
 
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
-        mlir = concrete.to_mlir(embed_captures=False)
-        vmfb = compile_mlir(mlir, target)
+        self.mlir, vmfb = _compile_concrete(concrete, target, embed_captures=False)
         self.entry = _runtime.Function(vmfb, TARGETS[target], concrete.graph.entry)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
@@ -181,8 +226,9 @@ class Jit:
         return found
 
     def mlir(self, *args: Any, **kwargs: Any) -> str:
-        """The MLIR this call signature compiles."""
-        return self._function.concrete_function(*args, **kwargs).to_mlir(embed_captures=False)
+        """The MLIR this call signature compiles (compiling it if it was not yet)."""
+        structure, leaves = self._function._flatten(args, kwargs)
+        return self._module(self._function._concrete(structure, leaves).fn).mlir
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         structure, leaves = self._function._flatten(args, kwargs)
@@ -209,9 +255,10 @@ def export(
     first used them; it returns the results, then the final value of each Variable `fn` may
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
-    mlir = to_mlir(fn, *args)
+    concrete = _function(fn).concrete_function(*args)
+    mlir, vmfb = _compile_concrete(concrete, target, embed_captures=True, portable=True)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".mlir").write_text(mlir)
-    out.write_bytes(compile_mlir(mlir, target, portable=True))
+    out.write_bytes(vmfb)
     return out

@@ -133,11 +133,22 @@ impl PyConcreteFunction {
     /// tensors become constants and the module takes the `num_params` arguments followed by
     /// the variables' values (what an exported artifact needs); otherwise it takes every
     /// captured input after those. Variables are values: the module returns, after the
-    /// results, the final value of each variable in `assigned_variables`.
-    #[pyo3(signature = (embed_captures=false))]
-    fn to_mlir(&self, py: Python<'_>, embed_captures: bool) -> PyResult<String> {
+    /// results, the final value of each variable in `assigned_variables`. `list_stacks` and
+    /// `loop_init_barriers` choose forms IREE compiles for some modules only (`EmitOptions`).
+    #[pyo3(signature = (embed_captures=false, list_stacks=false, loop_init_barriers=false))]
+    fn to_mlir(
+        &self,
+        py: Python<'_>,
+        embed_captures: bool,
+        list_stacks: bool,
+        loop_init_barriers: bool,
+    ) -> PyResult<String> {
+        let options = gradloop::mlir::EmitOptions {
+            list_stacks,
+            loop_init_barriers,
+        };
         if !embed_captures {
-            return gradloop::mlir::emit_module(&self.graph).py(py);
+            return gradloop::mlir::emit_module_with(&self.graph, options).py(py);
         }
         let mut values: Vec<Option<gradloop::Tensor>> = vec![None; self.num_params];
         values.extend(self.captured_inputs.iter().map(|c| match c {
@@ -145,7 +156,7 @@ impl PyConcreteFunction {
             Captured::Variable(_) => None,
         }));
         let graph = gradloop::passes::bind_params(&self.graph, &values).py(py)?;
-        gradloop::mlir::emit_module(&graph).py(py)
+        gradloop::mlir::emit_module_with(&graph, options).py(py)
     }
 
     /// Positions in `captured_inputs` of the variables the function may assign, in order:

@@ -250,7 +250,21 @@ impl Lowering<'_> {
             }
         }
         let ctypes = ctypes;
-        let inits = self.carried_all(carried_inputs, &ctypes)?;
+        let mut inits = self.carried_all(carried_inputs, &ctypes)?;
+        if self.e.options.loop_init_barriers {
+            for b in inits.iter_mut() {
+                if let Some(v) = static_tensor(b) {
+                    let name = self.e.fresh();
+                    let loc = self.e.loc();
+                    self.e.line(&format!(
+                        "{name} = stablehlo.optimization_barrier {} : {} {loc}",
+                        v.name,
+                        type_text(&v.ty)
+                    ));
+                    *b = Bound::Tensor(MlirValue { name, ty: v.ty });
+                }
+            }
+        }
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, &ctypes)?;

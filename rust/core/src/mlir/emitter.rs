@@ -182,6 +182,8 @@ pub struct Emitter {
     indent: usize,
     next: usize,
     site: Site,
+    /// How the module is written (`EmitOptions`).
+    pub(crate) options: super::EmitOptions,
 }
 
 impl Emitter {

@@ -95,7 +95,10 @@ pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
             "variables (a resource<{}> value) are not supported by the MLIR emitter yet",
             element_type(t.dtype)
         ))),
-        ValueType::Stack(t) => Ok(vec![storage_type(t), "index".to_string()]),
+        ValueType::Stack(t) => Ok(vec![
+            storage_type(t, e.options.list_stacks),
+            "index".to_string(),
+        ]),
     }
 }
 

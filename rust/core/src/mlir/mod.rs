@@ -63,25 +63,43 @@ use crate::error::Result;
 use crate::graph::{verify, Graph};
 use function::Lowering;
 
+/// Choices in how a module is written, each a form IREE 3.13 compiles for some modules and not
+/// others (see `stacks.rs`); the defaults compile everywhere we know of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EmitOptions {
+    /// Tensor stacks as `!util.list<?>`s of buffer views (O(1) per push in IREE) instead of
+    /// growable buffers (which IREE copies on every trip).
+    pub list_stacks: bool,
+    /// Each statically shaped tensor a loop starts from goes through an optimization barrier
+    /// (what lets IREE compile some modules with `list_stacks`).
+    pub loop_init_barriers: bool,
+}
+
 /// The graph as MLIR text: a module with the entry function as a public `func.func` (see the
 /// module doc). The graph is verified first; ops or nodes without an MLIR form are `Compile`
 /// errors.
 pub fn emit_module(graph: &Graph) -> Result<String> {
-    emit(graph, true)
+    emit(graph, true, EmitOptions::default())
+}
+
+/// `emit_module` with `options`.
+pub fn emit_module_with(graph: &Graph, options: EmitOptions) -> Result<String> {
+    emit(graph, true, options)
 }
 
 /// The entry function alone, as a public `func.func` (no module around it): what is added to
 /// an existing module (`import::gradient_module`). Everything it calls is inlined, so it
 /// refers to no other symbol.
 pub fn emit_function(graph: &Graph) -> Result<String> {
-    emit(graph, false)
+    emit(graph, false, EmitOptions::default())
 }
 
-fn emit(graph: &Graph, in_module: bool) -> Result<String> {
+fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<String> {
     verify(graph)?;
     let graph = &crate::passes::functionalize_variables(graph)?;
     let entry = graph.entry_function()?;
     let mut lowering = Lowering::new(&graph.library);
+    lowering.e.options = options;
     if in_module {
         lowering.e.line("module {");
         lowering.e.indent();

@@ -66,9 +66,18 @@ fn on_host(element: &TensorType) -> bool {
     element.ndim() == 0 && element.dtype != crate::dtype::DType::Bool
 }
 
-/// The MLIR type of a stack's storage: `!util.list<f64>` or `tensor<? x element>`.
-pub(crate) fn storage_type(element: &TensorType) -> String {
-    if on_host(element) {
+/// Whether a stack of `element`s is a `!util.list<?>` of buffer views (tensors, when the
+/// module has `list_stacks`).
+fn ref_list(element: &TensorType, list_stacks: bool) -> bool {
+    list_stacks && element.ndim() > 0
+}
+
+/// The MLIR type of a stack's storage: `!util.list<f64>`, `!util.list<?>` or
+/// `tensor<? x element>`.
+pub(crate) fn storage_type(element: &TensorType, list_stacks: bool) -> String {
+    if ref_list(element, list_stacks) {
+        "!util.list<?>".to_string()
+    } else if on_host(element) {
         format!("!util.list<{}>", element_type(element.dtype))
     } else {
         type_text(&buffer_type(element))
@@ -116,8 +125,8 @@ impl Lowering<'_> {
         self.stacks += 1;
         let buffer = self.e.fresh();
         let loc = self.e.loc();
-        if on_host(element) {
-            let list = storage_type(element);
+        if on_host(element) || ref_list(element, self.e.options.list_stacks) {
+            let list = storage_type(element, self.e.options.list_stacks);
             self.e
                 .line(&format!("{buffer} = util.list.create {cap} : {list} {loc}"));
         } else {
@@ -145,7 +154,7 @@ impl Lowering<'_> {
         self.check_element(&v.ty)?;
         if on_host(&v.ty) {
             let x = self.scalar_input(&value)?;
-            let list = storage_type(&v.ty);
+            let list = storage_type(&v.ty, self.e.options.list_stacks);
             let loc = self.e.loc();
             let one = self.index(1);
             let next = self.e.fresh();
@@ -155,6 +164,24 @@ impl Lowering<'_> {
                 .line(&format!("util.list.resize {buffer}, {next} : {list} {loc}"));
             self.e.line(&format!(
                 "util.list.set {buffer}[{size}], {x} : {list} {loc}"
+            ));
+            return Ok(Bound::Stack { buffer, size: next });
+        }
+        if ref_list(&v.ty, self.e.options.list_stacks) {
+            let loc = self.e.loc();
+            let one = self.index(1);
+            let (next, view) = (self.e.fresh(), self.e.fresh());
+            self.e.line(&format!(
+                "{view} = hal.tensor.export {v} : {} -> !hal.buffer_view {loc}",
+                TypeText(&v.ty)
+            ));
+            self.e
+                .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
+            self.e.line(&format!(
+                "util.list.resize {buffer}, {next} : !util.list<?> {loc}"
+            ));
+            self.e.line(&format!(
+                "util.list.set {buffer}[{size}], {view} : !hal.buffer_view -> !util.list<?> {loc}"
             ));
             return Ok(Bound::Stack { buffer, size: next });
         }
@@ -300,13 +327,28 @@ impl Lowering<'_> {
         if on_host(element) {
             self.e.line(&format!(
                 "{value} = util.list.get {buffer}[{top}] : {} {loc}",
-                storage_type(element)
+                storage_type(element, self.e.options.list_stacks)
             ));
             let value = MlirValue {
                 name: value,
                 ty: element.clone(),
             };
             return Ok([stack, Bound::Scalar(value)]);
+        }
+        if ref_list(element, self.e.options.list_stacks) {
+            let view = self.e.fresh();
+            self.e.line(&format!(
+                "{view} = util.list.get {buffer}[{top}] : !util.list<?> -> !hal.buffer_view {loc}"
+            ));
+            self.e.line(&format!(
+                "{value} = hal.tensor.import {view} : !hal.buffer_view -> {} {loc}",
+                TypeText(element)
+            ));
+            let value = MlirValue {
+                name: value,
+                ty: element.clone(),
+            };
+            return Ok([stack, Bound::Tensor(value)]);
         }
         if element.ndim() == 0 {
             self.e.line(&format!(

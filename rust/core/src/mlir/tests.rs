@@ -407,3 +407,27 @@ fn nested_bounded_loops_need_no_growth_checks() {
     let unbounded = emit_module(&super::traced::nested_loops(1)).unwrap();
     assert!(unbounded.contains("scf.if"), "{unbounded}");
 }
+
+#[test]
+fn list_stacks_keep_tensors_as_buffer_views() {
+    // EmitOptions::list_stacks: a push exports the value into the list, a pop imports it back
+    let options = super::EmitOptions {
+        list_stacks: true,
+        loop_init_barriers: true,
+    };
+    let text = super::emit_module_with(&super::traced::while_sin(1), options).unwrap();
+    let checks = r#"
+        CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
+        CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
+        CHECK: stablehlo.optimization_barrier %arg0 : tensor<2xf64>
+        CHECK: scf.while
+        CHECK: = hal.tensor.export %{{*}} : tensor<2xf64> -> !hal.buffer_view
+        CHECK: util.list.set %{{*}}[%{{*}}], %{{*}} : !hal.buffer_view -> !util.list<?>
+        CHECK: scf.while
+        CHECK: = util.list.get %{{*}}[%{{*}}] : !util.list<?> -> !hal.buffer_view
+        CHECK-NEXT: = hal.tensor.import %{{*}} : !hal.buffer_view -> tensor<2xf64>
+        CHECK: return
+        "#;
+    filecheck(&text, checks);
+    assert!(!text.contains("insert_slice"), "{text}");
+}
