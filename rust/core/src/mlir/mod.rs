@@ -21,7 +21,8 @@
 //! - Types: a tensor is `tensor<2x?xf32>` (`DYN` is `?`; bool is `i1`).
 //! - Every op carries `loc("file":line:0)` from its node's source location, or `loc(unknown)`.
 //! - Stacks (loop-gradient intermediates) are a `tensor<? x element>` buffer with doubling
-//!   capacity and an `index` size, carried through loops like any value (`stacks`).
+//!   capacity and an `index` size, carried through loops like any value, or with
+//!   `EmitOptions::list_stacks` a `!util.list<?>` of buffer views (`stacks`).
 //! - Rank-0 values cross regions as MLIR scalars and scalar ops run as `arith`/`math` on the
 //!   host (`scalar`); stacks of scalars are host-side `!util.list`s (`stacks`).
 //! - Variables are made values first (`passes::functionalize_variables`). What has no MLIR

@@ -33,11 +33,16 @@
 //! Doubling makes the copies O(1) amortised per push as far as the IR goes, but IREE 3.13 does
 //! not update a buffer that `scf.while` carries in place: it copies the whole buffer on every
 //! trip, static shape or not (`benches/iree_loop_stacks.py`: 15, 59, 445 µs per push at 10^3,
-//! 4*10^3, 1.6*10^4 rows of 64 floats), so a tensor stack costs O(n) per push compiled. A
-//! `!util.list<?>` of buffer views (`hal.tensor.export` / `import`) is O(1) there (2.4-2.8 µs
-//! flat), but `iree-compile` 3.13 stops on gradient modules that carry such lists through their
-//! loops ("maximum iteration count exceeded in fixed point pipeline"), so tensors keep the
-//! buffer. Popping an empty
+//! 4*10^3, 1.6*10^4 rows of 64 floats). With `EmitOptions::list_stacks` a stack of tensors is
+//! a `!util.list<?>` of buffer views instead, O(1) per push (2.4-2.8 µs flat):
+//!
+//! ```text
+//!   stack_push(s, v) %b = hal.tensor.export %v; util.list.resize; util.list.set %l[%n], %b
+//!   stack_pop(s)     %b = util.list.get %l[%n - 1]; hal.tensor.import %b
+//! ```
+//!
+//! IREE compiles that form for some modules only (docs/architecture.md), so `gl.jit` tries it
+//! first and falls back to the buffers. Popping an empty
 //! stack is undefined here (the interpreter reports it); the gradient's loops never do.
 
 use super::emitter::{element_type, type_text, MlirValue, TypeText};
