@@ -286,6 +286,39 @@ def test_loop_gradients_keep_tensor_stacks_in_lists_where_iree_allows(monkeypatc
         np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
+def test_a_list_form_that_fails_at_run_time_gives_way_to_buffers(monkeypatch) -> None:
+    from gradloop import compiled
+
+    compiled_forms: list[str] = []
+    real_compile, real_function = compiled._compile_concrete, compiled._runtime.Function
+
+    def recording(*args, **kwargs):
+        mlir, vmfb = real_compile(*args, **kwargs)
+        compiled_forms.append(mlir)
+        return mlir, vmfb
+
+    class FailingOnLists(real_function):
+        def __init__(self, vmfb, driver, name) -> None:
+            super().__init__(vmfb, driver, name)
+            self.lists = "!util.list<?>" in compiled_forms[-1]
+
+        def __call__(self, *inputs):
+            if self.lists:
+                raise RuntimeError("stand-in for an IREE run-time failure")
+            return super().__call__(*inputs)
+
+    monkeypatch.setattr(compiled, "_compile_concrete", recording)
+    monkeypatch.setattr(compiled._runtime, "Function", FailingOnLists)
+    grad = gl.grad(sin_loop, argnums=(0, 1))
+    args = x_c_n(3)
+    f = gl.jit(grad)
+    for got, want in zip(leaves(f(*args)), leaves(grad(*args)), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert ["!util.list<?>" in m for m in compiled_forms] == [True, False]
+    f(*args)  # the buffer form from now on
+    assert len(compiled_forms) == 2
+
+
 def test_export_runs_under_plain_iree_run_module(tmp_path) -> None:
     # iree-base-runtime installs it beside the interpreter of this environment.
     tool = os.path.join(os.path.dirname(sys.executable), "iree-run-module")

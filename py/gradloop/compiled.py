@@ -154,13 +154,14 @@ _FORMS: tuple[dict[str, bool], ...] = (
 
 
 def _compile_concrete(
-    concrete: Any, target: str, embed_captures: bool, portable: bool = False
+    concrete: Any, target: str, embed_captures: bool, portable: bool = False, plain: bool = False
 ) -> tuple[str, bytes]:
-    """The MLIR and `.vmfb` of `concrete` in the first form of `_FORMS` IREE compiles."""
+    """The MLIR and `.vmfb` of `concrete` in the first form of `_FORMS` IREE compiles (the
+    plain form alone with `plain`)."""
     failure: errors.CompileError | None = None
     # On Vulkan, IREE 3.13 runs the list form into "transient buffer has no staged Vulkan
     # backing"; CUDA is not tried (no GPU to check it on).
-    for form in _FORMS if target == "llvm-cpu" else ({},):
+    for form in _FORMS if target == "llvm-cpu" and not plain else ({},):
         mlir = concrete.to_mlir(embed_captures=embed_captures, **form)
         if form and "!util.list<?>" not in mlir:
             continue  # no tensor stacks: the plain form says the same
@@ -186,10 +187,17 @@ class _Compiled:
 
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
-        self.mlir, vmfb = _compile_concrete(concrete, target, embed_captures=False)
-        self.entry = _runtime.Function(vmfb, TARGETS[target], concrete.graph.entry)
+        self.target = target
+        self._load(plain=False)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
+
+    def _load(self, plain: bool) -> None:
+        self.mlir, vmfb = _compile_concrete(
+            self.concrete, self.target, embed_captures=False, plain=plain
+        )
+        self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
+        self.plain = plain or "!util.list<?>" not in self.mlir
 
     def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
         # Captured tensors and the Variables' current values follow the arguments.
@@ -198,7 +206,16 @@ class _Compiled:
             np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c)
             for c in self.captured
         ]
-        results = [_core.tensor(r) for r in self.entry(*inputs)]
+        try:
+            outputs = self.entry(*inputs)
+        except Exception:
+            if self.plain:
+                raise
+            # A list form IREE compiled but cannot run (see `_FORMS`): the plain form from
+            # now on. A call changes nothing before it returns, so it can run again.
+            self._load(plain=True)
+            outputs = self.entry(*inputs)
+        results = [_core.tensor(r) for r in outputs]
         n = len(results) - len(self.assigned)
         for handle, value in zip(self.assigned, results[n:], strict=True):
             handle.assign(value)
