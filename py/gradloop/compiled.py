@@ -15,7 +15,7 @@ A module with tensor stacks (the intermediates a loop gradient saves) is compile
 form of `_FORMS` that IREE 3.13 accepts: on `llvm-cpu`, stacks as lists of buffer views (O(1)
 per push) where it can; growable buffers, which IREE copies on every trip, elsewhere. `to_mlir`
 gives the buffer form; `Jit.mlir` and `export` give the form compiled. A failed compile is
-cached too.
+cached too, and a list form that fails at run time is replaced by the buffer form.
 
 float64 programs keep float64: IREE would demote them to float32 by default, so the flags that
 keep f64 (and link libm for f64 transcendentals on `llvm-cpu`) are added when the module uses
