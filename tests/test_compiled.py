@@ -95,8 +95,9 @@ def sin_loop(x, c, n):
     return gl.while_loop(lambda i, v: i < n, body, (i0, x))[1].sum()
 
 
-def nested_loops(x, c, n):
-    """`for i < n: (for j < i, at most 3 trips: x = tanh(x * c) + x)`, then sum(x)."""
+def nested_loops(x, c, n, outer_bound=None):
+    """`for i < n: (for j < i, at most 3 trips: x = tanh(x * c) + x)`, then sum(x); the outer
+    loop at most `outer_bound` trips when given."""
 
     def outer(i, v):
         inner = lambda j, u: (j + 1, gl.tanh(u * c) + u)  # noqa: E731
@@ -104,7 +105,9 @@ def nested_loops(x, c, n):
         return i + 1, gl.while_loop(lambda j, u: j < i, inner, (j0, v), maximum_iterations=3)[1]
 
     i0 = gl.tensor(0, dtype=gl.int64)
-    return gl.while_loop(lambda i, v: i < n, outer, (i0, x))[1].sum()
+    return gl.while_loop(lambda i, v: i < n, outer, (i0, x), maximum_iterations=outer_bound)[
+        1
+    ].sum()
 
 
 def x_c_n(n: int) -> tuple[gl.Tensor, gl.Tensor, gl.Tensor]:
@@ -156,15 +159,7 @@ def test_gradient_of_a_bounded_loop_with_a_data_dependent_stop_compiles(dtype, l
 
 
 def bounded_nested_loops(x, c, n):
-    """`nested_loops` with the outer loop bounded too (at most 4 trips)."""
-
-    def outer(i, v):
-        inner = lambda j, u: (j + 1, gl.tanh(u * c) + u)  # noqa: E731
-        j0 = gl.tensor(0, dtype=gl.int64)
-        return i + 1, gl.while_loop(lambda j, u: j < i, inner, (j0, v), maximum_iterations=3)[1]
-
-    i0 = gl.tensor(0, dtype=gl.int64)
-    return gl.while_loop(lambda i, v: i < n, outer, (i0, x), maximum_iterations=4)[1].sum()
+    return nested_loops(x, c, n, outer_bound=4)
 
 
 @pytest.mark.parametrize("n", [0, 3, 9])

@@ -228,42 +228,10 @@ impl Lowering<'_> {
         let reserve = self.reserve_stacks(body, *maximum_iterations, &mut inputs);
         let body_fn = self.library.get(body)?;
         let exposed = super::loop_vars::exposed(body_fn);
-        // A tensor the body passes through unchanged is not carried: both regions and the
-        // loop's result use its initial value (fewer block arguments). A rank-0 one is: read
-        // inside the loop, IREE would copy it to the host on every trip.
-        let mut through = super::loop_vars::passes_through(body_fn);
-        for (t, ty) in through.iter_mut().zip(types) {
-            *t &= ty.as_tensor().is_none_or(|t| t.ndim() > 0);
-        }
-        if through.iter().all(|&t| t) {
-            through.fill(false);
-        }
-        let mut fixed: Vec<Option<Bound>> = Vec::with_capacity(types.len());
-        let (mut carried_inputs, mut ctypes) = (Vec::new(), Vec::new());
-        for ((v, t), &through) in inputs.into_iter().zip(types).zip(&through) {
-            if through {
-                fixed.push(Some(self.coerce(v, t)?));
-            } else {
-                fixed.push(None);
-                carried_inputs.push(v);
-                ctypes.push(t.clone());
-            }
-        }
-        let ctypes = ctypes;
+        let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
         let mut inits = self.carried_all(carried_inputs, &ctypes)?;
         if self.e.options.loop_init_barriers {
-            for b in inits.iter_mut() {
-                if let Some(v) = static_tensor(b) {
-                    let name = self.e.fresh();
-                    let loc = self.e.loc();
-                    self.e.line(&format!(
-                        "{name} = stablehlo.optimization_barrier {} : {} {loc}",
-                        v.name,
-                        type_text(&v.ty)
-                    ));
-                    *b = Bound::Tensor(MlirValue { name, ty: v.ty });
-                }
-            }
+            self.barrier_inits(&mut inits);
         }
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
@@ -351,7 +319,57 @@ impl Lowering<'_> {
     }
 }
 
+/// A loop's variables split by `split_invariants`: the passed-through ones' values (None for
+/// the others), then the carried ones' values and types.
+type Split = (Vec<Option<Bound>>, Vec<Bound>, Vec<ValueType>);
+
 impl Lowering<'_> {
+    /// A tensor the body passes through unchanged is not carried: both regions and the loop's
+    /// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
+    /// loop, IREE would copy it to the host on every trip.
+    fn split_invariants(
+        &mut self,
+        body: &crate::graph::Function,
+        inputs: Vec<Bound>,
+        types: &[ValueType],
+    ) -> Result<Split> {
+        let mut through = super::loop_vars::passes_through(body);
+        for (t, ty) in through.iter_mut().zip(types) {
+            *t &= ty.as_tensor().is_none_or(|t| t.ndim() > 0);
+        }
+        if through.iter().all(|&t| t) {
+            through.fill(false);
+        }
+        let (mut fixed, mut carried, mut ctypes) = (Vec::new(), Vec::new(), Vec::new());
+        for ((v, t), &through) in inputs.into_iter().zip(types).zip(&through) {
+            if through {
+                fixed.push(Some(self.coerce(v, t)?));
+            } else {
+                fixed.push(None);
+                carried.push(v);
+                ctypes.push(t.clone());
+            }
+        }
+        Ok((fixed, carried, ctypes))
+    }
+
+    /// Each statically shaped tensor in `inits` through its own optimization barrier
+    /// (`EmitOptions::loop_init_barriers`).
+    fn barrier_inits(&mut self, inits: &mut [Bound]) {
+        for b in inits.iter_mut() {
+            if let Some(v) = static_tensor(b) {
+                let name = self.e.fresh();
+                let loc = self.e.loc();
+                self.e.line(&format!(
+                    "{name} = stablehlo.optimization_barrier {} : {} {loc}",
+                    v.name,
+                    type_text(&v.ty)
+                ));
+                *b = Bound::Tensor(MlirValue { name, ty: v.ty });
+            }
+        }
+    }
+
     /// The loop variables: the `fixed` ones (passed through unchanged) where given, else the
     /// next of the `carried` ones.
     fn with_fixed(&self, fixed: &[Option<Bound>], carried: Vec<Bound>) -> Result<Vec<Bound>> {
