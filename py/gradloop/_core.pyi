@@ -343,6 +343,16 @@ def emit_while(
     parameters (`body` returns the next loop variables). Returns the final loop variables;
     active tapes record it (its gradient is a reverse `while` over stacks)."""
 
+def emit_custom_gradient(
+    inputs: Sequence[TensorLike],
+    params: Sequence[Tensor],
+    results: Sequence[Tensor],
+    grad: Branch,
+) -> list[Tensor]:
+    """Closes the innermost frame (a custom-gradient function traced on `params` that returned
+    `results`) and calls it on `inputs` through a node whose gradient is `grad`, traced above
+    that frame on one cotangent per result. Returns the call's results."""
+
 def mlir_gradient_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
     gradient of `@function` with respect to its arguments `wrt`). `source` names the text in

@@ -332,6 +332,8 @@ def _custom_op(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
+        if _core.trace_active():
+            return _traced_custom_op(fn, inputs, kwargs, where)
         with _paused():  # the forward pass records nothing: the op below stands for it
             result = fn(*inputs, **kwargs)
             if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
@@ -351,6 +353,43 @@ def _custom_op(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
         return nest.pack_sequence_as(y, outs)
 
     return wrapper
+
+
+def _traced_custom_op(
+    fn: Callable[..., Any], inputs: list[_core.Tensor], kwargs: dict[str, Any], where: str
+) -> Any:
+    """Graph mode: `fn` traced into a function of its own, called through a node whose gradient
+    is `grad_fn` traced too, so that the custom gradient holds wherever the node ends up (a
+    branch or loop body differentiated later, a compiled module)."""
+    specs = [(t.dtype, tuple(t.shape)) for t in inputs]
+    params = _core.trace_push(f"{where}", specs)
+    depth = 1
+    try:
+        with _paused():  # the forward pass records nothing: the node stands for it
+            result = fn(*params, **kwargs)
+            if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+                raise errors.GradientError(
+                    _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
+                )
+            y, grad_fn = result
+            outs = _fresh_outputs(y, where)
+            cotangents = _core.trace_push(
+                f"{where}_grad", [(t.dtype, tuple(t.shape)) for t in outs]
+            )
+            depth = 2
+            dys = nest.pack_sequence_as(y, cotangents)
+            grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
+            grads = _validate.check_custom_gradients(grads, params, where)
+            grads = [_core.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
+            depth = 1
+            grad_branch = _core.trace_pop(grads)
+        depth = 0  # emit_custom_gradient closes the function's frame itself
+        outputs = _core.emit_custom_gradient(inputs, params, outs, grad_branch)
+    except BaseException:
+        for _ in range(depth):
+            _core.trace_pop([])  # close the frames; the unfinished functions are never called
+        raise
+    return nest.pack_sequence_as(y, outputs)
 
 
 def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,11 +11,12 @@ input (its value on entry, after the function's own inputs) and returns the fina
 each Variable the function may assign after its own results. `jit` passes the current values
 and stores the returned ones, so every call sees the Variables as they are then.
 
-A module with tensor stacks (the intermediates a loop gradient saves) is compiled in the first
-form of `_FORMS` that IREE 3.13 accepts: on `llvm-cpu`, stacks as lists of buffer views (O(1)
-per push) where it can; growable buffers, which IREE copies on every trip, elsewhere. `to_mlir`
-gives the buffer form; `Jit.mlir` and `export` give the form compiled. A failed compile is
-cached too, and a list form that fails at run time is replaced by the buffer form.
+Tensor stacks (the intermediates a loop gradient saves) are lists of buffer views on `llvm-cpu`
+(O(1) per push) where IREE compiles and runs that form, and growable buffers otherwise (see
+`_forms`). `to_mlir` gives the buffer form in `scf`; the compiler gets modules with `scf` lowered
+to `cf` (`_to_cf`); `Jit.mlir` gives the form that runs. A failed compile is cached too.
+Every failure is a `gl.errors` exception naming the function and the user's line: a
+`CompileError` with IREE's first diagnostic, an `ExecutionError` when the module fails as it runs.
 
 float64 programs keep float64: IREE would demote them to float32 by default, so the flags that
 keep f64 (and link libm for f64 transcendentals on `llvm-cpu`) are added when the module uses
@@ -27,6 +28,7 @@ the last partial word of a bool input as false.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import importlib.metadata
 import os
@@ -111,7 +113,7 @@ def compile_mlir(mlir: str, target: str = "llvm-cpu", portable: bool = False) ->
     `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only)."""
     flags = _flags(mlir, target, portable)
     key = hashlib.sha256(
-        "\0".join([mlir, target, *flags, _compiler_version()]).encode()
+        "\0".join([mlir, target, *flags, _compiler_version(), "cf"]).encode()
     ).hexdigest()
     found = _memory_cache.get(key)
     if found is not None:
@@ -143,43 +145,74 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
         pass  # a read-only cache directory only costs a recompile
 
 
-#: The forms a module is tried in, fastest first (`EmitOptions` in `rust/core/src/mlir`):
-#: IREE 3.13 compiles tensor stacks kept as lists of buffer views (O(1) per push) for some
-#: modules only, and growable buffers (copied on every trip) for every module we know of.
-_FORMS: tuple[dict[str, bool], ...] = (
-    {"list_stacks": True, "loop_init_barriers": True},
-    {"list_stacks": True},
-    {},
-)
+def _forms(target: str) -> tuple[bool, ...]:
+    """The stack forms (`list_stacks`) a module is compiled in, first that compiles first. On
+    `llvm-cpu`, lists of buffer views (O(1) per push) before growable buffers (which IREE copies
+    on every trip); IREE 3.13 fails a few list-form modules at run time ("ref is null" for a loop
+    variable the body never reads, `tests/test_compiled.py::with_previous`), and a few buffer-form
+    ones (`OUT_OF_RANGE` in `copy_buffer`, a second-order loop gradient), never the same one
+    that we know of: `_Compiled` runs the next form when one fails as it runs. On Vulkan lists
+    fail ("transient buffer has no staged Vulkan backing"); CUDA is compiled in the buffer form."""
+    return (True, False) if target == "llvm-cpu" else (False,)
 
 
 def _compile_concrete(
-    concrete: Any, target: str, embed_captures: bool, portable: bool = False, plain: bool = False
-) -> tuple[str, bytes]:
-    """The MLIR and `.vmfb` of `concrete` in the first form of `_FORMS` IREE compiles (the
-    plain form alone with `plain`)."""
+    concrete: Any, target: str, embed_captures: bool, portable: bool = False, forms: Any = None
+) -> tuple[str, bytes, tuple[bool, ...]]:
+    """The MLIR and `.vmfb` of `concrete` in the first of `forms` that compiles, and the forms
+    left after it."""
+    forms = _forms(target) if forms is None else forms
     failure: errors.CompileError | None = None
-    # On Vulkan, IREE 3.13 runs the list form into "transient buffer has no staged Vulkan
-    # backing"; CUDA is not tried (no GPU to check it on).
-    for form in _FORMS if target == "llvm-cpu" and not plain else ({},):
-        mlir = concrete.to_mlir(embed_captures=embed_captures, **form)
-        if form and "!util.list<?>" not in mlir:
-            continue  # no tensor stacks: the plain form says the same
+    for k, lists in enumerate(forms):
+        mlir = concrete.to_mlir(embed_captures=embed_captures, list_stacks=lists)
+        if lists and "!util.list<?>" not in mlir:
+            continue  # no tensor stacks: the buffer form says the same
         try:
-            return mlir, compile_mlir(mlir, target, portable)
+            return mlir, compile_mlir(mlir, target, portable), forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
     assert failure is not None
-    raise failure
+    raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: {failure}")
+
+
+def _first_line(message: str) -> str:
+    """IREE's first diagnostic (`file:line:col: error: ...`), else the message's first line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if "error:" in line:
+            return line
+    return lines[0] if lines else message
+
+
+def _to_cf(mlir: str) -> str:
+    """`mlir` with `scf` lowered to `cf` branches (MLIR's `convert-scf-to-cf`): IREE 3.13's
+    stream passes reject some verified modules with nested `scf` regions ("operand does not
+    dominate this use", "maximum iteration count exceeded in fixed point pipeline") and compile
+    the same program as a CFG (docs/architecture.md, "IREE workarounds")."""
+    from iree.compiler import ir
+    from iree.compiler.passmanager import PassManager
+
+    try:
+        with ir.Context() as ctx:
+            module = ir.Module.parse(mlir)
+            PassManager.parse("builtin.module(convert-scf-to-cf)", ctx).run(module.operation)
+            return str(module)
+    except ir.MLIRError as e:
+        raise errors.CompileError(
+            _validate.at_user(f"the module does not parse: {_first_line(str(e))}\n{e}")
+        ) from None
 
 
 def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
     from iree import compiler
 
+    cfg = _to_cf(mlir)
     try:
-        return compiler.compile_str(mlir, extra_args=flags)
+        return compiler.compile_str(cfg, extra_args=flags)
     except compiler.CompilerToolError as e:
-        raise errors.CompileError(_validate.at_user(f"iree-compile failed: {e}")) from None
+        raise errors.CompileError(
+            _validate.at_user(f"iree-compile failed: {_first_line(str(e))}\n{e}")
+        ) from None
 
 
 class _Compiled:
@@ -188,16 +221,32 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
-        self._load(plain=False)
+        self._load(None)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
 
-    def _load(self, plain: bool) -> None:
-        self.mlir, vmfb = _compile_concrete(
-            self.concrete, self.target, embed_captures=False, plain=plain
+    def _load(self, forms: Any) -> None:
+        self.mlir, vmfb, self._other_forms = _compile_concrete(
+            self.concrete, self.target, embed_captures=False, forms=forms
         )
         self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
-        self.plain = plain or "!util.list<?>" not in self.mlir
+
+    def _run(self, inputs: list[np.ndarray]) -> Any:
+        while True:
+            try:
+                return self.entry(*inputs)
+            except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
+                if not self._other_forms:
+                    name = self.concrete.graph.entry
+                    raise errors.ExecutionError(
+                        _validate.at_user(
+                            f"compiled function {name} ({self.target}) failed at run time: "
+                            f"{_first_line(str(e))}"
+                        )
+                    ) from e
+            # The same program with its stacks in the next form (see `_forms`); a call changes
+            # nothing before it returns, so it runs again. `mlir` shows the form that runs.
+            self._load(self._other_forms)
 
     def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
         # Captured tensors and the Variables' current values follow the arguments.
@@ -206,16 +255,7 @@ class _Compiled:
             np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c)
             for c in self.captured
         ]
-        try:
-            outputs = self.entry(*inputs)
-        except Exception:
-            if self.plain:
-                raise
-            # A list form IREE compiled but cannot run (see `_FORMS`): the plain form from
-            # now on. A call changes nothing before it returns, so it can run again.
-            self._load(plain=True)
-            outputs = self.entry(*inputs)
-        results = [_core.tensor(r) for r in outputs]
+        results = [_core.tensor(r) for r in self._run(inputs)]
         n = len(results) - len(self.assigned)
         for handle, value in zip(self.assigned, results[n:], strict=True):
             handle.assign(value)
@@ -273,7 +313,7 @@ def export(
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
     concrete = _function(fn).concrete_function(*args)
-    mlir, vmfb = _compile_concrete(concrete, target, embed_captures=True, portable=True)
+    mlir, vmfb, _ = _compile_concrete(concrete, target, embed_captures=True, portable=True)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".mlir").write_text(mlir)

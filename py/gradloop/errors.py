@@ -12,6 +12,7 @@ __all__ = [
     "CompileError",
     "ControlFlowError",
     "DTypeError",
+    "ExecutionError",
     "GradientError",
     "GradloopError",
     "GraphError",
@@ -61,6 +62,10 @@ class GraphError(GradloopError, ValueError):
 
 class CompileError(GradloopError, RuntimeError):
     """The MLIR emitter or the compiler behind it failed."""
+
+
+class ExecutionError(GradloopError, RuntimeError):
+    """A compiled module failed while it ran (IREE's runtime reported an error)."""
 
 
 class InternalError(GradloopError, RuntimeError):

@@ -133,20 +133,11 @@ impl PyConcreteFunction {
     /// tensors become constants and the module takes the `num_params` arguments followed by
     /// the variables' values (what an exported artifact needs); otherwise it takes every
     /// captured input after those. Variables are values: the module returns, after the
-    /// results, the final value of each variable in `assigned_variables`. `list_stacks` and
-    /// `loop_init_barriers` choose forms IREE compiles for some modules only (`EmitOptions`).
-    #[pyo3(signature = (embed_captures=false, list_stacks=false, loop_init_barriers=false))]
-    fn to_mlir(
-        &self,
-        py: Python<'_>,
-        embed_captures: bool,
-        list_stacks: bool,
-        loop_init_barriers: bool,
-    ) -> PyResult<String> {
-        let options = gradloop::mlir::EmitOptions {
-            list_stacks,
-            loop_init_barriers,
-        };
+    /// results, the final value of each variable in `assigned_variables`. `list_stacks` keeps
+    /// tensor stacks as lists of buffer views (`EmitOptions`).
+    #[pyo3(signature = (embed_captures=false, list_stacks=false))]
+    fn to_mlir(&self, py: Python<'_>, embed_captures: bool, list_stacks: bool) -> PyResult<String> {
+        let options = gradloop::mlir::EmitOptions { list_stacks };
         if !embed_captures {
             return gradloop::mlir::emit_module_with(&self.graph, options).py(py);
         }

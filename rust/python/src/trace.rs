@@ -214,3 +214,22 @@ pub fn first(mut outputs: gradloop::ops::Values<Val>, what: &'static str) -> gra
     }
     Ok(outputs.swap_remove(0))
 }
+
+/// Closes the innermost frame, a `custom_gradient` function traced on `params` that returned
+/// `results`, and calls it on `inputs` through a node whose gradient is `grad` (traced above
+/// that frame on one cotangent per result). Returns the call's results.
+#[pyfunction]
+pub fn emit_custom_gradient(
+    py: Python<'_>,
+    inputs: &Bound<'_, PyAny>,
+    params: &Bound<'_, PyAny>,
+    results: &Bound<'_, PyAny>,
+    grad: &Bound<'_, PyBranch>,
+) -> PyResult<Vec<PyTensor>> {
+    let (inputs, params, results) = (tensors(inputs)?, tensors(params)?, tensors(results)?);
+    let grad = grad.get().inner.clone();
+    run(py, 0, move |ctx| {
+        trace::emit_custom_call(ctx, &inputs, &params, &results, &grad)
+    })
+    .map(py_tensors)
+}

@@ -185,7 +185,7 @@ impl FunctionBuilder {
     ) -> Result<Vec<Port>> {
         let outputs = match &kind {
             NodeKind::While { body, .. } => library.get(body)?.params.clone(),
-            NodeKind::If { then_branch: f, .. } | NodeKind::Call { function: f } => {
+            NodeKind::If { then_branch: f, .. } | NodeKind::Call { function: f, .. } => {
                 library.get(f)?.result_types()?
             }
             NodeKind::Case { branches } => match branches.last() {

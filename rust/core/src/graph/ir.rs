@@ -142,8 +142,13 @@ pub enum NodeKind {
         maximum_iterations: Option<i64>,
         parallel_iterations: u32,
     },
-    /// `function(operands)`.
-    Call { function: String },
+    /// `function(operands)`. With `gradient` (a `custom_gradient` traced in graph mode), its
+    /// gradient is `gradient(operands, results, result cotangents)`, which returns one gradient
+    /// for each of the first k operands (see `trace::gradients`).
+    Call {
+        function: String,
+        gradient: Option<String>,
+    },
     /// `(resource) -> value`.
     ReadVariable,
     /// `(resource, value) -> ()`.
@@ -192,9 +197,21 @@ impl NodeKind {
             } => vec![then_branch, else_branch],
             NodeKind::Case { branches } => branches.iter().map(String::as_str).collect(),
             NodeKind::While { cond, body, .. } => vec![cond, body],
-            NodeKind::Call { function } => vec![function],
+            NodeKind::Call { function, .. } => vec![function],
             _ => Vec::new(),
         }
+    }
+
+    /// Functions this node names: its callees, then a custom gradient function.
+    pub fn referenced(&self) -> Vec<&str> {
+        let mut names = self.callees();
+        if let NodeKind::Call {
+            gradient: Some(g), ..
+        } = self
+        {
+            names.push(g);
+        }
+        names
     }
 }
 

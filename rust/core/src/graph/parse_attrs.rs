@@ -213,6 +213,7 @@ pub(crate) fn build_kind(
         },
         "call" => NodeKind::Call {
             function: func(p, attrs.require(p, at, head, "function")?)?,
+            gradient: attrs.take("gradient").map(|v| func(p, v)).transpose()?,
         },
         "stack_new" => match attrs.require(p, at, head, "element")? {
             (PValue::Type(ValueType::Tensor(element)), _) => NodeKind::StackNew { element },

@@ -257,7 +257,13 @@ fn kind_attrs(kind: &NodeKind) -> Vec<(&'static str, String)> {
             attrs.push(("parallel_iterations", parallel_iterations.to_string()));
             attrs
         }
-        NodeKind::Call { function } => vec![("function", func(function))],
+        NodeKind::Call { function, gradient } => {
+            let mut attrs = vec![("function", func(function))];
+            if let Some(g) = gradient {
+                attrs.push(("gradient", func(g)));
+            }
+            attrs
+        }
         NodeKind::StackNew { element } => vec![("element", TypeText(element).to_string())],
         NodeKind::ReadVariable
         | NodeKind::AssignVariable

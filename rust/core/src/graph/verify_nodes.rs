@@ -53,7 +53,13 @@ pub(crate) fn check_node(library: &Library, f: &Function, id: NodeId, node: &Nod
             }
             check_while(library, cond, body, ins, outs)
         }
-        NodeKind::Call { function } => check_call(library, "callee", function, ins, outs),
+        NodeKind::Call { function, gradient } => {
+            check_call(library, "callee", function, ins, outs)?;
+            match gradient {
+                Some(g) => check_custom_gradient(library, g, ins, outs),
+                None => Ok(()),
+            }
+        }
         NodeKind::ReadVariable => {
             let [res] = fixed::<1>(ins)?;
             let t = inner(res, "resource", "input 0")?;
@@ -187,6 +193,52 @@ fn check_branches(
 }
 
 /// `name(operands) -> outs` must match the function's signature.
+/// A custom gradient function takes `(operands, results, cotangents of the results)` and
+/// returns one gradient per leading operand, typed like it.
+fn check_custom_gradient(
+    library: &Library,
+    name: &str,
+    operands: &[&ValueType],
+    outs: &[&ValueType],
+) -> Check {
+    let g = library
+        .get(name)
+        .map_err(|_| format!("gradient @{name} is not in the library"))?;
+    let mut expected: Vec<&ValueType> = operands.to_vec();
+    expected.extend(outs.iter().copied());
+    expected.extend(outs.iter().copied());
+    if g.params.len() != expected.len() {
+        return Err(format!(
+            "gradient @{name} takes {} argument(s), expected {} (operands, results, cotangents)",
+            g.params.len(),
+            expected.len()
+        ));
+    }
+    for (k, (p, a)) in g.params.iter().zip(&expected).enumerate() {
+        if !p.compatible(a) {
+            return Err(format!(
+                "gradient @{name} parameter {k} is {p}, expected {a}"
+            ));
+        }
+    }
+    let results = g.result_types().map_err(|e| e.message)?;
+    if results.len() > operands.len() {
+        return Err(format!(
+            "gradient @{name} returns {} value(s) for {} operand(s)",
+            results.len(),
+            operands.len()
+        ));
+    }
+    for (k, (r, o)) in results.iter().zip(operands).enumerate() {
+        if !r.compatible(o) {
+            return Err(format!(
+                "gradient @{name} returns {r} for operand {k}, which is {o}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_call(
     library: &Library,
     role: &str,

@@ -215,6 +215,7 @@ fn rejects_bad_while_and_call_nodes() {
         .add_node(
             NodeKind::Call {
                 function: "ghost".into(),
+                gradient: None,
             },
             &a,
             vec![f32s(&[3])],
@@ -262,6 +263,7 @@ fn rejects_recursion_and_a_missing_entry() {
         .add_node(
             NodeKind::Call {
                 function: "loop".into(),
+                gradient: None,
             },
             &a,
             vec![f32s(&[3])],
@@ -326,6 +328,7 @@ fn calls_to_functions_with_side_effects_must_be_kept() {
     b.add_node(
         NodeKind::Call {
             function: "writer".into(),
+            gradient: None,
         },
         &a,
         vec![],

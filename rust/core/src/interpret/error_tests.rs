@@ -231,6 +231,7 @@ fn calling(name: &str, callee: &str) -> Function {
     let f32s = scalar_ty(DType::F32);
     let call = NodeKind::Call {
         function: callee.into(),
+        gradient: None,
     };
     let mut node = Node::new(call, vec![Port::new(0, 0)], vec![f32s.clone()]);
     node.location = Some(Location::new("rec.py", 3));

@@ -43,6 +43,8 @@
 //! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
 //! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
+use std::collections::HashSet;
+
 use super::emitter::{element_type, names_text, type_text, MlirValue};
 use super::function::{flat_names, flat_types_of, operand_list, Bound, Lowering};
 use crate::dtype::DType;
@@ -230,9 +232,7 @@ impl Lowering<'_> {
         let exposed = super::loop_vars::exposed(body_fn);
         let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
         let mut inits = self.carried_all(carried_inputs, &ctypes)?;
-        if self.e.options.loop_init_barriers {
-            self.barrier_inits(&mut inits);
-        }
+        self.distinct_inits(&mut inits);
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, &ctypes)?;
@@ -353,20 +353,31 @@ impl Lowering<'_> {
         Ok((fixed, carried, ctypes))
     }
 
-    /// Each statically shaped tensor in `inits` through its own optimization barrier
-    /// (`EmitOptions::loop_init_barriers`).
-    fn barrier_inits(&mut self, inits: &mut [Bound]) {
+    /// A tensor that starts two loop variables goes to the second through an optimization
+    /// barrier: IREE 3.13's VM moves a buffer passed twice on a branch out of one register
+    /// before the other is read ("binding table slot requires a buffer", or `OUT_OF_RANGE` in
+    /// `hal.command_buffer.copy_buffer`; the iree-org/iree#24753 family), as when a loop
+    /// variable starts equal to another and the body never reads it. With list stacks every
+    /// statically shaped initial tensor gets one: a buffer the loop both carries and exports
+    /// into a list otherwise hits the same run-time failure.
+    fn distinct_inits(&mut self, inits: &mut [Bound]) {
+        let mut seen = HashSet::new();
+        let every = self.e.options.list_stacks;
         for b in inits.iter_mut() {
-            if let Some(v) = static_tensor(b) {
-                let name = self.e.fresh();
-                let loc = self.e.loc();
-                self.e.line(&format!(
-                    "{name} = stablehlo.optimization_barrier {} : {} {loc}",
-                    v.name,
-                    type_text(&v.ty)
-                ));
-                *b = Bound::Tensor(MlirValue { name, ty: v.ty });
+            let Bound::Tensor(v) = b.clone() else {
+                continue;
+            };
+            if seen.insert(v.name.clone()) && !(every && static_tensor(b).is_some()) {
+                continue;
             }
+            let name = self.e.fresh();
+            let loc = self.e.loc();
+            self.e.line(&format!(
+                "{name} = stablehlo.optimization_barrier {} : {} {loc}",
+                v.name,
+                type_text(&v.ty)
+            ));
+            *b = Bound::Tensor(MlirValue { name, ty: v.ty });
         }
     }
 

@@ -327,6 +327,23 @@ impl Emitter {
             let zero = self.splat_like(x, 0.0)?;
             return Ok(self.compare("NE", x, &zero));
         }
+        if x.ty.dtype == DType::Bool {
+            // `select(x, 1, 0)`, not `stablehlo.convert`: IREE 3.13 fuses an i1 -> float
+            // convert into a consuming matmul as an i1 operand over i8 storage, which fails to
+            // verify ("'linalg.vecmat' op expected type of bb argument #0 ('i1')").
+            let like = MlirValue {
+                name: x.name.clone(),
+                ty: x.ty.with_dtype(dtype),
+            };
+            let one = self.splat_like(&like, 1.0)?;
+            let zero = self.splat_like(&like, 0.0)?;
+            let ty = TypeText(&like.ty);
+            let body = format!(
+                "stablehlo.select {x}, {one}, {zero} : ({}, {ty}, {ty}) -> {ty}",
+                TypeText(&x.ty)
+            );
+            return Ok(self.op(&body, &like.ty));
+        }
         let ty = x.ty.with_dtype(dtype);
         let body = format!(
             "stablehlo.convert {x} : ({}) -> {}",

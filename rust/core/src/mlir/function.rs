@@ -15,6 +15,7 @@ use std::fmt::Write;
 use super::emitter::{element_type, string_literal, type_text, Emitter, MlirValue, Site, TypeText};
 use super::scalar::carrier_type;
 use super::stacks::{buffer_type, storage_type};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
 use crate::shape::TensorType;
@@ -411,7 +412,7 @@ impl<'g> Lowering<'g> {
             NodeKind::If { .. } => self.emit_if(node, inputs)?,
             NodeKind::Case { .. } => self.emit_case(node, inputs)?,
             NodeKind::While { .. } => self.emit_while(node, inputs)?,
-            NodeKind::Call { function } => {
+            NodeKind::Call { function, .. } => {
                 let site = self.e.site().clone();
                 let outs = self.inline(function, inputs)?;
                 self.e.set_site(site);
@@ -473,6 +474,17 @@ impl<'g> Lowering<'g> {
     pub fn tensor_input(&mut self, b: &Bound) -> Result<MlirValue> {
         match b {
             Bound::Tensor(v) => Ok(v.clone()),
+            Bound::Scalar(v) if v.ty.dtype == DType::Bool => {
+                // Through an i64 tensor and a compare: IREE 3.13 stores bool tensors as i8 and
+                // rejects `tensor.from_elements %b : tensor<i1>` once it has converted the type.
+                let wide = self.widen(&v.name, DType::Bool);
+                let ty = TensorType::scalar(DType::I64);
+                let t = self
+                    .e
+                    .op(&format!("tensor.from_elements {wide} : tensor<i64>"), &ty);
+                let zero = self.e.scalar(DType::I64, 0.0);
+                Ok(self.e.compare("NE", &t, &zero))
+            }
             Bound::Scalar(v) => {
                 let body = format!("tensor.from_elements {v} : {}", TypeText(&v.ty));
                 Ok(self.e.op(&body, &v.ty))

@@ -64,16 +64,12 @@ use crate::error::Result;
 use crate::graph::{verify, Graph};
 use function::Lowering;
 
-/// Choices in how a module is written, each a form IREE 3.13 compiles for some modules and not
-/// others (see `stacks.rs`); the defaults compile everywhere we know of.
+/// Choices in how a module is written (see `stacks.rs`); the defaults run on every target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EmitOptions {
     /// Tensor stacks as `!util.list<?>`s of buffer views (O(1) per push in IREE) instead of
     /// growable buffers (which IREE copies on every trip).
     pub list_stacks: bool,
-    /// Each statically shaped tensor a loop starts from goes through an optimization barrier
-    /// (what lets IREE compile some modules with `list_stacks`).
-    pub loop_init_barriers: bool,
 }
 
 /// The graph as MLIR text: a module with the entry function as a public `func.func` (see the

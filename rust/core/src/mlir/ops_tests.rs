@@ -111,7 +111,7 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
         case(
             creation::Cast { to: DType::F32 },
             vec![mask.clone()],
-            "(tensor<2x3xi1>) -> tensor<2x3xf32>",
+            "stablehlo.select %arg0, %0, %1 : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<2x3xf32>)",
         ),
         case(Neg, vec![m.clone()], "stablehlo.negate"),
         case(Exp, vec![m.clone()], "stablehlo.exponential"),

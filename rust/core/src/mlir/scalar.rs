@@ -283,11 +283,13 @@ impl Lowering<'_> {
     pub(crate) fn scalar_constant(&mut self, dtype: DType, value: f64) -> String {
         let name = self.e.fresh();
         let loc = self.e.loc();
-        self.e.line(&format!(
-            "{name} = arith.constant {} : {} {loc}",
-            scalar_literal(value, dtype),
-            element_type(dtype)
-        ));
+        // A bool attribute takes no type suffix (`arith.constant true : i1` does not parse).
+        let literal = match dtype {
+            DType::Bool => scalar_literal(value, dtype),
+            _ => format!("{} : {}", scalar_literal(value, dtype), element_type(dtype)),
+        };
+        self.e
+            .line(&format!("{name} = arith.constant {literal} {loc}"));
         name
     }
 

@@ -118,7 +118,7 @@ fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Opti
                 let names: Vec<&String> = names.iter().collect();
                 branches(library, &names, ins.get(1..)?, n, depth)?
             }
-            NodeKind::Call { function } => {
+            NodeKind::Call { function, .. } => {
                 flow(library, library.get(function).ok()?, &ins, depth + 1)?
             }
             NodeKind::While {

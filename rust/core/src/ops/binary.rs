@@ -211,7 +211,81 @@ binary_op! {
         };
         (ga, gb)
     },
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.power", &[a, b], out))
+    mlir: |e, a, b, out| emit_pow(e, a, b, out)
+}
+
+/// `a ** b` with the kernel's (C `pow`'s) semantics. IREE lowers `stablehlo.power` with an
+/// exponent it cannot see as a constant to `exp(b * log a)`: NaN for every negative base. So the
+/// power is taken of `|a|`, negated where `a`'s sign bit is set and `b` is an odd integer, and
+/// NaN only where C gives NaN: a finite negative base with a non-integer exponent.
+fn emit_pow(e: &mut Emitter, a: &MlirValue, b: &MlirValue, out: &TensorType) -> Result<MlirValue> {
+    let ty = TypeText(out).to_string();
+    let abs_a = e.elementwise("stablehlo.abs", &[a], out);
+    let r = e.elementwise("stablehlo.power", &[&abs_a, b], out);
+    let neg_r = e.elementwise("stablehlo.negate", &[&r], out);
+    // The sign bit, so that -0.0 counts as negative (pow(-0, -1) = -inf).
+    let int_ty = out.with_dtype(if out.dtype == DType::F64 {
+        DType::I64
+    } else {
+        DType::I32
+    });
+    let bits = e.op(
+        &format!(
+            "stablehlo.bitcast_convert {a} : ({ty}) -> {}",
+            TypeText(&int_ty)
+        ),
+        &int_ty,
+    );
+    let int_zero = e.splat_like(&bits, 0.0)?;
+    let sign = e.compare("LT", &bits, &int_zero);
+    // b is an odd integer: floor(b) == b and floor(b / 2) * 2 != b (false for infinities).
+    let floor_b = e.elementwise("stablehlo.floor", &[b], out);
+    let integral = e.compare("EQ", &floor_b, b);
+    let half = e.splat_like(b, 0.5)?;
+    let two = e.splat_like(b, 2.0)?;
+    let halved = e.elementwise("stablehlo.multiply", &[b, &half], out);
+    let floor_half = e.elementwise("stablehlo.floor", &[&halved], out);
+    let even_part = e.elementwise("stablehlo.multiply", &[&floor_half, &two], out);
+    let not_even = e.compare("NE", &even_part, b);
+    let odd = e.elementwise(
+        "stablehlo.and",
+        &[&integral, &not_even],
+        &integral.ty.clone(),
+    );
+    let flip = e.elementwise("stablehlo.and", &[&sign, &odd], &odd.ty.clone());
+    let bool_ty = TypeText(&odd.ty).to_string();
+    let signed = e.op(
+        &format!("stablehlo.select {flip}, {neg_r}, {r} : ({bool_ty}, {ty}, {ty}) -> {ty}"),
+        out,
+    );
+    // NaN for a finite negative base and a non-integer exponent.
+    let zero = e.splat_like(a, 0.0)?;
+    let neg_inf = e.splat_like(a, f64::NEG_INFINITY)?;
+    let negative = e.compare("LT", a, &zero);
+    let finite = e.compare("GT", a, &neg_inf);
+    let fractional = e.elementwise("stablehlo.not", &[&integral], &integral.ty.clone());
+    let undefined = e.elementwise("stablehlo.and", &[&negative, &finite], &odd.ty.clone());
+    let undefined = e.elementwise("stablehlo.and", &[&undefined, &fractional], &odd.ty.clone());
+    let nan = e.splat_like(a, f64::NAN)?;
+    let defined = e.op(
+        &format!("stablehlo.select {undefined}, {nan}, {signed} : ({bool_ty}, {ty}, {ty}) -> {ty}"),
+        out,
+    );
+    // 1 where C's pow is 1 and exp(b log|a|) is NaN: b = 0, a = 1, and |a| = 1 with |b| = inf.
+    let one = e.splat_like(a, 1.0)?;
+    let inf = e.splat_like(a, f64::INFINITY)?;
+    let b_zero = e.compare("EQ", b, &zero);
+    let a_one = e.compare("EQ", a, &one);
+    let abs_b = e.elementwise("stablehlo.abs", &[b], out);
+    let unit = e.compare("EQ", &abs_a, &one);
+    let b_inf = e.compare("EQ", &abs_b, &inf);
+    let unit_inf = e.elementwise("stablehlo.and", &[&unit, &b_inf], &odd.ty.clone());
+    let ones = e.elementwise("stablehlo.or", &[&b_zero, &a_one], &odd.ty.clone());
+    let ones = e.elementwise("stablehlo.or", &[&ones, &unit_inf], &odd.ty.clone());
+    Ok(e.op(
+        &format!("stablehlo.select {ones}, {one}, {defined} : ({bool_ty}, {ty}, {ty}) -> {ty}"),
+        out,
+    ))
 }
 
 binary_op! {

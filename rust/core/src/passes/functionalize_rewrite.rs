@@ -213,8 +213,11 @@ impl<'f> Rewrite<'f> {
                 else_branch: renamed[1].clone(),
             },
             NodeKind::Case { .. } => NodeKind::Case { branches: renamed },
+            // A custom gradient no longer fits the re-signed callee; gradients were built
+            // before this pass runs.
             _ => NodeKind::Call {
                 function: renamed[0].clone(),
+                gradient: None,
             },
         };
         let mut outputs = node.outputs.clone();

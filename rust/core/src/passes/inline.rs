@@ -16,7 +16,7 @@ pub fn inline_calls(graph: &Graph) -> Result<Graph> {
     let called: HashSet<String> = library
         .iter()
         .flat_map(|f| f.nodes.iter())
-        .flat_map(|n| n.kind.callees())
+        .flat_map(|n| n.kind.referenced())
         .map(str::to_string)
         .collect();
     let mut kept = Library::new();
@@ -61,7 +61,7 @@ fn inline_function(library: &Library, f: &Function, stack: &mut Vec<String>) -> 
                 ports.push(vec![params[*k]]);
                 ids.push(None);
             }
-            NodeKind::Call { function } => {
+            NodeKind::Call { function, .. } => {
                 let callee = inline_function(library, library.get(function)?, stack)?;
                 let first = b.len();
                 let (results, callee_effects) = inline_into(&mut b, &callee, &inputs)?;

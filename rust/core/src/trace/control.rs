@@ -167,3 +167,76 @@ pub fn emit_while(
     outputs.truncate(vars.len());
     Ok(outputs)
 }
+
+/// Closes the innermost frame, a `custom_gradient` function traced on `params` that computed
+/// `results`, and calls it through a `Call` node whose gradient is `grad` (the user's gradient
+/// function, traced above that frame with one cotangent per result as its parameters).
+///
+/// What `grad` captured of the frame's own values (not its parameters) becomes extra results
+/// of the function: the residuals, as cond_v2 exposes intermediates. `grad` is then re-signed
+/// to take `(operands, results, cotangents)` (`NodeKind::Call`), so a gradient it takes of an
+/// operand flows into that operand when differentiated again, while residuals are constants, as
+/// the eager forward pass of a custom gradient is not recorded. Returns the call's `results`.
+pub fn emit_custom_call(
+    ctx: &mut dyn Context<Val>,
+    inputs: &[Val],
+    params: &[Val],
+    results: &[Val],
+    grad: &Branch,
+) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "custom_gradient")?;
+    let (function, gradient, operands) = {
+        let mut t = lock(&tracer);
+        let frame = t.top_frame();
+        let residuals: Vec<Val> = grad
+            .captures
+            .iter()
+            .filter(|c| {
+                matches!(c, Val::Symbol(s) if s.frame == frame)
+                    && !params.iter().any(|p| p.id() == c.id())
+            })
+            .cloned()
+            .collect();
+        let mut outs = results.to_vec();
+        outs.extend(residuals.iter().cloned());
+        let (function, captures) = t.pop_function(&outs)?;
+        let f = t.library().get(&function)?.clone();
+        let (n, n_out) = (f.params.len(), outs.len());
+        let g0 = t.library().get(&grad.name)?.clone();
+        let n_cot = g0.params.len() - grad.captures.len();
+        let mut types = f.params.clone();
+        let out_types = f.result_types()?;
+        types.extend(out_types.iter().cloned());
+        types.extend(out_types);
+        let mut mapping: Vec<usize> = (0..n_cot).map(|i| n + n_out + i).collect();
+        for c in &grad.captures {
+            let id = c.id();
+            let slot = if let Some(k) = params.iter().position(|p| p.id() == id) {
+                k
+            } else if let Some(q) = captures.iter().position(|v| v.id() == id) {
+                params.len() + q
+            } else if let Some(r) = residuals.iter().position(|v| v.id() == id) {
+                n + results.len() + r
+            } else {
+                return Err(Error::internal(
+                    "custom_gradient",
+                    "a value the gradient function captured is neither an operand nor a residual",
+                ));
+            };
+            mapping.push(slot);
+        }
+        let name = t.fresh_name(&format!("{function}_grad"));
+        let g = with_params(&g0, &name, types, &mapping, &[])?;
+        t.add_function(g)?;
+        let mut operands = inputs.to_vec();
+        operands.extend(captures);
+        (function, name, operands)
+    };
+    let kind = NodeKind::Call {
+        function,
+        gradient: Some(gradient),
+    };
+    let mut outputs = ctx.apply_node(&kind, &operands)?.into_vec();
+    outputs.truncate(results.len());
+    Ok(outputs)
+}

@@ -52,6 +52,14 @@ fn node_gradient(
     outputs: &[Val],
 ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
     Ok(match kind {
+        NodeKind::Call {
+            gradient: Some(gradient),
+            ..
+        } => Some(Arc::new(CustomGradient {
+            gradient: gradient.clone(),
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        })),
         NodeKind::If { .. }
         | NodeKind::Case { .. }
         | NodeKind::Call { .. }
@@ -407,9 +415,11 @@ impl ControlGradient {
             _ => (
                 NodeKind::Call {
                     function: fwd_names[0].clone(),
+                    gradient: None,
                 },
                 NodeKind::Call {
                     function: bwd_names[0].clone(),
+                    gradient: None,
                 },
             ),
         };
@@ -718,6 +728,45 @@ fn result_dependencies(f: &Function) -> Vec<Vec<bool>> {
         .iter()
         .map(|p| deps.get(p.node).cloned().unwrap_or_else(|| vec![true; n]))
         .collect()
+}
+
+/// A `Call` with a custom gradient function (`gl.custom_gradient` traced in graph mode): a call
+/// of `gradient(operands, results, cotangents)`, whose results are the gradients of the leading
+/// operands. Its ops are recorded by the tapes active now, so it differentiates again.
+struct CustomGradient {
+    gradient: String,
+    inputs: Vec<Val>,
+    outputs: Vec<Val>,
+}
+
+impl GradientFunction<Val> for CustomGradient {
+    fn compute(
+        &self,
+        ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        let mut args = self.inputs.clone();
+        args.extend(self.outputs.iter().cloned());
+        for (g, y) in grad_outputs.iter().zip(&self.outputs) {
+            args.push(match g {
+                Some(g) => g.clone(),
+                None => build::zeros_like(ctx, y)?,
+            });
+        }
+        let call = NodeKind::Call {
+            function: self.gradient.clone(),
+            gradient: None,
+        };
+        let out = ctx.apply_node(&call, &args)?;
+        let mut grads: Grads<Val> = smallvec![None; self.inputs.len()];
+        for (k, g) in out.into_iter().enumerate() {
+            if is_float_tensor(&self.inputs[k].value_type()) {
+                grads[k] = Some(g);
+            }
+        }
+        Ok(grads)
+    }
 }
 
 /// `push(stack, value) -> stack'`: the cotangent stack pops to give both gradients.

@@ -36,7 +36,7 @@ use crate::shape::TensorType;
 use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
 
-pub use control::{emit_case, emit_if, emit_while, Branch, LoopFunctions};
+pub use control::{emit_case, emit_custom_call, emit_if, emit_while, Branch, LoopFunctions};
 pub use differentiate::{gradient_graph, takes_cotangents};
 pub use gradients::graph_registry;
 pub use replay::replay;

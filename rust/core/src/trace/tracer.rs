@@ -475,7 +475,7 @@ impl Tracer {
                 joined.unwrap_or_default()
             }
             NodeKind::While { body, .. } => self.library.get(body)?.params.clone(),
-            NodeKind::Call { function } => self.library.get(function)?.result_types()?,
+            NodeKind::Call { function, .. } => self.library.get(function)?.result_types()?,
             NodeKind::ReadVariable => match input(0)? {
                 ValueType::Resource(t) => vec![ValueType::Tensor(t)],
                 other => {
@@ -541,7 +541,7 @@ fn reachable(library: &Library, entry: &str) -> Result<Library> {
     while let Some(name) = todo.pop() {
         if seen.insert(name.clone()) {
             for node in &library.get(&name)?.nodes {
-                todo.extend(node.kind.callees().into_iter().map(str::to_string));
+                todo.extend(node.kind.referenced().into_iter().map(str::to_string));
             }
         }
     }
