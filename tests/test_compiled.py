@@ -268,7 +268,6 @@ def test_an_iree_compile_failure_is_a_compile_error_naming_function_and_line(
 
 
 def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
-    from gradloop import compiled
 
     f = gl.jit(double_sin)
     f(f64(0.1, 0.2))

@@ -380,7 +380,9 @@ def _traced_custom_op(
             dys = nest.pack_sequence_as(y, cotangents)
             grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
             grads = _validate.check_custom_gradients(grads, params, where)
-            grads = [_core.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
+            grads = [
+                _core.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)
+            ]
             depth = 1
             grad_branch = _core.trace_pop(grads)
         depth = 0  # emit_custom_gradient closes the function's frame itself
