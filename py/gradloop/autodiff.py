@@ -65,6 +65,18 @@ def note_variable_read(variable: _variables.Variable, value: _core.Tensor) -> No
         tape._note_read(variable, value)
 
 
+def note_variable_use(variable: _variables.Variable, resource: _core.Tensor) -> None:
+    """Called by `Variable.read()` while tracing, before the read: the recording tapes watch
+    the variable's resource, whose gradient sums those of every read recorded after it,
+    including reads inside `cond` branches and `while_loop` bodies."""
+    if not variable.dtype.is_floating:
+        return
+    if variable.trainable and _core.any_tape_active():
+        _core.watch_on_active_tapes(resource)
+    for tape in _recording_tapes():
+        tape._note_read(variable, resource)
+
+
 def _add_all(grads: list[Any]) -> Any:
     present = [g for g in grads if g is not None]
     return functools.reduce(_core.add, present) if present else None

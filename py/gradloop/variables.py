@@ -99,6 +99,12 @@ class Variable:
     def read(self) -> _core.Tensor:
         """The current value. Trainable reads are watched by the tapes recording now. Inside a
         trace the value is symbolic: the read happens when the graph runs, in program order."""
+        if _core.trace_active():
+            # In a graph the tapes watch the variable itself (its resource), so that reads in
+            # branches and loop bodies, which the tapes do not see, are differentiable too.
+            if autodiff._state.tapes or _core.any_tape_active():
+                autodiff.note_variable_use(self, self._handle.resource())
+            return self._handle.read()
         value = self._handle.read()
         if autodiff._state.tapes or _core.any_tape_active():
             autodiff.note_variable_read(self, value)

@@ -113,6 +113,14 @@ impl PyVariableHandle {
         }
     }
 
+    /// While tracing, the variable's resource value in the trace (what tapes watch so that
+    /// gradients flow through reads in branches and loop bodies); `None` otherwise.
+    fn resource(&self) -> Option<PyTensor> {
+        let tracer = runtime::active_tracer()?;
+        let resource = lock(&tracer).capture_variable(&self.inner);
+        Some(PyTensor::new(resource))
+    }
+
     /// Stores `value` (same dtype and shape); while tracing, an `assign_variable` node.
     fn assign(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let value = self.value(py, value, "assign_variable")?;

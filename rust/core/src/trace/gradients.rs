@@ -68,6 +68,9 @@ fn node_gradient(
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
         })),
+        NodeKind::ReadVariable if is_float_resource(&inputs[0].value_type()) => {
+            Some(Arc::new(ReadVariableGradient))
+        }
         NodeKind::StackPush => Some(Arc::new(StackPushGradient)),
         NodeKind::StackPop => Some(Arc::new(StackPopGradient {
             value: outputs[1].clone(),
@@ -94,6 +97,25 @@ pub struct Augmented {
 
 fn is_float_tensor(ty: &ValueType) -> bool {
     matches!(ty, ValueType::Tensor(t) if t.dtype.is_float())
+}
+
+/// A float variable: its cotangent is a tensor of the variable's type, the sum of the
+/// cotangents of every value read from it (TensorFlow's resource gradients).
+fn is_float_resource(ty: &ValueType) -> bool {
+    matches!(ty, ValueType::Resource(t) if t.dtype.is_float())
+}
+
+/// A value that takes a tensor cotangent: a float tensor or a float variable.
+fn is_differentiable(ty: &ValueType) -> bool {
+    is_float_tensor(ty) || is_float_resource(ty)
+}
+
+/// The type of a cotangent of a value of type `ty` (a variable's is its value's tensor type).
+fn cotangent_type(ty: ValueType) -> ValueType {
+    match ty {
+        ValueType::Resource(t) => ValueType::Tensor(t),
+        other => other,
+    }
 }
 
 fn is_float_stack(ty: &ValueType) -> bool {
@@ -148,6 +170,9 @@ fn zero_like(ctx: &mut dyn Context<Val>, like: &Val) -> Result<Val> {
         ValueType::Stack(t) => Ok(ctx
             .apply_node(&NodeKind::StackNew { element: t }, &[])?
             .remove(0)),
+        ValueType::Resource(t) if !t.shape.contains(&DYN) => {
+            build::fill(ctx, t.dtype, &t.shape, 0.0)
+        }
         _ => build::zeros_like(ctx, like),
     }
 }
@@ -201,7 +226,7 @@ fn differentiate(
     };
     let cot_types: Vec<ValueType> = cot_outputs
         .iter()
-        .map(|&i| results[i].value_type())
+        .map(|&i| cotangent_type(results[i].value_type()))
         .collect();
     let cots = lock(tracer).push_function(&format!("{}_bwd", f.name), cot_types);
     let built = (|| {
@@ -330,7 +355,7 @@ impl ControlGradient {
     fn covers(&self, aug: &Augmented, needs: &[bool]) -> bool {
         let sel = self.selector();
         self.inputs.iter().enumerate().skip(sel).all(|(i, input)| {
-            !(needs.get(i).copied().unwrap_or(true) && is_float_tensor(&input.value_type()))
+            !(needs.get(i).copied().unwrap_or(true) && is_differentiable(&input.value_type()))
                 || aug.differentiable.contains(&(i - sel))
         })
     }
@@ -349,7 +374,7 @@ impl ControlGradient {
             .filter(|&i| is_float_tensor(&self.outputs[i].value_type()))
             .collect();
         let differentiable: Vec<usize> = (0..operands.len())
-            .filter(|&i| is_float_tensor(&operands[i].value_type()))
+            .filter(|&i| is_differentiable(&operands[i].value_type()))
             .collect();
         let callees: Vec<String> = self.kind.callees().iter().map(|s| s.to_string()).collect();
         let mut parts = Vec::new();
@@ -458,13 +483,13 @@ impl ControlGradient {
         let mut carried: Vec<usize> = (0..n)
             .filter(|&i| {
                 wanted[i]
-                    && (is_float_tensor(&types[i])
+                    && (is_differentiable(&types[i])
                         || (is_float_stack(&types[i])
                             && grad_outputs.get(i).is_some_and(Option::is_some)))
             })
             .collect();
         let float_vars: Vec<usize> = (0..n)
-            .filter(|&i| wanted[i] && (is_float_tensor(&types[i]) || is_float_stack(&types[i])))
+            .filter(|&i| wanted[i] && (is_differentiable(&types[i]) || is_float_stack(&types[i])))
             .collect();
         let d = loop {
             let d = differentiate(tracer, &body_fn, &carried, &float_vars)?;
@@ -680,7 +705,7 @@ impl ControlGradient {
 /// residuals only their gradients would use (the RFC's `skip_input_indices`).
 fn wanted_vars(body: &Function, needs: &[bool]) -> Vec<bool> {
     let n = body.params.len();
-    let float = |i: usize| is_float_tensor(&body.params[i]) || is_float_stack(&body.params[i]);
+    let float = |i: usize| is_differentiable(&body.params[i]) || is_float_stack(&body.params[i]);
     let mut wanted: Vec<bool> = (0..n)
         .map(|i| {
             is_float_stack(&body.params[i]) || (float(i) && needs.get(i).copied().unwrap_or(true))
@@ -766,6 +791,20 @@ impl GradientFunction<Val> for CustomGradient {
             }
         }
         Ok(grads)
+    }
+}
+
+/// `read_variable(resource) -> value`: the value's cotangent is the resource's.
+struct ReadVariableGradient;
+
+impl GradientFunction<Val> for ReadVariableGradient {
+    fn compute(
+        &self,
+        _ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        Ok(smallvec![grad_outputs[0].clone()])
     }
 }
 
