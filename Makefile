@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all dev test test-rust test-python vulkan-driver lint fmt demo bench clean
+.PHONY: all dev test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz
 
 all: dev
 
@@ -44,6 +44,14 @@ lint: $(STAMP)
 fmt: $(STAMP)
 	cargo fmt --all
 	$(VENV)/bin/ruff format py tests benches examples
+
+# The differential random-program tester at scale: eager vs graph vs gl.jit, from a random seed.
+FUZZ_EXAMPLES ?= 5000
+fuzz: dev
+	@seed=$$(python3 -c 'import random; print(random.randrange(2**32))'); \
+	echo "GRADLOOP_FUZZ_SEED=$$seed"; \
+	GRADLOOP_FUZZ_SEED=$$seed GRADLOOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) GRADLOOP_FUZZ_COMPILED=1 \
+		$(PY) -m pytest -q -x tests/fuzz_modes.py
 
 demo: dev
 	$(PY) examples/projectile.py

@@ -84,10 +84,11 @@ impl Lowering<'_> {
         let site = self.e.site().clone();
         let results = body(self)?;
         // a condition's predicate is an operand of `scf.condition`, not a carried value
-        let results = match term {
+        let mut results = match term {
             Terminator::Condition { .. } => self.coerce_all(results, types)?,
             _ => self.carried_all(results, types)?,
         };
+        self.distinct_tensors(&mut results, false);
         self.e.set_site(site);
         match term {
             Terminator::Yield => {
@@ -232,7 +233,8 @@ impl Lowering<'_> {
         let exposed = super::loop_vars::exposed(body_fn);
         let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
         let mut inits = self.carried_all(carried_inputs, &ctypes)?;
-        self.distinct_inits(&mut inits);
+        let every = self.e.options.list_stacks;
+        self.distinct_tensors(&mut inits, every);
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, &ctypes)?;
@@ -353,16 +355,16 @@ impl Lowering<'_> {
         Ok((fixed, carried, ctypes))
     }
 
-    /// A tensor that starts two loop variables goes to the second through an optimization
-    /// barrier: IREE 3.13's VM moves a buffer passed twice on a branch out of one register
-    /// before the other is read ("binding table slot requires a buffer", or `OUT_OF_RANGE` in
-    /// `hal.command_buffer.copy_buffer`; the iree-org/iree#24753 family), as when a loop
-    /// variable starts equal to another and the body never reads it. With list stacks every
-    /// statically shaped initial tensor gets one: a buffer the loop both carries and exports
-    /// into a list otherwise hits the same run-time failure.
-    fn distinct_inits(&mut self, inits: &mut [Bound]) {
+    /// A tensor passed twice to a loop's start, a region's `scf.yield`/`scf.condition` or a
+    /// `return` goes the second time through an optimization barrier: IREE 3.13's VM moves a
+    /// buffer passed twice on a branch out of one register before the other is read ("binding
+    /// table slot requires a buffer", or `OUT_OF_RANGE` in `hal.command_buffer.copy_buffer`;
+    /// the iree-org/iree#24753 family), as when a loop variable starts equal to another and the
+    /// body never reads it, or a branch yields one zero gradient for two results. With `every`
+    /// (a loop's start, with list stacks) every statically shaped tensor gets one: a buffer the
+    /// loop both carries and exports into a list otherwise hits the same run-time failure.
+    pub(crate) fn distinct_tensors(&mut self, inits: &mut [Bound], every: bool) {
         let mut seen = HashSet::new();
-        let every = self.e.options.list_stacks;
         for b in inits.iter_mut() {
             let Bound::Tensor(v) = b.clone() else {
                 continue;

@@ -211,7 +211,8 @@ impl<'g> Lowering<'g> {
             params.join(", ")
         ));
         self.e.indent();
-        let results = self.body(f, args)?;
+        let mut results = self.body(f, args)?;
+        self.distinct_tensors(&mut results, false);
         let names = results
             .iter()
             .map(|b| self.tensor_input(b).map(|v| v.name))

@@ -1,0 +1,112 @@
+"""Differential random-program tester: eager vs `@gl.function` vs `gl.jit` (llvm-cpu).
+
+Each program (`program_fuzz.py`) is run in the three modes on values, on its gradient with
+respect to `x` and to a Variable read in it, and on a second-order gradient; eager gradients of
+programs without custom gradients or stop_gradient are checked against central finite
+differences in float64. `make fuzz` runs it (`GRADLOOP_FUZZ_EXAMPLES` programs, a random
+`GRADLOOP_FUZZ_SEED`, printed to reproduce; hypothesis prints the failing program). It is not
+yet part of `make test`: it still finds graph-mode and IREE run-time failures (see the open issue). Every failure it found is a named regression test in
+`test_mode_agreement.py`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+
+import gradloop as gl
+from gradcheck import numerical_gradient
+from program_fuzz import Program, depth, is_pure, programs
+
+EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "40"))
+# gl.jit on every program is `make fuzz`'s (GRADLOOP_FUZZ_COMPILED=1): IREE 3.13 still fails
+# some shrunk programs at run time (an ExecutionError; see docs/architecture.md), which
+# `test_mode_agreement.py` keeps as they are fixed.
+COMPILED = os.environ.get("GRADLOOP_FUZZ_COMPILED", "0") == "1"
+# `make test` uses a fixed seed; `make fuzz` passes a random one (printed, to reproduce).
+SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_cache(tmp_path_factory) -> None:
+    old = os.environ.get("GRADLOOP_CACHE_DIR")
+    os.environ["GRADLOOP_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        del os.environ["GRADLOOP_CACHE_DIR"]
+    else:
+        os.environ["GRADLOOP_CACHE_DIR"] = old
+
+
+def outputs(program: Program, stage) -> list[np.ndarray]:
+    """Value, d/dx, d/dv and a second-order gradient of `program`, run through `stage`."""
+    cot = gl.tensor(np.array([0.3, -0.7, 0.5]))
+
+    def everything(x):
+        with gl.GradientTape(persistent=True) as outer:
+            outer.watch(x)
+            with gl.GradientTape(persistent=True) as tape:
+                tape.watch(x)
+                y = program(x)
+            gx, gv = tape.gradient(y, [x, program.v], unconnected_gradients="zero")
+            h = gl.sum(gx * cot)
+        hx = outer.gradient(h, x, unconnected_gradients="zero")
+        return y, gx, gv, hx
+
+    program.reset()
+    results = stage(everything)(gl.tensor(X))
+    program.reset()
+    return [np.asarray(r) for r in results]
+
+
+X = np.array([0.41, -0.23, 0.37])
+
+
+def check(spec) -> None:
+    program = Program(spec)
+    eager = outputs(program, lambda f: f)
+    stages = {"graph": gl.function}
+    if COMPILED:
+        stages["compiled"] = gl.jit
+    for mode, stage in stages.items():
+        got = outputs(program, stage)
+        for what, e, g in zip(("value", "d/dx", "d/dv", "d2/dx2"), eager, got, strict=True):
+            np.testing.assert_allclose(
+                g, e, rtol=1e-6, atol=1e-9, err_msg=f"{mode} {what} differs from eager: {spec}"
+            )
+    if is_pure(spec):
+        program.reset()
+        fd = numerical_gradient(lambda x: float(program(gl.tensor(x))), [X])[0]
+        program.reset()
+        np.testing.assert_allclose(eager[1], fd, rtol=1e-5, atol=1e-6, err_msg=f"d/dx: {spec}")
+
+
+@seed(SEED)
+@SETTINGS
+@given(spec=programs())
+def test_modes_agree_on_random_programs(spec) -> None:
+    check(spec)
+
+
+def test_the_generator_nests_three_deep_and_mixes_purity() -> None:
+    # The strategy reaches what the tester is for: three-deep nesting and both kinds of program.
+    found = {"deep": False, "pure": False, "impure": False}
+
+    @seed(1)
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(spec=programs())
+    def look(spec) -> None:
+        found["deep"] |= depth(spec) >= 3
+        found["pure" if is_pure(spec) else "impure"] = True
+
+    look()
+    assert all(found.values()), found

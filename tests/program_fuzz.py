@@ -1,0 +1,189 @@
+"""Random nested control-flow programs for the differential tester (`fuzz_modes.py`).
+
+A program is a tree drawn by hypothesis: expressions over a float64 vector `x` (the argument
+differentiated), a closed-over tensor `w` and a Variable `v`, with `cond`, `switch_case` and
+`while_loop` nested up to three deep. Predicates, branch indices and trip counts depend on the
+data (zero trips included); loops carry an int32 counter, an int64 count, a bool flag toggled
+with `logical_not`, the float state, a float32 copy, and variables that the body passes through,
+overwrites each trip, never reads, or that are unused at the output; `maximum_iterations` is
+drawn too. Leaves may go through `custom_gradient` (a deliberately scaled gradient, so ignoring it
+shows), `stop_gradient`, `x ** 2`/`x ** 3` (negative bases), a float32 detour, and Variable reads;
+loop bodies may `assign_add` to a second Variable.
+
+`build(spec)` returns `(fn, pure)`: `fn(x)` gives a float64 scalar, and `pure` says whether the
+program's gradient is its true derivative (no custom gradient or stop_gradient), so that it can
+be checked against finite differences; impure programs are checked across modes against eager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+import gradloop as gl
+
+N = 3  # length of the vector state
+
+LEAVES = ("x", "w", "v", "sin", "tanh", "square", "cube", "custom", "stop", "f32", "sigmoid")
+
+
+@gl.custom_gradient
+def scaled_square(t):
+    """`t * t` whose gradient is deliberately `3 * dy * t` (the true one is `2 * dy * t`)."""
+    return t * t, lambda dy: dy * t * 3.0
+
+
+def _leaves() -> st.SearchStrategy[Any]:
+    return st.sampled_from(LEAVES).map(lambda name: ("leaf", name))
+
+
+def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    pair = st.tuples(children, children)
+    return st.one_of(
+        st.tuples(st.just("add"), pair),
+        st.tuples(st.just("mul"), pair),
+        st.tuples(st.just("cond"), st.floats(-1.0, 1.0), pair),
+        st.tuples(st.just("switch"), st.lists(children, min_size=1, max_size=3), st.booleans()),
+        st.tuples(
+            st.just("while"),
+            children,
+            st.integers(0, 3),  # trip count offset
+            st.sampled_from([None, 0, 2, 5]),  # maximum_iterations
+            st.sampled_from(["passthrough", "overwritten", "unread", "unused"]),
+            st.booleans(),  # assign to the accumulating Variable in the body
+        ),
+    )
+
+
+def programs(max_leaves: int = 8) -> st.SearchStrategy[Any]:
+    """Program trees, nested at most three control-flow constructs deep."""
+    return st.recursive(_leaves(), _extend, max_leaves=max_leaves)
+
+
+def depth(spec: Any) -> int:
+    kind = spec[0]
+    if kind == "leaf":
+        return 0
+    if kind in ("add", "mul"):
+        return max(depth(c) for c in spec[1])
+    if kind == "cond":
+        return 1 + max(depth(c) for c in spec[2])
+    if kind == "switch":
+        return 1 + max(depth(c) for c in spec[1])
+    return 1 + depth(spec[1])
+
+
+def is_pure(spec: Any) -> bool:
+    kind = spec[0]
+    if kind == "leaf":
+        return spec[1] not in ("custom", "stop")
+    if kind in ("add", "mul", "cond"):
+        return all(is_pure(c) for c in spec[-1])
+    if kind == "switch":
+        return all(is_pure(c) for c in spec[1])
+    return is_pure(spec[1])
+
+
+class Program:
+    """A program tree as a function of `x`, with its closed-over tensor and Variables."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        rng = np.random.default_rng(7)
+        self.w = gl.tensor(rng.uniform(-0.8, 0.8, N))
+        self.v = gl.Variable(rng.uniform(-0.5, 0.5, N))
+        self.acc = gl.Variable(np.zeros(N), trainable=False)
+
+    def reset(self) -> None:
+        """Puts the Variables back to their initial values (loop bodies assign to `acc`)."""
+        self.acc.assign(np.zeros(N))
+
+    def __call__(self, x: gl.Tensor) -> gl.Tensor:
+        y = self._eval(self.spec, x)
+        return gl.sum(gl.tanh(y)) + gl.sum(self.acc.read()) * 0.1
+
+    def _eval(self, spec: Any, x: gl.Tensor) -> gl.Tensor:
+        kind = spec[0]
+        if kind == "leaf":
+            return self._leaf(spec[1], x)
+        if kind == "add":
+            a, b = spec[1]
+            return self._eval(a, x) + self._eval(b, x)
+        if kind == "mul":
+            a, b = spec[1]
+            return gl.tanh(self._eval(a, x)) * self._eval(b, x)
+        if kind == "cond":
+            threshold, (a, b) = spec[1], spec[2]
+            pred = gl.sum(x * self.w) > threshold
+            return gl.cond(pred, lambda: self._eval(a, x), lambda: self._eval(b, x))
+        if kind == "switch":
+            branches, with_default = spec[1], spec[2]
+            index = gl.cast(gl.sum(gl.abs(x)) * 2.0, gl.int32) - 1  # -1 runs the default
+            fns = [lambda b=b: self._eval(b, x) for b in branches]
+            default = (lambda: x * 0.5) if with_default else None
+            return gl.switch_case(index, fns, default=default)
+        return self._while(spec, x)
+
+    def _while(self, spec: Any, x: gl.Tensor) -> gl.Tensor:
+        _, body_spec, offset, bound, extra, assign = spec
+        # Data-dependent trip count: 0 to offset + 2 trips.
+        n = gl.minimum(gl.cast(gl.abs(gl.sum(x * self.w)) * 3.0, gl.int32), 2) + offset - 1
+
+        def cond(i, count, flag, h, h32, e):
+            return i < n
+
+        def body(i, count, flag, h, h32, e):
+            new_h = self._eval(body_spec, h) * 0.5 + h * 0.3
+            if assign:
+                self.acc.assign_add(gl.stop_gradient(new_h) * 0.01)
+            if extra == "passthrough":
+                e2 = e
+            elif extra == "overwritten":
+                e2 = new_h * 0.5
+            elif extra == "unread":
+                e2 = h
+            else:
+                e2 = e * 1.0
+            h32 = gl.cast(new_h, gl.float32) + h32 * gl.tensor(0.5, dtype=gl.float32)
+            return i + 1, count + 2, gl.logical_not(flag), new_h, h32, e2
+
+        init = (
+            gl.tensor(0, dtype=gl.int32),
+            gl.tensor(0, dtype=gl.int64),
+            gl.tensor(True),
+            x,
+            gl.cast(x, gl.float32),
+            x * 0.25,
+        )
+        i, count, flag, h, h32, e = gl.while_loop(cond, body, init, maximum_iterations=bound)
+        # The float32 copy counts in values, not gradients (finite differences in float64 would
+        # not see through it).
+        out = h + gl.stop_gradient(gl.cast(h32, gl.float64)) * 0.1
+        out = out + gl.cast(count, gl.float64) * 0.01
+        out = out + gl.where(flag, x, -x) * 0.1
+        if extra != "unused":
+            out = out + e * 0.2
+        return out
+
+    def _leaf(self, name: str, x: gl.Tensor) -> gl.Tensor:
+        leaves: dict[str, Callable[[], gl.Tensor]] = {
+            "x": lambda: x,
+            "w": lambda: x * self.w,
+            "v": lambda: x * self.v.read(),
+            "sin": lambda: gl.sin(x),
+            "tanh": lambda: gl.tanh(x + self.w),
+            "square": lambda: (x - 0.2) ** 2,
+            "cube": lambda: (x - 0.1) ** 3,
+            "custom": lambda: scaled_square(x),
+            "stop": lambda: gl.stop_gradient(x) * x,
+            "f32": lambda: gl.cast(gl.sin(gl.cast(x, gl.float32)), gl.float64) * 0.0 + x * 0.5,
+            "sigmoid": lambda: gl.sigmoid(x),
+        }
+        return leaves[name]()
+
+
+def build(spec: Any) -> Program:
+    return Program(spec)
