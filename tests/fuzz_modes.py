@@ -5,7 +5,8 @@ respect to `x` and to a Variable read in it, and on a second-order gradient; eag
 programs without custom gradients or stop_gradient are checked against central finite
 differences in float64. `make fuzz` runs it (`GRADLOOP_FUZZ_EXAMPLES` programs, a random
 `GRADLOOP_FUZZ_SEED`, printed to reproduce; hypothesis prints the failing program). It is not
-yet part of `make test`: it still finds graph-mode and IREE run-time failures (see the open issue). Every failure it found is a named regression test in
+yet part of `make test`: it still finds graph-mode and IREE run-time failures (see the open
+issue). Every failure it found and that is fixed is a named regression test in
 `test_mode_agreement.py`.
 """
 

@@ -158,7 +158,7 @@ class Program:
             gl.cast(x, gl.float32),
             x * 0.25,
         )
-        i, count, flag, h, h32, e = gl.while_loop(cond, body, init, maximum_iterations=bound)
+        _i, count, flag, h, h32, e = gl.while_loop(cond, body, init, maximum_iterations=bound)
         # The float32 copy counts in values, not gradients (finite differences in float64 would
         # not see through it).
         out = h + gl.stop_gradient(gl.cast(h32, gl.float64)) * 0.1

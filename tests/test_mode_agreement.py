@@ -134,7 +134,7 @@ def test_class4_loop_variables_whose_incoming_value_is_never_read() -> None:
 
     def overwritten(x):
         body = lambda i, a, b: (i + 1, x, a * a)  # noqa: E731
-        _, a, b = gl.while_loop(lambda i, a, b: i < 3, body, (gl.tensor(0), x, x))
+        _, _a, b = gl.while_loop(lambda i, a, b: i < 3, body, (gl.tensor(0), x, x))
         return gl.sum(b)
 
     for fn in (previous, overwritten):
