@@ -262,6 +262,8 @@ class VariableHandle:
     def shape(self) -> tuple[int | None, ...]: ...
     def read(self) -> Tensor:
         """The current value; while tracing, a symbolic `read_variable` result."""
+    def resource(self) -> Tensor | None:
+        """While tracing, the resource value tapes watch (reads in bodies differentiate)."""
     def assign(self, value: TensorLike) -> None:
         """Stores `value` (same dtype and shape; Python scalars take the variable's dtype)."""
     def assign_add(self, delta: TensorLike) -> None:
