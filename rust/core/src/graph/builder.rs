@@ -84,7 +84,9 @@ impl FunctionBuilder {
 
     /// Declares that `new` (a later node) computes what `old` computes, in its first outputs:
     /// `finish` sends `old`'s uses to `new`, drops `old` and restores topological order. This is
-    /// how a gradient adds outputs to a forward `If`/`While` without editing it in place.
+    /// how a gradient adds outputs to a forward `If`/`While` without editing it in place. `new`
+    /// takes `old`'s place in program order: it gets `old`'s control inputs, not those it was
+    /// added with (which may name stateful nodes that run after `old`: a cycle).
     pub fn supersede(&mut self, old: NodeId, new: NodeId) -> Result<()> {
         let (o, n) = (self.node(old)?, self.node(new)?);
         let prefix = o.outputs.len() <= n.outputs.len()
@@ -98,6 +100,8 @@ impl FunctionBuilder {
                 self.name
             )));
         }
+        let controls = self.node(old)?.control_inputs.clone();
+        self.node_mut(new)?.control_inputs = controls;
         self.superseded.push((old, new));
         Ok(())
     }

@@ -425,7 +425,11 @@ impl Tracer {
     /// in the innermost frame (see `FunctionBuilder::supersede`).
     pub(super) fn supersede(&mut self, old: NodeId, new: NodeId) -> Result<()> {
         let frame = self.frames.last_mut().expect("open frame");
-        if frame.last_stateful == Some(old) {
+        if frame.last_stateful == Some(new) {
+            // `new` was chained after the last stateful node; it takes `old`'s place instead.
+            let before = frame.builder.node(new)?.control_inputs.last().copied();
+            frame.last_stateful = before.filter(|&b| b != old).or(Some(new));
+        } else if frame.last_stateful == Some(old) {
             frame.last_stateful = Some(new);
         }
         frame.effects.retain(|&e| e != old);
