@@ -217,3 +217,18 @@ def test_fuzz_found_one_zero_gradient_yielded_twice_from_a_branch() -> None:
         return y, gx, gv, outer.gradient(h, x, unconnected_gradients="zero")
 
     assert_modes_agree(f, f64(0.41, -0.23, 0.37))
+
+
+def test_class1_a_bad_custom_gradient_in_a_traced_body_is_a_clear_error() -> None:
+    @gl.custom_gradient
+    def two_grads(x):
+        return x * 2.0, lambda dy: (dy, dy)  # one argument, two gradients
+
+    def f(x):
+        body = lambda i, x: (i + 1, two_grads(x))  # noqa: E731
+        return gl.sum(gl.while_loop(lambda i, x: i < 2, body, (0, x))[1])
+
+    with pytest.raises(gl.errors.GradientError, match="returned 2 gradients for 1"):
+        gl.function(gl.grad(f))(f64(0.5, 1.5))
+    # The failed trace left nothing behind: the same thread traces again.
+    np.testing.assert_allclose(np.asarray(gl.function(lambda x: x * 2.0)(f64(1.0))), [2.0])

@@ -338,6 +338,29 @@ def _fresh_outputs(y: Any, where: str) -> list[_core.Tensor]:
     return [_core.identity(t) for t in nest.flatten(y)]
 
 
+def _run_forward(
+    fn: Callable[..., Any], inputs: list[Any], kwargs: dict[str, Any], where: str
+) -> tuple[Any, list[_core.Tensor], Callable[..., Any]]:
+    """Runs a custom op's forward pass unrecorded: `(y, y's tensors as new values, grad_fn)`."""
+    with _paused():  # the forward pass records nothing: the op stands for it
+        result = fn(*inputs, **kwargs)
+        if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+            raise errors.GradientError(
+                _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
+            )
+        y, grad_fn = result
+        return y, _fresh_outputs(y, where), grad_fn
+
+
+def _call_grad_fn(
+    grad_fn: Callable[..., Any], y: Any, out_grads: list[Any], inputs: list[Any], where: str
+) -> list[Any]:
+    """`grad_fn` on the cotangents in `y`'s structure (spread for a tuple/list `y`), checked."""
+    dys = nest.pack_sequence_as(y, out_grads)
+    grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
+    return _validate.check_custom_gradients(grads, inputs, where)
+
+
 def _custom_op(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
     """`fn(*tensors) -> (y, grad_fn)` as one recorded op whose gradient is `grad_fn`."""
 
@@ -346,19 +369,10 @@ def _custom_op(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
         if _core.trace_active():
             return _traced_custom_op(fn, inputs, kwargs, where)
-        with _paused():  # the forward pass records nothing: the op below stands for it
-            result = fn(*inputs, **kwargs)
-            if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
-                raise errors.GradientError(
-                    _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
-                )
-            y, grad_fn = result
-            outs = _fresh_outputs(y, where)
+        y, outs, grad_fn = _run_forward(fn, inputs, kwargs, where)
 
         def backward(*out_grads: _core.Tensor) -> list[Any]:
-            dys = nest.pack_sequence_as(y, out_grads)
-            grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
-            return _validate.check_custom_gradients(grads, inputs, where)
+            return _call_grad_fn(grad_fn, y, list(out_grads), inputs, where)
 
         if _core.any_tape_active():
             _core.record_custom_gradient(where, inputs, outs, backward)
@@ -373,30 +387,20 @@ def _traced_custom_op(
     """Graph mode: `fn` traced into a function of its own, called through a node whose gradient
     is `grad_fn` traced too, so that the custom gradient holds wherever the node ends up (a
     branch or loop body differentiated later, a compiled module)."""
-    specs = [(t.dtype, tuple(t.shape)) for t in inputs]
-    params = _core.trace_push(f"{where}", specs)
-    depth = 1
+    name = getattr(fn, "__name__", "custom_gradient")
+    params = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in inputs])
+    depth = 1  # frames open
     try:
-        with _paused():  # the forward pass records nothing: the node stands for it
-            result = fn(*params, **kwargs)
-            if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
-                raise errors.GradientError(
-                    _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
-                )
-            y, grad_fn = result
-            outs = _fresh_outputs(y, where)
-            cotangents = _core.trace_push(
-                f"{where}_grad", [(t.dtype, tuple(t.shape)) for t in outs]
-            )
-            depth = 2
-            dys = nest.pack_sequence_as(y, cotangents)
-            grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
-            grads = _validate.check_custom_gradients(grads, params, where)
+        y, outs, grad_fn = _run_forward(fn, params, kwargs, where)
+        cotangents = _core.trace_push(f"{name}_grad", [(t.dtype, tuple(t.shape)) for t in outs])
+        depth = 2
+        with _paused():
+            grads = _call_grad_fn(grad_fn, y, cotangents, params, where)
             grads = [
                 _core.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)
             ]
-            depth = 1
-            grad_branch = _core.trace_pop(grads)
+        depth = 1
+        grad_branch = _core.trace_pop(grads)
         depth = 0  # emit_custom_gradient closes the function's frame itself
         outputs = _core.emit_custom_gradient(inputs, params, outs, grad_branch)
     except BaseException:

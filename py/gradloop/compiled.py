@@ -34,7 +34,7 @@ import importlib.metadata
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -108,12 +108,21 @@ def _cache_dir() -> pathlib.Path:
 _memory_cache: dict[str, bytes] = {}
 
 
-def compile_mlir(mlir: str, target: str = "llvm-cpu", portable: bool = False) -> bytes:
+def compile_mlir(
+    mlir: str, target: str = "llvm-cpu", portable: bool = False, cf: bool | None = None
+) -> bytes:
     """The `.vmfb` of `mlir` for `target`, from the memory or disk cache when compiled before.
-    `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only)."""
+    `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only). `cf`
+    lowers `scf` to `cf` first (`_to_cf`); None compiles the module as it is and, if IREE
+    refuses it, as a CFG."""
+    if cf is None:
+        try:
+            return compile_mlir(mlir, target, portable, cf=False)
+        except errors.CompileError:
+            return compile_mlir(mlir, target, portable, cf=True)
     flags = _flags(mlir, target, portable)
     key = hashlib.sha256(
-        "\0".join([mlir, target, *flags, _compiler_version(), "cf"]).encode()
+        "\0".join([mlir, target, *flags, _compiler_version(), f"cf={cf}"]).encode()
     ).hexdigest()
     found = _memory_cache.get(key)
     if found is not None:
@@ -126,7 +135,7 @@ def compile_mlir(mlir: str, target: str = "llvm-cpu", portable: bool = False) ->
         raise errors.CompileError(failed.read_text())
     else:
         try:
-            vmfb = _compile_with_iree(mlir, flags)
+            vmfb = _compile_with_iree(_to_cf(mlir) if cf else mlir, flags)
         except errors.CompileError as e:
             _write_atomic(failed, str(e).encode())
             raise
@@ -145,30 +154,37 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
         pass  # a read-only cache directory only costs a recompile
 
 
-def _forms(target: str) -> tuple[bool, ...]:
-    """The stack forms (`list_stacks`) a module is compiled in, first that compiles first. On
-    `llvm-cpu`, lists of buffer views (O(1) per push) before growable buffers (which IREE copies
-    on every trip); IREE 3.13 fails a few list-form modules at run time ("ref is null" for a loop
-    variable the body never reads, `tests/test_compiled.py::with_previous`), and a few buffer-form
-    ones (`OUT_OF_RANGE` in `copy_buffer`, a second-order loop gradient), never the same one
-    that we know of: `_Compiled` runs the next form when one fails as it runs. On Vulkan lists
-    fail ("transient buffer has no staged Vulkan backing"); CUDA is compiled in the buffer form."""
-    return (True, False) if target == "llvm-cpu" else (False,)
+class _Form(NamedTuple):
+    """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
+    or growable buffers (copied on every trip); `scf` as it is or lowered to `cf`."""
+
+    list_stacks: bool
+    cf: bool
+
+
+def _forms(target: str) -> tuple[_Form, ...]:
+    """The forms a module is compiled in, in order; a form IREE refuses, or whose module then
+    fails as it runs, gives way to the next (see docs/architecture.md, "IREE workarounds":
+    IREE 3.13 fails some modules in each form, at compile or at run time, and none that we know
+    of in all). On Vulkan lists fail ("transient buffer has no staged Vulkan backing"); CUDA
+    is compiled with buffers."""
+    stacks = (True, False) if target == "llvm-cpu" else (False,)
+    return tuple(_Form(lists, cf) for lists in stacks for cf in (False, True))
 
 
 def _compile_concrete(
     concrete: Any, target: str, embed_captures: bool, portable: bool = False, forms: Any = None
-) -> tuple[str, bytes, tuple[bool, ...]]:
+) -> tuple[str, bytes, tuple[_Form, ...]]:
     """The MLIR and `.vmfb` of `concrete` in the first of `forms` that compiles, and the forms
     left after it."""
     forms = _forms(target) if forms is None else forms
     failure: errors.CompileError | None = None
-    for k, lists in enumerate(forms):
-        mlir = concrete.to_mlir(embed_captures=embed_captures, list_stacks=lists)
-        if lists and "!util.list<?>" not in mlir:
+    for k, form in enumerate(forms):
+        mlir = concrete.to_mlir(embed_captures=embed_captures, list_stacks=form.list_stacks)
+        if form.list_stacks and "!util.list<?>" not in mlir:
             continue  # no tensor stacks: the buffer form says the same
         try:
-            return mlir, compile_mlir(mlir, target, portable), forms[k + 1 :]
+            return mlir, compile_mlir(mlir, target, portable, cf=form.cf), forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
     assert failure is not None
@@ -206,9 +222,8 @@ def _to_cf(mlir: str) -> str:
 def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
     from iree import compiler
 
-    cfg = _to_cf(mlir)
     try:
-        return compiler.compile_str(cfg, extra_args=flags)
+        return compiler.compile_str(mlir, extra_args=flags)
     except compiler.CompilerToolError as e:
         raise errors.CompileError(
             _validate.at_user(f"iree-compile failed: {_first_line(str(e))}\n{e}")

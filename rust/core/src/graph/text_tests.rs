@@ -386,3 +386,45 @@ fn graph_level_parse_errors() {
         "{err}"
     );
 }
+
+/// A call with a custom gradient function (`gl.custom_gradient` traced in graph mode).
+const CUSTOM: &str = "\
+graph @main
+
+func @main(%0: f32[3]) -> (f32[3]) {
+  %1 = call(%0) {function=@square, gradient=@square_grad} : f32[3]
+  return %1
+}
+
+func @square(%0: f32[3]) -> (f32[3]) {
+  %1 = mul(%0, %0) : f32[3]
+  return %1
+}
+
+func @square_grad(%0: f32[3], %1: f32[3], %2: f32[3]) -> (f32[3]) {
+  %3 = const() {value=[3.0]} : f32[]
+  %4 = mul(%2, %3) : f32[3]
+  return %4
+}
+";
+
+#[test]
+fn a_custom_gradient_call_round_trips_and_verifies() {
+    let g = parse_graph(CUSTOM).unwrap();
+    verify(&g).unwrap();
+    assert_eq!(g.to_string(), CUSTOM);
+}
+
+#[test]
+fn a_custom_gradient_of_the_wrong_signature_is_rejected() {
+    // The gradient takes (operands, results, cotangents): here the cotangent is missing.
+    let bad = CUSTOM.replace(", %2: f32[3]) -> (f32[3]) {", ") -> (f32[3]) {");
+    let bad = bad.replace("mul(%2, %3)", "mul(%1, %3)");
+    let g = parse_graph(&bad).unwrap();
+    let err = verify(&g).unwrap_err();
+    assert!(
+        err.message
+            .contains("gradient @square_grad takes 2 argument(s) but the node passes 3"),
+        "{err}"
+    );
+}

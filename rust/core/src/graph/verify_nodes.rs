@@ -193,6 +193,25 @@ fn check_branches(
 }
 
 /// `name(operands) -> outs` must match the function's signature.
+/// The parameters of `role` function `name` against the types the node passes.
+fn check_params(role: &str, name: &str, params: &[ValueType], passed: &[&ValueType]) -> Check {
+    if params.len() != passed.len() {
+        return Err(format!(
+            "{role} @{name} takes {} argument(s) but the node passes {}",
+            params.len(),
+            passed.len()
+        ));
+    }
+    for (k, (p, a)) in params.iter().zip(passed).enumerate() {
+        if !p.compatible(a) {
+            return Err(format!(
+                "{role} @{name} parameter {k} is {p} but the node passes {a}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A custom gradient function takes `(operands, results, cotangents of the results)` and
 /// returns one gradient per leading operand, typed like it.
 fn check_custom_gradient(
@@ -207,20 +226,7 @@ fn check_custom_gradient(
     let mut expected: Vec<&ValueType> = operands.to_vec();
     expected.extend(outs.iter().copied());
     expected.extend(outs.iter().copied());
-    if g.params.len() != expected.len() {
-        return Err(format!(
-            "gradient @{name} takes {} argument(s), expected {} (operands, results, cotangents)",
-            g.params.len(),
-            expected.len()
-        ));
-    }
-    for (k, (p, a)) in g.params.iter().zip(&expected).enumerate() {
-        if !p.compatible(a) {
-            return Err(format!(
-                "gradient @{name} parameter {k} is {p}, expected {a}"
-            ));
-        }
-    }
+    check_params("gradient", name, &g.params, &expected)?;
     let results = g.result_types().map_err(|e| e.message)?;
     if results.len() > operands.len() {
         return Err(format!(
@@ -249,20 +255,7 @@ fn check_call(
     let g = library
         .get(name)
         .map_err(|_| format!("{role} @{name} is not in the library"))?;
-    if g.params.len() != operands.len() {
-        return Err(format!(
-            "{role} @{name} takes {} argument(s) but the node passes {}",
-            g.params.len(),
-            operands.len()
-        ));
-    }
-    for (k, (p, a)) in g.params.iter().zip(operands).enumerate() {
-        if !p.compatible(a) {
-            return Err(format!(
-                "{role} @{name} parameter {k} is {p} but the node passes {a}"
-            ));
-        }
-    }
+    check_params(role, name, &g.params, operands)?;
     let results = g.result_types().map_err(|e| e.message)?;
     if results.len() != outs.len() {
         return Err(format!(

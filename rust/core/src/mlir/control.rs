@@ -56,12 +56,6 @@ use crate::shape::DYN;
 enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
-    /// `scf.yield` of a branch's results, its tensors (two or more) through one optimization
-    /// barrier: IREE
-    /// 3.13 merges equal constants a branch yields (a zero gradient for several results) into
-    /// one buffer yielded twice, and its VM then fails the branch at run time (`OUT_OF_RANGE`
-    /// in `hal.command_buffer.copy_buffer`, the family of `distinct_tensors`).
-    BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
     /// with a counter `(name, maximum)`, also tests `name < maximum`.
     Condition {
@@ -90,18 +84,13 @@ impl Lowering<'_> {
         let site = self.e.site().clone();
         let results = body(self)?;
         // a condition's predicate is an operand of `scf.condition`, not a carried value
-        let mut results = match term {
+        let results = match term {
             Terminator::Condition { .. } => self.coerce_all(results, types)?,
             _ => self.carried_all(results, types)?,
         };
-        if matches!(term, Terminator::BranchYield) {
-            self.barrier_tensors(&mut results);
-        } else {
-            self.distinct_tensors(&mut results, false);
-        }
         self.e.set_site(site);
         match term {
-            Terminator::Yield | Terminator::BranchYield => {
+            Terminator::Yield => {
                 let names = flat_names(&results);
                 let flat = flat_types_of(&self.e, types)?;
                 self.e
@@ -165,10 +154,10 @@ impl Lowering<'_> {
         self.e
             .line(&format!("{prefix}scf.if {p}{} {{", arrow(&flat)));
         let then_body = |l: &mut Self| l.inline(then_branch, operands.clone());
-        self.region(None, &node.outputs, then_body, Terminator::BranchYield)?;
+        self.region(None, &node.outputs, then_body, Terminator::Yield)?;
         self.e.line("} else {");
         let else_body = |l: &mut Self| l.inline(else_branch, operands);
-        self.region(None, &node.outputs, else_body, Terminator::BranchYield)?;
+        self.region(None, &node.outputs, else_body, Terminator::Yield)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
         self.unpack(&node.outputs, &names)
@@ -216,10 +205,10 @@ impl Lowering<'_> {
         self.e
             .line(&format!("{prefix}scf.if {eq}{} {{", arrow(&flat)));
         let then_body = |l: &mut Self| l.inline(first, operands.to_vec());
-        self.region(None, types, then_body, Terminator::BranchYield)?;
+        self.region(None, types, then_body, Terminator::Yield)?;
         self.e.line("} else {");
         let else_body = |l: &mut Self| l.case_chain(i, int, rest, k + 1, operands, types);
-        self.region(None, types, else_body, Terminator::BranchYield)?;
+        self.region(None, types, else_body, Terminator::Yield)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
         self.unpack(types, &names)
@@ -244,7 +233,7 @@ impl Lowering<'_> {
         let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
         let mut inits = self.carried_all(carried_inputs, &ctypes)?;
         let every = self.e.options.list_stacks;
-        self.distinct_tensors(&mut inits, every);
+        self.distinct_inits(&mut inits, every);
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, &ctypes)?;
@@ -365,50 +354,13 @@ impl Lowering<'_> {
         Ok((fixed, carried, ctypes))
     }
 
-    /// The tensors of `values` through one `stablehlo.optimization_barrier` (see
-    /// `Terminator::BranchYield`).
-    fn barrier_tensors(&mut self, values: &mut [Bound]) {
-        let tensors: Vec<MlirValue> = values
-            .iter()
-            .filter_map(|b| match b {
-                Bound::Tensor(v) => Some(v.clone()),
-                _ => None,
-            })
-            .collect();
-        if tensors.len() < 2 {
-            return; // one tensor cannot be yielded twice
-        }
-        let names: Vec<String> = tensors.iter().map(|v| v.name.clone()).collect();
-        let types: Vec<String> = tensors.iter().map(|v| type_text(&v.ty)).collect();
-        let result: Vec<String> = names.iter().map(|_| String::new()).collect();
-        let (prefix, outs) = self.result_names(&result);
-        let loc = self.e.loc();
-        self.e.line(&format!(
-            "{prefix}stablehlo.optimization_barrier {} : {} {loc}",
-            names.join(", "),
-            types.join(", ")
-        ));
-        let mut outs = outs.into_iter();
-        for b in values.iter_mut() {
-            if let Bound::Tensor(v) = b {
-                let name = outs.next().expect("one result per tensor");
-                *b = Bound::Tensor(MlirValue {
-                    name,
-                    ty: v.ty.clone(),
-                });
-            }
-        }
-    }
-
-    /// A tensor passed twice to a loop's start, a region's `scf.yield`/`scf.condition` or a
-    /// `return` goes the second time through an optimization barrier: IREE 3.13's VM moves a
-    /// buffer passed twice on a branch out of one register before the other is read ("binding
-    /// table slot requires a buffer", or `OUT_OF_RANGE` in `hal.command_buffer.copy_buffer`;
-    /// the iree-org/iree#24753 family), as when a loop variable starts equal to another and the
-    /// body never reads it, or a branch yields one zero gradient for two results. With `every`
-    /// (a loop's start, with list stacks) every statically shaped tensor gets one: a buffer the
-    /// loop both carries and exports into a list otherwise hits the same run-time failure.
-    pub(crate) fn distinct_tensors(&mut self, inits: &mut [Bound], every: bool) {
+    /// A tensor that starts two loop variables goes to the second through an optimization
+    /// barrier: IREE 3.13's VM moves a buffer passed twice on the loop's entry branch out of
+    /// one register before the other is read ("binding table slot requires a buffer", the
+    /// iree-org/iree#24753 family), as when a loop variable starts equal to another and the
+    /// body never reads it. With `every` (list stacks) every statically shaped initial tensor
+    /// gets one: a buffer the loop both carries and exports into a list otherwise fails alike.
+    fn distinct_inits(&mut self, inits: &mut [Bound], every: bool) {
         let mut seen = HashSet::new();
         for b in inits.iter_mut() {
             let Bound::Tensor(v) = b.clone() else {

@@ -211,8 +211,7 @@ impl<'g> Lowering<'g> {
             params.join(", ")
         ));
         self.e.indent();
-        let mut results = self.body(f, args)?;
-        self.distinct_tensors(&mut results, false);
+        let results = self.body(f, args)?;
         let names = results
             .iter()
             .map(|b| self.tensor_input(b).map(|v| v.name))
