@@ -84,7 +84,8 @@ def is_pure(spec: Any) -> bool:
         return all(is_pure(c) for c in spec[-1])
     if kind == "switch":
         return all(is_pure(c) for c in spec[1])
-    return is_pure(spec[1])
+    # An assignment is not differentiable, but what it stores reaches the output.
+    return is_pure(spec[1]) and not spec[5]
 
 
 class Program:
