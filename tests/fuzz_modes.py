@@ -86,6 +86,7 @@ def check(spec) -> None:
             )
     if is_pure(spec):
         program.reset()
+
         def loss(x: np.ndarray) -> float:
             program.reset()  # loop bodies may assign to a Variable the output reads
             return float(program(gl.tensor(x)))

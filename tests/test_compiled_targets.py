@@ -155,6 +155,7 @@ def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:
     monkeypatch.setattr(_runtime.Function, "_run", flaky)
     np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
     assert failures == [1, 1] and _runtime.device("local-sync") is not device
+
     # A device lost on every attempt, in every form of the module: a gl.errors exception.
     def lost(self, inputs):
         raise RuntimeError("queue.c: DATA_LOSS; [vkWaitSemaphores] VK_ERROR_DEVICE_LOST")
