@@ -88,6 +88,20 @@ def is_pure(spec: Any) -> bool:
     return is_pure(spec[1]) and not spec[5]
 
 
+def assigns_in_nested_loop(spec: Any, nested: bool = False) -> bool:
+    """Whether a loop that assigns the Variable sits inside another control-flow construct."""
+    kind = spec[0]
+    if kind == "leaf":
+        return False
+    if kind in ("add", "mul"):
+        return any(assigns_in_nested_loop(c, nested) for c in spec[1])
+    if kind == "cond":
+        return any(assigns_in_nested_loop(c, True) for c in spec[2])
+    if kind == "switch":
+        return any(assigns_in_nested_loop(c, True) for c in spec[1])
+    return (nested and spec[5]) or assigns_in_nested_loop(spec[1], True)
+
+
 class Program:
     """A program tree as a function of `x`, with its closed-over tensor and Variables."""
 

@@ -157,6 +157,14 @@ fn mirror(builder: &mut FunctionBuilder, ty: &ValueType) -> Result<Port> {
         .collect();
     match ty {
         ValueType::Tensor(_) => Ok(builder.add_const(Tensor::filled(t.dtype, &shape, 0.0))),
+        // The branch not taken pushed nothing: its backward never pops this stack.
+        ValueType::Stack(element) => Ok(builder.add_node(
+            NodeKind::StackNew {
+                element: element.clone(),
+            },
+            &[],
+            vec![ty.clone()],
+        )?[0]),
         _ => Err(gradient_error(
             "cond",
             format!("a branch residual of type {ty} cannot be mirrored"),
@@ -191,6 +199,13 @@ struct Differentiated {
     passthrough: Vec<bool>,
     /// Sources whose gradient was not structurally zero.
     nonzero: Vec<bool>,
+}
+
+impl Differentiated {
+    /// Residuals that are not forward parameters (those a branch yields).
+    fn slot_residuals(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.residual_params.len()).filter(|&r| self.residual_params[r].is_none())
+    }
 }
 
 fn differentiate(
@@ -254,10 +269,6 @@ fn differentiate(
         }
     };
     let (backward, residuals) = lock(tracer).pop_function(&outs)?;
-    let residual_params: Vec<Option<usize>> = residuals
-        .iter()
-        .map(|r| params.iter().position(|p| p.id() == r.id()))
-        .collect();
     let passthrough: Vec<bool> = (0..f.params.len())
         .map(|i| results.get(i).is_some_and(|r| r.id() == params[i].id()))
         .collect();
@@ -270,6 +281,13 @@ fn differentiate(
             format!("@{forward} captured {} outer values", fwd_captures.len()),
         ));
     }
+    // Read from the finished function: the tracer may have resolved a residual (a resource
+    // passed through a nested node) to the parameter it is.
+    let finished = function(tracer, &forward)?;
+    let residual_params: Vec<Option<usize>> = finished.results[results.len()..]
+        .iter()
+        .map(|port| (port.node < params.len()).then_some(port.node))
+        .collect();
     Ok(Differentiated {
         forward,
         backward,
@@ -278,6 +296,27 @@ fn differentiate(
         passthrough,
         nonzero,
     })
+}
+
+/// Whether a control-flow node assigns Variables (its callees have side effects).
+fn assigns_variables(tracer: &TracerRef, kind: &NodeKind) -> Result<bool> {
+    let t = lock(tracer);
+    for callee in kind.callees() {
+        if !t.library().get(callee)?.control_outputs.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The user-facing name of a control-flow node kind.
+fn construct(kind: &NodeKind) -> &'static str {
+    match kind {
+        NodeKind::If { .. } => "cond",
+        NodeKind::Case { .. } => "switch_case",
+        NodeKind::While { .. } => "while_loop",
+        _ => "function call",
+    }
 }
 
 /// The gradient function of a control-flow node.
@@ -300,6 +339,11 @@ impl GradientFunction<Val> for ControlGradient {
             .ok_or_else(|| gradient_error(name, "control flow outside a traced function"))?;
         let (frame, node) = node_of(&self.outputs, name)?;
         let key = (frame, node);
+        // A node that assigns Variables must run once: it is augmented for every input at
+        // the first request, so that no later gradient adds a second forward node.
+        let effects = assigns_variables(&tracer, &self.kind)?;
+        let every = vec![true; needs.len()];
+        let needs = if effects { &every[..] } else { needs };
         let cached = lock(&tracer).augmented.get(&key).cloned();
         let aug = match cached {
             Some(a) if self.covers(&a, needs) => a,
@@ -320,6 +364,19 @@ impl GradientFunction<Val> for ControlGradient {
                 // first one stays where it is and keeps serving the earlier gradient).
                 let first = cached.is_none();
                 let same_frame = first && index + 1 == depth;
+                if effects && !same_frame {
+                    // The forward node would be emitted again where the gradient is built.
+                    return Err(gradient_error(
+                        name,
+                        format!(
+                            "differentiating a {} whose body assigns a Variable, nested in \
+                             another cond, switch_case or while_loop, is not supported under \
+                             @gl.function or gl.jit (its assignments would run twice); move \
+                             the assignment out of the nested body, or differentiate eagerly",
+                            construct(&self.kind)
+                        ),
+                    ));
+                }
                 let aug = Arc::new(self.emit_forward(ctx, &tracer, built, same_frame, node)?);
                 if first {
                     lock(&tracer).augmented.insert(key, aug.clone());
@@ -382,12 +439,21 @@ impl ControlGradient {
             let f = function(tracer, callee)?;
             parts.push(differentiate(tracer, &f, &cotangents, &differentiable)?);
         }
-        // Residual slots: branch k's residuals at offsets[k].
+        // A residual that is a branch operand (a resource read in the branch, an input the
+        // gradient reuses) is passed to the backward node from outside: every branch sees the
+        // same operands, so it needs no slot, and a resource could not be mirrored in one.
+        let mut operand_inputs: Vec<usize> = parts
+            .iter()
+            .flat_map(|p| p.residual_params.iter().flatten().copied())
+            .collect();
+        operand_inputs.sort_unstable();
+        operand_inputs.dedup();
+        // Residual slots: branch k's other residuals at offsets[k].
         let mut offsets = Vec::new();
         let mut slot_types: Vec<ValueType> = Vec::new();
         for p in &parts {
             offsets.push(slot_types.len());
-            slot_types.extend(p.residual_types.iter().cloned());
+            slot_types.extend(p.slot_residuals().map(|r| p.residual_types[r].clone()));
         }
         let n_out = self.outputs.len();
         let operand_types: Vec<ValueType> = operands.iter().map(Val::value_type).collect();
@@ -399,22 +465,35 @@ impl ControlGradient {
             let (res, effects) = inline_into(&mut b, &fwd, &args)?;
             let mut results: Vec<Port> = res[..n_out].to_vec();
             for (j, q) in parts.iter().enumerate() {
-                for (r, ty) in q.residual_types.iter().enumerate() {
+                for r in q.slot_residuals() {
                     results.push(if j == k {
                         res[n_out + r]
                     } else {
-                        mirror(&mut b, ty)?
+                        mirror(&mut b, &q.residual_types[r])?
                     });
                 }
             }
             fwd_names.push(add_function(tracer, b.finish(&results, &effects)?)?);
-            // Backward: (cotangents, all residual slots) -> gradients.
+            // Backward: (cotangents, residual slots, operand residuals) -> gradients.
             let bwd = function(tracer, &p.backward)?;
-            let cot_types: Vec<ValueType> = bwd.params[..cotangents.len()].to_vec();
-            let mut params = cot_types;
+            let n_cot = cotangents.len();
+            let mut params: Vec<ValueType> = bwd.params[..n_cot].to_vec();
             params.extend(slot_types.iter().cloned());
-            let mut mapping: Vec<usize> = (0..cotangents.len()).collect();
-            mapping.extend((0..p.residual_types.len()).map(|r| cotangents.len() + offsets[k] + r));
+            params.extend(operand_inputs.iter().map(|&i| operand_types[i].clone()));
+            let mut mapping: Vec<usize> = (0..n_cot).collect();
+            let mut slot = n_cot + offsets[k];
+            for param in &p.residual_params {
+                mapping.push(match param {
+                    Some(i) => {
+                        let at = operand_inputs.binary_search(i).expect("collected above");
+                        n_cot + slot_types.len() + at
+                    }
+                    None => {
+                        slot += 1;
+                        slot - 1
+                    }
+                });
+            }
             let g = with_params(&bwd, &p.backward, params, &mapping, &[])?;
             bwd_names.push(add_function(tracer, g)?);
         }
@@ -453,7 +532,7 @@ impl ControlGradient {
             forward_extra: Vec::new(),
             backward,
             backward_outputs: (n_out..n_out + slot_types.len()).collect(),
-            backward_inputs: Vec::new(),
+            backward_inputs: operand_inputs.iter().map(|i| sel + i).collect(),
             cotangents,
             differentiable,
         })
