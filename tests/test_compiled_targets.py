@@ -156,7 +156,7 @@ def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:
     np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
     assert failures == [1, 1] and _runtime.device("local-sync") is not device
 
-    # A device lost on every attempt, in every form of the module: a gl.errors exception.
+    # A device lost on every attempt: a gl.errors exception (not rerun in another form).
     def lost(self, inputs):
         raise RuntimeError("queue.c: DATA_LOSS; [vkWaitSemaphores] VK_ERROR_DEVICE_LOST")
 

@@ -12,9 +12,10 @@ each Variable the function may assign after its own results. `jit` passes the cu
 and stores the returned ones, so every call sees the Variables as they are then.
 
 Tensor stacks (the intermediates a loop gradient saves) are lists of buffer views on `llvm-cpu`
-(O(1) per push) where IREE compiles and runs that form, and growable buffers otherwise (see
-`_forms`). `to_mlir` gives the buffer form in `scf`; the compiler gets modules with `scf` lowered
-to `cf` (`_to_cf`); `Jit.mlir` gives the form that runs. A failed compile is cached too.
+(O(1) per push) where IREE compiles that form, and growable buffers otherwise; each is
+compiled as `scf`, or as a CFG (`_to_cf`) where IREE refuses the `scf` (see `_forms`).
+`to_mlir` gives the buffer form in `scf`; `Jit.mlir` gives the form that runs. A failed
+compile is cached too.
 Every failure is a `gl.errors` exception naming the function and the user's line: a
 `CompileError` with IREE's first diagnostic, an `ExecutionError` when the module fails as it runs.
 
@@ -163,28 +164,26 @@ class _Form(NamedTuple):
 
 
 def _forms(target: str) -> tuple[_Form, ...]:
-    """The forms a module is compiled in, in order; a form IREE refuses, or whose module then
-    fails as it runs, gives way to the next (see docs/architecture.md, "IREE workarounds":
-    IREE 3.13 fails some modules in each form, at compile or at run time, and none that we know
-    of in all). On Vulkan lists fail ("transient buffer has no staged Vulkan backing"); CUDA
-    is compiled with buffers."""
+    """The forms a module is compiled in, in order; a form IREE refuses to compile gives way to
+    the next (see docs/architecture.md, "IREE workarounds": IREE 3.13 refuses some modules in
+    each form). The form is settled at compile time: a module that fails as it runs is an
+    `ExecutionError`, never silently rerun in another form. On Vulkan lists fail ("transient
+    buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
     return tuple(_Form(lists, cf) for lists in stacks for cf in (False, True))
 
 
 def _compile_concrete(
-    concrete: Any, target: str, embed_captures: bool, portable: bool = False, forms: Any = None
-) -> tuple[str, bytes, tuple[_Form, ...]]:
-    """The MLIR and `.vmfb` of `concrete` in the first of `forms` that compiles, and the forms
-    left after it."""
-    forms = _forms(target) if forms is None else forms
+    concrete: Any, target: str, embed_captures: bool, portable: bool = False
+) -> tuple[str, bytes]:
+    """The MLIR and `.vmfb` of `concrete` in the first of its target's forms that compiles."""
     failure: errors.CompileError | None = None
-    for k, form in enumerate(forms):
+    for form in _forms(target):
         mlir = concrete.to_mlir(embed_captures=embed_captures, list_stacks=form.list_stacks)
         if form.list_stacks and "!util.list<?>" not in mlir:
             continue  # no tensor stacks: the buffer form says the same
         try:
-            return mlir, compile_mlir(mlir, target, portable, cf=form.cf), forms[k + 1 :]
+            return mlir, compile_mlir(mlir, target, portable, cf=form.cf)
         except errors.CompileError as e:
             failure = e
     assert failure is not None
@@ -236,32 +235,22 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
-        self._load(None)
+        self.mlir, vmfb = _compile_concrete(concrete, target, embed_captures=False)
+        self.entry = _runtime.Function(vmfb, TARGETS[target], concrete.graph.entry)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
 
-    def _load(self, forms: Any) -> None:
-        self.mlir, vmfb, self._other_forms = _compile_concrete(
-            self.concrete, self.target, embed_captures=False, forms=forms
-        )
-        self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
-
     def _run(self, inputs: list[np.ndarray]) -> Any:
-        while True:
-            try:
-                return self.entry(*inputs)
-            except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
-                if not self._other_forms:
-                    name = self.concrete.graph.entry
-                    raise errors.ExecutionError(
-                        _validate.at_user(
-                            f"compiled function {name} ({self.target}) failed at run time: "
-                            f"{_first_line(str(e))}"
-                        )
-                    ) from e
-            # The same program with its stacks in the next form (see `_forms`); a call changes
-            # nothing before it returns, so it runs again. `mlir` shows the form that runs.
-            self._load(self._other_forms)
+        try:
+            return self.entry(*inputs)
+        except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
+            name = self.concrete.graph.entry
+            raise errors.ExecutionError(
+                _validate.at_user(
+                    f"compiled function {name} ({self.target}) failed at run time: "
+                    f"{_first_line(str(e))}"
+                )
+            ) from e
 
     def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
         # Captured tensors and the Variables' current values follow the arguments.
@@ -328,7 +317,7 @@ def export(
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
     concrete = _function(fn).concrete_function(*args)
-    mlir, vmfb, _ = _compile_concrete(concrete, target, embed_captures=True, portable=True)
+    mlir, vmfb = _compile_concrete(concrete, target, embed_captures=True, portable=True)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".mlir").write_text(mlir)

@@ -56,6 +56,13 @@ use crate::shape::DYN;
 enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
+    /// `scf.yield` of a branch's results, each of its tensors (when it yields two or more)
+    /// through its own optimization barrier: IREE 3.13 merges equal values a branch yields (zero
+    /// gradients, the same product computed twice) into one buffer yielded twice, and its VM
+    /// then fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference slot 0 is
+    /// out range of the declared binding capacity"; the family of `distinct_tensors`). One
+    /// barrier over all of them does not keep them apart.
+    BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
     /// with a counter `(name, maximum)`, also tests `name < maximum`.
     Condition {
@@ -84,13 +91,18 @@ impl Lowering<'_> {
         let site = self.e.site().clone();
         let results = body(self)?;
         // a condition's predicate is an operand of `scf.condition`, not a carried value
-        let results = match term {
+        let mut results = match term {
             Terminator::Condition { .. } => self.coerce_all(results, types)?,
             _ => self.carried_all(results, types)?,
         };
+        if matches!(term, Terminator::BranchYield) {
+            let tensors = results.iter().filter(|b| matches!(b, Bound::Tensor(_)));
+            let several = tensors.count() > 1;
+            self.distinct_tensors(&mut results, several);
+        }
         self.e.set_site(site);
         match term {
-            Terminator::Yield => {
+            Terminator::Yield | Terminator::BranchYield => {
                 let names = flat_names(&results);
                 let flat = flat_types_of(&self.e, types)?;
                 self.e
@@ -154,10 +166,10 @@ impl Lowering<'_> {
         self.e
             .line(&format!("{prefix}scf.if {p}{} {{", arrow(&flat)));
         let then_body = |l: &mut Self| l.inline(then_branch, operands.clone());
-        self.region(None, &node.outputs, then_body, Terminator::Yield)?;
+        self.region(None, &node.outputs, then_body, Terminator::BranchYield)?;
         self.e.line("} else {");
         let else_body = |l: &mut Self| l.inline(else_branch, operands);
-        self.region(None, &node.outputs, else_body, Terminator::Yield)?;
+        self.region(None, &node.outputs, else_body, Terminator::BranchYield)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
         self.unpack(&node.outputs, &names)
@@ -205,10 +217,10 @@ impl Lowering<'_> {
         self.e
             .line(&format!("{prefix}scf.if {eq}{} {{", arrow(&flat)));
         let then_body = |l: &mut Self| l.inline(first, operands.to_vec());
-        self.region(None, types, then_body, Terminator::Yield)?;
+        self.region(None, types, then_body, Terminator::BranchYield)?;
         self.e.line("} else {");
         let else_body = |l: &mut Self| l.case_chain(i, int, rest, k + 1, operands, types);
-        self.region(None, types, else_body, Terminator::Yield)?;
+        self.region(None, types, else_body, Terminator::BranchYield)?;
         self.e.set_site(site);
         self.e.line(&format!("}} {loc}"));
         self.unpack(types, &names)
@@ -233,7 +245,7 @@ impl Lowering<'_> {
         let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
         let mut inits = self.carried_all(carried_inputs, &ctypes)?;
         let every = self.e.options.list_stacks;
-        self.distinct_inits(&mut inits, every);
+        self.distinct_tensors(&mut inits, every);
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, &ctypes)?;
@@ -354,13 +366,14 @@ impl Lowering<'_> {
         Ok((fixed, carried, ctypes))
     }
 
-    /// A tensor that starts two loop variables goes to the second through an optimization
-    /// barrier: IREE 3.13's VM moves a buffer passed twice on the loop's entry branch out of
+    /// A tensor passed twice (to a loop's start, a branch's yield) goes the second time through
+    /// an optimization barrier: IREE 3.13's VM moves a buffer passed twice on a branch out of
     /// one register before the other is read ("binding table slot requires a buffer", the
     /// iree-org/iree#24753 family), as when a loop variable starts equal to another and the
-    /// body never reads it. With `every` (list stacks) every statically shaped initial tensor
-    /// gets one: a buffer the loop both carries and exports into a list otherwise fails alike.
-    fn distinct_inits(&mut self, inits: &mut [Bound], every: bool) {
+    /// body never reads it. With `every` every statically shaped tensor gets one: a loop's
+    /// start with list stacks (a buffer the loop both carries and exports into a list fails
+    /// alike) and a branch yielding several (see `Terminator::BranchYield`).
+    fn distinct_tensors(&mut self, inits: &mut [Bound], every: bool) {
         let mut seen = HashSet::new();
         for b in inits.iter_mut() {
             let Bound::Tensor(v) = b.clone() else {
