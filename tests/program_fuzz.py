@@ -1,4 +1,4 @@
-"""Random nested control-flow programs for the differential tester (`fuzz_modes.py`).
+"""Random nested control-flow programs for the differential tester (`test_fuzz_modes.py`).
 
 A program is a tree drawn by hypothesis: expressions over a float64 vector `x` (the argument
 differentiated), a closed-over tensor `w` and a Variable `v`, with `cond`, `switch_case` and

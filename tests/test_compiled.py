@@ -268,8 +268,9 @@ def test_an_iree_compile_failure_is_a_compile_error_naming_function_and_line(
 
 
 def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
-    # The module fails as it runs: the user gets a gl.errors class naming the function and the
-    # line, never IREE's builtin exception, and nothing else is run in its place.
+    # Every form of the module fails as it runs: the user gets a gl.errors class naming the
+    # function and the line, never IREE's builtin exception, and each rerun in another form
+    # says so (a FormWarning).
     from gradloop import compiled
 
     loaded = []
@@ -283,10 +284,35 @@ def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
             raise IndexError("c/runtime/src/iree/vm/list.c:98: OUT_OF_RANGE; index 3")
 
     monkeypatch.setattr(compiled._runtime, "Function", Failing)
-    with pytest.raises(gl.errors.ExecutionError, match=r"double_sin.*OUT_OF_RANGE") as e:
+    with (
+        pytest.warns(gl.errors.FormWarning, match=r"double_sin.*OUT_OF_RANGE.*next form"),
+        pytest.raises(gl.errors.ExecutionError, match=r"double_sin.*OUT_OF_RANGE") as e,
+    ):
         gl.jit(double_sin)(f64(0.1, 0.2))
     assert "test_compiled.py" in str(e.value)
-    assert len(loaded) == 1
+    # No stacks: the buffer form as scf, then as a CFG.
+    assert len(loaded) == 2
+
+
+def test_a_form_that_fails_at_run_time_gives_way_to_the_next_with_a_warning(monkeypatch) -> None:
+    from gradloop import compiled
+
+    class FailsOnce(compiled._runtime.Function):
+        failed = False
+
+        def __call__(self, *inputs):
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise ValueError("c/runtime/src/iree/vm/ref.h:223: INVALID_ARGUMENT; ref is null")
+            return super().__call__(*inputs)
+
+    monkeypatch.setattr(compiled._runtime, "Function", FailsOnce)
+    jitted = gl.jit(double_sin)
+    x = f64(0.1, 0.2)
+    with pytest.warns(gl.errors.FormWarning, match="ref is null"):
+        got = jitted(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(double_sin(x)), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(jitted(x)), np.asarray(got))  # the form stays
 
 
 def test_loop_gradient_stacks_as_lists_of_buffer_views_compile_and_run() -> None:

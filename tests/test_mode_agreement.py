@@ -2,7 +2,7 @@
 failure class once found (custom gradients in bodies, Variables read in bodies, `x ** c` on
 negative bases, unread loop variables, bool scalars through control flow, nested `scf` that
 IREE's stream passes rejected, a bool cast feeding a matmul), and each program the random
-tester (`fuzz_modes.py`) shrank to."""
+tester (`test_fuzz_modes.py`) shrank to."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
+from test_fuzz_modes import check
 
 
 @pytest.fixture(autouse=True)
@@ -201,7 +202,7 @@ def test_class7_a_cast_comparison_feeding_a_matmul_compiles() -> None:
 
 
 def test_fuzz_found_one_zero_gradient_yielded_twice_from_a_branch() -> None:
-    # Shrunk by fuzz_modes: a branch yielding the same zero tensor for two results (an
+    # Shrunk by test_fuzz_modes: a branch yielding the same zero tensor for two results (an
     # unconnected Variable gradient beside a second-order gradient) failed in IREE's runtime.
     w = f64(0.2, -0.4, 0.6)
     v = gl.Variable(np.array([0.1, 0.2, -0.3]))
@@ -232,3 +233,38 @@ def test_class1_a_bad_custom_gradient_in_a_traced_body_is_a_clear_error() -> Non
         gl.function(gl.grad(f))(f64(0.5, 1.5))
     # The failed trace left nothing behind: the same thread traces again.
     np.testing.assert_allclose(np.asarray(gl.function(lambda x: x * 2.0)(f64(1.0))), [2.0])
+
+
+# Programs the random tester shrank to (`program_fuzz.py` specs), each checked in every mode as
+# the tester does: values, first- and second-order gradients, the assigned Variable.
+
+
+def test_fuzz_found_a_variable_read_in_a_loop_inside_a_branch() -> None:
+    # The branch's residual was the Variable's resource: it cannot be mirrored by the branch
+    # not taken, so it now goes to the gradient node from outside the branch.
+    check(("cond", 0.0, (("leaf", "x"), ("while", ("leaf", "v"), 0, None, "passthrough", False))))
+
+
+def test_fuzz_found_a_loop_stack_yielded_by_a_branch_to_second_order() -> None:
+    # The branch not taken yields an empty stack for the loop's saved values.
+    check(("cond", 0.0, (("leaf", "x"), ("while", ("leaf", "x"), 0, None, "passthrough", True))))
+
+
+def test_fuzz_found_an_assignment_in_a_nested_loop_is_an_error_not_run_twice() -> None:
+    # The gradient of a loop nested in another loop reran the inner loop, assignments
+    # included: the Variable was incremented twice. It is a clear error instead.
+    inner = ("while", ("leaf", "x"), 0, None, "passthrough", True)
+    check(("while", inner, 2, None, "passthrough", False))
+
+
+def test_fuzz_found_equal_zero_gradients_yielded_by_a_branch() -> None:
+    # IREE merged the equal zero constants a branch yields into one buffer yielded twice and
+    # failed at run time (`OUT_OF_RANGE` in a dispatch); each goes through its own barrier.
+    custom = ("cond", -0.05, (("leaf", "custom"), ("leaf", "custom")))
+    product = ("mul", (("leaf", "w"), ("leaf", "x")))
+    check(("mul", (("leaf", "x"), ("cond", 0.39, (custom, product)))))
+
+
+def test_fuzz_found_a_variable_through_a_switch() -> None:
+    # A barrier on every tensor a branch yields made IREE fail this one ("ref is null").
+    check(("switch", [("leaf", "v")], True))

@@ -34,6 +34,7 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -164,29 +165,36 @@ class _Form(NamedTuple):
 
 
 def _forms(target: str) -> tuple[_Form, ...]:
-    """The forms a module is compiled in, in order; a form IREE refuses to compile gives way to
-    the next (see docs/architecture.md, "IREE workarounds": IREE 3.13 refuses some modules in
-    each form). The form is settled at compile time: a module that fails as it runs is an
-    `ExecutionError`, never silently rerun in another form. On Vulkan lists fail ("transient
+    """The forms a module is compiled in, in order; a form IREE refuses, or whose module then
+    fails as it runs (before it returns anything), gives way to the next, with a `FormWarning`
+    for a run-time failure (see docs/architecture.md, "IREE workarounds": IREE 3.13 fails some
+    modules in each form and none that the tests know of in all). On Vulkan lists fail ("transient
     buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
     return tuple(_Form(lists, cf) for lists in stacks for cf in (False, True))
 
 
 def _compile_concrete(
-    concrete: Any, target: str, embed_captures: bool, portable: bool = False
-) -> tuple[str, bytes]:
-    """The MLIR and `.vmfb` of `concrete` in the first of its target's forms that compiles."""
+    concrete: Any,
+    target: str,
+    embed_captures: bool,
+    portable: bool = False,
+    forms: tuple[_Form, ...] | None = None,
+) -> tuple[str, bytes, tuple[_Form, ...]]:
+    """The MLIR and `.vmfb` of `concrete` in the first of `forms` (its target's by default)
+    that compiles, and the forms after it."""
+    forms = _forms(target) if forms is None else forms
     failure: errors.CompileError | None = None
-    for form in _forms(target):
+    for k, form in enumerate(forms):
         mlir = concrete.to_mlir(embed_captures=embed_captures, list_stacks=form.list_stacks)
         if form.list_stacks and "!util.list<?>" not in mlir:
             continue  # no tensor stacks: the buffer form says the same
         try:
-            return mlir, compile_mlir(mlir, target, portable, cf=form.cf)
+            return mlir, compile_mlir(mlir, target, portable, cf=form.cf), forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
-    assert failure is not None
+    if failure is None:  # every form left was a list form of a module without stacks
+        raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: no form left")
     raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: {failure}")
 
 
@@ -235,22 +243,50 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
-        self.mlir, vmfb = _compile_concrete(concrete, target, embed_captures=False)
-        self.entry = _runtime.Function(vmfb, TARGETS[target], concrete.graph.entry)
+        self._load(None)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
 
+    def _load(self, forms: tuple[_Form, ...] | None) -> None:
+        self.mlir, vmfb, self._later_forms = _compile_concrete(
+            self.concrete, self.target, embed_captures=False, forms=forms
+        )
+        self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
+
     def _run(self, inputs: list[np.ndarray]) -> Any:
+        while True:
+            try:
+                return self.entry(*inputs)
+            except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
+                failure = _first_line(str(e))
+                # A call changes nothing before it returns (Variables are values in the
+                # module): the same program, written in the next form, runs again; not silently.
+                if not self._next_form(failure):
+                    name = self.concrete.graph.entry
+                    raise errors.ExecutionError(
+                        _validate.at_user(
+                            f"compiled function {name} ({self.target}) failed at run time: "
+                            f"{failure}"
+                        )
+                    ) from e
+
+    def _next_form(self, failure: str) -> bool:
+        """Loads the module in the next form that compiles, with a `FormWarning`; False when
+        no form is left."""
+        if not self._later_forms:
+            return False
         try:
-            return self.entry(*inputs)
-        except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
-            name = self.concrete.graph.entry
-            raise errors.ExecutionError(
-                _validate.at_user(
-                    f"compiled function {name} ({self.target}) failed at run time: "
-                    f"{_first_line(str(e))}"
-                )
-            ) from e
+            self._load(self._later_forms)
+        except errors.CompileError:
+            return False
+        warnings.warn(
+            errors.FormWarning(
+                f"compiled function {self.concrete.graph.entry} ({self.target}) failed at run "
+                f"time in one form ({failure}); running it compiled in the next form"
+            ),
+            stacklevel=5,
+        )
+        return True
 
     def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
         # Captured tensors and the Variables' current values follow the arguments.
@@ -317,7 +353,7 @@ def export(
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
     concrete = _function(fn).concrete_function(*args)
-    mlir, vmfb = _compile_concrete(concrete, target, embed_captures=True, portable=True)
+    mlir, vmfb, _ = _compile_concrete(concrete, target, embed_captures=True, portable=True)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".mlir").write_text(mlir)

@@ -13,6 +13,7 @@ __all__ = [
     "ControlFlowError",
     "DTypeError",
     "ExecutionError",
+    "FormWarning",
     "GradientError",
     "GradloopError",
     "GraphError",
@@ -70,6 +71,12 @@ class ExecutionError(GradloopError, RuntimeError):
 
 class InternalError(GradloopError, RuntimeError):
     """A bug in gradloop itself; please report it."""
+
+
+class FormWarning(RuntimeWarning):
+    """A compiled module failed as it ran in one form (IREE 3.13 fails some modules in one
+    lowering and runs them in another) and was compiled again in the next form, which ran it:
+    the same program, so the same results; `gl.jit(...).mlir(...)` shows the form used."""
 
 
 class RetracingWarning(UserWarning):

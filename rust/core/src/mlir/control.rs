@@ -56,12 +56,13 @@ use crate::shape::DYN;
 enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
-    /// `scf.yield` of a branch's results, each of its tensors (when it yields two or more)
-    /// through its own optimization barrier: IREE 3.13 merges equal values a branch yields (zero
-    /// gradients, the same product computed twice) into one buffer yielded twice, and its VM
-    /// then fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference slot 0 is
-    /// out range of the declared binding capacity"; the family of `distinct_tensors`). One
-    /// barrier over all of them does not keep them apart.
+    /// `scf.yield` of a branch's results where a tensor that IREE would fold to a constant, or
+    /// one yielded before, goes through its own optimization barrier (when the branch yields
+    /// two or more tensors): IREE 3.13 merges equal constants a branch yields (zero gradients)
+    /// into one buffer yielded twice, and its VM then fails the branch at run time
+    /// (`OUT_OF_RANGE`, "indirect buffer reference slot 0 is out range of the declared binding
+    /// capacity"; the family of `distinct_tensors`). A barrier on every yielded tensor, or one
+    /// over all of them, breaks other modules ("ref is null" in `hal.buffer_view.create`).
     BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
     /// with a counter `(name, maximum)`, also tests `name < maximum`.
@@ -96,9 +97,7 @@ impl Lowering<'_> {
             _ => self.carried_all(results, types)?,
         };
         if matches!(term, Terminator::BranchYield) {
-            let tensors = results.iter().filter(|b| matches!(b, Bound::Tensor(_)));
-            let several = tensors.count() > 1;
-            self.distinct_tensors(&mut results, several);
+            self.distinct_yields(&mut results);
         }
         self.e.set_site(site);
         match term {
@@ -244,8 +243,15 @@ impl Lowering<'_> {
         let exposed = super::loop_vars::exposed(body_fn);
         let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
         let mut inits = self.carried_all(carried_inputs, &ctypes)?;
-        let every = self.e.options.list_stacks;
-        self.distinct_tensors(&mut inits, every);
+        let pushed: Vec<bool> = match self.e.options.list_stacks {
+            true => super::loop_vars::pushed(body_fn),
+            false => vec![false; fixed.len()],
+        };
+        let pushed: Vec<bool> = (fixed.iter().zip(pushed))
+            .filter(|(f, _)| f.is_none())
+            .map(|(_, p)| p)
+            .collect();
+        self.distinct_inits(&mut inits, &pushed);
         let loc = self.e.loc();
         let mut init_names = flat_names(&inits);
         let mut flat = flat_types_of(&self.e, &ctypes)?;
@@ -366,30 +372,57 @@ impl Lowering<'_> {
         Ok((fixed, carried, ctypes))
     }
 
-    /// A tensor passed twice (to a loop's start, a branch's yield) goes the second time through
-    /// an optimization barrier: IREE 3.13's VM moves a buffer passed twice on a branch out of
+    /// A tensor that starts two loop variables goes to the second through an optimization
+    /// barrier: IREE 3.13's VM moves a buffer passed twice on the loop's entry branch out of
     /// one register before the other is read ("binding table slot requires a buffer", the
     /// iree-org/iree#24753 family), as when a loop variable starts equal to another and the
-    /// body never reads it. With `every` every statically shaped tensor gets one: a loop's
-    /// start with list stacks (a buffer the loop both carries and exports into a list fails
-    /// alike) and a branch yielding several (see `Terminator::BranchYield`).
-    fn distinct_tensors(&mut self, inits: &mut [Bound], every: bool) {
+    /// body never reads it. A statically shaped initial tensor the body `pushed` onto a list
+    /// (with list stacks) gets one too: a buffer the loop both carries and holds in a list
+    /// otherwise fails alike ("ref is null"). A barrier on every initial tensor breaks other
+    /// modules the same way.
+    fn distinct_inits(&mut self, inits: &mut [Bound], pushed: &[bool]) {
         let mut seen = HashSet::new();
-        for b in inits.iter_mut() {
+        for (b, &pushed) in inits.iter_mut().zip(pushed) {
             let Bound::Tensor(v) = b.clone() else {
                 continue;
             };
-            if seen.insert(v.name.clone()) && !(every && static_tensor(b).is_some()) {
+            if seen.insert(v.name.clone()) && !(pushed && static_tensor(b).is_some()) {
                 continue;
             }
-            let name = self.e.fresh();
-            let loc = self.e.loc();
-            self.e.line(&format!(
-                "{name} = stablehlo.optimization_barrier {} : {} {loc}",
-                v.name,
-                type_text(&v.ty)
-            ));
-            *b = Bound::Tensor(MlirValue { name, ty: v.ty });
+            *b = Bound::Tensor(self.barrier(&v));
+        }
+    }
+
+    /// See `Terminator::BranchYield`.
+    fn distinct_yields(&mut self, values: &mut [Bound]) {
+        let tensors = values.iter().filter(|b| matches!(b, Bound::Tensor(_)));
+        if tensors.count() < 2 {
+            return;
+        }
+        let mut seen = HashSet::new();
+        for b in values.iter_mut() {
+            let Bound::Tensor(v) = b.clone() else {
+                continue;
+            };
+            let repeated = !seen.insert(v.name.clone());
+            if !(repeated || self.e.is_constant(&v)) || static_tensor(b).is_none() {
+                continue; // a dynamically shaped tensor cannot go through (see the module doc)
+            }
+            *b = Bound::Tensor(self.barrier(&v));
+        }
+    }
+
+    fn barrier(&mut self, v: &MlirValue) -> MlirValue {
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e.line(&format!(
+            "{name} = stablehlo.optimization_barrier {} : {} {loc}",
+            v.name,
+            type_text(&v.ty)
+        ));
+        MlirValue {
+            name,
+            ty: v.ty.clone(),
         }
     }
 

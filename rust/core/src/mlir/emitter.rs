@@ -5,6 +5,7 @@
 //! and its tensor type) and return the values they produced. Shape helpers shared by many ops
 //! (explicit broadcasting, reshapes, dynamic dimensions) live in `shapes.rs` on the same type.
 
+use std::collections::HashSet;
 use std::fmt::{self, Write};
 
 use crate::dtype::{DType, Storage};
@@ -184,6 +185,8 @@ pub struct Emitter {
     site: Site,
     /// How the module is written (`EmitOptions`).
     pub(crate) options: super::EmitOptions,
+    /// Values IREE folds to constants: constants, and ops of constants only.
+    constants: HashSet<String>,
 }
 
 impl Emitter {
@@ -202,6 +205,11 @@ impl Emitter {
 
     pub(crate) fn site(&self) -> &Site {
         &self.site
+    }
+
+    /// Whether `value` is a constant once IREE folds (see `op`).
+    pub(crate) fn is_constant(&self, value: &MlirValue) -> bool {
+        self.constants.contains(&value.name)
     }
 
     /// A new SSA name (unique in the module, so regions never shadow a value from outside).
@@ -247,6 +255,13 @@ impl Emitter {
         let name = self.fresh();
         let loc = self.loc();
         self.line(&format!("{name} = {body} {loc}"));
+        let mut operands = body.split(|c: char| !(c == '%' || c.is_alphanumeric() || c == '_'));
+        let constant = body.starts_with("stablehlo.constant ")
+            || operands.all(|w| !w.starts_with('%') || self.constants.contains(w))
+                && body.contains('%');
+        if constant {
+            self.constants.insert(name.clone());
+        }
         MlirValue {
             name,
             ty: ty.clone(),

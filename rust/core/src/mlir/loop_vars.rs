@@ -34,6 +34,22 @@ pub(crate) fn exposed(body: &Function) -> Vec<bool> {
         .collect()
 }
 
+/// Per loop variable of `body`: whether the body pushes its incoming value onto a stack (the
+/// buffer both carried by the loop and held by a list; see `distinct_inits` in `control.rs`).
+pub(crate) fn pushed(body: &Function) -> Vec<bool> {
+    let mut pushed = vec![false; body.params.len()];
+    for node in &body.nodes {
+        if let (NodeKind::StackPush, Some(value)) = (&node.kind, node.inputs.get(1)) {
+            if let Some(NodeKind::Arg(k)) = body.nodes.get(value.node).map(|n| &n.kind) {
+                if let Some(flag) = pushed.get_mut(*k) {
+                    *flag = true;
+                }
+            }
+        }
+    }
+    pushed
+}
+
 /// Per loop variable of `body`: whether the body yields its parameter unchanged.
 pub(crate) fn passes_through(body: &Function) -> Vec<bool> {
     (0..body.params.len())

@@ -1,18 +1,21 @@
 """Differential random-program tester: eager vs `@gl.function` vs `gl.jit` (llvm-cpu).
 
 Each program (`program_fuzz.py`) is run in the three modes on values, on its gradient with
-respect to `x` and to a Variable read in it, and on a second-order gradient; eager gradients of
-programs without custom gradients or stop_gradient are checked against central finite
-differences in float64. `make fuzz` runs it (`GRADLOOP_FUZZ_EXAMPLES` programs, a random
-`GRADLOOP_FUZZ_SEED`, printed to reproduce; hypothesis prints the failing program). It is not
-yet part of `make test`: it still finds graph-mode and IREE run-time failures (see the open
-issue). Every failure it found and that is fixed is a named regression test in
-`test_mode_agreement.py`.
+respect to `x` and to a Variable read in it, on a second-order gradient and on the Variable its
+loops assign; eager gradients of programs without custom gradients or stop_gradient are checked
+against central finite differences in float64.
+
+`make test` runs a fixed seed (`GRADLOOP_FUZZ_EXAMPLES` programs in every mode, ten times as many
+in graph mode alone, which is cheap) and a random seed, printed when it fails.
+`make fuzz` runs thousands from a random seed (`GRADLOOP_FUZZ_SEED`, printed to reproduce).
+Hypothesis prints the shrunk program; every failure found and fixed is a named regression test
+in `test_mode_agreement.py`.
 """
 
 from __future__ import annotations
 
 import os
+import random
 
 import numpy as np
 import pytest
@@ -22,19 +25,20 @@ import gradloop as gl
 from gradcheck import numerical_gradient
 from program_fuzz import Program, assigns_in_nested_loop, depth, is_pure, programs
 
-EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "40"))
-# gl.jit on every program is `make fuzz`'s (GRADLOOP_FUZZ_COMPILED=1): IREE 3.13 still fails
-# some shrunk programs at run time (an ExecutionError; see docs/architecture.md), which
-# `test_mode_agreement.py` keeps as they are fixed.
-COMPILED = os.environ.get("GRADLOOP_FUZZ_COMPILED", "0") == "1"
-# `make test` uses a fixed seed; `make fuzz` passes a random one (printed, to reproduce).
+EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "120"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
-SETTINGS = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    database=None,
-)
+RANDOM_EXAMPLES = 40
+# About a second per program in gl.jit (one IREE compile each), a few ms in graph mode.
+BUDGET_S = 600 + 5 * EXAMPLES
+
+
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -74,11 +78,11 @@ def outputs(program: Program, stage) -> list[np.ndarray]:
 X = np.array([0.41, -0.23, 0.37])
 
 
-def check(spec) -> None:
+def check(spec, compiled: bool = True) -> None:
     program = Program(spec)
     eager = outputs(program, lambda f: f)
     stages = {"graph": gl.function}
-    if COMPILED:
+    if compiled:
         stages["compiled"] = gl.jit
     for mode, stage in stages.items():
         if assigns_in_nested_loop(spec):
@@ -104,11 +108,26 @@ def check(spec) -> None:
         np.testing.assert_allclose(eager[1], fd, rtol=1e-5, atol=1e-6, err_msg=f"d/dx: {spec}")
 
 
-@seed(SEED)
-@SETTINGS
-@given(spec=programs())
-def test_modes_agree_on_random_programs(spec) -> None:
-    check(spec)
+@pytest.mark.timeout(BUDGET_S)
+def test_modes_agree_on_random_programs() -> None:
+    seed(SEED)(_settings(EXAMPLES)(given(spec=programs())(check)))()
+
+
+@pytest.mark.timeout(BUDGET_S)
+def test_graph_mode_agrees_on_many_random_programs() -> None:
+    def graph_only(spec) -> None:
+        check(spec, compiled=False)
+
+    seed(SEED + 1)(_settings(10 * EXAMPLES)(given(spec=programs())(graph_only)))()
+
+
+@pytest.mark.timeout(BUDGET_S)
+def test_modes_agree_on_random_programs_from_a_random_seed() -> None:
+    fresh = random.randrange(2**32)
+    try:
+        seed(fresh)(_settings(RANDOM_EXAMPLES)(given(spec=programs())(check)))()
+    except Exception as e:
+        raise AssertionError(f"reproduce with GRADLOOP_FUZZ_SEED={fresh}: {e}") from e
 
 
 def test_the_generator_nests_three_deep_and_mixes_purity() -> None:
