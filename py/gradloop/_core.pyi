@@ -274,12 +274,15 @@ class VariableHandle:
 class ConcreteFunction:
     """A finished trace: its graph and the values it captured, callable on concrete tensors."""
 
-    def to_mlir(self, embed_captures: bool = False) -> str:
+    def to_mlir(
+        self, embed_captures: bool = False, list_stacks: bool = False, distinct_yields: bool = False
+    ) -> str:
         """The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
         tensors become constants and the module takes the `num_params` arguments followed by
         the variables' values; otherwise it takes every captured input after those. Variables
         are values: the module returns, after the results, the final value of each variable
-        in `assigned_variables`."""
+        in `assigned_variables`. `list_stacks` keeps tensor stacks as lists of buffer views;
+        `distinct_yields` puts repeated branch results through optimization barriers."""
 
     @property
     def assigned_variables(self) -> list[int]:

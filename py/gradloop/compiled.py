@@ -158,9 +158,11 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
-    or growable buffers (copied on every trip); `scf` as it is or lowered to `cf`."""
+    or growable buffers (copied on every trip); branch results that repeat through barriers
+    or not; `scf` as it is or lowered to `cf`."""
 
     list_stacks: bool
+    distinct_yields: bool
     cf: bool
 
 
@@ -168,10 +170,15 @@ def _forms(target: str) -> tuple[_Form, ...]:
     """The forms a module is compiled in, in order; a form IREE refuses, or whose module then
     fails as it runs (before it returns anything), gives way to the next, with a `FormWarning`
     for a run-time failure (see docs/architecture.md, "IREE workarounds": IREE 3.13 fails some
-    modules in each form and none that the tests know of in all). On Vulkan lists fail ("transient
-    buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
+    modules in each form and none that the tests know of in all). On Vulkan lists fail
+    ("transient buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
-    return tuple(_Form(lists, cf) for lists in stacks for cf in (False, True))
+    return tuple(
+        _Form(lists, distinct, cf)
+        for lists in stacks
+        for distinct in (False, True)
+        for cf in (False, True)
+    )
 
 
 def _compile_concrete(
@@ -180,20 +187,28 @@ def _compile_concrete(
     embed_captures: bool,
     portable: bool = False,
     forms: tuple[_Form, ...] | None = None,
+    tried: set[tuple[str, bool]] | None = None,
 ) -> tuple[str, bytes, tuple[_Form, ...]]:
     """The MLIR and `.vmfb` of `concrete` in the first of `forms` (its target's by default)
-    that compiles, and the forms after it."""
+    that compiles, and the forms after it. A form whose text and lowering were `tried` already
+    (a module without stacks or branches reads the same in several) is skipped."""
     forms = _forms(target) if forms is None else forms
+    tried = set() if tried is None else tried
     failure: errors.CompileError | None = None
     for k, form in enumerate(forms):
-        mlir = concrete.to_mlir(embed_captures=embed_captures, list_stacks=form.list_stacks)
-        if form.list_stacks and "!util.list<?>" not in mlir:
-            continue  # no tensor stacks: the buffer form says the same
+        mlir = concrete.to_mlir(
+            embed_captures=embed_captures,
+            list_stacks=form.list_stacks,
+            distinct_yields=form.distinct_yields,
+        )
+        if (mlir, form.cf) in tried:
+            continue
+        tried.add((mlir, form.cf))
         try:
             return mlir, compile_mlir(mlir, target, portable, cf=form.cf), forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
-    if failure is None:  # every form left was a list form of a module without stacks
+    if failure is None:
         raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: no form left")
     raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: {failure}")
 
@@ -243,13 +258,14 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
+        self._tried: set[tuple[str, bool]] = set()
         self._load(None)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
 
     def _load(self, forms: tuple[_Form, ...] | None) -> None:
         self.mlir, vmfb, self._later_forms = _compile_concrete(
-            self.concrete, self.target, embed_captures=False, forms=forms
+            self.concrete, self.target, embed_captures=False, forms=forms, tried=self._tried
         )
         self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
 

@@ -134,10 +134,20 @@ impl PyConcreteFunction {
     /// the variables' values (what an exported artifact needs); otherwise it takes every
     /// captured input after those. Variables are values: the module returns, after the
     /// results, the final value of each variable in `assigned_variables`. `list_stacks` keeps
-    /// tensor stacks as lists of buffer views (`EmitOptions`).
-    #[pyo3(signature = (embed_captures=false, list_stacks=false))]
-    fn to_mlir(&self, py: Python<'_>, embed_captures: bool, list_stacks: bool) -> PyResult<String> {
-        let options = gradloop::mlir::EmitOptions { list_stacks };
+    /// tensor stacks as lists of buffer views; `distinct_yields` puts repeated branch results
+    /// through barriers (`EmitOptions`).
+    #[pyo3(signature = (embed_captures=false, list_stacks=false, distinct_yields=false))]
+    fn to_mlir(
+        &self,
+        py: Python<'_>,
+        embed_captures: bool,
+        list_stacks: bool,
+        distinct_yields: bool,
+    ) -> PyResult<String> {
+        let options = gradloop::mlir::EmitOptions {
+            list_stacks,
+            distinct_yields,
+        };
         if !embed_captures {
             return gradloop::mlir::emit_module_with(&self.graph, options).py(py);
         }

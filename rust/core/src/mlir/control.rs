@@ -56,13 +56,15 @@ use crate::shape::DYN;
 enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
-    /// `scf.yield` of a branch's results where a tensor that IREE would fold to a constant, or
-    /// one yielded before, goes through its own optimization barrier (when the branch yields
-    /// two or more tensors): IREE 3.13 merges equal constants a branch yields (zero gradients)
-    /// into one buffer yielded twice, and its VM then fails the branch at run time
-    /// (`OUT_OF_RANGE`, "indirect buffer reference slot 0 is out range of the declared binding
-    /// capacity"; the family of `distinct_tensors`). A barrier on every yielded tensor, or one
-    /// over all of them, breaks other modules ("ref is null" in `hal.buffer_view.create`).
+    /// `scf.yield` of a branch's results where, with `EmitOptions::distinct_yields`, a tensor
+    /// yielded before, or equal to one yielded before once IREE folds constants, goes through
+    /// its own optimization barrier: IREE 3.13
+    /// merges equal constants a branch yields (zero gradients) into one buffer yielded twice,
+    /// and its VM then fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference
+    /// slot 0 is out range of the declared binding capacity"; the family of `distinct_inits`).
+    /// The barriers break other modules (the same `OUT_OF_RANGE`), as do barriers on every
+    /// yielded tensor or on every constant ("ref is null" in `hal.buffer_view.create`): it is
+    /// one of the forms `compiled.py` tries.
     BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
     /// with a counter `(name, maximum)`, also tests `name < maximum`.
@@ -96,7 +98,7 @@ impl Lowering<'_> {
             Terminator::Condition { .. } => self.coerce_all(results, types)?,
             _ => self.carried_all(results, types)?,
         };
-        if matches!(term, Terminator::BranchYield) {
+        if matches!(term, Terminator::BranchYield) && self.e.options.distinct_yields {
             self.distinct_yields(&mut results);
         }
         self.e.set_site(site);
@@ -395,17 +397,13 @@ impl Lowering<'_> {
 
     /// See `Terminator::BranchYield`.
     fn distinct_yields(&mut self, values: &mut [Bound]) {
-        let tensors = values.iter().filter(|b| matches!(b, Bound::Tensor(_)));
-        if tensors.count() < 2 {
-            return;
-        }
         let mut seen = HashSet::new();
         for b in values.iter_mut() {
             let Bound::Tensor(v) = b.clone() else {
                 continue;
             };
-            let repeated = !seen.insert(v.name.clone());
-            if !(repeated || self.e.is_constant(&v)) || static_tensor(b).is_none() {
+            let repeated = !seen.insert(self.e.value_key(&v));
+            if !repeated || static_tensor(b).is_none() {
                 continue; // a dynamically shaped tensor cannot go through (see the module doc)
             }
             *b = Bound::Tensor(self.barrier(&v));

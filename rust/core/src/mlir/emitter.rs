@@ -5,7 +5,7 @@
 //! and its tensor type) and return the values they produced. Shape helpers shared by many ops
 //! (explicit broadcasting, reshapes, dynamic dimensions) live in `shapes.rs` on the same type.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt::{self, Write};
 
 use crate::dtype::{DType, Storage};
@@ -185,8 +185,9 @@ pub struct Emitter {
     site: Site,
     /// How the module is written (`EmitOptions`).
     pub(crate) options: super::EmitOptions,
-    /// Values IREE folds to constants: constants, and ops of constants only.
-    constants: HashSet<String>,
+    /// Values IREE folds to constants (constants, and ops of constants only), each with a key
+    /// equal for equal values (the op's text over its operands' keys).
+    constants: HashMap<String, String>,
 }
 
 impl Emitter {
@@ -207,9 +208,34 @@ impl Emitter {
         &self.site
     }
 
-    /// Whether `value` is a constant once IREE folds (see `op`).
-    pub(crate) fn is_constant(&self, value: &MlirValue) -> bool {
-        self.constants.contains(&value.name)
+    /// For an op `body` IREE folds to a constant, a key equal for equal values.
+    fn constant_key(&self, body: &str) -> Option<String> {
+        if body.starts_with("stablehlo.constant ") {
+            return Some(body.to_string());
+        }
+        let mut key = String::with_capacity(body.len());
+        let mut operands = 0;
+        let mut rest = body;
+        while let Some(at) = rest.find('%') {
+            key.push_str(&rest[..at]);
+            let len = rest[at + 1..]
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map_or(rest.len() - at, |n| n + 1);
+            let operand = &rest[at..at + len];
+            key.push_str(&format!("({})", self.constants.get(operand)?));
+            operands += 1;
+            rest = &rest[at + len..];
+        }
+        key.push_str(rest);
+        (operands > 0).then_some(key)
+    }
+
+    /// A key equal for values IREE folds to equal constants (see `op`), else the value's name.
+    pub(crate) fn value_key(&self, value: &MlirValue) -> String {
+        self.constants
+            .get(&value.name)
+            .cloned()
+            .unwrap_or_else(|| value.name.clone())
     }
 
     /// A new SSA name (unique in the module, so regions never shadow a value from outside).
@@ -255,12 +281,8 @@ impl Emitter {
         let name = self.fresh();
         let loc = self.loc();
         self.line(&format!("{name} = {body} {loc}"));
-        let mut operands = body.split(|c: char| !(c == '%' || c.is_alphanumeric() || c == '_'));
-        let constant = body.starts_with("stablehlo.constant ")
-            || operands.all(|w| !w.starts_with('%') || self.constants.contains(w))
-                && body.contains('%');
-        if constant {
-            self.constants.insert(name.clone());
+        if let Some(key) = self.constant_key(body) {
+            self.constants.insert(name.clone(), key);
         }
         MlirValue {
             name,

@@ -70,6 +70,9 @@ pub struct EmitOptions {
     /// Tensor stacks as `!util.list<?>`s of buffer views (O(1) per push in IREE) instead of
     /// growable buffers (which IREE copies on every trip).
     pub list_stacks: bool,
+    /// A branch yields a tensor it yields twice, or one equal to another once IREE folds
+    /// constants, through an optimization barrier (`Terminator::BranchYield` in `control.rs`).
+    pub distinct_yields: bool,
 }
 
 /// The graph as MLIR text: a module with the entry function as a public `func.func` (see the

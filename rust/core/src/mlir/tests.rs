@@ -411,7 +411,10 @@ fn nested_bounded_loops_need_no_growth_checks() {
 #[test]
 fn list_stacks_keep_tensors_as_buffer_views() {
     // EmitOptions::list_stacks: a push exports the value into the list, a pop imports it back
-    let options = super::EmitOptions { list_stacks: true };
+    let options = super::EmitOptions {
+        list_stacks: true,
+        ..Default::default()
+    };
     let text = super::emit_module_with(&super::traced::while_sin(1), options).unwrap();
     let checks = r#"
         CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
