@@ -268,3 +268,10 @@ def test_fuzz_found_equal_zero_gradients_yielded_by_a_branch() -> None:
 def test_fuzz_found_a_variable_through_a_switch() -> None:
     # A barrier on every tensor a branch yields made IREE fail this one ("ref is null").
     check(("switch", [("leaf", "v")], True))
+
+
+def test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompiled() -> None:
+    # With plain branch yields IREE 3.13 returned garbage (-1.8e47) for one element of the
+    # second-order gradient, with no error: the barrier form is tried first.
+    inner = ("switch", [("leaf", "cube"), ("leaf", "sin"), ("leaf", "cube")], False)
+    check(("switch", [inner, inner], True))

@@ -159,7 +159,8 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
     or growable buffers (copied on every trip); branch results that repeat through barriers
-    or not; `scf` as it is or lowered to `cf`."""
+    (first: without them IREE 3.13 returned garbage for one fuzz-found module) or not; `scf`
+    as it is or lowered to `cf`."""
 
     list_stacks: bool
     distinct_yields: bool
@@ -176,7 +177,7 @@ def _forms(target: str) -> tuple[_Form, ...]:
     return tuple(
         _Form(lists, distinct, cf)
         for lists in stacks
-        for distinct in (False, True)
+        for distinct in (True, False)  # plain yields miscompile silently (see the doc)
         for cf in (False, True)
     )
 
