@@ -275,3 +275,13 @@ def test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompi
     # second-order gradient, with no error: the barrier form is tried first.
     inner = ("switch", [("leaf", "cube"), ("leaf", "sin"), ("leaf", "cube")], False)
     check(("switch", [inner, inner], True))
+
+
+def test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_form() -> None:
+    # IREE 3.13 failed this one as it ran ("indirect buffer reference slot 0 is out range of
+    # the declared binding capacity") in every stack, yield and scf/cf form: the forms with
+    # direct command buffers come last.
+    custom = ("cond", -0.05163753542907901, (("leaf", "custom"), ("leaf", "sin")))
+    branch = ("cond", 0.38887440114084604, (custom, ("mul", (("leaf", "w"), ("leaf", "x")))))
+    switch = ("switch", [("leaf", "f32"), ("leaf", "custom"), ("leaf", "cube")], True)
+    check(("mul", (switch, branch)))

@@ -68,7 +68,9 @@ def to_mlir(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
     return _function(fn).concrete_function(*args, **kwargs).to_mlir(embed_captures=True)
 
 
-def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
+def _flags(
+    mlir: str, target: str, portable: bool = False, direct_command_buffers: bool = False
+) -> list[str]:
     if target not in TARGETS:
         raise errors.InvalidArgumentError(
             _validate.at_user(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
@@ -93,6 +95,8 @@ def _flags(mlir: str, target: str, portable: bool = False) -> list[str]:
         flags.append(f"--iree-vulkan-target-features={_VULKAN_FEATURES}")
     if target == "cuda":
         flags.append("--iree-cuda-target=sm_80")
+    if direct_command_buffers:
+        flags.append("--iree-hal-indirect-command-buffers=false")
     return flags
 
 
@@ -111,18 +115,23 @@ _memory_cache: dict[str, bytes] = {}
 
 
 def compile_mlir(
-    mlir: str, target: str = "llvm-cpu", portable: bool = False, cf: bool | None = None
+    mlir: str,
+    target: str = "llvm-cpu",
+    portable: bool = False,
+    cf: bool | None = None,
+    direct_command_buffers: bool = False,
 ) -> bytes:
     """The `.vmfb` of `mlir` for `target`, from the memory or disk cache when compiled before.
     `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only). `cf`
     lowers `scf` to `cf` first (`_to_cf`); None compiles the module as it is and, if IREE
-    refuses it, as a CFG."""
+    refuses it, as a CFG. `direct_command_buffers` records buffer bindings directly instead
+    of as IREE's indirect references (a workaround, see `_Form`)."""
     if cf is None:
         try:
             return compile_mlir(mlir, target, portable, cf=False)
         except errors.CompileError:
             return compile_mlir(mlir, target, portable, cf=True)
-    flags = _flags(mlir, target, portable)
+    flags = _flags(mlir, target, portable, direct_command_buffers)
     key = hashlib.sha256(
         "\0".join([mlir, target, *flags, _compiler_version(), f"cf={cf}"]).encode()
     ).hexdigest()
@@ -160,11 +169,13 @@ class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
     or growable buffers (copied on every trip); branch results that repeat through barriers
     (first: without them IREE 3.13 returned garbage for one fuzz-found module) or not; `scf`
-    as it is or lowered to `cf`."""
+    as it is or lowered to `cf`; command buffers with IREE's indirect bindings (its default)
+    or direct ones (last: some branch-heavy modules fail as they run in every other form)."""
 
     list_stacks: bool
     distinct_yields: bool
     cf: bool
+    direct_command_buffers: bool = False
 
 
 def _forms(target: str) -> tuple[_Form, ...]:
@@ -175,7 +186,8 @@ def _forms(target: str) -> tuple[_Form, ...]:
     ("transient buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
     return tuple(
-        _Form(lists, distinct, cf)
+        _Form(lists, distinct, cf, direct)
+        for direct in (False, True)
         for lists in stacks
         for distinct in (True, False)  # plain yields miscompile silently (see the doc)
         for cf in (False, True)
@@ -188,7 +200,7 @@ def _compile_concrete(
     embed_captures: bool,
     portable: bool = False,
     forms: tuple[_Form, ...] | None = None,
-    tried: set[tuple[str, bool]] | None = None,
+    tried: set[tuple[str, bool, bool]] | None = None,
 ) -> tuple[str, bytes, tuple[_Form, ...]]:
     """The MLIR and `.vmfb` of `concrete` in the first of `forms` (its target's by default)
     that compiles, and the forms after it. A form whose text and lowering were `tried` already
@@ -202,11 +214,13 @@ def _compile_concrete(
             list_stacks=form.list_stacks,
             distinct_yields=form.distinct_yields,
         )
-        if (mlir, form.cf) in tried:
+        key = (mlir, form.cf, form.direct_command_buffers)
+        if key in tried:
             continue
-        tried.add((mlir, form.cf))
+        tried.add(key)
         try:
-            return mlir, compile_mlir(mlir, target, portable, cf=form.cf), forms[k + 1 :]
+            vmfb = compile_mlir(mlir, target, portable, form.cf, form.direct_command_buffers)
+            return mlir, vmfb, forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
     if failure is None:
@@ -259,7 +273,7 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
-        self._tried: set[tuple[str, bool]] = set()
+        self._tried: set[tuple[str, bool, bool]] = set()
         self._load(None)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
