@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
+from gradcheck import numerical_gradient
 from test_fuzz_modes import check
 
 
@@ -96,6 +97,80 @@ def test_class2_variables_read_in_bodies_get_gradients_to_second_order() -> None
     got = assert_modes_agree(first, x)[0]
     assert np.all(got != 0.0)
     assert_modes_agree(second, x)
+
+
+def _each_mode(fn, reset, *args):
+    """`fn(*args)` in eager, graph and compiled modes, `reset()` before each."""
+    outs = []
+    for stage in (lambda f: f, gl.function, gl.jit):
+        reset()
+        outs.append([np.asarray(t) for t in _leaves(stage(fn)(*args))])
+    return outs
+
+
+def test_class2_a_variable_read_in_a_nested_loop_sees_the_value_it_had_then() -> None:
+    # The outer loop assigns the Variable after the inner loop reads it. The gradient reruns
+    # the inner loop in the outer loop's backward pass; it read the Variable's final value
+    # (a silent wrong gradient) until constructs that only read Variables read them before.
+    v = gl.Variable(np.array([1.0, 2.0]))
+    step = gl.tensor(np.array([0.5, 0.5]))
+
+    def f(x):
+        def body(i, s):
+            inner = gl.while_loop(
+                lambda j, t: j < 2, lambda j, t: (j + 1, t * gl.sin(v.read()) + x), (0, s)
+            )[1]
+            v.assign_add(step)
+            return i + 1, inner
+
+        return gl.sum(gl.while_loop(lambda i, s: i < 3, body, (0, x))[1] ** 2)
+
+    def grads(x):
+        with gl.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+        return (y, *tape.gradient(y, [x, v]), v.read())
+
+    v0, x0 = np.array([1.0, 2.0]), np.array([0.3, -0.2])
+
+    def reset():
+        v.assign(gl.tensor(v0))
+
+    eager, graph, compiled = _each_mode(grads, reset, gl.tensor(x0))
+    for got in (graph, compiled):
+        for g, e in zip(got, eager, strict=True):
+            np.testing.assert_allclose(g, e, rtol=1e-10)
+
+    def value(x, v_init):
+        v.assign(gl.tensor(v_init))
+        return float(f(gl.tensor(x)))
+
+    fd_x = numerical_gradient(lambda x: value(x, v0), [x0])[0]
+    fd_v = numerical_gradient(lambda w: value(x0, w), [v0])[0]
+    np.testing.assert_allclose(eager[1], fd_x, rtol=1e-6)
+    np.testing.assert_allclose(eager[2], fd_v, rtol=1e-6)
+
+
+def test_class2_a_read_in_a_branch_comes_before_a_later_assignment() -> None:
+    # A cond that only reads a Variable was not ordered with the assignment after it: graph
+    # mode read the assigned value.
+    v = gl.Variable(np.array([1.0, 2.0]))
+
+    def f(x):
+        with gl.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = gl.sum(gl.cond(gl.sum(x) > 0, lambda: gl.sin(v.read()) * x, lambda: x))
+        v.assign_add(gl.tensor(np.array([0.5, 0.5])))
+        return y, tape.gradient(y, x), tape.gradient(y, v)
+
+    def reset():
+        v.assign(gl.tensor(np.array([1.0, 2.0])))
+
+    eager, graph, compiled = _each_mode(f, reset, f64(0.3, -0.2))
+    np.testing.assert_allclose(eager[0], np.sum(np.sin([1.0, 2.0]) * [0.3, -0.2]))
+    for got in (graph, compiled):
+        for g, e in zip(got, eager, strict=True):
+            np.testing.assert_allclose(g, e, rtol=1e-10)
 
 
 @pytest.mark.parametrize("power", [2.0, 3.0])

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::rewrite::with_params;
+use super::rewrite::{reads_as_tensors, with_params};
 use super::tracer::lock;
 use super::Val;
 use crate::context::Context;
@@ -111,6 +111,48 @@ fn unify(
     Ok(names)
 }
 
+/// Variables that a construct reads and none of its functions assign are read once, before it
+/// runs, and passed in as tensors: every read inside sees that value anyway, and a gradient
+/// that reruns the construct elsewhere (nested in a loop) must see it too, not the value the
+/// Variable has by then. Rewrites the functions `names` (which take `leading` own parameters,
+/// then `captures`) and replaces the resources in `captures` by reads; leaves everything as
+/// it is when a function assigns a Variable or passes a resource to a node that may.
+fn read_variables_before(
+    ctx: &mut dyn Context<Val>,
+    tracer: &super::TracerRef,
+    names: &[String],
+    leading: usize,
+    captures: &mut [Val],
+) -> Result<()> {
+    let resources: Vec<usize> = (0..captures.len())
+        .filter(|&i| matches!(captures[i].value_type(), ValueType::Resource(_)))
+        .collect();
+    if resources.is_empty() {
+        return Ok(());
+    }
+    let params: Vec<usize> = resources.iter().map(|i| leading + i).collect();
+    let mut rewritten = Vec::with_capacity(names.len());
+    {
+        let t = lock(tracer);
+        for name in names {
+            match reads_as_tensors(t.library().get(name)?, &params)? {
+                Some(f) => rewritten.push(f),
+                None => return Ok(()),
+            }
+        }
+    }
+    for f in rewritten {
+        lock(tracer).replace_function(f)?;
+    }
+    for i in resources {
+        let resource = captures[i].clone();
+        captures[i] = ctx
+            .apply_node(&NodeKind::ReadVariable, &[resource])?
+            .remove(0);
+    }
+    Ok(())
+}
+
 /// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
 pub fn emit_if(
     ctx: &mut dyn Context<Val>,
@@ -120,8 +162,9 @@ pub fn emit_if(
 ) -> Result<Vec<Val>> {
     let tracer = tracer_of(ctx, "cond")?;
     let branches = [then_branch, else_branch];
-    let captures = union(&branches);
+    let mut captures = union(&branches);
     let names = unify(&tracer, &branches, 0, &captures, false)?;
+    read_variables_before(ctx, &tracer, &names, 0, &mut captures)?;
     let kind = NodeKind::If {
         then_branch: names[0].clone(),
         else_branch: names[1].clone(),
@@ -135,8 +178,9 @@ pub fn emit_if(
 pub fn emit_case(ctx: &mut dyn Context<Val>, index: &Val, branches: &[Branch]) -> Result<Vec<Val>> {
     let tracer = tracer_of(ctx, "switch_case")?;
     let refs: Vec<&Branch> = branches.iter().collect();
-    let captures = union(&refs);
+    let mut captures = union(&refs);
     let names = unify(&tracer, &refs, 0, &captures, false)?;
+    read_variables_before(ctx, &tracer, &names, 0, &mut captures)?;
     let mut inputs = vec![index.clone()];
     inputs.extend(captures);
     let kind = NodeKind::Case { branches: names };
@@ -152,9 +196,11 @@ pub fn emit_while(
     vars: &[Val],
 ) -> Result<Vec<Val>> {
     let tracer = tracer_of(ctx, "while_loop")?;
-    let captures = union(&[&functions.cond, &functions.body]);
+    let mut captures = union(&[&functions.cond, &functions.body]);
     let cond = unify(&tracer, &[&functions.cond], vars.len(), &captures, false)?;
     let body = unify(&tracer, &[&functions.body], vars.len(), &captures, true)?;
+    let names = [cond[0].clone(), body[0].clone()];
+    read_variables_before(ctx, &tracer, &names, vars.len(), &mut captures)?;
     let kind = NodeKind::While {
         cond: cond[0].clone(),
         body: body[0].clone(),
