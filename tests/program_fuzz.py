@@ -8,7 +8,7 @@ with `logical_not`, the float state, a float32 copy, and variables that the body
 overwrites each trip, never reads, or that are unused at the output; `maximum_iterations` is
 drawn too. Leaves may go through `custom_gradient` (a deliberately scaled gradient, so ignoring it
 shows), `stop_gradient`, `x ** 2`/`x ** 3` (negative bases), a float32 detour, and Variable reads;
-loop bodies may `assign_add` to a second Variable.
+loop bodies may `assign_add` to a second Variable or to the one the leaves read.
 
 `build(spec)` returns `(fn, pure)`: `fn(x)` gives a float64 scalar, and `pure` says whether the
 program's gradient is its true derivative (no custom gradient or stop_gradient), so that it can
@@ -53,7 +53,9 @@ def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
             st.integers(0, 3),  # trip count offset
             st.sampled_from([None, 0, 2, 5]),  # maximum_iterations
             st.sampled_from(["passthrough", "overwritten", "unread", "unused"]),
-            st.booleans(),  # assign to the accumulating Variable in the body
+            # Assign in the body: nothing, the accumulating Variable, or the Variable `v` that
+            # leaves read (later reads, and gradients' reruns, must see the new value).
+            st.sampled_from([False, True, "v"]),
         ),
     )
 
@@ -109,12 +111,14 @@ class Program:
         self.spec = spec
         rng = np.random.default_rng(7)
         self.w = gl.tensor(rng.uniform(-0.8, 0.8, N))
-        self.v = gl.Variable(rng.uniform(-0.5, 0.5, N))
+        self.v0 = rng.uniform(-0.5, 0.5, N)
+        self.v = gl.Variable(self.v0)
         self.acc = gl.Variable(np.zeros(N), trainable=False)
 
     def reset(self) -> None:
-        """Puts the Variables back to their initial values (loop bodies assign to `acc`)."""
+        """Puts the Variables back to their initial values (loop bodies assign to them)."""
         self.acc.assign(np.zeros(N))
+        self.v.assign(self.v0)
 
     def __call__(self, x: gl.Tensor) -> gl.Tensor:
         y = self._eval(self.spec, x)
@@ -153,7 +157,8 @@ class Program:
         def body(i, count, flag, h, h32, e):
             new_h = self._eval(body_spec, h) * 0.5 + h * 0.3
             if assign:
-                self.acc.assign_add(gl.stop_gradient(new_h) * 0.01)
+                target = self.v if assign == "v" else self.acc
+                target.assign_add(gl.stop_gradient(new_h) * 0.01)
             if extra == "passthrough":
                 e2 = e
             elif extra == "overwritten":

@@ -53,8 +53,8 @@ def private_cache(tmp_path_factory) -> None:
 
 
 def outputs(program: Program, stage) -> list[np.ndarray]:
-    """Value, d/dx, d/dv, a second-order gradient and the assigned Variable of `program`,
-    run through `stage`."""
+    """Value, d/dx, d/dv, a second-order gradient and the Variables' final values of
+    `program`, run through `stage`."""
     cot = gl.tensor(np.array([0.3, -0.7, 0.5]))
 
     def everything(x):
@@ -67,7 +67,7 @@ def outputs(program: Program, stage) -> list[np.ndarray]:
             h = gl.sum(gx * cot)
         hx = outer.gradient(h, x, unconnected_gradients="zero")
         # Read after the gradients: their construction must not rerun a body's assignments.
-        return y, gx, gv, hx, program.acc.read()
+        return y, gx, gv, hx, program.acc.read(), program.v.read()
 
     program.reset()
     results = stage(everything)(gl.tensor(X))
@@ -91,7 +91,7 @@ def check(spec, compiled: bool = True) -> None:
                 outputs(program, stage)
             continue
         got = outputs(program, stage)
-        names = ("value", "d/dx", "d/dv", "d2/dx2", "assigned")
+        names = ("value", "d/dx", "d/dv", "d2/dx2", "assigned", "v assigned")
         for what, e, g in zip(names, eager, got, strict=True):
             np.testing.assert_allclose(
                 g, e, rtol=1e-6, atol=1e-9, err_msg=f"{mode} {what} differs from eager: {spec}"

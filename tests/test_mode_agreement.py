@@ -360,3 +360,14 @@ def test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_f
     branch = ("cond", 0.38887440114084604, (custom, ("mul", (("leaf", "w"), ("leaf", "x")))))
     switch = ("switch", [("leaf", "f32"), ("leaf", "custom"), ("leaf", "cube")], True)
     check(("mul", (switch, branch)))
+
+
+def test_fuzz_found_switches_that_fail_unless_fills_are_dispatches() -> None:
+    # IREE 3.13 failed this one as it ran in every other form ("ref is null" in
+    # hal.buffer_view.create; "indirect buffer reference slot 0 is out range"); it runs with
+    # `--iree-stream-emulate-memset=true`.
+    first = ("switch", [("leaf", "square"), ("leaf", "f32")], True)
+    f32s = ("mul", (("leaf", "f32"), ("leaf", "f32")))
+    vs = ("mul", (("leaf", "v"), ("leaf", "square")))
+    sins = ("add", (("leaf", "f32"), ("leaf", "sin")))
+    check(("mul", (first, ("switch", [f32s, vs, sins], True))))

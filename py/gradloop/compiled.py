@@ -69,7 +69,7 @@ def to_mlir(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
 
 
 def _flags(
-    mlir: str, target: str, portable: bool = False, direct_command_buffers: bool = False
+    mlir: str, target: str, portable: bool = False, workaround_flags: tuple[str, ...] = ()
 ) -> list[str]:
     if target not in TARGETS:
         raise errors.InvalidArgumentError(
@@ -95,9 +95,7 @@ def _flags(
         flags.append(f"--iree-vulkan-target-features={_VULKAN_FEATURES}")
     if target == "cuda":
         flags.append("--iree-cuda-target=sm_80")
-    if direct_command_buffers:
-        flags.append("--iree-hal-indirect-command-buffers=false")
-    return flags
+    return flags + list(workaround_flags)
 
 
 def _compiler_version() -> str:
@@ -119,19 +117,18 @@ def compile_mlir(
     target: str = "llvm-cpu",
     portable: bool = False,
     cf: bool | None = None,
-    direct_command_buffers: bool = False,
+    workaround_flags: tuple[str, ...] = (),
 ) -> bytes:
     """The `.vmfb` of `mlir` for `target`, from the memory or disk cache when compiled before.
     `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only). `cf`
     lowers `scf` to `cf` first (`_to_cf`); None compiles the module as it is and, if IREE
-    refuses it, as a CFG. `direct_command_buffers` records buffer bindings directly instead
-    of as IREE's indirect references (a workaround, see `_Form`)."""
+    refuses it, as a CFG. `workaround_flags` go to IREE after the others (see `_Form`)."""
     if cf is None:
         try:
             return compile_mlir(mlir, target, portable, cf=False)
         except errors.CompileError:
             return compile_mlir(mlir, target, portable, cf=True)
-    flags = _flags(mlir, target, portable, direct_command_buffers)
+    flags = _flags(mlir, target, portable, workaround_flags)
     key = hashlib.sha256(
         "\0".join([mlir, target, *flags, _compiler_version(), f"cf={cf}"]).encode()
     ).hexdigest()
@@ -169,13 +166,25 @@ class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
     or growable buffers (copied on every trip); branch results that repeat through barriers
     (first: without them IREE 3.13 returned garbage for one fuzz-found module) or not; `scf`
-    as it is or lowered to `cf`; command buffers with IREE's indirect bindings (its default)
-    or direct ones (last: some branch-heavy modules fail as they run in every other form)."""
+    as it is or lowered to `cf`; compiled with IREE's defaults, or with one of
+    `_WORKAROUND_FLAGS` (last: some branch-heavy modules fail as they run in every other
+    form)."""
 
     list_stacks: bool
     distinct_yields: bool
     cf: bool
-    direct_command_buffers: bool = False
+    workaround_flags: tuple[str, ...] = ()
+
+
+#: IREE flags that made modules run that fail at run time with the defaults in every other
+#: form: fills as dispatches (`test_fuzz_found_switches_that_fail_unless_fills_are_dispatches`),
+#: command buffers without indirect bindings
+#: (`test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_form`).
+_WORKAROUND_FLAGS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("--iree-stream-emulate-memset=true",),
+    ("--iree-hal-indirect-command-buffers=false",),
+)
 
 
 def _forms(target: str) -> tuple[_Form, ...]:
@@ -186,8 +195,8 @@ def _forms(target: str) -> tuple[_Form, ...]:
     ("transient buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
     return tuple(
-        _Form(lists, distinct, cf, direct)
-        for direct in (False, True)
+        _Form(lists, distinct, cf, flags)
+        for flags in _WORKAROUND_FLAGS
         for lists in stacks
         for distinct in (True, False)  # plain yields miscompile silently (see the doc)
         for cf in (False, True)
@@ -200,7 +209,7 @@ def _compile_concrete(
     embed_captures: bool,
     portable: bool = False,
     forms: tuple[_Form, ...] | None = None,
-    tried: set[tuple[str, bool, bool]] | None = None,
+    tried: set[tuple[str, bool, tuple[str, ...]]] | None = None,
 ) -> tuple[str, bytes, tuple[_Form, ...]]:
     """The MLIR and `.vmfb` of `concrete` in the first of `forms` (its target's by default)
     that compiles, and the forms after it. A form whose text and lowering were `tried` already
@@ -214,12 +223,12 @@ def _compile_concrete(
             list_stacks=form.list_stacks,
             distinct_yields=form.distinct_yields,
         )
-        key = (mlir, form.cf, form.direct_command_buffers)
+        key = (mlir, form.cf, form.workaround_flags)
         if key in tried:
             continue
         tried.add(key)
         try:
-            vmfb = compile_mlir(mlir, target, portable, form.cf, form.direct_command_buffers)
+            vmfb = compile_mlir(mlir, target, portable, form.cf, form.workaround_flags)
             return mlir, vmfb, forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
@@ -273,7 +282,7 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
-        self._tried: set[tuple[str, bool, bool]] = set()
+        self._tried: set[tuple[str, bool, tuple[str, ...]]] = set()
         self._load(None)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
