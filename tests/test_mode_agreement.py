@@ -371,3 +371,11 @@ def test_fuzz_found_switches_that_fail_unless_fills_are_dispatches() -> None:
     vs = ("mul", (("leaf", "v"), ("leaf", "square")))
     sins = ("add", (("leaf", "f32"), ("leaf", "sin")))
     check(("mul", (first, ("switch", [f32s, vs, sins], True))))
+
+
+def test_fuzz_found_switches_second_order_miscompiled_with_barriers_on_constants() -> None:
+    # With a barrier on every repeated zero a branch yields, IREE 3.13 returned a wrong
+    # second-order gradient (0.366 for 0.360), with no error: constants get no barrier in the
+    # first form.
+    product = ("mul", (("leaf", "tanh"), ("leaf", "cube")))
+    check(("switch", [product, product, product], True))

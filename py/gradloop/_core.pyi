@@ -275,14 +275,22 @@ class ConcreteFunction:
     """A finished trace: its graph and the values it captured, callable on concrete tensors."""
 
     def to_mlir(
-        self, embed_captures: bool = False, list_stacks: bool = False, distinct_yields: bool = False
+        self, embed_captures: bool = False, list_stacks: bool = False, yield_barriers: str = "none"
     ) -> str:
         """The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
         tensors become constants and the module takes the `num_params` arguments followed by
         the variables' values; otherwise it takes every captured input after those. Variables
         are values: the module returns, after the results, the final value of each variable
         in `assigned_variables`. `list_stacks` keeps tensor stacks as lists of buffer views;
-        `distinct_yields` puts repeated branch results through optimization barriers."""
+        `yield_barriers` ("none", "repeats" or "constants") puts repeated branch results through
+        optimization barriers (constants among them with "constants")."""
+
+    def mlir_module(
+        self, embed_captures: bool = False, list_stacks: bool = False, yield_barriers: str = "none"
+    ) -> tuple[str, dict[str, Any]]:
+        """`to_mlir`'s text and what compile policy needs to know of it, so that it never
+        reads the text: `{"dtypes": [numpy names], "tensor_stacks": bool, "regions": bool,
+        "yield_barriers": the barriers actually put ("none" when the option changed nothing)}`."""
 
     @property
     def assigned_variables(self) -> list[int]:

@@ -69,14 +69,13 @@ def to_mlir(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
 
 
 def _flags(
-    mlir: str, target: str, portable: bool = False, workaround_flags: tuple[str, ...] = ()
+    target: str, uses_f64: bool, portable: bool = False, workaround_flags: tuple[str, ...] = ()
 ) -> list[str]:
     if target not in TARGETS:
         raise errors.InvalidArgumentError(
             _validate.at_user(f"unknown target {target!r}; expected one of {sorted(TARGETS)}")
         )
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-backends={target}"]
-    uses_f64 = "f64" in mlir  # element types, scalars and `!util.list<f64>` alike
     if target == "llvm-cpu":
         # `host` for what runs here; a generic CPU for artifacts meant for other machines.
         flags.append(f"--iree-llvmcpu-target-cpu={'generic' if portable else 'host'}")
@@ -118,17 +117,22 @@ def compile_mlir(
     portable: bool = False,
     cf: bool | None = None,
     workaround_flags: tuple[str, ...] = (),
+    uses_f64: bool | None = None,
 ) -> bytes:
     """The `.vmfb` of `mlir` for `target`, from the memory or disk cache when compiled before.
     `portable` compiles for a generic CPU instead of this machine's (`llvm-cpu` only). `cf`
     lowers `scf` to `cf` first (`_to_cf`); None compiles the module as it is and, if IREE
-    refuses it, as a CFG. `workaround_flags` go to IREE after the others (see `_Form`)."""
+    refuses it, as a CFG. `workaround_flags` go to IREE after the others (see `_Form`).
+    `uses_f64` comes from the emitter's facts for modules gradloop wrote; for other text, any
+    mention of f64 counts (a false positive only keeps f64 where there is none)."""
+    if uses_f64 is None:
+        uses_f64 = "f64" in mlir
     if cf is None:
         try:
-            return compile_mlir(mlir, target, portable, cf=False)
+            return compile_mlir(mlir, target, portable, False, workaround_flags, uses_f64)
         except errors.CompileError:
-            return compile_mlir(mlir, target, portable, cf=True)
-    flags = _flags(mlir, target, portable, workaround_flags)
+            return compile_mlir(mlir, target, portable, True, workaround_flags, uses_f64)
+    flags = _flags(target, uses_f64, portable, workaround_flags)
     key = hashlib.sha256(
         "\0".join([mlir, target, *flags, _compiler_version(), f"cf={cf}"]).encode()
     ).hexdigest()
@@ -164,17 +168,25 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
-    or growable buffers (copied on every trip); branch results that repeat through barriers
-    (first: without them IREE 3.13 returned garbage for one fuzz-found module) or not; `scf`
+    or growable buffers (copied on every trip); which branch results that repeat go through
+    barriers (`_YIELD_BARRIERS`); `scf`
     as it is or lowered to `cf`; compiled with IREE's defaults, or with one of
     `_WORKAROUND_FLAGS` (last: some branch-heavy modules fail as they run in every other
     form)."""
 
     list_stacks: bool
-    distinct_yields: bool
+    yield_barriers: str
     cf: bool
     workaround_flags: tuple[str, ...] = ()
 
+
+#: Which repeated branch results go through barriers, in the order tried: IREE 3.13 returned
+#: garbage, silently, for one module without barriers
+#: (`test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompiled`) and for
+#: another with barriers on repeated constants too
+#: (`test_fuzz_found_switches_second_order_miscompiled_with_barriers_on_constants`); it fails
+#: others at run time without the latter (`test_fuzz_found_equal_zero_gradients_*`).
+_YIELD_BARRIERS = ("repeats", "constants", "none")
 
 #: IREE flags that made modules run that fail at run time with the defaults in every other
 #: form: fills as dispatches (`test_fuzz_found_switches_that_fail_unless_fills_are_dispatches`),
@@ -195,10 +207,10 @@ def _forms(target: str) -> tuple[_Form, ...]:
     ("transient buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
     return tuple(
-        _Form(lists, distinct, cf, flags)
+        _Form(lists, barriers, cf, flags)
         for flags in _WORKAROUND_FLAGS
         for lists in stacks
-        for distinct in (True, False)  # plain yields miscompile silently (see the doc)
+        for barriers in _YIELD_BARRIERS
         for cf in (False, True)
     )
 
@@ -209,26 +221,34 @@ def _compile_concrete(
     embed_captures: bool,
     portable: bool = False,
     forms: tuple[_Form, ...] | None = None,
-    tried: set[tuple[str, bool, tuple[str, ...]]] | None = None,
+    tried: set[_Form] | None = None,
 ) -> tuple[str, bytes, tuple[_Form, ...]]:
     """The MLIR and `.vmfb` of `concrete` in the first of `forms` (its target's by default)
-    that compiles, and the forms after it. A form whose text and lowering were `tried` already
-    (a module without stacks or branches reads the same in several) is skipped."""
+    that compiles, and the forms after it. The emitter's facts say which choices change the
+    module (no tensor stacks: lists are buffers; no branch results through barriers; no
+    regions: no CFG to lower to); a form that reads the same as one `tried` is skipped."""
     forms = _forms(target) if forms is None else forms
     tried = set() if tried is None else tried
     failure: errors.CompileError | None = None
     for k, form in enumerate(forms):
-        mlir = concrete.to_mlir(
+        mlir, facts = concrete.mlir_module(
             embed_captures=embed_captures,
             list_stacks=form.list_stacks,
-            distinct_yields=form.distinct_yields,
+            yield_barriers=form.yield_barriers,
         )
-        key = (mlir, form.cf, form.workaround_flags)
-        if key in tried:
+        written = _Form(
+            form.list_stacks and facts["tensor_stacks"],
+            facts["yield_barriers"],
+            form.cf and facts["regions"],
+            form.workaround_flags,
+        )
+        if written in tried:
             continue
-        tried.add(key)
+        tried.add(written)
         try:
-            vmfb = compile_mlir(mlir, target, portable, form.cf, form.workaround_flags)
+            vmfb = compile_mlir(
+                mlir, target, portable, form.cf, form.workaround_flags, "float64" in facts["dtypes"]
+            )
             return mlir, vmfb, forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
@@ -282,7 +302,7 @@ class _Compiled:
     def __init__(self, concrete: Any, target: str) -> None:
         self.concrete = concrete
         self.target = target
-        self._tried: set[tuple[str, bool, tuple[str, ...]]] = set()
+        self._tried: set[_Form] = set()
         self._load(None)
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
@@ -350,7 +370,7 @@ class Jit:
         self._target = target
         self._compiled: dict[int, _Compiled] = {}
         if target not in TARGETS:
-            _flags("", target)  # raises the unknown-target error
+            _flags(target, uses_f64=False)  # raises the unknown-target error
 
     @property
     def target(self) -> str:

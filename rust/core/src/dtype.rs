@@ -5,7 +5,7 @@ use std::fmt;
 use crate::error::{Error, Result};
 
 /// The five element types a tensor can hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
     F64,

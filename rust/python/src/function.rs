@@ -8,7 +8,7 @@ use gradloop::interpret::{run_graph, RtValue};
 use gradloop::trace::{Captured, Traced};
 use gradloop::ErrorKind;
 use pyo3::prelude::*;
-use pyo3::types::PySequence;
+use pyo3::types::{PyDict, PySequence};
 
 use crate::convert::concrete_input;
 use crate::errors::{new_err, IntoPyResult};
@@ -120,6 +120,43 @@ impl PyConcreteFunction {
     }
 }
 
+impl PyConcreteFunction {
+    fn emit(
+        &self,
+        py: Python<'_>,
+        embed_captures: bool,
+        list_stacks: bool,
+        yield_barriers: &str,
+    ) -> PyResult<(String, gradloop::mlir::ModuleFacts)> {
+        let yield_barriers =
+            gradloop::mlir::YieldBarriers::from_name(yield_barriers).ok_or_else(|| {
+                new_err(
+                    py,
+                    ErrorKind::InvalidArgument,
+                    "to_mlir",
+                    format!(
+                        "yield_barriers must be \"none\", \"repeats\" or \"constants\", \
+                         not {yield_barriers:?}"
+                    ),
+                )
+            })?;
+        let options = gradloop::mlir::EmitOptions {
+            list_stacks,
+            yield_barriers,
+        };
+        if !embed_captures {
+            return gradloop::mlir::emit_module_facts(&self.graph, options).py(py);
+        }
+        let mut values: Vec<Option<gradloop::Tensor>> = vec![None; self.num_params];
+        values.extend(self.captured_inputs.iter().map(|c| match c {
+            Captured::Tensor(t) => Some(t.clone()),
+            Captured::Variable(_) => None,
+        }));
+        let graph = gradloop::passes::bind_params(&self.graph, &values).py(py)?;
+        gradloop::mlir::emit_module_facts(&graph, options).py(py)
+    }
+}
+
 #[pymethods]
 impl PyConcreteFunction {
     #[getter]
@@ -134,30 +171,41 @@ impl PyConcreteFunction {
     /// the variables' values (what an exported artifact needs); otherwise it takes every
     /// captured input after those. Variables are values: the module returns, after the
     /// results, the final value of each variable in `assigned_variables`. `list_stacks` keeps
-    /// tensor stacks as lists of buffer views; `distinct_yields` puts repeated branch results
+    /// tensor stacks as lists of buffer views; `yield_barriers` ("none", "repeats" or
+    /// "constants") puts repeated branch results
     /// through barriers (`EmitOptions`).
-    #[pyo3(signature = (embed_captures=false, list_stacks=false, distinct_yields=false))]
+    #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none"))]
     fn to_mlir(
         &self,
         py: Python<'_>,
         embed_captures: bool,
         list_stacks: bool,
-        distinct_yields: bool,
+        yield_barriers: &str,
     ) -> PyResult<String> {
-        let options = gradloop::mlir::EmitOptions {
-            list_stacks,
-            distinct_yields,
-        };
-        if !embed_captures {
-            return gradloop::mlir::emit_module_with(&self.graph, options).py(py);
-        }
-        let mut values: Vec<Option<gradloop::Tensor>> = vec![None; self.num_params];
-        values.extend(self.captured_inputs.iter().map(|c| match c {
-            Captured::Tensor(t) => Some(t.clone()),
-            Captured::Variable(_) => None,
-        }));
-        let graph = gradloop::passes::bind_params(&self.graph, &values).py(py)?;
-        gradloop::mlir::emit_module_with(&graph, options).py(py)
+        Ok(self
+            .emit(py, embed_captures, list_stacks, yield_barriers)?
+            .0)
+    }
+
+    /// `to_mlir`'s text and what compile policy needs to know of it, so that it never reads
+    /// the text: `{"dtypes": [numpy names], "tensor_stacks": bool, "regions": bool,
+    /// "yield_barriers": the barriers actually put}` (`gradloop::mlir::ModuleFacts`).
+    #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none"))]
+    fn mlir_module<'py>(
+        &self,
+        py: Python<'py>,
+        embed_captures: bool,
+        list_stacks: bool,
+        yield_barriers: &str,
+    ) -> PyResult<(String, Bound<'py, PyDict>)> {
+        let (text, facts) = self.emit(py, embed_captures, list_stacks, yield_barriers)?;
+        let dict = PyDict::new(py);
+        let dtypes: Vec<&str> = facts.dtypes.iter().map(|d| d.name()).collect();
+        dict.set_item("dtypes", dtypes)?;
+        dict.set_item("tensor_stacks", facts.tensor_stacks)?;
+        dict.set_item("regions", facts.regions)?;
+        dict.set_item("yield_barriers", facts.yield_barriers.name())?;
+        Ok((text, dict))
     }
 
     /// Positions in `captured_inputs` of the variables the function may assign, in order:

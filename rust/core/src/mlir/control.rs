@@ -47,6 +47,7 @@ use std::collections::HashSet;
 
 use super::emitter::{element_type, names_text, type_text, MlirValue};
 use super::function::{flat_names, flat_types_of, operand_list, Bound, Lowering};
+use super::YieldBarriers;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::{Node, NodeKind, ValueType};
@@ -56,15 +57,15 @@ use crate::shape::DYN;
 enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
-    /// `scf.yield` of a branch's results where, with `EmitOptions::distinct_yields`, a tensor
+    /// `scf.yield` of a branch's results where, with `EmitOptions::yield_barriers`, a tensor
     /// yielded before, or equal to one yielded before once IREE folds constants, goes through
-    /// its own optimization barrier: IREE 3.13
-    /// merges equal constants a branch yields (zero gradients) into one buffer yielded twice,
-    /// and its VM then fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference
-    /// slot 0 is out range of the declared binding capacity"; the family of `distinct_inits`).
-    /// The barriers break other modules (the same `OUT_OF_RANGE`), as do barriers on every
-    /// yielded tensor or on every constant ("ref is null" in `hal.buffer_view.create`): it is
-    /// one of the forms `compiled.py` tries.
+    /// its own optimization barrier (constants only with `YieldBarriers::Constants`): IREE 3.13
+    /// merges equal values a branch yields into one buffer yielded twice, and then fails the
+    /// branch at run time (`OUT_OF_RANGE`, "indirect buffer reference slot 0 is out range of
+    /// the declared binding capacity"; the family of `distinct_inits`) or, for one nested
+    /// switch, returned garbage. Barriers on constants made it miscompile another module
+    /// silently, and barriers break others at run time: each choice is a form `compiled.py`
+    /// tries.
     BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
     /// with a counter `(name, maximum)`, also tests `name < maximum`.
@@ -98,7 +99,9 @@ impl Lowering<'_> {
             Terminator::Condition { .. } => self.coerce_all(results, types)?,
             _ => self.carried_all(results, types)?,
         };
-        if matches!(term, Terminator::BranchYield) && self.e.options.distinct_yields {
+        if matches!(term, Terminator::BranchYield)
+            && self.e.options.yield_barriers != YieldBarriers::None
+        {
             self.distinct_yields(&mut results);
         }
         self.e.set_site(site);
@@ -406,7 +409,16 @@ impl Lowering<'_> {
             if !repeated || static_tensor(b).is_none() {
                 continue; // a dynamically shaped tensor cannot go through (see the module doc)
             }
+            let kind = if self.e.is_constant(&v) {
+                YieldBarriers::Constants
+            } else {
+                YieldBarriers::Repeats
+            };
+            if kind > self.e.options.yield_barriers {
+                continue;
+            }
             *b = Bound::Tensor(self.barrier(&v));
+            self.e.yield_barriers = self.e.yield_barriers.max(kind);
         }
     }
 

@@ -188,6 +188,8 @@ pub struct Emitter {
     /// Values IREE folds to constants (constants, and ops of constants only), each with a key
     /// equal for equal values (the op's text over its operands' keys).
     constants: HashMap<String, String>,
+    /// The barriers put on branch results (`EmitOptions::yield_barriers`).
+    pub(crate) yield_barriers: super::YieldBarriers,
 }
 
 impl Emitter {
@@ -236,6 +238,11 @@ impl Emitter {
             .get(&value.name)
             .cloned()
             .unwrap_or_else(|| value.name.clone())
+    }
+
+    /// Whether IREE folds `value` to a constant.
+    pub(crate) fn is_constant(&self, value: &MlirValue) -> bool {
+        self.constants.contains_key(&value.name)
     }
 
     /// A new SSA name (unique in the module, so regions never shadow a value from outside).

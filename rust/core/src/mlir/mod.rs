@@ -60,8 +60,11 @@ pub use emitter::{
 };
 pub use shapes::i64_array;
 
+use std::collections::BTreeSet;
+
 use crate::error::Result;
-use crate::graph::{verify, Graph};
+use crate::graph::{verify, Graph, NodeKind, ValueType};
+use crate::DType;
 use function::Lowering;
 
 /// Choices in how a module is written (see `stacks.rs`); the defaults run on every target.
@@ -70,20 +73,68 @@ pub struct EmitOptions {
     /// Tensor stacks as `!util.list<?>`s of buffer views (O(1) per push in IREE) instead of
     /// growable buffers (which IREE copies on every trip).
     pub list_stacks: bool,
-    /// A branch yields a tensor it yields twice, or one equal to another once IREE folds
-    /// constants, through an optimization barrier (`Terminator::BranchYield` in `control.rs`).
-    pub distinct_yields: bool,
+    /// Which branch results go through optimization barriers (`Terminator::BranchYield` in
+    /// `control.rs`).
+    pub yield_barriers: YieldBarriers,
+}
+
+/// Branch results that go through their own `stablehlo.optimization_barrier` (IREE 3.13 fails
+/// or miscompiles some modules with each choice; see docs/architecture.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum YieldBarriers {
+    #[default]
+    None,
+    /// A tensor a branch yields twice, or one equal to another (not a constant).
+    Repeats,
+    /// Also a constant equal to another the branch yields (zero gradients).
+    Constants,
+}
+
+impl YieldBarriers {
+    pub fn name(self) -> &'static str {
+        match self {
+            YieldBarriers::None => "none",
+            YieldBarriers::Repeats => "repeats",
+            YieldBarriers::Constants => "constants",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<YieldBarriers> {
+        [Self::None, Self::Repeats, Self::Constants]
+            .into_iter()
+            .find(|b| b.name() == name)
+    }
+}
+
+/// What compile policy needs to know of an emitted module, so that it never reads the text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModuleFacts {
+    /// Element types of every tensor, stack and variable (IREE demotes f64 unless told not to;
+    /// Vulkan has none).
+    pub dtypes: BTreeSet<DType>,
+    /// Stacks of tensors (not scalars): `EmitOptions::list_stacks` changes how they are written.
+    pub tensor_stacks: bool,
+    /// `scf` regions (`If`, `Case`, `While`): lowering to `cf` changes the module.
+    pub regions: bool,
+    /// The barriers `EmitOptions::yield_barriers` actually put on branch results (`None`: the
+    /// option changed nothing).
+    pub yield_barriers: YieldBarriers,
 }
 
 /// The graph as MLIR text: a module with the entry function as a public `func.func` (see the
 /// module doc). The graph is verified first; ops or nodes without an MLIR form are `Compile`
 /// errors.
 pub fn emit_module(graph: &Graph) -> Result<String> {
-    emit(graph, true, EmitOptions::default())
+    Ok(emit(graph, true, EmitOptions::default())?.0)
 }
 
 /// `emit_module` with `options`.
 pub fn emit_module_with(graph: &Graph, options: EmitOptions) -> Result<String> {
+    Ok(emit(graph, true, options)?.0)
+}
+
+/// `emit_module_with`, and the facts about the module that compile policy reads.
+pub fn emit_module_facts(graph: &Graph, options: EmitOptions) -> Result<(String, ModuleFacts)> {
     emit(graph, true, options)
 }
 
@@ -91,10 +142,32 @@ pub fn emit_module_with(graph: &Graph, options: EmitOptions) -> Result<String> {
 /// an existing module (`import::gradient_module`). Everything it calls is inlined, so it
 /// refers to no other symbol.
 pub fn emit_function(graph: &Graph) -> Result<String> {
-    emit(graph, false, EmitOptions::default())
+    Ok(emit(graph, false, EmitOptions::default())?.0)
 }
 
-fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<String> {
+/// The facts that follow from the graph's types and nodes (the emitter adds the rest).
+fn graph_facts(graph: &Graph) -> ModuleFacts {
+    let mut facts = ModuleFacts::default();
+    for f in graph.library.iter() {
+        let types = f
+            .params
+            .iter()
+            .chain(f.nodes.iter().flat_map(|n| &n.outputs));
+        for ty in types {
+            facts.dtypes.insert(ty.inner().dtype);
+            facts.tensor_stacks |= matches!(ty, ValueType::Stack(t) if t.ndim() > 0);
+        }
+        facts.regions |= f.nodes.iter().any(|n| {
+            matches!(
+                n.kind,
+                NodeKind::If { .. } | NodeKind::Case { .. } | NodeKind::While { .. }
+            )
+        });
+    }
+    facts
+}
+
+fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<(String, ModuleFacts)> {
     verify(graph)?;
     let graph = &crate::passes::functionalize_variables(graph)?;
     let entry = graph.entry_function()?;
@@ -109,5 +182,7 @@ fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<String> 
         lowering.e.dedent();
         lowering.e.line("}");
     }
-    Ok(lowering.e.finish())
+    let mut facts = graph_facts(graph);
+    facts.yield_barriers = lowering.e.yield_barriers;
+    Ok((lowering.e.finish(), facts))
 }
