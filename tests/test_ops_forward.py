@@ -56,6 +56,9 @@ UNARY = {
     "neg": (gl.neg, np.negative, NUMERIC, "real"),
     "abs": (gl.abs, np.abs, NUMERIC, "real"),
     "sign": (gl.sign, np.sign, NUMERIC, "real"),
+    "floor": (gl.floor, np.floor, FLOATS, "real"),
+    "ceil": (gl.ceil, np.ceil, FLOATS, "real"),
+    "round": (gl.round, np.round, FLOATS, "real"),
     "relu": (gl.relu, lambda x: np.maximum(x, x.dtype.type(0)), NUMERIC, "real"),
     "exp": (gl.exp, np.exp, FLOATS, "real"),
     "log": (gl.log, np.log, FLOATS, "pos"),
@@ -654,3 +657,30 @@ def test_python_ints_never_silently_wrap(make_tensor, exact: list[int]) -> None:
     except (gl.errors.GradloopError, OverflowError):
         return
     assert np.asarray(t).astype(np.int64).ravel().tolist() == exact, f"got {t!r}"
+
+
+@pytest.mark.parametrize(
+    ("fn", "ref"), [(gl.floor, np.floor), (gl.ceil, np.ceil), (gl.round, np.round)]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rounding_matches_numpy_on_special_values_in_every_mode(fn, ref, dtype) -> None:
+    # Halves (numpy rounds them to even), values beyond int64, signed zeros and non-finite.
+    values = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, 0.2, -0.7, 3e19, -4e20]
+    values += [np.inf, -np.inf, np.nan]
+    x = np.array(values, dtype=dtype)
+    want = ref(x)
+    for stage in (lambda f: f, gl.function, gl.jit):
+        got = np.asarray(stage(fn)(gl.tensor(x)))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("fn", [gl.floor, gl.ceil, gl.round])
+def test_rounding_has_a_zero_gradient(fn) -> None:
+    x = gl.tensor(np.array([-1.3, 0.4, 2.6]))
+    with gl.GradientTape() as tape:
+        tape.watch(x)
+        y = gl.sum(fn(x) * x)
+    # d/dx (round(x) * x) = round(x): rounding itself contributes zero.
+    np.testing.assert_array_equal(np.asarray(tape.gradient(y, x)), np.asarray(fn(x)))

@@ -79,6 +79,9 @@ unary_fns! {
     sqrt => build::sqrt;
     abs => build::abs;
     sign => build::sign;
+    floor => build::floor;
+    ceil => build::ceil;
+    round => build::round;
     logical_not => build::logical_not;
     stop_gradient => build::stop_gradient;
     identity => build::identity;

@@ -25,7 +25,7 @@ pub use super::layout::{
 pub use super::matmul::matmul;
 pub use super::reduce::{mean, reduce_max, reduce_min, sum};
 pub use super::unary::{
-    abs, cos, exp, log, logical_not, neg, relu, sigmoid, sign, sin, sqrt, tanh,
+    abs, ceil, cos, exp, floor, log, logical_not, neg, relu, round, sigmoid, sign, sin, sqrt, tanh,
 };
 
 /// Applies a single-output op.

@@ -281,6 +281,9 @@ op_table! {
     Sqrt(unary::Sqrt),
     Abs(unary::Abs),
     Sign(unary::Sign),
+    Floor(unary::Floor),
+    Ceil(unary::Ceil),
+    Round(unary::Round),
     LogicalNot(unary::LogicalNot),
     // binary elementwise (numpy broadcasting)
     Add(binary::Add),

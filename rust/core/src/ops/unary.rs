@@ -3,7 +3,7 @@
 //!
 //! Output shape and dtype equal the input's. Gradients (y = f(x), g = dL/dy):
 //! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
-//! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign 0; logical_not none.
+//! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign, floor, ceil, round 0; logical_not none.
 //!
 //! MLIR: the StableHLO op of the same meaning (`stablehlo.sine`, `stablehlo.logistic` for
 //! sigmoid, `stablehlo.not` for logical_not); relu is `stablehlo.maximum` with zero.
@@ -245,6 +245,34 @@ unary_op! {
     saves: Saves::NOTHING,
     grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
     mlir: |e, x| Ok(e.elementwise("stablehlo.sign", &[x], &x.ty))
+}
+
+unary_op! {
+    /// The largest integer not above `x` (NaN and infinities as they are). Its gradient is
+    /// zero, as it is almost everywhere.
+    Floor, "floor", floor, Float,
+    kernel: |x: T| x.floor(),
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.floor", &[x], &x.ty))
+}
+
+unary_op! {
+    /// The smallest integer not below `x`; zero gradient.
+    Ceil, "ceil", ceil, Float,
+    kernel: |x: T| x.ceil(),
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.ceil", &[x], &x.ty))
+}
+
+unary_op! {
+    /// The nearest integer, halves to even (numpy's `round`); zero gradient.
+    Round, "round", round, Float,
+    kernel: |x: T| x.round_ties_even(),
+    saves: Saves::NOTHING,
+    grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
+    mlir: |e, x| Ok(e.elementwise("stablehlo.round_nearest_even", &[x], &x.ty))
 }
 
 unary_op! {

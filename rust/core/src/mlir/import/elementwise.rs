@@ -229,24 +229,6 @@ pub(crate) fn is_finite(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
     build::logical_and(ctx, &not_nan, &bounded)
 }
 
-/// `floor(x)`: the truncation `t` (a cast through int64, so |x| < 2^63), less 1 where `t > x`.
-/// Its gradient is zero, as floor's is almost everywhere.
-pub(crate) fn floor(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
-    let dtype = x.ty().dtype;
-    let t = build::cast(ctx, x, DType::I64)?;
-    let t = build::cast(ctx, &t, dtype)?;
-    let above = build::greater(ctx, &t, x)?;
-    let one = build::cast(ctx, &above, dtype)?;
-    build::sub(ctx, &t, &one)
-}
-
-/// `ceil(x) = -floor(-x)`.
-pub(crate) fn ceil(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
-    let n = build::neg(ctx, x)?;
-    let f = floor(ctx, &n)?;
-    build::neg(ctx, &f)
-}
-
 /// Values passed through unchanged (`stablehlo.optimization_barrier`).
 pub(crate) fn pass_through(_: &mut Importer<'_>, _: &Operation, x: &[Val]) -> Result<Vec<Val>> {
     Ok(x.to_vec())

@@ -27,7 +27,7 @@ const TERMINATORS: &[&str] = &[
 static TABLE: &[(&str, Convert)] = &[
     // elementwise, one operand
     ("stablehlo.abs", |im, op, x| unary(im, op, x, build::abs)),
-    ("stablehlo.ceil", |im, op, x| unary(im, op, x, ew::ceil)),
+    ("stablehlo.ceil", |im, op, x| unary(im, op, x, build::ceil)),
     ("stablehlo.cosine", |im, op, x| unary(im, op, x, build::cos)),
     ("stablehlo.exponential", |im, op, x| {
         unary(im, op, x, build::exp)
@@ -35,7 +35,9 @@ static TABLE: &[(&str, Convert)] = &[
     ("stablehlo.exponential_minus_one", |im, op, x| {
         unary(im, op, x, ew::expm1)
     }),
-    ("stablehlo.floor", |im, op, x| unary(im, op, x, ew::floor)),
+    ("stablehlo.floor", |im, op, x| {
+        unary(im, op, x, build::floor)
+    }),
     ("stablehlo.is_finite", |im, op, x| {
         unary(im, op, x, ew::is_finite)
     }),
@@ -47,6 +49,9 @@ static TABLE: &[(&str, Convert)] = &[
         unary(im, op, x, build::sigmoid)
     }),
     ("stablehlo.negate", |im, op, x| unary(im, op, x, build::neg)),
+    ("stablehlo.round_nearest_even", |im, op, x| {
+        unary(im, op, x, build::round)
+    }),
     ("stablehlo.rsqrt", |im, op, x| unary(im, op, x, ew::rsqrt)),
     ("stablehlo.sign", |im, op, x| unary(im, op, x, build::sign)),
     ("stablehlo.sine", |im, op, x| unary(im, op, x, build::sin)),

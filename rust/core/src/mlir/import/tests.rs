@@ -215,6 +215,28 @@ fn rounding_and_finiteness() {
     assert_eq!(y.to_f64_vec(), [-2.0, -1.0, 0.0, 2.0, 3.0]);
     let y = one_op("stablehlo.ceil", &[ty], ty, "", &[x]);
     assert_eq!(y.to_f64_vec(), [-1.0, 0.0, 0.0, 3.0, 3.0]);
+    // Beyond int64, and non-finite: as they are (a cast through int64 got these wrong).
+    let big = f64s(
+        &[1e19, -3.5e20, f64::INFINITY, f64::NEG_INFINITY, 0.5],
+        &[5],
+    );
+    let y = one_op("stablehlo.floor", &[ty], ty, "", std::slice::from_ref(&big));
+    assert_eq!(
+        y.to_f64_vec(),
+        [1e19, -3.5e20, f64::INFINITY, f64::NEG_INFINITY, 0.0]
+    );
+    let y = one_op("stablehlo.ceil", &[ty], ty, "", std::slice::from_ref(&big));
+    assert_eq!(
+        y.to_f64_vec(),
+        [1e19, -3.5e20, f64::INFINITY, f64::NEG_INFINITY, 1.0]
+    );
+    let nan = f64s(&[f64::NAN, -0.5, 1.5, 2.5, -2.5], &[5]);
+    let y = one_op("stablehlo.floor", &[ty], ty, "", std::slice::from_ref(&nan));
+    assert!(y.to_f64_vec()[0].is_nan());
+    let y = one_op("stablehlo.round_nearest_even", &[ty], ty, "", &[nan]);
+    let y = y.to_f64_vec();
+    assert!(y[0].is_nan());
+    assert_eq!(y[1..], [-0.0, 2.0, 2.0, -2.0]);
     let x = f64s(
         &[1.0, f64::INFINITY, f64::NAN, f64::NEG_INFINITY, -2.0],
         &[5],
