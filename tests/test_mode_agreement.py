@@ -379,3 +379,13 @@ def test_fuzz_found_switches_second_order_miscompiled_with_barriers_on_constants
     # first form.
     product = ("mul", (("leaf", "tanh"), ("leaf", "cube")))
     check(("switch", [product, product, product], True))
+
+
+def test_fuzz_found_a_cond_in_a_switch_miscompiled_without_a_barrier_on_every_result() -> None:
+    # IREE 3.13 failed this one as it ran with barriers on repeated results, and returned a
+    # wrong second-order gradient (-0.2411 for -0.2409) with them on repeated constants too,
+    # and garbage without any: every tensor a branch yields goes through its own barrier in
+    # the first form.
+    inner = ("cond", -0.9576424632312155, (("leaf", "v"), ("leaf", "sigmoid")))
+    branch = ("mul", (inner, ("add", (("leaf", "cube"), ("leaf", "sin")))))
+    check(("switch", [branch, branch], True))

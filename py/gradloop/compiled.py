@@ -168,8 +168,8 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
-    or growable buffers (copied on every trip); which branch results that repeat go through
-    barriers (`_YIELD_BARRIERS`); `scf`
+    or growable buffers (copied on every trip); which branch results go through barriers
+    (`_YIELD_BARRIERS`); `scf`
     as it is or lowered to `cf`; compiled with IREE's defaults, or with one of
     `_WORKAROUND_FLAGS` (last: some branch-heavy modules fail as they run in every other
     form)."""
@@ -180,13 +180,15 @@ class _Form(NamedTuple):
     workaround_flags: tuple[str, ...] = ()
 
 
-#: Which repeated branch results go through barriers, in the order tried: IREE 3.13 returned
-#: garbage, silently, for one module without barriers
-#: (`test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompiled`) and for
-#: another with barriers on repeated constants too
-#: (`test_fuzz_found_switches_second_order_miscompiled_with_barriers_on_constants`); it fails
-#: others at run time without the latter (`test_fuzz_found_equal_zero_gradients_*`).
-_YIELD_BARRIERS = ("repeats", "constants", "none")
+#: Which branch results go through barriers, in the order tried. IREE 3.13 returned wrong
+#: numbers, silently, for branch-heavy modules with fewer barriers: without any
+#: (`test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompiled`), with
+#: barriers on repeated constants (`..._miscompiled_with_barriers_on_constants`), and with
+#: them on repeats only (`test_fuzz_found_a_cond_in_a_switch_miscompiled_without_a_barrier_on_
+#: every_result`); with a barrier on every result it ran each of them right, and fails some
+#: others at run time (`test_fuzz_found_a_variable_through_a_switch`), which the next form
+#: then runs.
+_YIELD_BARRIERS = ("all", "repeats", "constants", "none")
 
 #: IREE flags that made modules run that fail at run time with the defaults in every other
 #: form: fills as dispatches (`test_fuzz_found_switches_that_fail_unless_fills_are_dispatches`),

@@ -135,7 +135,7 @@ impl PyConcreteFunction {
                     ErrorKind::InvalidArgument,
                     "to_mlir",
                     format!(
-                        "yield_barriers must be \"none\", \"repeats\" or \"constants\", \
+                        "yield_barriers must be \"none\", \"repeats\", \"constants\" or \"all\", \
                          not {yield_barriers:?}"
                     ),
                 )

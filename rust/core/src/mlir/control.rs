@@ -57,15 +57,14 @@ use crate::shape::DYN;
 enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
-    /// `scf.yield` of a branch's results where, with `EmitOptions::yield_barriers`, a tensor
-    /// yielded before, or equal to one yielded before once IREE folds constants, goes through
-    /// its own optimization barrier (constants only with `YieldBarriers::Constants`): IREE 3.13
-    /// merges equal values a branch yields into one buffer yielded twice, and then fails the
-    /// branch at run time (`OUT_OF_RANGE`, "indirect buffer reference slot 0 is out range of
-    /// the declared binding capacity"; the family of `distinct_inits`) or, for one nested
-    /// switch, returned garbage. Barriers on constants made it miscompile another module
-    /// silently, and barriers break others at run time: each choice is a form `compiled.py`
-    /// tries.
+    /// `scf.yield` of a branch's results where, with `EmitOptions::yield_barriers`, tensors go
+    /// through their own optimization barriers: every one (`All`), or one yielded before, or
+    /// equal to one yielded before once IREE folds constants (`Repeats`; `Constants` also where
+    /// it is a constant). IREE 3.13 packs and merges the buffers of a branch's results, and with
+    /// fewer barriers fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference
+    /// slot 0 is out range of the declared binding capacity"; the family of `distinct_inits`)
+    /// or returns wrong numbers; barriers break a few others at run time. Each choice is a form
+    /// `compiled.py` tries.
     BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
     /// with a counter `(name, maximum)`, also tests `name < maximum`.
@@ -406,10 +405,12 @@ impl Lowering<'_> {
                 continue;
             };
             let repeated = !seen.insert(self.e.value_key(&v));
-            if !repeated || static_tensor(b).is_none() {
+            if static_tensor(b).is_none() {
                 continue; // a dynamically shaped tensor cannot go through (see the module doc)
             }
-            let kind = if self.e.is_constant(&v) {
+            let kind = if !repeated {
+                YieldBarriers::All
+            } else if self.e.is_constant(&v) {
                 YieldBarriers::Constants
             } else {
                 YieldBarriers::Repeats

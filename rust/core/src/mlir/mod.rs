@@ -88,6 +88,8 @@ pub enum YieldBarriers {
     Repeats,
     /// Also a constant equal to another the branch yields (zero gradients).
     Constants,
+    /// Every (statically shaped) tensor a branch yields.
+    All,
 }
 
 impl YieldBarriers {
@@ -96,11 +98,12 @@ impl YieldBarriers {
             YieldBarriers::None => "none",
             YieldBarriers::Repeats => "repeats",
             YieldBarriers::Constants => "constants",
+            YieldBarriers::All => "all",
         }
     }
 
     pub fn from_name(name: &str) -> Option<YieldBarriers> {
-        [Self::None, Self::Repeats, Self::Constants]
+        [Self::None, Self::Repeats, Self::Constants, Self::All]
             .into_iter()
             .find(|b| b.name() == name)
     }
