@@ -389,3 +389,14 @@ def test_fuzz_found_a_cond_in_a_switch_miscompiled_without_a_barrier_on_every_re
     inner = ("cond", -0.9576424632312155, (("leaf", "v"), ("leaf", "sigmoid")))
     branch = ("mul", (inner, ("add", (("leaf", "cube"), ("leaf", "sin")))))
     check(("switch", [branch, branch], True))
+
+
+def test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion() -> None:
+    # No control flow: iree-compile 3.13 refused the second-order gradient ("'linalg.generic'
+    # op write affecting operations on global resources are restricted to workgroup
+    # distributed contexts") unless `--iree-dispatch-creation-fuse-multi-use=false`.
+    term = (
+        "mul",
+        (("mul", (("leaf", "tanh"), ("leaf", "sin"))), ("add", (("leaf", "x"), ("leaf", "v")))),
+    )
+    check(("add", (term, term)))

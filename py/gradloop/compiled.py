@@ -190,14 +190,17 @@ class _Form(NamedTuple):
 #: then runs.
 _YIELD_BARRIERS = ("all", "repeats", "constants", "none")
 
-#: IREE flags that made modules run that fail at run time with the defaults in every other
+#: IREE flags that made modules compile or run that fail with the defaults in every other
 #: form: fills as dispatches (`test_fuzz_found_switches_that_fail_unless_fills_are_dispatches`),
 #: command buffers without indirect bindings
-#: (`test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_form`).
+#: (`test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_form`), no
+#: fusion of values with several uses into one dispatch
+#: (`test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion`).
 _WORKAROUND_FLAGS: tuple[tuple[str, ...], ...] = (
     (),
     ("--iree-stream-emulate-memset=true",),
     ("--iree-hal-indirect-command-buffers=false",),
+    ("--iree-dispatch-creation-fuse-multi-use=false",),
 )
 
 
