@@ -316,6 +316,61 @@ def test_a_form_that_fails_at_run_time_gives_way_to_the_next_with_a_warning(monk
     np.testing.assert_allclose(np.asarray(jitted(x)), np.asarray(got))  # the form stays
 
 
+def test_a_form_that_returns_wrong_numbers_gives_way_to_the_next(monkeypatch) -> None:
+    # IREE 3.13 miscompiles rare modules silently in any one form: the first call of each
+    # signature is checked against the interpreter, and a form that disagrees gives way.
+    from gradloop import compiled
+
+    class WrongOnce(compiled._runtime.Function):
+        wrong = False
+
+        def __call__(self, *inputs):
+            results = super().__call__(*inputs)
+            if not WrongOnce.wrong:
+                WrongOnce.wrong = True
+                return [np.asarray(r) + 1e-3 for r in results]
+            return results
+
+    monkeypatch.setattr(compiled._runtime, "Function", WrongOnce)
+    x = f64(0.1, 0.2)
+    with pytest.warns(gl.errors.FormWarning, match="differ from the reference interpreter"):
+        got = gl.jit(double_sin)(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(double_sin(x)), rtol=1e-12)
+
+
+def test_wrong_numbers_in_every_form_are_an_error_and_change_no_variable(monkeypatch) -> None:
+    from gradloop import compiled
+
+    class AlwaysWrong(compiled._runtime.Function):
+        def __call__(self, *inputs):
+            return [np.asarray(r) * 2.0 for r in super().__call__(*inputs)]
+
+    monkeypatch.setattr(compiled._runtime, "Function", AlwaysWrong)
+    v = gl.Variable(np.array([1.0, 2.0]))
+
+    def step(x):
+        v.assign_add(x)
+        return gl.sum(v.read() * x)
+
+    with (
+        pytest.warns(gl.errors.FormWarning),
+        pytest.raises(gl.errors.ExecutionError, match=r"step.*differ from the reference") as e,
+    ):
+        gl.jit(step)(f64(0.5, 0.25))
+    assert "test_compiled.py" in str(e.value)
+    np.testing.assert_array_equal(np.asarray(v.read()), [1.0, 2.0])
+
+
+def test_agreement_tolerates_float32_rounding_and_not_more() -> None:
+    from gradloop.compiled import _agree
+
+    want = np.array([1.0, -2.0, np.nan, np.inf], dtype=np.float32)
+    assert _agree([want * np.float32(1 + 1e-6)], [want])
+    assert not _agree([want * np.float32(1.01)], [want])
+    assert not _agree([np.array([1, 2])], [np.array([1, 3])])
+    assert not _agree([np.zeros(3)], [np.zeros(4)])
+
+
 def test_loop_gradient_stacks_as_lists_of_buffer_views_compile_and_run() -> None:
     # EmitOptions.list_stacks (O(1) per push), the first form on llvm-cpu (compiled._forms),
     # is not gl.to_mlir's: a module in it is right.
