@@ -16,6 +16,8 @@ Tensor stacks (the intermediates a loop gradient saves) are lists of buffer view
 compiled as `scf`, or as a CFG (`_to_cf`) where IREE refuses the `scf` (see `_forms`).
 `to_mlir` gives the buffer form in `scf`; `Jit.mlir` gives the form that runs. A failed
 compile is cached too.
+The first call of each signature is also run on the graph interpreter and the results
+compared: a form whose numbers differ gives way to the next (IREE miscompiles rare modules).
 Every failure is a `gl.errors` exception naming the function and the user's line: a
 `CompileError` with IREE's first diagnostic, an `ExecutionError` when the module fails as it runs.
 
