@@ -107,10 +107,7 @@ pub fn reads_as_tensors(function: &Function, params: &[usize]) -> Result<Option<
         let inputs: Vec<Port> = node
             .inputs
             .iter()
-            .map(|p| match alias[p.node] {
-                Some(a) => a,
-                None => Port::new(new_node[p.node].expect("topological order"), p.output),
-            })
+            .map(|&p| moved(p, &alias, &new_node))
             .collect();
         match node.kind {
             NodeKind::Arg(k) => {
@@ -142,12 +139,15 @@ pub fn reads_as_tensors(function: &Function, params: &[usize]) -> Result<Option<
     let results: Vec<Port> = function
         .results
         .iter()
-        .map(|p| match alias[p.node] {
-            Some(a) => a,
-            None => Port::new(new_node[p.node].expect("topological order"), p.output),
-        })
+        .map(|&p| moved(p, &alias, &new_node))
         .collect();
     Ok(Some(b.finish(&results, &[])?))
+}
+
+/// Where old port `p` went: the port its node stands for, or the same output of its copy.
+fn moved(p: Port, alias: &[Option<Port>], new_node: &[Option<NodeId>]) -> Port {
+    alias[p.node]
+        .unwrap_or_else(|| Port::new(new_node[p.node].expect("topological order"), p.output))
 }
 
 #[cfg(test)]
