@@ -362,10 +362,20 @@ def test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_f
     check(("mul", (switch, branch)))
 
 
-def test_fuzz_found_switches_that_fail_unless_fills_are_dispatches() -> None:
-    # IREE 3.13 failed this one as it ran in every other form ("ref is null" in
-    # hal.buffer_view.create; "indirect buffer reference slot 0 is out range"); it runs with
-    # `--iree-stream-emulate-memset=true`.
+def test_fuzz_found_zero_gradients_through_a_switch_that_run_only_from_the_entry() -> None:
+    # IREE 3.13 failed this one as it ran in every other form and with every workaround flag
+    # ("ref is null" in hal.buffer_view.create; "indirect buffer reference slot 0 is out
+    # range"): it runs when the zeros the switch's gradient yields are constants written once
+    # at the function's entry, each through its own barrier in the branch.
+    switch = ("switch", [("leaf", "sin"), ("leaf", "sigmoid"), ("leaf", "v")], True)
+    check(("mul", (("leaf", "stop"), ("add", (switch, ("leaf", "cube"))))))
+
+
+def test_fuzz_found_switches_that_fail_with_zeros_defined_in_a_branch() -> None:
+    # IREE 3.13 failed this one as it ran in every form whose zero gradients are defined in
+    # the branch ("ref is null" in hal.buffer_view.create; "indirect buffer reference slot 0
+    # is out range"); it runs with them written at the function's entry, and with
+    # `--iree-stream-emulate-memset=true`, a flag this form retired.
     first = ("switch", [("leaf", "square"), ("leaf", "f32")], True)
     f32s = ("mul", (("leaf", "f32"), ("leaf", "f32")))
     vs = ("mul", (("leaf", "v"), ("leaf", "square")))

@@ -285,9 +285,9 @@ class ConcreteFunction:
         the variables' values; otherwise it takes every captured input after those. Variables
         are values: the module returns, after the results, the final value of each variable
         in `assigned_variables`. `list_stacks` keeps tensor stacks as lists of buffer views;
-        `yield_barriers` ("none", "repeats", "constants" or "all") puts repeated branch results
-        through optimization barriers (constants among them with "constants"; every tensor a
-        branch yields with "all")."""
+        `yield_barriers` puts repeated branch results through optimization barriers: "none",
+        "repeats", "constants" (constants among them), "all" (every tensor a branch yields) or
+        "entry_constants" (only constants, each written once at the function's entry)."""
 
     def mlir_module(
         self, embed_captures: bool = False, list_stacks: bool = False, yield_barriers: str = "none"

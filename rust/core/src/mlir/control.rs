@@ -60,7 +60,8 @@ enum Terminator<'a> {
     /// `scf.yield` of a branch's results where, with `EmitOptions::yield_barriers`, tensors go
     /// through their own optimization barriers: every one (`All`), or one yielded before, or
     /// equal to one yielded before once IREE folds constants (`Repeats`; `Constants` also where
-    /// it is a constant). IREE 3.13 packs and merges the buffers of a branch's results, and with
+    /// it is a constant), or every constant, written at the function's entry
+    /// (`EntryConstants`). IREE 3.13 packs and merges the buffers of a branch's results, and with
     /// fewer barriers fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference
     /// slot 0 is out range of the declared binding capacity"; the family of `distinct_inits`)
     /// or returns wrong numbers; barriers break a few others at run time. Each choice is a form
@@ -399,6 +400,7 @@ impl Lowering<'_> {
 
     /// See `Terminator::BranchYield`.
     fn distinct_yields(&mut self, values: &mut [Bound]) {
+        let option = self.e.options.yield_barriers;
         let mut seen = HashSet::new();
         for b in values.iter_mut() {
             let Bound::Tensor(v) = b.clone() else {
@@ -408,17 +410,22 @@ impl Lowering<'_> {
             if static_tensor(b).is_none() {
                 continue; // a dynamically shaped tensor cannot go through (see the module doc)
             }
-            let kind = if !repeated {
-                YieldBarriers::All
-            } else if self.e.is_constant(&v) {
-                YieldBarriers::Constants
-            } else {
-                YieldBarriers::Repeats
+            let constant = self.e.is_constant(&v);
+            let kind = match (option, repeated, constant) {
+                (YieldBarriers::EntryConstants, _, true) => YieldBarriers::EntryConstants,
+                (YieldBarriers::EntryConstants, _, false) => continue,
+                (_, false, _) => YieldBarriers::All,
+                (_, true, true) => YieldBarriers::Constants,
+                (_, true, false) => YieldBarriers::Repeats,
             };
-            if kind > self.e.options.yield_barriers {
+            if kind > option {
                 continue;
             }
-            *b = Bound::Tensor(self.barrier(&v));
+            let through = match kind {
+                YieldBarriers::EntryConstants => self.e.entry_constant(&v).unwrap_or(v),
+                _ => v,
+            };
+            *b = Bound::Tensor(self.barrier(&through));
             self.e.yield_barriers = self.e.yield_barriers.max(kind);
         }
     }

@@ -90,6 +90,10 @@ pub enum YieldBarriers {
     Constants,
     /// Every (statically shaped) tensor a branch yields.
     All,
+    /// Only constants, each a literal written once at the function's entry, through its own
+    /// barrier in the branch (constants defined in the branch, or no barrier, fail some modules
+    /// at run time: "ref is null").
+    EntryConstants,
 }
 
 impl YieldBarriers {
@@ -99,13 +103,20 @@ impl YieldBarriers {
             YieldBarriers::Repeats => "repeats",
             YieldBarriers::Constants => "constants",
             YieldBarriers::All => "all",
+            YieldBarriers::EntryConstants => "entry_constants",
         }
     }
 
     pub fn from_name(name: &str) -> Option<YieldBarriers> {
-        [Self::None, Self::Repeats, Self::Constants, Self::All]
-            .into_iter()
-            .find(|b| b.name() == name)
+        [
+            Self::None,
+            Self::Repeats,
+            Self::Constants,
+            Self::All,
+            Self::EntryConstants,
+        ]
+        .into_iter()
+        .find(|b| b.name() == name)
     }
 }
 

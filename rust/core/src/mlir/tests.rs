@@ -430,3 +430,65 @@ fn list_stacks_keep_tensors_as_buffer_views() {
     filecheck(&text, checks);
     assert!(!text.contains("insert_slice"), "{text}");
 }
+
+/// A branch yielding a value twice and two equal zeros; the other branch, distinct values.
+const REPEATS: &str = r#"graph @rep
+
+func @rep(%0: bool[], %1: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
+  %2 = if(%0, %1) {then=@rep_then, else=@rep_else} : (f32[3], f32[3], f32[3], f32[3])
+  return %2#0, %2#1, %2#2, %2#3
+}
+
+func @rep_then(%0: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
+  %1 = sin(%0) : f32[3]
+  %2 = fill_like(%0) {value=0.0} : f32[3]
+  %3 = fill_like(%0) {value=0.0} : f32[3]
+  return %1, %1, %2, %3
+}
+
+func @rep_else(%0: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
+  %1 = sin(%0) : f32[3]
+  %2 = cos(%0) : f32[3]
+  %3 = exp(%0) : f32[3]
+  %4 = neg(%0) : f32[3]
+  return %1, %2, %3, %4
+}
+"#;
+
+#[test]
+fn yield_barriers_put_the_chosen_branch_results_through_barriers() {
+    let g = graph(REPEATS);
+    let barriers = |kind: YieldBarriers| {
+        let options = EmitOptions {
+            yield_barriers: kind,
+            ..Default::default()
+        };
+        let (text, facts) = emit_module_facts(&g, options).unwrap();
+        let count = text.matches("stablehlo.optimization_barrier").count();
+        (text, facts.yield_barriers, count)
+    };
+    // then-branch: sin twice (a repeat), two equal zeros (a constant repeat); else: 4 distinct
+    assert_eq!(barriers(YieldBarriers::None).1, YieldBarriers::None);
+    assert_eq!(barriers(YieldBarriers::None).2, 0);
+    assert_eq!(barriers(YieldBarriers::Repeats).2, 1);
+    assert_eq!(barriers(YieldBarriers::Constants).2, 2);
+    assert_eq!(barriers(YieldBarriers::All).2, 8);
+    let (text, fact, count) = barriers(YieldBarriers::EntryConstants);
+    assert_eq!((fact, count), (YieldBarriers::EntryConstants, 2));
+    // one zero, written before the branch and passed through a barrier for each result
+    let checks = r#"
+        CHECK: func.func @rep(
+        CHECK-NEXT: = stablehlo.constant dense<0.0{{*}}> : tensor<3xf32>
+        CHECK: scf.if
+        CHECK: = stablehlo.optimization_barrier %{{*}} : tensor<3xf32>
+        CHECK-NEXT: = stablehlo.optimization_barrier %{{*}} : tensor<3xf32>
+        CHECK-NEXT: scf.yield
+        CHECK: } else {
+        "#;
+    filecheck(&text, checks);
+    assert_eq!(
+        text.matches("stablehlo.constant dense<0.0").count(),
+        3,
+        "{text}"
+    );
+}
