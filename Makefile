@@ -46,15 +46,11 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format py tests benches examples
 
 # The differential random-program tester at scale: eager vs graph vs gl.jit, from a random seed
-# (about a second per program, most of it IREE compiling; graph mode alone gets ten times as many).
+# (about a second per program, most of it IREE compiling; graph mode alone gets ten times as
+# many), over FUZZ_JOBS processes (one per core by default).
 FUZZ_EXAMPLES ?= 5000
 fuzz: dev
-	@seed=$$(python3 -c 'import random; print(random.randrange(2**32))'); \
-	echo "GRADLOOP_FUZZ_SEED=$$seed"; \
-	GRADLOOP_FUZZ_SEED=$$seed GRADLOOP_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -x \
-		--hypothesis-show-statistics \
-		tests/test_fuzz_modes.py::test_modes_agree_on_random_programs \
-		tests/test_fuzz_modes.py::test_graph_mode_agrees_on_many_random_programs
+	@FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) tools/fuzz.sh
 
 demo: dev
 	$(PY) examples/projectile.py
