@@ -27,6 +27,7 @@ test: test-rust test-python
 
 test-rust:
 	cargo test -p gradloop --quiet
+	cargo run -p gradloop --quiet --example loop_gradient > /dev/null
 
 test-python: dev vulkan-driver
 	$(PY) -m pytest -q
@@ -38,6 +39,7 @@ vulkan-driver:
 lint: $(STAMP)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc -p gradloop --no-deps --quiet
 	$(VENV)/bin/ruff check py tests benches examples
 	$(VENV)/bin/ruff format --check py tests benches examples
 

@@ -43,6 +43,20 @@ impl Context<Tensor> for EagerContext {
 }
 
 /// Checks `inputs` against the op's rule, then runs its kernel.
+///
+/// ```
+/// use gradloop::ops::binary::Add;
+/// use gradloop::{execute, Op, Tensor};
+///
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?;
+/// let b = Tensor::scalar(0.5f32);
+/// let sum = execute(&Op::from(Add), &[a, b])?;
+/// assert_eq!(sum[0].to_f64_vec(), vec![1.5, 2.5]);
+/// // a mismatch is an error that names the op
+/// let bad = execute(&Op::from(Add), &[Tensor::scalar(1.0f32)]);
+/// assert!(bad.unwrap_err().to_string().contains("add"));
+/// # Ok::<(), gradloop::Error>(())
+/// ```
 pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Values<Tensor>> {
     let types: SmallVec<[TensorType; 2]> = inputs.iter().map(|t| t.ty().clone()).collect();
     let outputs = op.infer(&types)?;

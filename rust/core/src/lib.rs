@@ -3,6 +3,11 @@
 //! Pure Rust, no Python: tensors (`tensor`, `dtype`), the op table (`ops`), the `Context` seam
 //! (`context`) and the gradient tape (`tape`), the graph IR (`graph`, `trace`, `interpret`) and the
 //! MLIR emitter (`mlir`). The Python bindings are a thin layer over this.
+//!
+//! From Rust: build a graph ([`graph::parse_graph`], [`graph::FunctionBuilder`]), differentiate
+//! it ([`trace::gradient_graph`]), run it ([`interpret::run_graph`]) or single ops
+//! ([`execute`]), and emit MLIR ([`mlir::emit_module`]). `examples/loop_gradient.rs` does each
+//! for a loop with a data-dependent trip count.
 
 pub mod context;
 pub mod dtype;

@@ -57,6 +57,31 @@ pub fn run(library: &Library, function: &str, args: Vec<RtValue>) -> Result<Vec<
 }
 
 /// Runs the entry function of `graph` on `args`.
+///
+/// ```
+/// use gradloop::interpret::{run_graph, RtValue};
+/// use gradloop::Tensor;
+///
+/// // while i < n: i = i + 1 (so it returns max(n, 0))
+/// let graph = gradloop::graph::parse_graph(r#"graph @count
+/// func @count(%0: i64[]) -> (i64[]) {
+///   %1 = const() {value=[0]} : i64[]
+///   %2 = while(%1, %0) {cond=@more, body=@step, parallel_iterations=10} : (i64[], i64[])
+///   return %2#0
+/// }
+/// func @more(%0: i64[], %1: i64[]) -> (bool[]) {
+///   %2 = less(%0, %1) : bool[]
+///   return %2
+/// }
+/// func @step(%0: i64[], %1: i64[]) -> (i64[], i64[]) {
+///   %2 = const() {value=[1]} : i64[]
+///   %3 = add(%0, %2) : i64[]
+///   return %3, %1
+/// }"#)?;
+/// let out = run_graph(&graph, vec![RtValue::from(Tensor::scalar(5i64))])?;
+/// assert_eq!(out[0].as_tensor().unwrap().item_f64()?, 5.0);
+/// # Ok::<(), gradloop::Error>(())
+/// ```
 pub fn run_graph(graph: &Graph, args: Vec<RtValue>) -> Result<Vec<RtValue>> {
     run(&graph.library, &graph.entry, args)
 }

@@ -138,6 +138,15 @@ pub struct ModuleFacts {
 /// The graph as MLIR text: a module with the entry function as a public `func.func` (see the
 /// module doc). The graph is verified first; ops or nodes without an MLIR form are `Compile`
 /// errors.
+///
+/// ```
+/// let graph = gradloop::graph::parse_graph(
+///     "graph @f\nfunc @f(%0: f32[3]) -> (f32[3]) {\n  %1 = sin(%0) : f32[3]\n  return %1\n}",
+/// )?;
+/// let text = gradloop::mlir::emit_module(&graph)?;
+/// assert!(text.contains("stablehlo.sine %arg0 : tensor<3xf32>"));
+/// # Ok::<(), gradloop::Error>(())
+/// ```
 pub fn emit_module(graph: &Graph) -> Result<String> {
     Ok(emit(graph, true, EmitOptions::default())?.0)
 }

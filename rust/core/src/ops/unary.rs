@@ -2,8 +2,11 @@
 //! kernel, what the gradient saves and the gradient rule.
 //!
 //! Output shape and dtype equal the input's. Gradients (y = f(x), g = dL/dy):
+//!
+//! ```text
 //! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
 //! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign, floor, ceil, round 0; logical_not none.
+//! ```
 //!
 //! MLIR: the StableHLO op of the same meaning (`stablehlo.sine`, `stablehlo.logistic` for
 //! sigmoid, `stablehlo.not` for logical_not); relu is `stablehlo.maximum` with zero.

@@ -25,6 +25,24 @@ pub fn takes_cotangents(graph: &Graph) -> Result<bool> {
 
 /// The graph whose entry `name` computes the gradients of `graph`'s entry with respect to its
 /// parameters `wrt` (in that order; see the module doc for the signature).
+///
+/// ```
+/// use gradloop::interpret::{run_graph, RtValue};
+/// use gradloop::Tensor;
+///
+/// // sum(x * x): its gradient is 2x
+/// let graph = gradloop::graph::parse_graph(r#"graph @f
+/// func @f(%0: f64[2]) -> (f64[]) {
+///   %1 = mul(%0, %0) : f64[2]
+///   %2 = sum(%1) {axes=[0], keepdims=false} : f64[]
+///   return %2
+/// }"#)?;
+/// let grad = gradloop::trace::gradient_graph(&graph, &[0], "f_grad")?;
+/// let x = Tensor::from_vec(vec![1.5, -2.0], &[2])?;
+/// let dx = run_graph(&grad, vec![RtValue::from(x)])?.remove(0).into_tensor()?;
+/// assert_eq!(dx.to_f64_vec(), vec![3.0, -4.0]);
+/// # Ok::<(), gradloop::Error>(())
+/// ```
 pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
     let f = graph.entry_function()?;
     for &i in wrt {
