@@ -101,7 +101,7 @@ def assigns_in_nested_loop(spec: Any, nested: bool = False) -> bool:
         return any(assigns_in_nested_loop(c, True) for c in spec[2])
     if kind == "switch":
         return any(assigns_in_nested_loop(c, True) for c in spec[1])
-    return (nested and spec[5]) or assigns_in_nested_loop(spec[1], True)
+    return (nested and bool(spec[5])) or assigns_in_nested_loop(spec[1], True)
 
 
 class Program:

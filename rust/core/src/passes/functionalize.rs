@@ -24,12 +24,135 @@
 //! need different results is rewritten once for each. The entry keeps its parameters in order
 //! (a variable's value in its resource's place) and returns, after its own results, the final
 //! value of each assigned variable in parameter order: `assigned_variables` lists them.
+//!
+//! Tracing uses the same rewrite on each construct as it is built (`thread_variables`), before
+//! any gradient exists, so there an assignment must keep eager mode's gradient semantics: the
+//! value assigned gets no gradient through the variable, and a read after the assignment
+//! credits the variable as every read does (`Assignments::Credited`).
 
 use std::collections::{HashMap, HashSet};
 
 use super::functionalize_rewrite::Rewrite;
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{verify, Function, Graph, Library, Node, NodeId, NodeKind, Port, ValueType};
+use crate::graph::{
+    verify, Function, FunctionBuilder, Graph, Library, Node, NodeId, NodeKind, Port, ValueType,
+};
+use crate::shape::TensorType;
+
+/// How the rewrite writes an assignment to a float variable.
+#[derive(Clone, Debug, Default)]
+pub enum Assignments {
+    /// The value assigned becomes the variable's value (compiled programs, whose gradients
+    /// were built before).
+    #[default]
+    Plain,
+    /// The variable's new value is `helper(old, new)`, a `Call` of the helper for its type
+    /// (`assigned_value_functions`, by variable type): its value is `new`, and its gradient
+    /// goes to `old` alone. So the value assigned gets no gradient through the variable, and
+    /// the cotangent of every read, after assignments too, reaches the variable's value on
+    /// entry, whose read credits the variable: eager mode's semantics.
+    Credited(HashMap<TensorType, (String, String)>),
+}
+
+/// The helper `Assignments::Credited` calls for variables of type `ty`:
+/// `name(old, new) -> new`, and its custom gradient
+/// `gradient(old, new, result, cotangent) -> cotangent` (a gradient for `old` alone).
+pub fn assigned_value_functions(
+    ty: &TensorType,
+    name: &str,
+    gradient: &str,
+) -> Result<(Function, Function)> {
+    let t = ValueType::Tensor(ty.clone());
+    let (b, args) = FunctionBuilder::new(name, vec![t.clone(), t.clone()]);
+    let value = b.finish(&[args[1]], &[])?;
+    let (b, args) = FunctionBuilder::new(gradient, vec![t; 4]);
+    let grad = b.finish(&[args[3]], &[])?;
+    Ok((value, grad))
+}
+
+/// The functions `callees` of one construct being traced (an `If`'s or a `Case`'s branches,
+/// or a `While`'s cond and body) with their variables as values (`Assignments::Credited`
+/// with `helpers`). Returns the parameters some callee assigns, in order, and the rewritten
+/// functions: the callees keep their names; branches return the final value of each of those
+/// parameters after their own results, and a loop body in the loop variable that carried the
+/// variable. A construct without such a form (a loop condition that assigns a variable) is a
+/// `Compile` error.
+pub fn thread_variables(
+    library: &Library,
+    callees: &[&str],
+    is_loop: bool,
+    helpers: HashMap<TensorType, (String, String)>,
+) -> Result<(Vec<usize>, Vec<Function>)> {
+    for callee in callees {
+        let f = library.get(callee)?;
+        for &id in &f.control_outputs {
+            let node = &f.nodes[id];
+            let rewritten = matches!(
+                node.kind,
+                NodeKind::AssignVariable | NodeKind::AssignAddVariable
+            ) || calls(&node.kind).is_some();
+            if !rewritten {
+                return Err(unsupported(
+                    f,
+                    id,
+                    node,
+                    "a side effect without a value form",
+                ));
+            }
+        }
+    }
+    let mut pass = Pass::new(library);
+    pass.assignments = Assignments::Credited(helpers);
+    let mut written: Vec<usize> = Vec::new();
+    for callee in callees {
+        for (p, w) in pass.writes(callee)?.into_iter().enumerate() {
+            if w && !written.contains(&p) {
+                written.push(p);
+            }
+        }
+    }
+    written.sort_unstable();
+    if is_loop {
+        let [cond, body] = callees else {
+            return Err(Error::internal(
+                "thread_variables",
+                "a loop has a cond and a body",
+            ));
+        };
+        if pass.writes(cond)?.contains(&true) {
+            return Err(Error::new(
+                ErrorKind::Compile,
+                "while_loop",
+                "a while_loop condition that assigns a variable",
+            ));
+        }
+        passes_variables_through(library.get(body)?)?;
+        pass.rewrite(cond, &[])?;
+        pass.rewrite(body, &[])?;
+    } else {
+        for callee in callees {
+            pass.rewrite(callee, &written)?;
+        }
+    }
+    Ok((written, pass.done))
+}
+
+/// A loop body returns each variable loop variable where it took it (tracing makes them loop
+/// variables the body passes through), so the loop variable can carry its value.
+pub(super) fn passes_variables_through(body: &Function) -> Result<()> {
+    let roots = resource_roots(body)?;
+    for (k, ty) in body.params.iter().enumerate() {
+        let ValueType::Resource(_) = ty else { continue };
+        if body.results.get(k).and_then(|r| roots.get(r)) != Some(&k) {
+            return Err(Error::new(
+                ErrorKind::Compile,
+                "while_loop",
+                "a while_loop body that does not return its variable loop variables unchanged",
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// The graph without variables (see the module doc).
 pub fn functionalize_variables(graph: &Graph) -> Result<Graph> {
@@ -146,6 +269,7 @@ pub(super) struct Pass<'l> {
     /// (function, threaded results) -> name of its rewrite.
     names: HashMap<(String, Vec<usize>), String>,
     done: Vec<Function>,
+    pub(super) assignments: Assignments,
 }
 
 impl<'l> Pass<'l> {
@@ -156,6 +280,7 @@ impl<'l> Pass<'l> {
             visiting: HashSet::new(),
             names: HashMap::new(),
             done: Vec::new(),
+            assignments: Assignments::Plain,
         }
     }
 

@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 
-use super::functionalize::{calls, resource_roots, root_of, unsupported, value_type, Pass};
+use super::functionalize::{
+    calls, passes_variables_through, resource_roots, root_of, unsupported, value_type, Assignments,
+    Pass,
+};
 use crate::error::{Error, Result};
 use crate::graph::{Function, FunctionBuilder, Node, NodeId, NodeKind, Port, ValueType};
 use crate::ops::{binary, layout};
@@ -41,7 +44,7 @@ impl<'f> Rewrite<'f> {
                 NodeKind::ReadVariable => vec![self.current[self.root(node.inputs[0])?]],
                 NodeKind::AssignVariable => {
                     let value = self.port(node.inputs[1])?;
-                    self.store(node, value)?;
+                    self.store(pass, node, value)?;
                     Vec::new()
                 }
                 NodeKind::AssignAddVariable => {
@@ -50,10 +53,18 @@ impl<'f> Rewrite<'f> {
                     let sum = self
                         .b
                         .add_op1(binary::Add, &[old, delta], node.location.clone())?;
-                    self.store(node, sum)?;
+                    self.store(pass, node, sum)?;
                     Vec::new()
                 }
                 kind => match calls(kind) {
+                    // Tracing keeps the library: a call without variables stays as it is (a
+                    // custom gradient included).
+                    Some(_)
+                        if matches!(pass.assignments, Assignments::Credited(_))
+                            && !self.takes_variables(node)? =>
+                    {
+                        self.copy(node)?
+                    }
                     Some((first, callees)) => self.call(pass, id, node, first, &callees)?,
                     None => self.copy(node)?,
                 },
@@ -67,6 +78,15 @@ impl<'f> Rewrite<'f> {
             .collect::<Result<Vec<_>>>()?;
         results.extend(outs.iter().map(|&p| self.current[p]));
         self.b.finish(&results, &[])
+    }
+
+    fn takes_variables(&self, node: &Node) -> Result<bool> {
+        for &p in &node.inputs {
+            if matches!(self.f.port_type(p)?, ValueType::Resource(_)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn root(&self, port: Port) -> Result<usize> {
@@ -105,8 +125,8 @@ impl<'f> Rewrite<'f> {
 
     /// `value` becomes the current value of the variable `node` (an assignment) writes. A value
     /// whose static shape is less known than the variable's is reshaped to it, so every read
-    /// has exactly the variable's type.
-    fn store(&mut self, node: &Node, value: Port) -> Result<()> {
+    /// has exactly the variable's type; see `Assignments` for the rest.
+    fn store(&mut self, pass: &Pass<'_>, node: &Node, value: Port) -> Result<()> {
         let root = self.root(node.inputs[0])?;
         let var = self.f.params[root].inner().clone();
         let ty = self.b.port_type(value)?.inner().clone();
@@ -117,6 +137,24 @@ impl<'f> Rewrite<'f> {
             self.b.add_op1(reshape, &[value], node.location.clone())?
         } else {
             value
+        };
+        let value = match &pass.assignments {
+            Assignments::Credited(helpers) if var.dtype.is_float() => {
+                let (function, gradient) = helpers.get(&var).ok_or_else(|| {
+                    Error::internal(
+                        "functionalize_variables",
+                        format!("no assignment helper for a variable of type {var}"),
+                    )
+                })?;
+                let kind = NodeKind::Call {
+                    function: function.clone(),
+                    gradient: Some(gradient.clone()),
+                };
+                let old = self.current[root];
+                let outputs = vec![ValueType::Tensor(var)];
+                self.add(kind, node, &[old, value], outputs)?[0]
+            }
+            _ => value,
         };
         self.current[root] = value;
         Ok(())
@@ -202,6 +240,22 @@ impl<'f> Rewrite<'f> {
                 "a variable handle returned by a node",
             ));
         }
+        let custom = matches!(
+            node.kind,
+            NodeKind::Call {
+                gradient: Some(_),
+                ..
+            }
+        );
+        if custom && matches!(pass.assignments, Assignments::Credited(_)) {
+            // its gradient function takes the variables' resources, not values
+            return Err(unsupported(
+                f,
+                id,
+                node,
+                "a custom gradient taking a variable",
+            ));
+        }
         let inputs = self.operands(node)?;
         let renamed = callees
             .iter()
@@ -233,8 +287,7 @@ impl<'f> Rewrite<'f> {
         Ok(out[..n].to_vec())
     }
 
-    /// A loop body returns each variable loop variable where it took it (tracing makes them
-    /// loop variables the body passes through), so the loop variable can carry its value.
+    /// See `passes_variables_through`; the error names this node.
     fn check_passed_through(
         &self,
         pass: &Pass<'_>,
@@ -242,18 +295,8 @@ impl<'f> Rewrite<'f> {
         node: &Node,
         body: &str,
     ) -> Result<()> {
-        let body = pass.library.get(body)?;
-        let roots = resource_roots(body)?;
-        for (k, ty) in body.params.iter().enumerate() {
-            let ValueType::Resource(_) = ty else { continue };
-            let passed = body.results.get(k).and_then(|r| roots.get(r)) == Some(&k);
-            if !passed {
-                let why = "a while_loop body that does not return its variable loop variables \
-                           unchanged";
-                return Err(unsupported(self.f, id, node, why));
-            }
-        }
-        Ok(())
+        passes_variables_through(pass.library.get(body)?)
+            .map_err(|e| unsupported(self.f, id, node, &e.message))
     }
 
     /// A variable passed twice to a function that assigns it would need both parameters to

@@ -267,3 +267,90 @@ fn a_loop_condition_that_assigns_is_a_compile_error() {
         "{e}"
     );
 }
+
+/// A cond whose then-branch assigns the variable and reads it back, the way tracing builds it.
+const TRACED_IF: &str = r#"graph @main
+
+func @main(%0: bool[], %1: f64[2], %2: resource<f64[2]>) -> (f64[2]) {
+  %3 = if(%0, %1, %2) {then=@t, else=@e} : f64[2]
+  return %3
+}
+
+func @t(%0: f64[2], %1: resource<f64[2]>) -> (f64[2]) {
+  %2 = assign_variable(%1, %0) : ()
+  %3 = read_variable(%1) ctrl(%2) : f64[2]
+  return %3 ctrl(%2)
+}
+
+func @e(%0: f64[2], %1: resource<f64[2]>) -> (f64[2]) {
+  %2 = read_variable(%1) : f64[2]
+  return %2
+}
+"#;
+
+#[test]
+fn tracing_threads_a_constructs_variables_through_assignment_helpers() {
+    use super::{assigned_value_functions, thread_variables};
+    use crate::graph::NodeKind;
+    use crate::shape::TensorType;
+
+    let mut g = parse(TRACED_IF);
+    let ty = TensorType::new(crate::DType::F64, &[2]);
+    let (value, grad) = assigned_value_functions(&ty, "assigned", "assigned_grad").unwrap();
+    g.library.add(value).unwrap();
+    g.library.add(grad).unwrap();
+    let helpers = [(ty, ("assigned".to_string(), "assigned_grad".to_string()))].into();
+    let (written, functions) = thread_variables(&g.library, &["t", "e"], false, helpers).unwrap();
+    assert_eq!(written, vec![1]);
+    let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["t", "e"]);
+    // each branch returns the variable's final value after its result; the assignment is a
+    // call of the helper on (old, new), whose custom gradient goes to the old value alone
+    let t = &functions[0];
+    assert_eq!(t.results.len(), 2);
+    let call = &t.nodes[t.results[1].node];
+    assert_eq!(
+        call.kind,
+        NodeKind::Call {
+            function: "assigned".into(),
+            gradient: Some("assigned_grad".into()),
+        }
+    );
+    assert_eq!(
+        t.results[0], t.results[1],
+        "the read after it is the assigned value"
+    );
+    assert_eq!(
+        call.inputs,
+        [crate::graph::Port::new(1, 0), crate::graph::Port::new(0, 0)]
+    );
+    let e = &functions[1];
+    assert_eq!(
+        e.results,
+        [crate::graph::Port::new(1, 0); 2],
+        "read and kept: the value in"
+    );
+    // a loop whose condition assigns has no such form
+    let cond_assigns = parse(
+        r#"graph @main
+
+func @main(%0: f64[2], %1: resource<f64[2]>) -> (f64[2]) {
+  %2 = while(%0, %1) {cond=@c, body=@b, parallel_iterations=10} : (f64[2], resource<f64[2]>)
+  return %2#0
+}
+
+func @c(%0: f64[2], %1: resource<f64[2]>) -> (bool[]) {
+  %2 = assign_add_variable(%1, %0) : ()
+  %3 = const() {value=[false]} : bool[]
+  return %3 ctrl(%2)
+}
+
+func @b(%0: f64[2], %1: resource<f64[2]>) -> (f64[2], resource<f64[2]>) {
+  return %0, %1
+}
+"#,
+    );
+    let err =
+        thread_variables(&cond_assigns.library, &["c", "b"], true, Default::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Compile, "{err}");
+}

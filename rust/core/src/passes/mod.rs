@@ -19,7 +19,10 @@ mod prune;
 mod functionalize_tests;
 
 pub use bind::bind_params;
-pub use functionalize::{assigned_variables, functionalize_variables};
+pub use functionalize::{
+    assigned_value_functions, assigned_variables, functionalize_variables, thread_variables,
+    Assignments,
+};
 pub use inline::inline_calls;
 pub use prune::{eliminate_dead_code, prune};
 

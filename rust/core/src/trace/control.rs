@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use super::rewrite::{reads_as_tensors, with_params};
+use super::rewrite::with_params;
 use super::tracer::lock;
+use super::variables::{thread_variables, Construct};
 use super::Val;
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
@@ -111,48 +112,6 @@ fn unify(
     Ok(names)
 }
 
-/// Variables that a construct reads and none of its functions assign are read once, before it
-/// runs, and passed in as tensors: every read inside sees that value anyway, and a gradient
-/// that reruns the construct elsewhere (nested in a loop) must see it too, not the value the
-/// Variable has by then. Rewrites the functions `names` (which take `leading` own parameters,
-/// then `captures`) and replaces the resources in `captures` by reads; leaves everything as
-/// it is when a function assigns a Variable or passes a resource to a node that may.
-fn read_variables_before(
-    ctx: &mut dyn Context<Val>,
-    tracer: &super::TracerRef,
-    names: &[String],
-    leading: usize,
-    captures: &mut [Val],
-) -> Result<()> {
-    let resources: Vec<usize> = (0..captures.len())
-        .filter(|&i| matches!(captures[i].value_type(), ValueType::Resource(_)))
-        .collect();
-    if resources.is_empty() {
-        return Ok(());
-    }
-    let params: Vec<usize> = resources.iter().map(|i| leading + i).collect();
-    let mut rewritten = Vec::with_capacity(names.len());
-    {
-        let t = lock(tracer);
-        for name in names {
-            match reads_as_tensors(t.library().get(name)?, &params)? {
-                Some(f) => rewritten.push(f),
-                None => return Ok(()),
-            }
-        }
-    }
-    for f in rewritten {
-        lock(tracer).replace_function(f)?;
-    }
-    for i in resources {
-        let resource = captures[i].clone();
-        captures[i] = ctx
-            .apply_node(&NodeKind::ReadVariable, &[resource])?
-            .remove(0);
-    }
-    Ok(())
-}
-
 /// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
 pub fn emit_if(
     ctx: &mut dyn Context<Val>,
@@ -164,14 +123,16 @@ pub fn emit_if(
     let branches = [then_branch, else_branch];
     let mut captures = union(&branches);
     let names = unify(&tracer, &branches, 0, &captures, false)?;
-    read_variables_before(ctx, &tracer, &names, 0, &mut captures)?;
+    let own = lock(&tracer).library().get(&names[0])?.results.len();
+    let threaded = thread_variables(ctx, &tracer, &names, 0, Construct::Branches, &mut captures)?;
     let kind = NodeKind::If {
         then_branch: names[0].clone(),
         else_branch: names[1].clone(),
     };
     let mut inputs = vec![pred.clone()];
     inputs.extend(captures);
-    Ok(ctx.apply_node(&kind, &inputs)?.into_vec())
+    let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    threaded.assign_after(ctx, outputs, own, Construct::Branches)
 }
 
 /// `Case(index, captures...)` over traced branches; an out-of-range index runs the last.
@@ -180,11 +141,16 @@ pub fn emit_case(ctx: &mut dyn Context<Val>, index: &Val, branches: &[Branch]) -
     let refs: Vec<&Branch> = branches.iter().collect();
     let mut captures = union(&refs);
     let names = unify(&tracer, &refs, 0, &captures, false)?;
-    read_variables_before(ctx, &tracer, &names, 0, &mut captures)?;
+    let own = match names.first() {
+        Some(first) => lock(&tracer).library().get(first)?.results.len(),
+        None => 0,
+    };
+    let threaded = thread_variables(ctx, &tracer, &names, 0, Construct::Branches, &mut captures)?;
     let mut inputs = vec![index.clone()];
     inputs.extend(captures);
     let kind = NodeKind::Case { branches: names };
-    Ok(ctx.apply_node(&kind, &inputs)?.into_vec())
+    let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    threaded.assign_after(ctx, outputs, own, Construct::Branches)
 }
 
 /// `While(vars..., captures...)`; cond and body were traced with the loop variables as
@@ -200,7 +166,14 @@ pub fn emit_while(
     let cond = unify(&tracer, &[&functions.cond], vars.len(), &captures, false)?;
     let body = unify(&tracer, &[&functions.body], vars.len(), &captures, true)?;
     let names = [cond[0].clone(), body[0].clone()];
-    read_variables_before(ctx, &tracer, &names, vars.len(), &mut captures)?;
+    let threaded = thread_variables(
+        ctx,
+        &tracer,
+        &names,
+        vars.len(),
+        Construct::Loop,
+        &mut captures,
+    )?;
     let kind = NodeKind::While {
         cond: cond[0].clone(),
         body: body[0].clone(),
@@ -209,9 +182,8 @@ pub fn emit_while(
     };
     let mut inputs = vars.to_vec();
     inputs.extend(captures);
-    let mut outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
-    outputs.truncate(vars.len());
-    Ok(outputs)
+    let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    threaded.assign_after(ctx, outputs, vars.len(), Construct::Loop)
 }
 
 /// Closes the innermost frame, a `custom_gradient` function traced on `params` that computed

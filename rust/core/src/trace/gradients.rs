@@ -369,10 +369,11 @@ impl GradientFunction<Val> for ControlGradient {
                     return Err(gradient_error(
                         name,
                         format!(
-                            "differentiating a {} whose body assigns a Variable, nested in \
-                             another cond, switch_case or while_loop, is not supported under \
-                             @gl.function or gl.jit (its assignments would run twice); move \
-                             the assignment out of the nested body, or differentiate eagerly",
+                            "differentiating a {} nested in another cond, switch_case or \
+                             while_loop, which assigns a Variable in its loop condition or \
+                             passes one to a custom gradient, is not supported under \
+                             @gl.function or gl.jit (its assignments would run twice); assign \
+                             it in a loop body instead, or differentiate eagerly",
                             construct(&self.kind)
                         ),
                     ));

@@ -25,6 +25,7 @@ pub mod gradients;
 mod replay;
 mod rewrite;
 mod tracer;
+mod variables;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -125,6 +125,8 @@ pub struct Tracer {
     pub location: Option<Location>,
     /// Gradient constructions already made for a node (see `gradients`).
     pub(super) augmented: HashMap<(FrameId, NodeId), Arc<super::gradients::Augmented>>,
+    /// The assignment helpers of `passes::Assignments::Credited`, by variable type.
+    assignment_helpers: HashMap<TensorType, (String, String)>,
 }
 
 fn control_flow_error(message: String) -> Error {
@@ -155,6 +157,7 @@ impl Tracer {
             num_params,
             location: None,
             augmented: HashMap::new(),
+            assignment_helpers: HashMap::new(),
         };
         let name = tracer.unique_name(name);
         let (frame, vals) = Frame::new(&name, params);
@@ -200,6 +203,42 @@ impl Tracer {
     /// A function name not used yet in this trace.
     pub(super) fn fresh_name(&mut self, hint: &str) -> String {
         self.unique_name(hint)
+    }
+
+    /// The assignment helpers for variables of `types` (`passes::Assignments::Credited`),
+    /// added to the library the first time a type needs one.
+    pub(super) fn assignment_helpers(
+        &mut self,
+        types: &[TensorType],
+    ) -> Result<HashMap<TensorType, (String, String)>> {
+        for ty in types {
+            if self.assignment_helpers.contains_key(ty) || !ty.dtype.is_float() {
+                continue;
+            }
+            let name = self.unique_name("assigned_value");
+            let gradient = self.unique_name(&format!("{name}_grad"));
+            let (value, grad) = crate::passes::assigned_value_functions(ty, &name, &gradient)?;
+            self.library.add(value)?;
+            self.library.add(grad)?;
+            self.assignment_helpers
+                .insert(ty.clone(), (name.clone(), gradient));
+        }
+        Ok(self.assignment_helpers.clone())
+    }
+
+    /// Adds `function` under a name no frame of this trace uses, or replaces the function of
+    /// that name this trace built.
+    pub(super) fn put_function(&mut self, function: crate::graph::Function) -> Result<()> {
+        if self.library.contains(&function.name) {
+            return self.library.replace(function);
+        }
+        if !self.names.insert(function.name.clone()) {
+            return Err(Error::internal(
+                "trace",
+                format!("@{} is the name of a function being traced", function.name),
+            ));
+        }
+        self.library.add(function)
     }
 
     /// Adds a function built outside the frames (gradient transforms); its name must be fresh.
