@@ -480,3 +480,38 @@ def test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion() -> No
         (("mul", (("leaf", "tanh"), ("leaf", "sin"))), ("add", (("leaf", "x"), ("leaf", "v")))),
     )
     check(("add", (term, term)))
+
+
+def test_fuzz_found_a_loop_hessian_that_runs_only_with_every_variable_through_a_barrier() -> None:
+    # IREE 3.13 failed this one as it ran in every form but the last ("indirect buffer
+    # reference slot 0 is out range", "ref is null"): a loop variable overwritten each trip,
+    # beside a float32 copy of another and a flag, differentiated twice. It runs with every
+    # loop variable through the loop's barrier, lowered to `cf`.
+    w = f64(0.5, -0.3, 0.2)
+    cot = f64(0.3, -0.7, 0.5)
+
+    def f(x):
+        n = gl.minimum(gl.cast(gl.abs(gl.sum(x * w)) * 3.0, gl.int32), 2) + 2
+
+        def body(i, h, flag, e, h32):
+            new_h = (h - 0.2) ** 2 * 0.5 + h * 0.3
+            h32 = gl.cast(new_h, gl.float32) + h32 * gl.tensor(0.5, dtype=gl.float32)
+            return i + 1, new_h, gl.logical_not(flag), new_h * 0.5, h32
+
+        init = (gl.tensor(0, dtype=gl.int32), x, gl.tensor(True), x * 0.25, gl.cast(x, gl.float32))
+        _, h, flag, e, h32 = gl.while_loop(lambda i, *_: i < n, body, init, maximum_iterations=2)
+        out = h + gl.where(flag, x, -x) * 0.1 + e * 0.2 + gl.cast(h32 > 0.0, gl.float64) * 0.1
+        return gl.sum(gl.tanh(out))
+
+    def everything(x):
+        g = gl.grad(f)
+        return f(x), g(x), gl.grad(lambda x: gl.sum(g(x) * cot))(x)
+
+    x0 = np.array([0.41, -0.23, 0.37])
+    _, gx, hx = assert_modes_agree(everything, gl.tensor(x0))
+    fd = numerical_gradient(lambda x: float(f(gl.tensor(x))), [x0])[0]
+    np.testing.assert_allclose(gx, fd, rtol=1e-6, atol=1e-8)
+    directional = numerical_gradient(lambda x: float(gl.sum(gl.grad(f)(gl.tensor(x)) * cot)), [x0])[
+        0
+    ]
+    np.testing.assert_allclose(hx, directional, rtol=1e-5, atol=1e-7)

@@ -41,6 +41,10 @@
 //! `iree-compile` (out-of-bounds in `applySignatureConversion`). The barrier keeps such an
 //! argument read and such a value opaque; `loop_vars.rs` finds these variables. Only they go
 //! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
+//! In the last form (`YieldBarriers::EntryConstants`) every statically shaped loop variable
+//! goes through it: IREE 3.13 ran some second-order loop gradients (a loop variable
+//! overwritten each trip beside a float32 copy and a flag) only so, lowered to `cf`; in every
+//! other form they failed as they ran ("ref is null", "indirect buffer reference slot 0").
 //! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
 use std::collections::HashSet;
@@ -461,12 +465,15 @@ impl Lowering<'_> {
     /// `next` with the values of the `exposed` loop variables (statically shaped tensors only)
     /// replaced by results of one `stablehlo.optimization_barrier` over them and their block
     /// arguments `args` (see the module doc and `loop_vars.rs`).
+    /// In the last form (`YieldBarriers::EntryConstants`) every statically shaped variable goes
+    /// through it, which the emitter's facts then report.
     fn loop_barrier(
         &mut self,
         args: &[Bound],
         next: Vec<Bound>,
         exposed: &[bool],
     ) -> Result<Vec<Bound>> {
+        let every = self.e.options.yield_barriers == YieldBarriers::EntryConstants;
         let mut operands: Vec<MlirValue> = Vec::new();
         let mut slot = |v: MlirValue| match operands.iter().position(|o| o.name == v.name) {
             Some(i) => i,
@@ -477,9 +484,13 @@ impl Lowering<'_> {
         };
         let mut slots = vec![None; next.len()];
         for (k, b) in next.iter().enumerate() {
-            let (Some(v), true) = (static_tensor(b), exposed.get(k) == Some(&true)) else {
+            let standard = exposed.get(k) == Some(&true);
+            let (Some(v), true) = (static_tensor(b), standard || every) else {
                 continue;
             };
+            if !standard {
+                self.e.yield_barriers = YieldBarriers::EntryConstants;
+            }
             if let Some(a) = args.get(k).and_then(static_tensor) {
                 slot(a);
             }

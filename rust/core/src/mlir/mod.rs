@@ -92,7 +92,8 @@ pub enum YieldBarriers {
     All,
     /// Only constants, each a literal written once at the function's entry, through its own
     /// barrier in the branch (constants defined in the branch, or no barrier, fail some modules
-    /// at run time: "ref is null").
+    /// at run time: "ref is null"); and every statically shaped loop variable through the
+    /// loop's barrier (`control.rs`).
     EntryConstants,
 }
 
@@ -130,8 +131,8 @@ pub struct ModuleFacts {
     pub tensor_stacks: bool,
     /// `scf` regions (`If`, `Case`, `While`): lowering to `cf` changes the module.
     pub regions: bool,
-    /// The barriers `EmitOptions::yield_barriers` actually put on branch results (`None`: the
-    /// option changed nothing).
+    /// The barriers `EmitOptions::yield_barriers` actually put on branch results and loop
+    /// variables (`None`: the option changed nothing).
     pub yield_barriers: YieldBarriers,
 }
 

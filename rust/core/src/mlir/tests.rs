@@ -186,6 +186,36 @@ fn while_becomes_scf_while_with_an_iteration_counter() {
 }
 
 #[test]
+fn the_last_form_puts_every_tensor_loop_variable_through_the_loops_barrier() {
+    let g = graph(cases::WHILE);
+    let emitted = |kind: YieldBarriers| {
+        let options = EmitOptions {
+            yield_barriers: kind,
+            ..Default::default()
+        };
+        emit_module_facts(&g, options).unwrap()
+    };
+    // x is read each trip: no barrier in the other forms, nor a fact that would tell them apart
+    for kind in [YieldBarriers::None, YieldBarriers::All] {
+        let (text, facts) = emitted(kind);
+        assert!(!text.contains("optimization_barrier"), "{text}");
+        assert_eq!(facts.yield_barriers, YieldBarriers::None);
+    }
+    let (text, facts) = emitted(YieldBarriers::EntryConstants);
+    assert_eq!(facts.yield_barriers, YieldBarriers::EntryConstants);
+    filecheck(
+        &text,
+        r#"
+        CHECK: } do {
+        CHECK-NEXT: ^bb0(%13: i64, %14: i64, %15: tensor<3xf32>, %16: i64):
+        CHECK: %32 = stablehlo.add %29, %31 : tensor<3xf32> loc("model.py":62:0)
+        CHECK-NEXT: %33:2 = stablehlo.optimization_barrier %15, %32 : tensor<3xf32>, tensor<3xf32>
+        CHECK: scf.yield %35, %34, %33#1, %16 : i64, i64, tensor<3xf32>, i64
+        "#,
+    );
+}
+
+#[test]
 fn nested_loops_nest_scf_while_regions() {
     filecheck(
         &emit(cases::NESTED),
