@@ -515,3 +515,17 @@ def test_fuzz_found_a_loop_hessian_that_runs_only_with_every_variable_through_a_
         0
     ]
     np.testing.assert_allclose(hx, directional, rtol=1e-5, atol=1e-7)
+
+
+def test_fuzz_found_a_loop_entry_passing_one_buffer_twice() -> None:
+    # IREE 3.13 failed this one as it ran in every form and with every flag ("indirect buffer
+    # reference slot 0 is out range"): its bytecode passed one buffer (two loop-carried tensors
+    # packed into one allocation) twice on a loop's entry branch and moved it out for the
+    # first, leaving null for the second. The VM repair (`_vm_refs.py`) copies the repeat.
+    switch = (
+        "switch",
+        [("add", (("leaf", "v"), ("leaf", "x"))), ("add", (("leaf", "cube"), ("leaf", "x")))],
+        False,
+    )
+    loop = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
+    check(("mul", (switch, ("cond", -0.838163042084838, (loop, ("leaf", "x"))))))

@@ -15,7 +15,8 @@ Tensor stacks (the intermediates a loop gradient saves) are lists of buffer view
 (O(1) per push) where IREE compiles that form, and growable buffers otherwise; each is
 compiled as `scf`, or as a CFG (`_to_cf`) where IREE refuses the `scf` (see `_forms`).
 `to_mlir` gives the buffer form in `scf`; `Jit.mlir` gives the form that runs. A failed
-compile is cached too.
+compile is cached too. IREE compiles in two steps, to its VM IR and from it, with the repair of
+`_vm_refs.py` in between.
 The first call of each signature is also run on the graph interpreter and the results
 compared: a form whose numbers differ gives way to the next (IREE miscompiles rare modules).
 Every failure is a `gl.errors` exception naming the function and the user's line: a
@@ -43,6 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _core, _runtime, _validate, errors
+from ._vm_refs import separate_repeated_refs
 from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
@@ -112,6 +114,10 @@ def _cache_dir() -> pathlib.Path:
 
 _memory_cache: dict[str, bytes] = {}
 
+#: Part of the cache key: modules compiled before the VM repair (`_vm_refs.py`) are compiled
+#: again.
+_VM_REPAIR = "vm-refs=1"
+
 
 def compile_mlir(
     mlir: str,
@@ -136,7 +142,7 @@ def compile_mlir(
             return compile_mlir(mlir, target, portable, True, workaround_flags, uses_f64)
     flags = _flags(target, uses_f64, portable, workaround_flags)
     key = hashlib.sha256(
-        "\0".join([mlir, target, *flags, _compiler_version(), f"cf={cf}"]).encode()
+        "\0".join([mlir, target, *flags, _compiler_version(), f"cf={cf}", _VM_REPAIR]).encode()
     ).hexdigest()
     found = _memory_cache.get(key)
     if found is not None:
@@ -292,10 +298,14 @@ def _to_cf(mlir: str) -> str:
 
 
 def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
+    """The `.vmfb` of `mlir`, compiled in two steps: to IREE's VM IR, which
+    `separate_repeated_refs` repairs (`_vm_refs.py`), then to bytecode."""
     from iree import compiler
 
     try:
-        return compiler.compile_str(mlir, extra_args=flags)
+        vm = compiler.compile_str(mlir, extra_args=[*flags, "--compile-to=vm"])
+        repaired, _ = separate_repeated_refs(vm.decode())
+        return compiler.compile_str(repaired, extra_args=["--compile-from=vm"])
     except compiler.CompilerToolError as e:
         raise errors.CompileError(
             _validate.at_user(f"iree-compile failed: {_first_line(str(e))}\n{e}")

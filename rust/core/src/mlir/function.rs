@@ -135,8 +135,9 @@ pub(crate) fn symbol(name: &str) -> String {
 pub(crate) struct Lowering<'g> {
     pub library: &'g Library,
     pub e: Emitter,
-    /// Stacks created so far (each gets a buffer no other stack can share, see `stacks.rs`).
-    pub stacks: usize,
+    /// The capacities stack buffers were created with: each is distinct, so that no two
+    /// stacks can share a buffer (see `stacks.rs`).
+    pub capacities: HashSet<usize>,
     /// Scalars `narrow` made, each with the carried value it came from: `widen` gives that
     /// back, so a loop variable passed through stays the same SSA value.
     pub narrowed: HashMap<String, String>,
@@ -151,7 +152,7 @@ impl<'g> Lowering<'g> {
         Lowering {
             library,
             e: Emitter::new(),
-            stacks: 0,
+            capacities: HashSet::new(),
             narrowed: HashMap::new(),
             fresh_stacks: HashSet::new(),
             reserved: HashSet::new(),

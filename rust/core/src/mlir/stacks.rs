@@ -121,13 +121,23 @@ impl Lowering<'_> {
         format!("[{offset}{zeros}][{rows}{sizes}][1{ones}]")
     }
 
+    /// The smallest capacity of at least `rows` that no stack of the module has yet. Each
+    /// stack's first buffer has its own: IREE 3.13 merges equal `tensor.empty` ops (CSE), then
+    /// updates the one buffer in place for two stacks, or fails as it runs ("indirect buffer
+    /// reference slot 0 is out range").
+    fn distinct_capacity(&mut self, rows: usize) -> usize {
+        let mut cap = rows;
+        while !self.capacities.insert(cap) {
+            cap += 1;
+        }
+        cap
+    }
+
     pub(crate) fn stack_new(&mut self, element: &TensorType) -> Result<Bound> {
         self.check_element(element)?;
         let ty = buffer_type(element);
-        // Each stack's first buffer has its own capacity: IREE 3.13 merges equal
-        // `tensor.empty` ops (CSE), then updates the one buffer in place for two stacks.
-        let cap = self.index(INITIAL_CAPACITY + self.stacks);
-        self.stacks += 1;
+        let cap = self.distinct_capacity(INITIAL_CAPACITY);
+        let cap = self.index(cap);
         let buffer = self.e.fresh();
         let loc = self.e.loc();
         if on_host(element) || ref_list(element, self.e.options.list_stacks) {
@@ -298,8 +308,8 @@ impl Lowering<'_> {
             };
             if !reserved {
                 let rows = usize::try_from(rows).unwrap_or(usize::MAX).max(1);
-                let cap = self.index(rows.saturating_add(self.stacks));
-                self.stacks += 1;
+                let cap = self.distinct_capacity(rows);
+                let cap = self.index(cap);
                 let name = self.e.fresh();
                 let loc = self.e.loc();
                 self.e.line(&format!(
