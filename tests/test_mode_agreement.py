@@ -424,19 +424,19 @@ def test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompi
 
 def test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_form() -> None:
     # IREE 3.13 failed this one as it ran ("indirect buffer reference slot 0 is out range of
-    # the declared binding capacity") in every stack, yield and scf/cf form: the forms with
-    # direct command buffers come last.
+    # the declared binding capacity") in every stack, yield and scf/cf form, and ran it with
+    # direct command buffers; the VM repair (`_vm_refs.py`) runs it in the first form.
     custom = ("cond", -0.05163753542907901, (("leaf", "custom"), ("leaf", "sin")))
     branch = ("cond", 0.38887440114084604, (custom, ("mul", (("leaf", "w"), ("leaf", "x")))))
     switch = ("switch", [("leaf", "f32"), ("leaf", "custom"), ("leaf", "cube")], True)
     check(("mul", (switch, branch)))
 
 
-def test_fuzz_found_zero_gradients_through_a_switch_that_run_only_from_the_entry() -> None:
-    # IREE 3.13 failed this one as it ran in every other form and with every workaround flag
-    # ("ref is null" in hal.buffer_view.create; "indirect buffer reference slot 0 is out
-    # range"): it runs when the zeros the switch's gradient yields are constants written once
-    # at the function's entry, each through its own barrier in the branch.
+def test_fuzz_found_zero_gradients_through_a_switch_that_failed_in_every_form() -> None:
+    # IREE 3.13 failed this one as it ran in every form and with every workaround flag ("ref is
+    # null" in hal.buffer_view.create; "indirect buffer reference slot 0 is out range"); it ran
+    # with the zeros written at the function's entry, a form the VM repair (`_vm_refs.py`)
+    # retired.
     switch = ("switch", [("leaf", "sin"), ("leaf", "sigmoid"), ("leaf", "v")], True)
     check(("mul", (("leaf", "stop"), ("add", (switch, ("leaf", "cube"))))))
 
@@ -444,8 +444,7 @@ def test_fuzz_found_zero_gradients_through_a_switch_that_run_only_from_the_entry
 def test_fuzz_found_switches_that_fail_with_zeros_defined_in_a_branch() -> None:
     # IREE 3.13 failed this one as it ran in every form whose zero gradients are defined in
     # the branch ("ref is null" in hal.buffer_view.create; "indirect buffer reference slot 0
-    # is out range"); it runs with them written at the function's entry, and with
-    # `--iree-stream-emulate-memset=true`, a flag this form retired.
+    # is out range"); the VM repair (`_vm_refs.py`) runs it in the first form.
     first = ("switch", [("leaf", "square"), ("leaf", "f32")], True)
     f32s = ("mul", (("leaf", "f32"), ("leaf", "f32")))
     vs = ("mul", (("leaf", "v"), ("leaf", "square")))
@@ -482,11 +481,10 @@ def test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion() -> No
     check(("add", (term, term)))
 
 
-def test_fuzz_found_a_loop_hessian_that_runs_only_with_every_variable_through_a_barrier() -> None:
-    # IREE 3.13 failed this one as it ran in every form but the last ("indirect buffer
-    # reference slot 0 is out range", "ref is null"): a loop variable overwritten each trip,
-    # beside a float32 copy of another and a flag, differentiated twice. It runs with every
-    # loop variable through the loop's barrier, lowered to `cf`.
+def test_fuzz_found_a_loop_hessian_that_failed_in_every_form() -> None:
+    # IREE 3.13 failed this one as it ran in every form ("indirect buffer reference slot 0 is
+    # out range", "ref is null"): a loop variable overwritten each trip, beside a float32 copy
+    # of another and a flag, differentiated twice. The VM repair (`_vm_refs.py`) runs it.
     w = f64(0.5, -0.3, 0.2)
     cot = f64(0.3, -0.7, 0.5)
 

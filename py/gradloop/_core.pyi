@@ -286,9 +286,7 @@ class ConcreteFunction:
         are values: the module returns, after the results, the final value of each variable
         in `assigned_variables`. `list_stacks` keeps tensor stacks as lists of buffer views;
         `yield_barriers` puts repeated branch results through optimization barriers: "none",
-        "repeats", "constants" (constants among them), "all" (every tensor a branch yields) or
-        "entry_constants" (only constants, each written once at the function's entry; and every
-        loop variable through the loop's barrier)."""
+        "repeats", "constants" (constants among them) or "all" (every tensor a branch yields)."""
 
     def mlir_module(
         self, embed_captures: bool = False, list_stacks: bool = False, yield_barriers: str = "none"

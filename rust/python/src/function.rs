@@ -135,8 +135,8 @@ impl PyConcreteFunction {
                     ErrorKind::InvalidArgument,
                     "to_mlir",
                     format!(
-                        "yield_barriers must be \"none\", \"repeats\", \"constants\", \"all\" \
-                         or \"entry_constants\", not {yield_barriers:?}"
+                        "yield_barriers must be \"none\", \"repeats\", \"constants\" or \
+                         \"all\", not {yield_barriers:?}"
                     ),
                 )
             })?;
@@ -172,7 +172,7 @@ impl PyConcreteFunction {
     /// captured input after those. Variables are values: the module returns, after the
     /// results, the final value of each variable in `assigned_variables`. `list_stacks` keeps
     /// tensor stacks as lists of buffer views; `yield_barriers` ("none", "repeats",
-    /// "constants", "all" or "entry_constants") puts branch results through barriers
+    /// "constants" or "all") puts branch results through barriers
     /// (`EmitOptions`).
     #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none"))]
     fn to_mlir(

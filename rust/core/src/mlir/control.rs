@@ -41,10 +41,6 @@
 //! `iree-compile` (out-of-bounds in `applySignatureConversion`). The barrier keeps such an
 //! argument read and such a value opaque; `loop_vars.rs` finds these variables. Only they go
 //! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
-//! In the last form (`YieldBarriers::EntryConstants`) every statically shaped loop variable
-//! goes through it: IREE 3.13 ran some second-order loop gradients (a loop variable
-//! overwritten each trip beside a float32 copy and a flag) only so, lowered to `cf`; in every
-//! other form they failed as they ran ("ref is null", "indirect buffer reference slot 0").
 //! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
 use std::collections::HashSet;
@@ -64,11 +60,8 @@ enum Terminator<'a> {
     /// `scf.yield` of a branch's results where, with `EmitOptions::yield_barriers`, tensors go
     /// through their own optimization barriers: every one (`All`), or one yielded before, or
     /// equal to one yielded before once IREE folds constants (`Repeats`; `Constants` also where
-    /// it is a constant), or every constant, written at the function's entry
-    /// (`EntryConstants`). IREE 3.13 packs and merges the buffers of a branch's results, and with
-    /// fewer barriers fails the branch at run time (`OUT_OF_RANGE`, "indirect buffer reference
-    /// slot 0 is out range of the declared binding capacity"; the family of `distinct_inits`)
-    /// or returns wrong numbers; barriers break a few others at run time. Each choice is a form
+    /// it is a constant). IREE 3.13 packs and merges the buffers of a branch's results, and with
+    /// fewer barriers returns wrong numbers for some modules. Each choice is a form
     /// `compiled.py` tries.
     BranchYield,
     /// `scf.condition(%c)` forwarding `vars` (typed `types`), the result being the predicate;
@@ -415,21 +408,15 @@ impl Lowering<'_> {
                 continue; // a dynamically shaped tensor cannot go through (see the module doc)
             }
             let constant = self.e.is_constant(&v);
-            let kind = match (option, repeated, constant) {
-                (YieldBarriers::EntryConstants, _, true) => YieldBarriers::EntryConstants,
-                (YieldBarriers::EntryConstants, _, false) => continue,
-                (_, false, _) => YieldBarriers::All,
-                (_, true, true) => YieldBarriers::Constants,
-                (_, true, false) => YieldBarriers::Repeats,
+            let kind = match (repeated, constant) {
+                (false, _) => YieldBarriers::All,
+                (true, true) => YieldBarriers::Constants,
+                (true, false) => YieldBarriers::Repeats,
             };
             if kind > option {
                 continue;
             }
-            let through = match kind {
-                YieldBarriers::EntryConstants => self.e.entry_constant(&v).unwrap_or(v),
-                _ => v,
-            };
-            *b = Bound::Tensor(self.barrier(&through));
+            *b = Bound::Tensor(self.barrier(&v));
             self.e.yield_barriers = self.e.yield_barriers.max(kind);
         }
     }
@@ -465,15 +452,12 @@ impl Lowering<'_> {
     /// `next` with the values of the `exposed` loop variables (statically shaped tensors only)
     /// replaced by results of one `stablehlo.optimization_barrier` over them and their block
     /// arguments `args` (see the module doc and `loop_vars.rs`).
-    /// In the last form (`YieldBarriers::EntryConstants`) every statically shaped variable goes
-    /// through it, which the emitter's facts then report.
     fn loop_barrier(
         &mut self,
         args: &[Bound],
         next: Vec<Bound>,
         exposed: &[bool],
     ) -> Result<Vec<Bound>> {
-        let every = self.e.options.yield_barriers == YieldBarriers::EntryConstants;
         let mut operands: Vec<MlirValue> = Vec::new();
         let mut slot = |v: MlirValue| match operands.iter().position(|o| o.name == v.name) {
             Some(i) => i,
@@ -484,13 +468,9 @@ impl Lowering<'_> {
         };
         let mut slots = vec![None; next.len()];
         for (k, b) in next.iter().enumerate() {
-            let standard = exposed.get(k) == Some(&true);
-            let (Some(v), true) = (static_tensor(b), standard || every) else {
+            let (Some(v), true) = (static_tensor(b), exposed.get(k) == Some(&true)) else {
                 continue;
             };
-            if !standard {
-                self.e.yield_barriers = YieldBarriers::EntryConstants;
-            }
             if let Some(a) = args.get(k).and_then(static_tensor) {
                 slot(a);
             }

@@ -190,11 +190,6 @@ pub struct Emitter {
     constants: HashMap<String, String>,
     /// The barriers put on branch results (`EmitOptions::yield_barriers`).
     pub(crate) yield_barriers: super::YieldBarriers,
-    /// Where the current function's body begins in `out`, and its indentation: constants
-    /// written there (`entry_constant`) dominate every region of the function.
-    entry: (usize, usize),
-    /// The constants written at the entry, by their text.
-    entry_constants: HashMap<String, MlirValue>,
 }
 
 impl Emitter {
@@ -260,36 +255,6 @@ impl Emitter {
     /// Starts a new function: SSA numbering restarts.
     pub(crate) fn reset_names(&mut self) {
         self.next = 0;
-    }
-
-    /// Marks where the current function's body begins (the next line written).
-    pub(crate) fn begin_body(&mut self) {
-        self.entry = (self.out.len(), self.indent);
-        self.entry_constants.clear();
-    }
-
-    /// A value equal to the constant `value` written at the function's entry (once per
-    /// constant), or `None` where `value` is not a `stablehlo.constant` literal.
-    pub(crate) fn entry_constant(&mut self, value: &MlirValue) -> Option<MlirValue> {
-        let body = self.constants.get(&value.name)?.clone();
-        if !body.starts_with("stablehlo.constant ") {
-            return None;
-        }
-        if let Some(v) = self.entry_constants.get(&body) {
-            return Some(v.clone());
-        }
-        let name = self.fresh();
-        let (at, indent) = self.entry;
-        let line = format!("{}{name} = {body} loc(unknown)\n", "  ".repeat(indent));
-        self.out.insert_str(at, &line);
-        self.entry.0 += line.len();
-        let hoisted = MlirValue {
-            name,
-            ty: value.ty.clone(),
-        };
-        self.constants.insert(hoisted.name.clone(), body.clone());
-        self.entry_constants.insert(body, hoisted.clone());
-        Some(hoisted)
     }
 
     /// Writes one line at the current indentation.

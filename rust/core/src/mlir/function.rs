@@ -212,7 +212,6 @@ impl<'g> Lowering<'g> {
             params.join(", ")
         ));
         self.e.indent();
-        self.e.begin_body();
         let results = self.body(f, args)?;
         let names = results
             .iter()

@@ -90,11 +90,6 @@ pub enum YieldBarriers {
     Constants,
     /// Every (statically shaped) tensor a branch yields.
     All,
-    /// Only constants, each a literal written once at the function's entry, through its own
-    /// barrier in the branch (constants defined in the branch, or no barrier, fail some modules
-    /// at run time: "ref is null"); and every statically shaped loop variable through the
-    /// loop's barrier (`control.rs`).
-    EntryConstants,
 }
 
 impl YieldBarriers {
@@ -104,20 +99,13 @@ impl YieldBarriers {
             YieldBarriers::Repeats => "repeats",
             YieldBarriers::Constants => "constants",
             YieldBarriers::All => "all",
-            YieldBarriers::EntryConstants => "entry_constants",
         }
     }
 
     pub fn from_name(name: &str) -> Option<YieldBarriers> {
-        [
-            Self::None,
-            Self::Repeats,
-            Self::Constants,
-            Self::All,
-            Self::EntryConstants,
-        ]
-        .into_iter()
-        .find(|b| b.name() == name)
+        [Self::None, Self::Repeats, Self::Constants, Self::All]
+            .into_iter()
+            .find(|b| b.name() == name)
     }
 }
 
@@ -131,8 +119,8 @@ pub struct ModuleFacts {
     pub tensor_stacks: bool,
     /// `scf` regions (`If`, `Case`, `While`): lowering to `cf` changes the module.
     pub regions: bool,
-    /// The barriers `EmitOptions::yield_barriers` actually put on branch results and loop
-    /// variables (`None`: the option changed nothing).
+    /// The barriers `EmitOptions::yield_barriers` actually put on branch results (`None`: the
+    /// option changed nothing).
     pub yield_barriers: YieldBarriers,
 }
 
