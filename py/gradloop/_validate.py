@@ -9,8 +9,6 @@ gradloop package). Gradient-argument failures are `errors.GradientError`s.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -18,23 +16,13 @@ import numpy as np
 
 from . import _core, errors, nest, variables
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INT_DTYPES = (_core.int32, _core.int64)
 
 
-def user_location() -> str:
-    """`file:line` of the innermost stack frame outside the gradloop package."""
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>"
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-
-
 def at_user(message: str) -> str:
-    """`message` with the user's `file:line` appended, as the Rust core's errors have it."""
-    return f"{message} (at {user_location()})"
+    """`message` with the user's `file:line` appended, as the Rust core's errors have it (the
+    bindings find the line, for both)."""
+    return f"{message} (at {_core.user_location()})"
 
 
 def fail(fn: str, message: str) -> NoReturn:

@@ -109,6 +109,13 @@ fn user_location(py: Python<'_>) -> Option<String> {
     user_frame(py).map(|(file, line)| format!("{file}:{line}"))
 }
 
+/// `file:line` of the innermost Python frame outside the gradloop package, or `<unknown>`: the
+/// one place the user's line is found, for the Python layer's messages too.
+#[pyfunction(name = "user_location")]
+pub fn py_user_location(py: Python<'_>) -> String {
+    user_location(py).unwrap_or_else(|| "<unknown>".to_owned())
+}
+
 /// The error for reading the value of a symbolic tensor (`what` names the operation).
 pub fn symbolic_value_err(py: Python<'_>, what: &'static str, ty: &gradloop::TensorType) -> PyErr {
     new_err(

@@ -35,6 +35,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(name, dtype::py_dtype(py, d)?)?;
     }
     m.add_function(wrap_pyfunction!(dtype::as_dtype, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::py_user_location, m)?)?;
     ops::register(m)?;
     m.add_function(wrap_pyfunction!(tape::watch_on_active_tapes, m)?)?;
     m.add_function(wrap_pyfunction!(tape::any_tape_active, m)?)?;
