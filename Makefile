@@ -40,12 +40,13 @@ lint: $(STAMP)
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc -p gradloop --no-deps --quiet
-	$(VENV)/bin/ruff check py tests benches examples
-	$(VENV)/bin/ruff format --check py tests benches examples
+	$(VENV)/bin/ruff check py tests benches examples tools
+	$(VENV)/bin/ruff format --check py tests benches examples tools
+	$(PY) tools/module_graph.py --check
 
 fmt: $(STAMP)
 	cargo fmt --all
-	$(VENV)/bin/ruff format py tests benches examples
+	$(VENV)/bin/ruff format py tests benches examples tools
 
 # The differential random-program tester at scale: eager vs graph vs gl.jit, from a random seed
 # (about a second per program, most of it IREE compiling; graph mode alone gets ten times as
