@@ -17,6 +17,7 @@ pub mod interpret;
 pub mod mlir;
 pub mod ops;
 pub mod passes;
+pub mod runtime_values;
 pub mod shape;
 pub mod tape;
 pub mod tensor;

@@ -5,9 +5,9 @@
 //! value was the interpreter's main cost on small loops (measured: half the time in memcpy).
 
 use super::plan::{NodePlan, Plan, Use};
-use super::values::RtValue;
 use crate::error::{Error, Result};
 use crate::graph::Function;
+use crate::runtime_values::RtValue;
 use crate::tensor::Tensor;
 
 /// The state of one call of a function.

@@ -26,7 +26,6 @@
 mod frame;
 mod nodes;
 mod plan;
-mod values;
 
 #[cfg(test)]
 mod control_flow_tests;
@@ -43,9 +42,9 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Function, Graph, Library, Node, NodeId, Port};
+pub use crate::runtime_values::{RtValue, StackValue, VariableRef};
 use frame::{check_args, Frame};
 use plan::Plan;
-pub use values::{RtValue, StackValue, VariableRef};
 
 /// How deep calls may nest: far beyond real programs (If in While in If ... is a handful), and
 /// low enough that a runaway recursive graph becomes an error, not a stack overflow.

@@ -6,12 +6,12 @@ use std::iter::once;
 
 use super::frame::Frame;
 use super::plan::{NodePlan, Use};
-use super::values::{RtValue, StackValue};
 use super::Interpreter;
 use crate::context::execute;
 use crate::dtype::Element;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Function, Node, NodeKind, ValueType};
+use crate::runtime_values::{RtValue, StackValue};
 use crate::tensor::Tensor;
 
 impl Interpreter<'_> {

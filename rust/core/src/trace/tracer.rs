@@ -13,8 +13,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{
     Constant, FunctionBuilder, Graph, Library, Location, NodeId, NodeKind, Port, ValueType,
 };
-use crate::interpret::{RtValue, VariableRef};
 use crate::ops::{Op, Values};
+use crate::runtime_values::{RtValue, VariableRef};
 use crate::shape::TensorType;
 use crate::tensor::{Tensor, TensorId};
 

@@ -1,4 +1,5 @@
-//! Runtime values of the interpreter: tensors, stacks threaded as values, variable handles.
+//! Runtime values: tensors, stacks threaded as values, variable handles (what the interpreter
+//! passes along edges, and what a traced function captures).
 //!
 //! A stack is a value in the IR (`StackPush` returns a new stack), but copying it on every push
 //! would make a loop that pushes once per iteration quadratic. `StackValue` shares its storage
