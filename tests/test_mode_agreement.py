@@ -425,7 +425,7 @@ def test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompi
 def test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_form() -> None:
     # IREE 3.13 failed this one as it ran ("indirect buffer reference slot 0 is out range of
     # the declared binding capacity") in every stack, yield and scf/cf form, and ran it with
-    # direct command buffers; the VM repair (`_vm_refs.py`) runs it in the first form.
+    # direct command buffers; the VM repair (`_vm_repair.py`) runs it in the first form.
     custom = ("cond", -0.05163753542907901, (("leaf", "custom"), ("leaf", "sin")))
     branch = ("cond", 0.38887440114084604, (custom, ("mul", (("leaf", "w"), ("leaf", "x")))))
     switch = ("switch", [("leaf", "f32"), ("leaf", "custom"), ("leaf", "cube")], True)
@@ -435,7 +435,7 @@ def test_fuzz_found_a_module_that_fails_with_indirect_command_buffers_in_every_f
 def test_fuzz_found_zero_gradients_through_a_switch_that_failed_in_every_form() -> None:
     # IREE 3.13 failed this one as it ran in every form and with every workaround flag ("ref is
     # null" in hal.buffer_view.create; "indirect buffer reference slot 0 is out range"); it ran
-    # with the zeros written at the function's entry, a form the VM repair (`_vm_refs.py`)
+    # with the zeros written at the function's entry, a form the VM repair (`_vm_repair.py`)
     # retired.
     switch = ("switch", [("leaf", "sin"), ("leaf", "sigmoid"), ("leaf", "v")], True)
     check(("mul", (("leaf", "stop"), ("add", (switch, ("leaf", "cube"))))))
@@ -444,7 +444,7 @@ def test_fuzz_found_zero_gradients_through_a_switch_that_failed_in_every_form() 
 def test_fuzz_found_switches_that_fail_with_zeros_defined_in_a_branch() -> None:
     # IREE 3.13 failed this one as it ran in every form whose zero gradients are defined in
     # the branch ("ref is null" in hal.buffer_view.create; "indirect buffer reference slot 0
-    # is out range"); the VM repair (`_vm_refs.py`) runs it in the first form.
+    # is out range"); the VM repair (`_vm_repair.py`) runs it in the first form.
     first = ("switch", [("leaf", "square"), ("leaf", "f32")], True)
     f32s = ("mul", (("leaf", "f32"), ("leaf", "f32")))
     vs = ("mul", (("leaf", "v"), ("leaf", "square")))
@@ -484,7 +484,7 @@ def test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion() -> No
 def test_fuzz_found_a_loop_hessian_that_failed_in_every_form() -> None:
     # IREE 3.13 failed this one as it ran in every form ("indirect buffer reference slot 0 is
     # out range", "ref is null"): a loop variable overwritten each trip, beside a float32 copy
-    # of another and a flag, differentiated twice. The VM repair (`_vm_refs.py`) runs it.
+    # of another and a flag, differentiated twice. The VM repair (`_vm_repair.py`) runs it.
     w = f64(0.5, -0.3, 0.2)
     cot = f64(0.3, -0.7, 0.5)
 
@@ -519,7 +519,7 @@ def test_fuzz_found_a_loop_entry_passing_one_buffer_twice() -> None:
     # IREE 3.13 failed this one as it ran in every form and with every flag ("indirect buffer
     # reference slot 0 is out range"): its bytecode passed one buffer (two loop-carried tensors
     # packed into one allocation) twice on a loop's entry branch and moved it out for the
-    # first, leaving null for the second. The VM repair (`_vm_refs.py`) copies the repeat.
+    # first, leaving null for the second. The VM repair (`_vm_repair.py`) copies the repeat.
     switch = (
         "switch",
         [("add", (("leaf", "v"), ("leaf", "x"))), ("add", (("leaf", "cube"), ("leaf", "x")))],
@@ -527,3 +527,31 @@ def test_fuzz_found_a_loop_entry_passing_one_buffer_twice() -> None:
     )
     loop = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
     check(("mul", (switch, ("cond", -0.838163042084838, (loop, ("leaf", "x"))))))
+
+
+#: A cond over two switches whose branches are conds (the shrunk program); its gradient records
+#: each inner cond's predicate beside the switch's branch index.
+SWITCHES_OF_CONDS = (
+    "cond",
+    -0.12326178720848513,
+    (
+        (
+            "switch",
+            [
+                ("cond", 0.0, (("leaf", "f32"), ("leaf", "x"))),
+                ("cond", 0.0, (("leaf", "square"), ("leaf", "x"))),
+            ],
+            False,
+        ),
+        ("switch", [("leaf", "x"), ("cond", 0.0, (("leaf", "square"), ("leaf", "x")))], False),
+    ),
+)
+
+
+def test_fuzz_found_a_predicate_overwritten_by_a_64_bit_move() -> None:
+    # IREE 3.13 returned a wrong first-order gradient here in every form (the first-call check
+    # caught it): its bytecode moved an i64 into a register pair before moving out the i32
+    # predicate held in the pair's first half, so the predicate read back as false and the
+    # gradient of the identity branch came back. The VM repair (`_vm_repair.py`) widens the
+    # i32 arguments of blocks that also take i64s.
+    check(SWITCHES_OF_CONDS)

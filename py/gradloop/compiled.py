@@ -15,8 +15,8 @@ Tensor stacks (the intermediates a loop gradient saves) are lists of buffer view
 (O(1) per push) where IREE compiles that form, and growable buffers otherwise; each is
 compiled as `scf`, or as a CFG (`_to_cf`) where IREE refuses the `scf` (see `_forms`).
 `to_mlir` gives the buffer form in `scf`; `Jit.mlir` gives the form that runs. A failed
-compile is cached too. IREE compiles in two steps, to its VM IR and from it, with the repair of
-`_vm_refs.py` in between.
+compile is cached too. IREE compiles in two steps, to its VM IR and from it, with the repairs of
+`_vm_repair.py` in between.
 The first call of each signature is also run on the graph interpreter and the results
 compared: a form whose numbers differ gives way to the next (IREE miscompiles rare modules).
 Every failure is a `gl.errors` exception naming the function and the user's line: a
@@ -43,8 +43,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _core, _runtime, _validate, errors
-from ._vm_refs import separate_repeated_refs
+from . import _core, _runtime, _validate, _vm_repair, errors
 from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
@@ -114,9 +113,9 @@ def _cache_dir() -> pathlib.Path:
 
 _memory_cache: dict[str, bytes] = {}
 
-#: Part of the cache key: modules compiled before the VM repair (`_vm_refs.py`) are compiled
+#: Part of the cache key: modules compiled before the VM repairs (`_vm_repair.py`) are compiled
 #: again.
-_VM_REPAIR = "vm-refs=1"
+_VM_REPAIR = "vm-refs=1,vm-widths=1"
 
 
 def compile_mlir(
@@ -194,7 +193,7 @@ class _Form(NamedTuple):
 #: barriers on repeated constants (`..._miscompiled_with_barriers_on_constants`), and with
 #: them on repeats only (`test_fuzz_found_a_cond_in_a_switch_miscompiled_without_a_barrier_on_
 #: every_result`); with a barrier on every result it ran each of them right. (The modules that
-#: failed as they ran in some of these forms were IREE's VM bug that `_vm_refs.py` repairs.)
+#: failed as they ran in some of these forms were IREE's VM bug that `_vm_repair.py` repairs.)
 _YIELD_BARRIERS = ("all", "repeats", "constants", "none")
 
 #: IREE flags that made modules compile that fail with the defaults in every other form: no
@@ -294,12 +293,12 @@ def _to_cf(mlir: str) -> str:
 
 def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
     """The `.vmfb` of `mlir`, compiled in two steps: to IREE's VM IR, which
-    `separate_repeated_refs` repairs (`_vm_refs.py`), then to bytecode."""
+    `_vm_repair.repair` repairs, then to bytecode."""
     from iree import compiler
 
     try:
         vm = compiler.compile_str(mlir, extra_args=[*flags, "--compile-to=vm"])
-        repaired, _ = separate_repeated_refs(vm.decode())
+        repaired = _vm_repair.repair(vm.decode())
         return compiler.compile_str(repaired, extra_args=["--compile-from=vm"])
     except compiler.CompilerToolError as e:
         raise errors.CompileError(
