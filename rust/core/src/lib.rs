@@ -1,7 +1,7 @@
 //! gradloop: differentiable dynamic control flow — the Rust core.
 //!
-//! Pure Rust, no Python: tensors (`tensor`, `dtype`), the op table (`ops`), the `Context` seam
-//! (`context`) and the gradient tape (`tape`), the graph IR (`graph`, `trace`, `interpret`) and the
+//! Pure Rust, no Python: tensors (`tensor`, `dtype`), the op table (`ops`, with the `Context`
+//! seam ops are applied through, `ops::context`) and the gradient tape (`tape`), the graph IR (`graph`, `trace`, `interpret`) and the
 //! MLIR emitter (`mlir`). The Python bindings are a thin layer over this.
 //!
 //! From Rust: build a graph ([`graph::parse_graph`], [`graph::FunctionBuilder`]), differentiate
@@ -9,11 +9,12 @@
 //! ([`execute`]), and emit MLIR ([`mlir::emit_module`]). `examples/loop_gradient.rs` does each
 //! for a loop with a data-dependent trip count.
 
-pub mod context;
 pub mod dtype;
+pub mod emit;
 pub mod error;
 pub mod graph;
 pub mod interpret;
+pub mod location;
 pub mod mlir;
 pub mod ops;
 pub mod passes;
@@ -24,9 +25,9 @@ pub mod tensor;
 pub mod trace;
 pub mod value;
 
-pub use context::{execute, Context, EagerContext};
 pub use dtype::{DType, Element, Storage};
 pub use error::{Error, ErrorKind, Result};
+pub use ops::{execute, Context, EagerContext};
 pub use ops::{Op, OpKind};
 pub use shape::{Shape, TensorType, DYN};
 pub use tape::{

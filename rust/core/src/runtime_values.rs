@@ -10,9 +10,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::context::execute;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{tensor_types_compatible, ValueType};
+use crate::ops::execute;
 use crate::ops::{binary, Op};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;

@@ -15,13 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::graph::NodeKind;
+use crate::ops::Context;
 use crate::ops::{build, Grads, Op, OpKind, Saved, Saves, Values};
 use crate::shape::{ShapeDisplay, DYN};
 use crate::tensor::TensorId;
-use crate::value::Value;
+use crate::value::{NodeName, Value};
 
 /// Input gradients from output gradients, computed through a context.
 pub trait GradientFunction<V: Value>: Send + Sync {
@@ -51,7 +50,7 @@ pub type GradientFactory<V> =
 /// Builds the gradient function of a graph node that is not an op (control flow, stacks):
 /// `(kind, inputs, outputs)`; `Ok(None)` means "not differentiable".
 pub type NodeGradientFactory<V> =
-    fn(&NodeKind, &[V], &[V]) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
+    fn(&<V as Value>::Node, &[V], &[V]) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
 
 /// Op kind -> gradient factory. `with_op_table()` registers every op's own rule.
 pub struct GradientRegistry<V: Value> {
@@ -93,7 +92,7 @@ impl<V: Value> GradientRegistry<V> {
     /// The gradient function of a non-op node, or `None` when none is registered for it.
     pub fn lookup_node(
         &self,
-        kind: &NodeKind,
+        kind: &V::Node,
         inputs: &[V],
         outputs: &[V],
     ) -> Result<Option<Arc<dyn GradientFunction<V>>>> {
@@ -340,7 +339,7 @@ impl<V: Value> Context<V> for TapeContext<'_, V> {
         Ok(outputs)
     }
 
-    fn apply_node(&mut self, kind: &NodeKind, inputs: &[V]) -> Result<Values<V>> {
+    fn apply_node(&mut self, kind: &V::Node, inputs: &[V]) -> Result<Values<V>> {
         let outputs = self.inner.apply_node(kind, inputs)?;
         let watched = self.tapes.iter().any(|t| lock(t).should_record(inputs));
         if watched {
@@ -351,7 +350,7 @@ impl<V: Value> Context<V> for TapeContext<'_, V> {
         Ok(outputs)
     }
 
-    fn tracer(&self) -> Option<crate::trace::TracerRef> {
+    fn tracer(&self) -> Option<V::Trace> {
         self.inner.tracer()
     }
 }

@@ -1,8 +1,8 @@
 //! Tape behaviour: recording rules, persistence, unconnected sources, higher order.
 
 use super::*;
-use crate::context::EagerContext;
 use crate::ops::build;
+use crate::ops::EagerContext;
 use crate::tensor::Tensor;
 
 fn registry() -> GradientRegistry<Tensor> {

@@ -7,13 +7,38 @@ use crate::shape::TensorType;
 use crate::tensor::{Tensor, TensorId};
 
 pub trait Value: Clone + fmt::Debug + Send + Sync + 'static {
+    /// The nodes other than ops (control flow, stacks, variables) that a context over this
+    /// value may apply: the graph's `NodeKind` for symbolic values, none for tensors. An
+    /// associated type, so that contexts and tapes name no graph module.
+    type Node: NodeName;
+    /// The handle of the trace a context over this value adds nodes to (none for tensors).
+    type Trace: Clone;
+
     /// Identity the tape tracks.
     fn id(&self) -> TensorId;
     /// Static dtype and shape.
     fn ty(&self) -> &TensorType;
 }
 
+/// A node's name in messages and on the tape.
+pub trait NodeName {
+    fn name(&self) -> &'static str;
+}
+
+/// No node and no trace: what a context over concrete tensors has (no value of it exists).
+#[derive(Clone, Copy, Debug)]
+pub enum Nothing {}
+
+impl NodeName for Nothing {
+    fn name(&self) -> &'static str {
+        match *self {}
+    }
+}
+
 impl Value for Tensor {
+    type Node = Nothing;
+    type Trace = Nothing;
+
     fn id(&self) -> TensorId {
         Tensor::id(self)
     }

@@ -3,6 +3,7 @@
 
 use crate::dtype::{DType, Storage};
 use crate::error::{Error, ErrorKind, Result};
+pub use crate::location::Location;
 use crate::ops::Op;
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
@@ -74,22 +75,6 @@ pub struct Port {
 impl Port {
     pub fn new(node: NodeId, output: usize) -> Self {
         Port { node, output }
-    }
-}
-
-/// Where the user wrote the code a node came from (shown in errors and MLIR `loc`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Location {
-    pub file: String,
-    pub line: u32,
-}
-
-impl Location {
-    pub fn new(file: impl Into<String>, line: u32) -> Self {
-        Location {
-            file: file.into(),
-            line,
-        }
     }
 }
 
@@ -212,6 +197,12 @@ impl NodeKind {
             names.push(g);
         }
         names
+    }
+}
+
+impl crate::value::NodeName for NodeKind {
+    fn name(&self) -> &'static str {
+        NodeKind::name(self)
     }
 }
 

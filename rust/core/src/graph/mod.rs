@@ -52,6 +52,7 @@ pub mod library;
 pub mod parse;
 mod parse_attrs;
 mod reorder;
+pub mod rewrite;
 pub mod text;
 pub mod verify;
 mod verify_nodes;
@@ -70,4 +71,5 @@ pub use ir::{
 };
 pub use library::{Graph, Library};
 pub use parse::{parse_function, parse_graph};
+pub use rewrite::{inline_into, with_params};
 pub use verify::{verify, verify_function};

@@ -4,9 +4,9 @@ use std::time::Instant;
 
 use super::testing::{f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 use super::{run, run_graph, Interpreter, RtValue, StackValue, VariableRef};
-use crate::context::EagerContext;
 use crate::dtype::DType;
 use crate::graph::{examples, Library, NodeKind, ValueType};
+use crate::ops::EagerContext;
 use crate::ops::{binary, build, unary};
 use crate::shape::DYN;
 use crate::tensor::Tensor;

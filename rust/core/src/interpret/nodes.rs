@@ -7,10 +7,10 @@ use std::iter::once;
 use super::frame::Frame;
 use super::plan::{NodePlan, Use};
 use super::Interpreter;
-use crate::context::execute;
 use crate::dtype::Element;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Function, Node, NodeKind, ValueType};
+use crate::ops::execute;
 use crate::runtime_values::{RtValue, StackValue};
 use crate::tensor::Tensor;
 

@@ -32,12 +32,10 @@
 //!   the graph IR, and their gradient functions emitted back into them (`emit_function`).
 
 mod control;
-mod emitter;
 mod function;
 pub mod import;
 mod loop_vars;
 mod scalar;
-mod shapes;
 mod stack_bounds;
 mod stacks;
 
@@ -54,11 +52,11 @@ mod tests;
 #[cfg(test)]
 mod traced;
 
-pub use emitter::{
-    element_type, float_literal, names_text, string_literal, type_text, types_text, Emitter,
-    MlirValue, TypeText,
+use crate::emit::emitter;
+pub use crate::emit::{
+    element_type, float_literal, i64_array, names_text, string_literal, type_text, types_text,
+    EmitOptions, Emitter, MlirValue, TypeText, YieldBarriers,
 };
-pub use shapes::i64_array;
 
 use std::collections::BTreeSet;
 
@@ -66,48 +64,6 @@ use crate::error::Result;
 use crate::graph::{verify, Graph, NodeKind, ValueType};
 use crate::DType;
 use function::Lowering;
-
-/// Choices in how a module is written (see `stacks.rs`); the defaults run on every target.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EmitOptions {
-    /// Tensor stacks as `!util.list<?>`s of buffer views (O(1) per push in IREE) instead of
-    /// growable buffers (which IREE copies on every trip).
-    pub list_stacks: bool,
-    /// Which branch results go through optimization barriers (`Terminator::BranchYield` in
-    /// `control.rs`).
-    pub yield_barriers: YieldBarriers,
-}
-
-/// Branch results that go through their own `stablehlo.optimization_barrier` (IREE 3.13 fails
-/// or miscompiles some modules with each choice; see docs/architecture.md).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum YieldBarriers {
-    #[default]
-    None,
-    /// A tensor a branch yields twice, or one equal to another (not a constant).
-    Repeats,
-    /// Also a constant equal to another the branch yields (zero gradients).
-    Constants,
-    /// Every (statically shaped) tensor a branch yields.
-    All,
-}
-
-impl YieldBarriers {
-    pub fn name(self) -> &'static str {
-        match self {
-            YieldBarriers::None => "none",
-            YieldBarriers::Repeats => "repeats",
-            YieldBarriers::Constants => "constants",
-            YieldBarriers::All => "all",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<YieldBarriers> {
-        [Self::None, Self::Repeats, Self::Constants, Self::All]
-            .into_iter()
-            .find(|b| b.name() == name)
-    }
-}
 
 /// What compile policy needs to know of an emitted module, so that it never reads the text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

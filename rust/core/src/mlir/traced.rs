@@ -2,9 +2,9 @@
 //! and nested loops, each with its value and (optionally) gradients, built the way
 //! `gl.function` and `gl.grad` build them (tracer, tape, symbolic gradients).
 
-use crate::context::Context;
 use crate::graph::{Graph, ValueType};
 use crate::ops::build;
+use crate::ops::Context;
 use crate::tape::{compute_gradient, Tape, TapeContext, TapeRef};
 use crate::trace::testing::{int, while_loop};
 use crate::trace::{emit_case, emit_if, graph_registry, lock, Branch, TraceContext, Tracer, Val};

@@ -3,9 +3,9 @@
 //! alike. Each family file defines the builders of its ops; this module holds the generic ones
 //! and re-exports the rest, so `build::` is the one place to look.
 
-use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::Context;
 use crate::ops::Op;
 use crate::shape::{ShapeDisplay, DYN};
 use crate::value::Value;

@@ -9,9 +9,9 @@ use super::layout::{expand_dims, static_shape};
 use super::rules::shape_str;
 use super::slicing::slice;
 use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
-use crate::context::Context;
+use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
-use crate::mlir::{names_text, types_text, Emitter, MlirValue, TypeText};
+use crate::ops::Context;
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -172,8 +172,8 @@ pub fn stack<V: Value>(ctx: &mut dyn Context<V>, xs: &[V], axis: usize) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::EagerContext;
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::ops::EagerContext;
     use crate::ErrorKind;
 
     #[test]

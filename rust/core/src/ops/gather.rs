@@ -15,10 +15,10 @@ use super::kernels::Arith;
 use super::layout::static_shape;
 use super::rules::{check_dtype, shape_str, Accepts};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
-use crate::context::Context;
 use crate::dtype::DType;
+use crate::emit::{i64_array, Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
-use crate::mlir::{i64_array, Emitter, MlirValue, TypeText};
+use crate::ops::Context;
 use crate::shape::{Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -414,8 +414,8 @@ pub fn scatter_add<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::EagerContext;
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::ops::EagerContext;
     use crate::ErrorKind;
 
     fn idx(v: Vec<i64>, shape: &[usize]) -> Tensor {

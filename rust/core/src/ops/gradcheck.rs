@@ -17,9 +17,9 @@
 //! gradcheck::check_op_gradients(&|ctx, xs| build::transpose(ctx, &xs[0], &[1, 0]), &[x]);
 //! ```
 
-use crate::context::{Context, EagerContext};
 use crate::error::{Error, Result};
 use crate::ops::build;
+use crate::ops::{Context, EagerContext};
 use crate::tape::{compute_gradient, GradientRegistry, Tape, TapeContext, TapeRef};
 use crate::tensor::Tensor;
 

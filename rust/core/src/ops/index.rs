@@ -19,10 +19,10 @@ pub use super::gather::{scatter_add, take, ScatterAdd, Take};
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
 use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
-use crate::context::Context;
 use crate::dtype::DType;
+use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, ErrorKind, Result};
-use crate::mlir::{names_text, types_text, Emitter, MlirValue, TypeText};
+use crate::ops::Context;
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -342,8 +342,8 @@ pub fn dynamic_update_slice<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::EagerContext;
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp, smooth_loss};
+    use crate::ops::EagerContext;
 
     /// Mixed int32 / int64 starts: both are accepted together.
     fn at(a: i32, b: i64) -> Vec<Tensor> {

@@ -9,8 +9,8 @@
 //! JAX, a negative value wraps once and the position is then clamped into range, never an error.
 
 use super::build;
-use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
+use crate::ops::Context;
 use crate::shape::{Shape, ShapeDisplay, DYN};
 use crate::value::Value;
 
@@ -265,8 +265,8 @@ pub fn getitem<V: Value>(ctx: &mut dyn Context<V>, x: &V, items: &[IndexItem<V>]
 mod tests {
     use super::IndexItem::{Ellipsis, Int, NewAxis};
     use super::*;
-    use crate::context::EagerContext;
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::ops::EagerContext;
     use crate::tensor::Tensor;
 
     type Item = IndexItem<Tensor>;

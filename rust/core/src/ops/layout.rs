@@ -17,10 +17,10 @@ pub use super::permute::{reverse, transpose, Reverse, Transpose};
 use super::rules::shape_str;
 pub use super::slicing::{pad, slice, Pad, Slice};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
-use crate::context::Context;
 use crate::dtype::Element;
+use crate::emit::{Emitter, MlirValue};
 use crate::error::{Error, Result};
-use crate::mlir::{Emitter, MlirValue};
+use crate::ops::Context;
 use crate::shape::{broadcast_shapes, numel, Shape, ShapeDisplay, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -250,8 +250,8 @@ pub fn squeeze<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::EagerContext;
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::ops::EagerContext;
     use crate::ErrorKind;
 
     #[test]

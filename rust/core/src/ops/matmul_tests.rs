@@ -2,9 +2,9 @@
 //! errors and gradients (first and second order, finite differences).
 
 use super::*;
-use crate::context::EagerContext;
 use crate::dtype::{DType, Element};
 use crate::ops::gradcheck;
+use crate::ops::EagerContext;
 use crate::ErrorKind;
 
 /// Small integers in [-3, 3]: products and sums stay exact in every dtype.

@@ -12,18 +12,19 @@
 use smallvec::SmallVec;
 use std::fmt;
 
-use crate::context::Context;
+use crate::emit::{Emitter, MlirValue};
 use crate::error::{Error, ErrorKind, Result};
-use crate::mlir::{Emitter, MlirValue};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
 use attrs::{Attr, AttrMap, OpAttrs};
+pub use context::{execute, Context, EagerContext};
 
 pub mod attrs;
 pub mod binary;
 pub mod build;
 pub mod concat;
+pub mod context;
 pub mod creation;
 pub mod gather;
 #[cfg(test)]

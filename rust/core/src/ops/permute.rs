@@ -10,9 +10,9 @@ use super::attrs::op_attrs;
 use super::layout::owned;
 use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
-use crate::context::Context;
+use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
-use crate::mlir::{Emitter, MlirValue, TypeText};
+use crate::ops::Context;
 use crate::shape::{Shape, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -205,8 +205,8 @@ pub fn reverse<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::EagerContext;
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::ops::EagerContext;
     use crate::ErrorKind;
 
     #[test]

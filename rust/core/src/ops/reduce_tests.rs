@@ -2,8 +2,8 @@
 //! parallel paths, NaN, wrapping and empty inputs.
 
 use super::*;
-use crate::context::EagerContext;
 use crate::dtype::DType;
+use crate::ops::EagerContext;
 use crate::ErrorKind;
 
 #[derive(Clone, Copy, Debug)]

@@ -16,10 +16,10 @@ use super::kernels::Arith;
 
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
-use crate::context::Context;
 use crate::dtype::DType;
+use crate::emit::{Emitter, MlirValue};
 use crate::error::{Error, Result};
-use crate::mlir::{Emitter, MlirValue};
+use crate::ops::Context;
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
@@ -290,7 +290,7 @@ unary_op! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::EagerContext;
+    use crate::ops::EagerContext;
 
     fn t(v: Vec<f64>) -> Tensor {
         let n = v.len();

@@ -2,9 +2,9 @@
 //! tensors become part of a self-contained program, e.g. an exported module).
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::inline_into;
 use crate::graph::{Function, FunctionBuilder, Graph, Library, Port, ValueType};
 use crate::tensor::Tensor;
-use crate::trace::inline_into;
 
 /// The graph whose entry takes only the parameters with `None` in `values` (in order); each
 /// `Some(tensor)` becomes a constant node.

@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::inline_into;
 use crate::graph::{Function, FunctionBuilder, Graph, Library, NodeKind, Port};
-use crate::trace::inline_into;
 
 /// The graph with every `Call` node (in every function) replaced by its callee's nodes. Functions
 /// only reached through calls are dropped.

@@ -4,13 +4,13 @@
 
 use std::collections::HashMap;
 
-use super::rewrite::with_params;
 use super::tracer::lock;
 use super::variables::{thread_variables, Construct};
 use super::Val;
-use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::with_params;
 use crate::graph::{NodeKind, ValueType};
+use crate::ops::Context;
 use crate::tensor::TensorId;
 use crate::value::Value;
 

@@ -23,10 +23,11 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::tracer::lock;
-use super::{inline_into, replay, with_params, TraceContext, TracerRef, Val};
-use crate::context::Context;
+use super::{replay, TraceContext, TracerRef, Val};
 use crate::error::{Error, Result};
+use crate::graph::{inline_into, with_params};
 use crate::graph::{Function, FunctionBuilder, NodeId, NodeKind, Port, ValueType};
+use crate::ops::Context;
 use crate::ops::{binary, build, Grads};
 use crate::shape::{TensorType, DYN};
 use crate::tape::{compute_gradient, GradientFunction, GradientRegistry, Tape, TapeContext};

@@ -23,7 +23,6 @@ mod control;
 mod differentiate;
 pub mod gradients;
 mod replay;
-mod rewrite;
 mod tracer;
 mod variables;
 
@@ -32,7 +31,7 @@ pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
 
-use crate::graph::{Port, ValueType};
+use crate::graph::{NodeKind, Port, ValueType};
 use crate::shape::TensorType;
 use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
@@ -41,7 +40,6 @@ pub use control::{emit_case, emit_custom_call, emit_if, emit_while, Branch, Loop
 pub use differentiate::{gradient_graph, takes_cotangents};
 pub use gradients::graph_registry;
 pub use replay::replay;
-pub use rewrite::{inline_into, with_params};
 pub use tracer::{join_types, lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};
 
 /// A value of a function under construction: its port in frame `frame`, with a tape identity.
@@ -117,6 +115,9 @@ impl From<Symbol> for Val {
 }
 
 impl Value for Symbol {
+    type Node = NodeKind;
+    type Trace = TracerRef;
+
     fn id(&self) -> TensorId {
         self.id
     }
@@ -127,6 +128,9 @@ impl Value for Symbol {
 }
 
 impl Value for Val {
+    type Node = NodeKind;
+    type Trace = TracerRef;
+
     fn id(&self) -> TensorId {
         match self {
             Val::Tensor(t) => t.id(),

@@ -4,9 +4,9 @@
 
 use super::tracer::lock;
 use super::Val;
-use crate::context::Context;
 use crate::error::Result;
 use crate::graph::{Function, NodeKind};
+use crate::ops::Context;
 
 /// Applies `function`'s nodes through `ctx` with its parameters bound to `args`; returns its
 /// results. Each node keeps its source location.

@@ -1,8 +1,8 @@
 //! Test helpers shared by the tracing and MLIR emitter tests: loops traced from closures.
 
 use super::{emit_while, lock, Branch, LoopFunctions, TraceContext, Val};
-use crate::context::Context;
 use crate::graph::ValueType;
+use crate::ops::Context;
 use crate::tensor::Tensor;
 
 /// A traced loop cond or body: loop variables in, results out.

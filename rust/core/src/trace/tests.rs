@@ -3,10 +3,10 @@
 
 use super::testing::{int, while_loop};
 use super::*;
-use crate::context::Context;
 use crate::graph::{verify, NodeKind, ValueType};
 use crate::interpret::{run_graph, RtValue};
 use crate::ops::build;
+use crate::ops::Context;
 use crate::tape::{compute_gradient, Tape, TapeContext, TapeRef};
 use crate::tensor::Tensor;
 use crate::DType;

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use super::{Symbol, Val};
-use crate::context::{execute, Context};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{
     Constant, FunctionBuilder, Graph, Library, Location, NodeId, NodeKind, Port, ValueType,
 };
+use crate::ops::{execute, Context};
 use crate::ops::{Op, Values};
 use crate::runtime_values::{RtValue, VariableRef};
 use crate::shape::TensorType;

@@ -16,9 +16,9 @@
 //! without such a form (a loop condition that assigns) keeps its Variables (see `gradients`).
 
 use super::{lock, TracerRef, Val};
-use crate::context::Context;
 use crate::error::{ErrorKind, Result};
 use crate::graph::{NodeKind, ValueType};
+use crate::ops::Context;
 use crate::passes;
 
 /// Which construct the functions belong to.

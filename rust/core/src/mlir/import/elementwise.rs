@@ -6,10 +6,10 @@
 use super::attr::Attribute;
 use super::importer::{import_error, Importer};
 use super::syntax::Operation;
-use crate::context::Context;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::build;
+use crate::ops::Context;
 use crate::trace::Val;
 use crate::value::Value;
 

@@ -9,9 +9,9 @@ use std::fmt::Write;
 
 use super::syntax::{Block, Loc, Operation, ValueRef};
 use super::table;
-use crate::context::Context;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{tensor_types_compatible, Constant, Location, NodeKind, ValueType};
+use crate::ops::Context;
 use crate::shape::TensorType;
 use crate::tensor::{Tensor, TensorId};
 use crate::trace::{lock, Branch, FrameId, TraceContext, TracerRef, Val};

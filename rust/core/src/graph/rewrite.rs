@@ -1,8 +1,8 @@
 //! Structural rewrites that build NEW functions from existing ones (nothing is edited in place):
 //! inlining a function's nodes into a builder, and re-signing a function with more parameters.
 
+use super::{Function, FunctionBuilder, Node, NodeId, NodeKind, Port, ValueType};
 use crate::error::Result;
-use crate::graph::{Function, FunctionBuilder, Node, NodeId, NodeKind, Port, ValueType};
 
 /// Copies `function`'s nodes into `builder`, its parameters bound to `args`. Returns the ports
 /// of its results and the ids of its control outputs in `builder`.

@@ -10,7 +10,7 @@ use std::fmt::{self, Write};
 
 use crate::dtype::{DType, Storage};
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::Location;
+use crate::location::Location;
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 

@@ -4,12 +4,11 @@
 
 use smallvec::SmallVec;
 
+use super::{Op, Values};
 use crate::error::{Error, Result};
-use crate::graph::NodeKind;
-use crate::ops::{Op, Values};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
-use crate::value::Value;
+use crate::value::{NodeName, Value};
 
 pub trait Context<V: Value> {
     /// Applies `op` to `inputs`, returning its outputs.
@@ -17,7 +16,7 @@ pub trait Context<V: Value> {
 
     /// Applies a node that is not an op of the table: control flow (`If`, `Case`, `While`,
     /// `Call`), constants, variables and stacks. Only graph-building contexts support them.
-    fn apply_node(&mut self, kind: &NodeKind, inputs: &[V]) -> Result<Values<V>> {
+    fn apply_node(&mut self, kind: &V::Node, inputs: &[V]) -> Result<Values<V>> {
         let _ = inputs;
         Err(Error::invalid(
             kind.name(),
@@ -27,7 +26,7 @@ pub trait Context<V: Value> {
 
     /// The trace this context adds nodes to, if any (gradients of control flow build functions
     /// in it).
-    fn tracer(&self) -> Option<crate::trace::TracerRef> {
+    fn tracer(&self) -> Option<V::Trace> {
         None
     }
 }
