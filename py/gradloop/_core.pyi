@@ -376,5 +376,12 @@ def mlir_gradient_module(text: str, function: str, wrt: Sequence[int], source: s
     gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
     error locations. Raises CompileError for ops or types the importer does not support."""
 
+def op_names() -> list[str]:
+    """Names of the op table's ops, in table order."""
+
+def mlir_run_reference(text: str, function: str, args: Sequence[Any]) -> list[Tensor]:
+    """`function` of the generic-form MLIR module `text` imported and run on the graph
+    interpreter on `args` (concrete tensors): the reference semantics of a module."""
+
 def mlir_supported_ops() -> list[str]:
     """Names of the MLIR ops the importer converts."""

@@ -2,7 +2,9 @@
 
 use pyo3::prelude::*;
 
+use crate::convert::concrete_input;
 use crate::runtime;
+use crate::tensor::PyTensor;
 
 /// The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
 /// gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
@@ -18,6 +20,31 @@ pub fn mlir_gradient_module(
     runtime::call(py, usize::MAX, || {
         gradloop::mlir::import::gradient_module(text, function, &wrt, source)
     })
+}
+
+/// `function` of the generic-form module `text` imported and run on the graph interpreter on
+/// `args` (concrete tensors): the reference semantics of a module.
+#[pyfunction]
+pub fn mlir_run_reference(
+    py: Python<'_>,
+    text: &str,
+    function: &str,
+    args: Vec<Bound<'_, PyAny>>,
+) -> PyResult<Vec<PyTensor>> {
+    let tensors = args
+        .iter()
+        .map(|a| concrete_input(a, "mlir_run_reference"))
+        .collect::<PyResult<Vec<_>>>()?;
+    let outputs = runtime::call(py, usize::MAX, || {
+        gradloop::mlir::import::run_reference(text, function, tensors, "<mlir>")
+    })?;
+    Ok(outputs.into_iter().map(PyTensor::new).collect())
+}
+
+/// Names of the op table's ops, in table order (what graph text and `count_nodes` call them).
+#[pyfunction]
+pub fn op_names() -> Vec<&'static str> {
+    gradloop::OpKind::ALL.iter().map(|k| k.name()).collect()
 }
 
 /// Names of the MLIR ops the importer converts.

@@ -4,12 +4,14 @@
 //! depending on the module emitter (`mlir`), which lowers whole graphs and sits above it.
 
 pub(crate) mod emitter;
+mod scalar_form;
 pub(crate) mod shapes;
 
 pub use emitter::{
     element_type, float_literal, names_text, string_literal, type_text, types_text, Emitter,
     MlirValue, TypeText,
 };
+pub use scalar_form::ScalarForm;
 pub use shapes::i64_array;
 
 /// Choices in how a module is written (see `stacks.rs`); the defaults run on every target.

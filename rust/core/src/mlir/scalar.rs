@@ -9,7 +9,8 @@
 //! * a rank-0 value crossing a region boundary (`scf.while` loop variables, `scf.if` results,
 //!   block arguments) is always a scalar — see `function::flat_types`;
 //! * an elementwise op whose inputs are all rank-0, one of them already a scalar, is emitted as
-//!   the `arith` / `math` op of this table, when it has one; any other op gets its rank-0
+//!   the `arith` / `math` op the op table declares for it beside its StableHLO
+//!   (`OpDef::scalar`, `emit::ScalarForm`), when it has one; any other op gets its rank-0
 //!   operands back as tensors (`tensor.from_elements`), so its StableHLO is unchanged.
 //!
 //! Where control flow carries a rank-0 value (block arguments, `scf.yield`, `scf.condition`),
@@ -20,84 +21,20 @@
 //! one's bits as the other's (wrong numbers, or a stack popped past its end). With every carried
 //! scalar the same width the moves cannot overlap; the casts cost a VM op each.
 //!
-//! The table lists only ops whose scalar form has exactly the semantics of the StableHLO form the
-//! op table emits (wrapping integer arithmetic, NaN-propagating maximum/minimum, ordered float
-//! comparisons except `!=`, which is unordered, as `stablehlo.compare NE` is).
-
 use super::emitter::{element_type, scalar_literal, MlirValue, TypeText};
 use super::function::{Bound, Lowering};
 use crate::dtype::DType;
+use crate::emit::ScalarForm as Form;
 use crate::error::Result;
 use crate::ops::Op;
 use crate::shape::TensorType;
 
-/// How one op is written on scalars.
-enum Form {
-    /// `%r = <mnemonic> %a[, %b] : T`.
-    Op(&'static str),
-    /// `%r = arith.cmpf/cmpi <predicate>, %a, %b : T` (the result is `i1`).
-    Compare(&'static str, &'static str),
-    /// `%r = arith.select %c, %a, %b : T`.
-    Select,
-    /// `%r = arith.xori %a, true : i1`.
-    Not,
-    /// The operand itself (identity, stop_gradient, a cast to the same dtype).
-    Same,
-    /// `cast` to another dtype.
-    Convert(DType),
-}
-
-/// The scalar form of `op` on operands of dtype `dtype`, if it has one.
+/// The scalar form of `op` on operands of dtype `dtype` (the op table's `OpDef::scalar`), if it
+/// has one that IREE's VM runs: a cast it lacks (`host_cast`) stays a StableHLO convert.
 fn form(op: &Op, dtype: DType) -> Option<Form> {
-    let float = dtype.is_float();
-    let int = matches!(dtype, DType::I32 | DType::I64);
-    let pick = |f: &'static str, i: &'static str| -> Option<Form> {
-        if float {
-            Some(Form::Op(f))
-        } else if int {
-            Some(Form::Op(i))
-        } else {
-            None
-        }
-    };
-    let only_float = |f: &'static str| float.then_some(Form::Op(f));
-    let compare = |f: &'static str, i: &'static str| {
-        if float {
-            Some(Form::Compare("arith.cmpf", f))
-        } else {
-            Some(Form::Compare("arith.cmpi", i))
-        }
-    };
-    match op {
-        Op::Identity(_) | Op::StopGradient(_) => Some(Form::Same),
-        Op::Cast(c) if c.to == dtype => Some(Form::Same),
-        Op::Cast(c) => host_cast(dtype, c.to).then_some(Form::Convert(c.to)),
-        Op::Neg(_) => only_float("arith.negf"),
-        Op::Exp(_) => only_float("math.exp"),
-        Op::Log(_) => only_float("math.log"),
-        Op::Sin(_) => only_float("math.sin"),
-        Op::Cos(_) => only_float("math.cos"),
-        Op::Tanh(_) => only_float("math.tanh"),
-        Op::Sqrt(_) => only_float("math.sqrt"),
-        Op::Abs(_) => pick("math.absf", "math.absi"),
-        Op::LogicalNot(_) => (dtype == DType::Bool).then_some(Form::Not),
-        Op::Add(_) => pick("arith.addf", "arith.addi"),
-        Op::Sub(_) => pick("arith.subf", "arith.subi"),
-        Op::Mul(_) => pick("arith.mulf", "arith.muli"),
-        Op::Div(_) => only_float("arith.divf"),
-        Op::Pow(_) => only_float("math.powf"),
-        Op::Maximum(_) => pick("arith.maximumf", "arith.maxsi"),
-        Op::Minimum(_) => pick("arith.minimumf", "arith.minsi"),
-        Op::Equal(_) => compare("oeq", "eq"),
-        Op::NotEqual(_) => compare("une", "ne"),
-        Op::Less(_) if float || int => compare("olt", "slt"),
-        Op::LessEqual(_) if float || int => compare("ole", "sle"),
-        Op::Greater(_) if float || int => compare("ogt", "sgt"),
-        Op::GreaterEqual(_) if float || int => compare("oge", "sge"),
-        Op::LogicalAnd(_) => (dtype == DType::Bool).then_some(Form::Op("arith.andi")),
-        Op::LogicalOr(_) => (dtype == DType::Bool).then_some(Form::Op("arith.ori")),
-        Op::Select(_) => Some(Form::Select),
-        _ => None,
+    match op.scalar(dtype)? {
+        Form::Convert(to) if !host_cast(dtype, to) => None,
+        form => Some(form),
     }
 }
 

@@ -18,7 +18,7 @@ use super::kernels::{self, Arith};
 use super::rules::{broadcast_binary, check_dtype, Accepts};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::dtype::DType;
-use crate::emit::{Emitter, MlirValue, TypeText};
+use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
 use crate::shape::{broadcast_shapes, TensorType};
@@ -46,6 +46,7 @@ macro_rules! binary_op {
         saves: $saves:expr,
         grad: |$ctx:ident, $saved:ident, $g:ident, $needs:ident| $grad:expr,
         mlir: |$e:ident, $ea:ident, $eb:ident, $eo:ident| $emit:expr
+        $(, scalar: |$sd:ident| $scalar:expr)?
     ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -76,6 +77,10 @@ macro_rules! binary_op {
                 let y: Result<MlirValue> = $emit;
                 Ok(smallvec![y?])
             }
+
+            $(fn scalar(&self, $sd: DType) -> Option<ScalarForm> {
+                $scalar
+            })?
 
             #[allow(unused_variables)]
             fn gradient<V: Value>(
@@ -131,7 +136,8 @@ binary_op! {
     kernel: |x, y| x.wadd(y),
     saves: Saves::NOTHING,
     grad: |ctx, saved, g, needs| (needs[0].then(|| g.clone()), needs[1].then(|| g.clone())),
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.add", &[a, b], out))
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.add", &[a, b], out)),
+    scalar: |d| ScalarForm::arith(d, "arith.addf", "arith.addi")
 }
 
 binary_op! {
@@ -143,7 +149,8 @@ binary_op! {
         let gb = if needs[1] { Some(build::neg(ctx, g)?) } else { None };
         (needs[0].then(|| g.clone()), gb)
     },
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.subtract", &[a, b], out))
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.subtract", &[a, b], out)),
+    scalar: |d| ScalarForm::arith(d, "arith.subf", "arith.subi")
 }
 
 binary_op! {
@@ -156,7 +163,8 @@ binary_op! {
         let gb = if needs[1] { Some(mul(ctx, g, saved.input(0)?)?) } else { None };
         (ga, gb)
     },
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.multiply", &[a, b], out))
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.multiply", &[a, b], out)),
+    scalar: |d| ScalarForm::arith(d, "arith.mulf", "arith.muli")
 }
 
 binary_op! {
@@ -177,7 +185,8 @@ binary_op! {
         };
         (needs[0].then_some(ga), gb)
     },
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.divide", &[a, b], out))
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.divide", &[a, b], out)),
+    scalar: |d| ScalarForm::float(d, "arith.divf")
 }
 
 binary_op! {
@@ -211,7 +220,8 @@ binary_op! {
         };
         (ga, gb)
     },
-    mlir: |e, a, b, out| emit_pow(e, a, b, out)
+    mlir: |e, a, b, out| emit_pow(e, a, b, out),
+    scalar: |d| ScalarForm::float(d, "math.powf")
 }
 
 /// `a ** b` with the kernel's (C `pow`'s) semantics. IREE lowers `stablehlo.power` with an
@@ -223,21 +233,21 @@ fn emit_pow(e: &mut Emitter, a: &MlirValue, b: &MlirValue, out: &TensorType) -> 
     let abs_a = e.elementwise("stablehlo.abs", &[a], out);
     let r = e.elementwise("stablehlo.power", &[&abs_a, b], out);
     let neg_r = e.elementwise("stablehlo.negate", &[&r], out);
-    // The sign bit, so that -0.0 counts as negative (pow(-0, -1) = -inf).
-    let int_ty = out.with_dtype(if out.dtype == DType::F64 {
-        DType::I64
-    } else {
-        DType::I32
-    });
-    let bits = e.op(
-        &format!(
-            "stablehlo.bitcast_convert {a} : ({ty}) -> {}",
-            TypeText(&int_ty)
-        ),
-        &int_ty,
+    // The sign bit, so that -0.0 counts as negative (pow(-0, -1) = -inf): a < 0, or a == 0
+    // with 1 / a = -inf. (Compares, not `bitcast_convert`: a module gradloop writes is one
+    // its importer reads back, and it has no bitcast.)
+    let zero = e.splat_like(a, 0.0)?;
+    let one = e.splat_like(a, 1.0)?;
+    let below = e.compare("LT", a, &zero);
+    let is_zero = e.compare("EQ", a, &zero);
+    let reciprocal = e.elementwise("stablehlo.divide", &[&one, a], out);
+    let negative_zero = e.compare("LT", &reciprocal, &zero);
+    let negative_zero = e.elementwise(
+        "stablehlo.and",
+        &[&is_zero, &negative_zero],
+        &is_zero.ty.clone(),
     );
-    let int_zero = e.splat_like(&bits, 0.0)?;
-    let sign = e.compare("LT", &bits, &int_zero);
+    let sign = e.elementwise("stablehlo.or", &[&below, &negative_zero], &below.ty.clone());
     // b is an odd integer: floor(b) == b and floor(b / 2) * 2 != b (false for infinities).
     let floor_b = e.elementwise("stablehlo.floor", &[b], out);
     let integral = e.compare("EQ", &floor_b, b);
@@ -259,12 +269,10 @@ fn emit_pow(e: &mut Emitter, a: &MlirValue, b: &MlirValue, out: &TensorType) -> 
         out,
     );
     // NaN for a finite negative base and a non-integer exponent.
-    let zero = e.splat_like(a, 0.0)?;
     let neg_inf = e.splat_like(a, f64::NEG_INFINITY)?;
-    let negative = e.compare("LT", a, &zero);
     let finite = e.compare("GT", a, &neg_inf);
     let fractional = e.elementwise("stablehlo.not", &[&integral], &integral.ty.clone());
-    let undefined = e.elementwise("stablehlo.and", &[&negative, &finite], &odd.ty.clone());
+    let undefined = e.elementwise("stablehlo.and", &[&below, &finite], &odd.ty.clone());
     let undefined = e.elementwise("stablehlo.and", &[&undefined, &fractional], &odd.ty.clone());
     let nan = e.splat_like(a, f64::NAN)?;
     let defined = e.op(
@@ -272,7 +280,6 @@ fn emit_pow(e: &mut Emitter, a: &MlirValue, b: &MlirValue, out: &TensorType) -> 
         out,
     );
     // 1 where C's pow is 1 and exp(b log|a|) is NaN: b = 0, a = 1, and |a| = 1 with |b| = inf.
-    let one = e.splat_like(a, 1.0)?;
     let inf = e.splat_like(a, f64::INFINITY)?;
     let b_zero = e.compare("EQ", b, &zero);
     let a_one = e.compare("EQ", a, &one);
@@ -297,7 +304,8 @@ binary_op! {
         let mask = greater_equal(ctx, saved.input(0)?, saved.input(1)?)?;
         route(ctx, &mask, g, needs)?
     },
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.maximum", &[a, b], out))
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.maximum", &[a, b], out)),
+    scalar: |d| ScalarForm::arith(d, "arith.maximumf", "arith.maxsi")
 }
 
 binary_op! {
@@ -309,7 +317,8 @@ binary_op! {
         let mask = less_equal(ctx, saved.input(0)?, saved.input(1)?)?;
         route(ctx, &mask, g, needs)?
     },
-    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.minimum", &[a, b], out))
+    mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.minimum", &[a, b], out)),
+    scalar: |d| ScalarForm::arith(d, "arith.minimumf", "arith.minsi")
 }
 
 /// Sends `g` to a where `mask`, to b elsewhere (broadcast to the output's shape).
@@ -334,14 +343,15 @@ fn route<V: Value>(
 }
 
 macro_rules! comparison_op {
-    ($($name:ident, $opname:literal, $builder:ident, $accepts:ident, |$x:ident, $y:ident| $kernel:expr, mlir: $mlir:ident $what:literal;)*) => {$(
+    ($($name:ident, $opname:literal, $builder:ident, $accepts:ident, |$x:ident, $y:ident| $kernel:expr, mlir: $mlir:ident $what:literal, scalar: |$sd:ident| $scalar:expr;)*) => {$(
         binary_op! {
             #[doc = concat!("Elementwise `", $opname, "`; the result is bool.")]
             $name, $opname, $builder, $accepts -> Bool,
             kernel: |$x, $y| $kernel,
             saves: Saves::NotDifferentiable("its output is bool"),
             grad: |ctx, saved, g, needs| (None, None),
-            mlir: |e, a, b, out| comparison_op!(@emit $mlir, $what, e, a, b, out)
+            mlir: |e, a, b, out| comparison_op!(@emit $mlir, $what, e, a, b, out),
+            scalar: |$sd| $scalar
         }
     )*};
     (@emit compare, $direction:literal, $e:ident, $a:ident, $b:ident, $out:ident) => { Ok($e.compare($direction, $a, $b)) };
@@ -349,14 +359,22 @@ macro_rules! comparison_op {
 }
 
 comparison_op! {
-    Equal, "equal", equal, Any, |x, y| x == y, mlir: compare "EQ";
-    NotEqual, "not_equal", not_equal, Any, |x, y| x != y, mlir: compare "NE";
-    Less, "less", less, Numeric, |x, y| x < y, mlir: compare "LT";
-    LessEqual, "less_equal", less_equal, Numeric, |x, y| x <= y, mlir: compare "LE";
-    Greater, "greater", greater, Numeric, |x, y| x > y, mlir: compare "GT";
-    GreaterEqual, "greater_equal", greater_equal, Numeric, |x, y| x >= y, mlir: compare "GE";
-    LogicalAnd, "logical_and", logical_and, Bool, |x, y| x && y, mlir: logical "stablehlo.and";
-    LogicalOr, "logical_or", logical_or, Bool, |x, y| x || y, mlir: logical "stablehlo.or";
+    Equal, "equal", equal, Any, |x, y| x == y, mlir: compare "EQ",
+        scalar: |d| ScalarForm::compare(d, "oeq", "eq");
+    NotEqual, "not_equal", not_equal, Any, |x, y| x != y, mlir: compare "NE",
+        scalar: |d| ScalarForm::compare(d, "une", "ne");
+    Less, "less", less, Numeric, |x, y| x < y, mlir: compare "LT",
+        scalar: |d| ScalarForm::order(d, "olt", "slt");
+    LessEqual, "less_equal", less_equal, Numeric, |x, y| x <= y, mlir: compare "LE",
+        scalar: |d| ScalarForm::order(d, "ole", "sle");
+    Greater, "greater", greater, Numeric, |x, y| x > y, mlir: compare "GT",
+        scalar: |d| ScalarForm::order(d, "ogt", "sgt");
+    GreaterEqual, "greater_equal", greater_equal, Numeric, |x, y| x >= y, mlir: compare "GE",
+        scalar: |d| ScalarForm::order(d, "oge", "sge");
+    LogicalAnd, "logical_and", logical_and, Bool, |x, y| x && y, mlir: logical "stablehlo.and",
+        scalar: |d| ScalarForm::logical(d, "arith.andi");
+    LogicalOr, "logical_or", logical_or, Bool, |x, y| x || y, mlir: logical "stablehlo.or",
+        scalar: |d| ScalarForm::logical(d, "arith.ori");
 }
 
 /// `where(cond, a, b)`: a where cond, else b; all three broadcast together.
@@ -386,6 +404,10 @@ impl OpDef for Select {
 
     fn saves(&self) -> Saves {
         Saves::inputs(0b001)
+    }
+
+    fn scalar(&self, _dtype: DType) -> Option<ScalarForm> {
+        Some(ScalarForm::Select)
     }
 
     fn emit(

@@ -15,7 +15,7 @@ use super::attrs::op_attrs;
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::dtype::{DType, Element};
-use crate::emit::{Emitter, MlirValue, TypeText};
+use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
 use crate::shape::{Shape, TensorType};
@@ -289,6 +289,14 @@ impl OpDef for Cast {
         }
     }
 
+    fn scalar(&self, dtype: DType) -> Option<ScalarForm> {
+        Some(if self.to == dtype {
+            ScalarForm::Same
+        } else {
+            ScalarForm::Convert(self.to)
+        })
+    }
+
     fn emit(
         &self,
         e: &mut Emitter,
@@ -346,6 +354,10 @@ impl OpDef for StopGradient {
         Saves::NotDifferentiable("stop_gradient blocks gradients by definition")
     }
 
+    fn scalar(&self, _dtype: DType) -> Option<ScalarForm> {
+        Some(ScalarForm::Same)
+    }
+
     fn emit(
         &self,
         _e: &mut Emitter,
@@ -387,6 +399,10 @@ impl OpDef for Identity {
 
     fn saves(&self) -> Saves {
         Saves::NOTHING
+    }
+
+    fn scalar(&self, _dtype: DType) -> Option<ScalarForm> {
+        Some(ScalarForm::Same)
     }
 
     fn emit(

@@ -12,7 +12,8 @@
 use smallvec::SmallVec;
 use std::fmt;
 
-use crate::emit::{Emitter, MlirValue};
+use crate::dtype::DType;
+use crate::emit::{Emitter, MlirValue, ScalarForm};
 use crate::error::{Error, ErrorKind, Result};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -164,6 +165,13 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         outputs: &[TensorType],
     ) -> Result<Values<MlirValue>>;
 
+    /// The op on rank-0 operands of `dtype` as host scalars (`ScalarForm`), where a form with
+    /// exactly its semantics exists; None (the default) emits its StableHLO on rank-0 tensors.
+    fn scalar(&self, dtype: DType) -> Option<ScalarForm> {
+        let _ = dtype;
+        None
+    }
+
     /// Input gradients from output gradients, built through `ctx` (so they run eagerly, trace
     /// into a graph, and are recorded by outer tapes for higher order). `grads[i]` is `None`
     /// when output `i` received no gradient; rules make their own zeros when they need them.
@@ -246,6 +254,9 @@ macro_rules! op_table {
             }
             pub fn emit(&self, e: &mut Emitter, inputs: &[MlirValue], outputs: &[TensorType]) -> Result<Values<MlirValue>> {
                 match self { $( Op::$variant(o) => o.emit(e, inputs, outputs), )* }
+            }
+            pub fn scalar(&self, dtype: DType) -> Option<ScalarForm> {
+                match self { $( Op::$variant(o) => o.scalar(dtype), )* }
             }
             pub fn gradient<V: Value>(
                 &self,

@@ -17,7 +17,7 @@ use super::kernels::Arith;
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
 use crate::dtype::DType;
-use crate::emit::{Emitter, MlirValue};
+use crate::emit::{Emitter, MlirValue, ScalarForm};
 use crate::error::{Error, Result};
 use crate::ops::Context;
 use crate::shape::TensorType;
@@ -39,6 +39,7 @@ macro_rules! unary_op {
         saves: $saves:expr,
         grad: |$ctx:ident, $saved:ident, $g:ident| $grad:expr,
         mlir: |$e:ident, $mx:ident| $emit:expr
+        $(, scalar: |$sd:ident| $scalar:expr)?
     ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -68,6 +69,10 @@ macro_rules! unary_op {
                 let y: Result<MlirValue> = $emit;
                 Ok(smallvec::smallvec![y?])
             }
+
+            $(fn scalar(&self, $sd: DType) -> Option<ScalarForm> {
+                $scalar
+            })?
 
             #[allow(unused_variables)]
             fn gradient<V: Value>(
@@ -115,7 +120,8 @@ unary_op! {
     kernel: |x: T| x.wneg(),
     saves: Saves::NOTHING,
     grad: |ctx, saved, g| Ok(Some(neg(ctx, g)?)),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.negate", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.negate", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "arith.negf")
 }
 
 unary_op! {
@@ -124,7 +130,8 @@ unary_op! {
     kernel: |x: T| x.exp(),
     saves: Saves::OUTPUT,
     grad: |ctx, saved, g| Ok(Some(build::mul(ctx, g, saved.output(0)?)?)),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.exponential", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.exponential", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.exp")
 }
 
 unary_op! {
@@ -133,7 +140,8 @@ unary_op! {
     kernel: |x: T| x.ln(),
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| Ok(Some(build::div(ctx, g, saved.input(0)?)?)),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.log", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.log", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.log")
 }
 
 unary_op! {
@@ -145,7 +153,8 @@ unary_op! {
         let c = cos(ctx, saved.input(0)?)?;
         Ok(Some(build::mul(ctx, g, &c)?))
     },
-    mlir: |e, x| Ok(e.elementwise("stablehlo.sine", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.sine", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.sin")
 }
 
 unary_op! {
@@ -158,7 +167,8 @@ unary_op! {
         let gs = build::mul(ctx, g, &s)?;
         Ok(Some(neg(ctx, &gs)?))
     },
-    mlir: |e, x| Ok(e.elementwise("stablehlo.cosine", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.cosine", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.cos")
 }
 
 unary_op! {
@@ -173,7 +183,8 @@ unary_op! {
         let d = build::sub(ctx, &one, &yy)?;
         Ok(Some(build::mul(ctx, g, &d)?))
     },
-    mlir: |e, x| Ok(e.elementwise("stablehlo.tanh", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.tanh", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.tanh")
 }
 
 unary_op! {
@@ -226,7 +237,8 @@ unary_op! {
         let two_y = build::add(ctx, y, y)?;
         Ok(Some(build::div(ctx, g, &two_y)?))
     },
-    mlir: |e, x| Ok(e.elementwise("stablehlo.sqrt", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.sqrt", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.sqrt")
 }
 
 unary_op! {
@@ -238,7 +250,8 @@ unary_op! {
         let s = sign(ctx, saved.input(0)?)?;
         Ok(Some(build::mul(ctx, g, &s)?))
     },
-    mlir: |e, x| Ok(e.elementwise("stablehlo.abs", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.abs", &[x], &x.ty)),
+    scalar: |d| ScalarForm::arith(d, "math.absf", "math.absi")
 }
 
 unary_op! {
@@ -284,7 +297,8 @@ unary_op! {
     kernel: |x: T| !x,
     saves: Saves::NotDifferentiable("its output is bool"),
     grad: |ctx, saved, g| Err(Error::gradient("logical_not", "logical_not is not differentiable")),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.not", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.not", &[x], &x.ty)),
+    scalar: |d| (d == DType::Bool).then_some(ScalarForm::Not)
 }
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub use types::Type;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, ValueType};
+use crate::interpret::{run_graph, RtValue};
+use crate::tensor::Tensor;
 use crate::trace::{gradient_graph, lock, Tracer};
 use importer::{entry_block, import_error, symbol_name, Importer};
 
@@ -94,6 +96,30 @@ pub fn import_function(module: &Operation, function: &str, source: &str) -> Resu
         ));
     }
     Ok(traced.graph)
+}
+
+/// `function` of the generic-form module `text`, imported and run on the graph interpreter on
+/// `args`: the reference semantics of a module, what a round trip through the emitter and the
+/// importer is checked against.
+pub fn run_reference(
+    text: &str,
+    function: &str,
+    args: Vec<Tensor>,
+    source: &str,
+) -> Result<Vec<Tensor>> {
+    let module = parse_generic(text)?;
+    let graph = import_function(&module, function, source)?;
+    let outputs = run_graph(&graph, args.into_iter().map(RtValue::Tensor).collect())?;
+    outputs
+        .into_iter()
+        .map(|v| match v {
+            RtValue::Tensor(t) => Ok(t),
+            other => Err(Error::internal(
+                "mlir import",
+                format!("@{function} returned a {}", other.value_type()),
+            )),
+        })
+        .collect()
 }
 
 /// The generic-form module `text` with a public `func.func @<function>_grad` added: it takes
