@@ -76,7 +76,8 @@ def gradients(v, i):
 
 def gather(v, i):
     # take, and its gradient: scatter_add.
-    return (gl.grad(lambda v: gl.sum(gl.take(v, gl.tensor(TAKEN)) ** 2))(v),)
+    taken = gl.take(gl.reshape(v[:4], (2, 2)), gl.tensor(TAKEN[:2] - 2), axis=1)
+    return (taken, gl.grad(lambda v: gl.sum(gl.take(v, gl.tensor(TAKEN)) ** 2))(v))
 
 
 CASES = [
@@ -87,12 +88,8 @@ CASES = [
     (layout, (X, Y)),
     (index, (V, INDEX)),
     (gradients, (V, INDEX)),
+    (gather, (V, INDEX)),
 ]
-
-#: Ops whose StableHLO the importer does not read back yet (`stablehlo.gather` and
-#: `stablehlo.scatter` in the forms `take` and `scatter_add` write), with the program that
-#: writes them: importing it is a `CompileError` naming the op, never a wrong number.
-NOT_IMPORTED = {"take": "stablehlo.gather", "scatter_add": "stablehlo.scatter"}
 
 
 def _generic(text: str) -> str:
@@ -112,17 +109,38 @@ def test_the_importer_inverts_the_emitter(fn, args) -> None:
         np.testing.assert_array_equal(g, w, err_msg=f"{fn.__name__} result {k}")
 
 
-def test_gather_and_scatter_are_refused_by_name() -> None:
-    text = _generic(gl.to_mlir(gather, V, INDEX))
-    with pytest.raises(gl.errors.CompileError, match=r"stablehlo\.gather"):
-        _core.mlir_run_reference(text, "gather", [V, INDEX])
-
-
 def test_the_cases_reach_every_op_of_the_table() -> None:
     reached = set()
-    for fn, args in [*CASES, (gather, (V, INDEX))]:
+    for fn, args in CASES:
         concrete = gl.function(fn).concrete_function(*args)
         reached |= {name for name in _core.op_names() if concrete.count_nodes(name)}
     assert set(_core.op_names()) - reached == set(UNREACHED)
-    concrete = gl.function(gather).concrete_function(V, INDEX)
-    assert all(concrete.count_nodes(op) for op in NOT_IMPORTED)
+
+
+GATHER_SCATTER = """
+func.func @main(%x: tensor<5xf64>, %i: tensor<3x1xi32>, %u: tensor<3xf64>)
+    -> (tensor<3xf64>, tensor<5xf64>) {
+  %g = "stablehlo.gather"(%x, %i) {dimension_numbers = #stablehlo.gather<
+      collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>,
+      indices_are_sorted = false, slice_sizes = array<i64: 1>}
+      : (tensor<5xf64>, tensor<3x1xi32>) -> tensor<3xf64>
+  %s = "stablehlo.scatter"(%x, %i, %u) ({
+  ^bb0(%a: tensor<f64>, %b: tensor<f64>):
+    %t = stablehlo.add %a, %b : tensor<f64>
+    stablehlo.return %t : tensor<f64>
+  }) {indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<
+      inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>,
+      unique_indices = false} : (tensor<5xf64>, tensor<3x1xi32>, tensor<3xf64>) -> tensor<5xf64>
+  return %g, %s : tensor<3xf64>, tensor<5xf64>
+}
+"""
+
+
+def test_gather_clamps_and_scatter_skips_out_of_range_indices_as_stablehlo_does() -> None:
+    # JAX's form: an explicit index vector dimension of size 1.
+    x = np.array([10.0, 11.0, 12.0, 13.0, 14.0])
+    i = np.array([[-1], [2], [9]], dtype=np.int32)
+    u = np.array([1.0, 2.0, 3.0])
+    g, s = _core.mlir_run_reference(_generic(GATHER_SCATTER), "main", [x, i, u])
+    np.testing.assert_array_equal(np.asarray(g), [10.0, 12.0, 14.0])
+    np.testing.assert_array_equal(np.asarray(s), x + [0.0, 0.0, 2.0, 0.0, 0.0])

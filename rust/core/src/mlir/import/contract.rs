@@ -139,7 +139,7 @@ fn contract(im: &mut Importer<'_>, op: &Operation, x: &[Val], dims: &Dims) -> Re
 
 /// What a reduction region computes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Combiner {
+pub(crate) enum Combiner {
     Add,
     Max,
     Min,
@@ -148,7 +148,7 @@ enum Combiner {
 }
 
 /// The combiner of a `reduce` region: one binary op on the two block arguments, then return.
-fn combiner(op: &Operation) -> Result<Combiner> {
+pub(crate) fn combiner(op: &Operation) -> Result<Combiner> {
     let unsupported = || {
         import_error(
             &op.name,

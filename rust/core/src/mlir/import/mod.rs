@@ -22,6 +22,7 @@ mod contract;
 mod control;
 mod cursor;
 mod elementwise;
+mod gather;
 mod importer;
 mod layout;
 mod syntax;

@@ -6,6 +6,7 @@
 use super::contract;
 use super::control;
 use super::elementwise::{self as ew, binary, unary};
+use super::gather;
 use super::importer::Importer;
 use super::layout;
 use super::syntax::Operation;
@@ -103,6 +104,9 @@ static TABLE: &[(&str, Convert)] = &[
     ("stablehlo.dot_general", contract::dot_general),
     ("stablehlo.dot", contract::dot),
     ("stablehlo.reduce", contract::reduce),
+    // indexing along one axis
+    ("stablehlo.gather", gather::gather),
+    ("stablehlo.scatter", gather::scatter),
     // control flow
     ("stablehlo.while", control::stablehlo_while),
     ("stablehlo.if", control::if_op),
