@@ -143,4 +143,4 @@ def test_gather_clamps_and_scatter_skips_out_of_range_indices_as_stablehlo_does(
     u = np.array([1.0, 2.0, 3.0])
     g, s = _core.mlir_run_reference(_generic(GATHER_SCATTER), "main", [x, i, u])
     np.testing.assert_array_equal(np.asarray(g), [10.0, 12.0, 14.0])
-    np.testing.assert_array_equal(np.asarray(s), x + [0.0, 0.0, 2.0, 0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(s), x + np.array([0.0, 0.0, 2.0, 0.0, 0.0]))
