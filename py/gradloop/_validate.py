@@ -135,13 +135,6 @@ def check_branch_fns(fn: str, branch_fns: Any, default: Any) -> list[Callable[[]
     return branches
 
 
-def _adapts(x: Any, like: Any) -> bool:
-    """Python ints adapt to any numeric dtype, floats to float dtypes (as in ops)."""
-    if not isinstance(like, _core.Tensor) or isinstance(x, bool) or not isinstance(x, (int, float)):
-        return False
-    return like.dtype.is_floating or (isinstance(x, int) and like.dtype.is_integer)
-
-
 def to_tensor(fn: str, x: Any, path: str, what: str, like: Any = None) -> Any:
     """A leaf as a tensor: Python scalars adapt to `like`'s dtype; Variables are read."""
     x = _host_scalar(x)
@@ -150,7 +143,7 @@ def to_tensor(fn: str, x: Any, path: str, what: str, like: Any = None) -> Any:
     if not isinstance(x, (bool, int, float, np.ndarray, np.generic)):
         fail(fn, f"{what} at {nest.path_str(path)} must be a tensor; got {describe(x)}")
     try:
-        return _core.tensor(x, dtype=like.dtype) if _adapts(x, like) else _core.tensor(x)
+        return _core.tensor_like(x, like) if isinstance(like, _core.Tensor) else _core.tensor(x)
     except (errors.GradloopError, TypeError, ValueError) as e:
         fail(fn, f"{what} at {nest.path_str(path)} cannot be converted to a tensor: {e}")
 

@@ -207,12 +207,7 @@ impl Scalar {
     /// The scalar as a 0-d tensor of `dtype`. Ints adapt to any numeric dtype, floats to float
     /// dtypes only, bools to bool only: anything else would silently change the meaning.
     pub fn to_tensor(self, dtype: DType, op: &'static str) -> Result<Tensor> {
-        let ok = match self {
-            Scalar::Bool(_) => dtype == DType::Bool,
-            Scalar::Int(_) => dtype.is_numeric(),
-            Scalar::Float(_) => dtype.is_float(),
-        };
-        if !ok {
+        if !self.adapts_to(dtype) {
             return Err(Error::dtype(
                 op,
                 format!(
@@ -229,14 +224,44 @@ impl Scalar {
                 ));
             }
         }
-        let value = match self {
+        Ok(match (self, dtype) {
+            (Scalar::Int(i), DType::I64) => Tensor::scalar(i),
+            _ => Tensor::filled(dtype, &[], self.as_f64()),
+        })
+    }
+
+    /// Whether the scalar combines with a tensor of `dtype` without changing meaning: ints with
+    /// any numeric dtype, floats with floats, bools with bools.
+    pub fn adapts_to(self, dtype: DType) -> bool {
+        match self {
+            Scalar::Bool(_) => dtype == DType::Bool,
+            Scalar::Int(_) => dtype.is_numeric(),
+            Scalar::Float(_) => dtype.is_float(),
+        }
+    }
+
+    /// The value as a float (ints beyond 2^53 round).
+    pub fn as_f64(self) -> f64 {
+        match self {
             Scalar::Bool(b) => f64::from(u8::from(b)),
             Scalar::Int(i) => i as f64,
             Scalar::Float(f) => f,
-        };
-        Ok(match (self, dtype) {
-            (Scalar::Int(i), DType::I64) => Tensor::scalar(i),
-            _ => Tensor::filled(dtype, &[], value),
+        }
+    }
+
+    /// The dtype an op's operands are unified to: the first tensor's, or with only Python
+    /// scalars, the widest kind's default (float over int over bool; float32 with none).
+    pub fn unified_dtype(tensors: &[DType], scalars: &[Scalar]) -> DType {
+        tensors.first().copied().unwrap_or_else(|| {
+            scalars
+                .iter()
+                .map(|s| s.default_dtype())
+                .max_by_key(|d| match d {
+                    DType::Bool => 0,
+                    DType::I32 | DType::I64 => 1,
+                    _ => 2,
+                })
+                .unwrap_or(DType::F32)
         })
     }
 
@@ -263,6 +288,20 @@ impl Scalar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operands_unify_to_the_first_tensor_or_the_widest_scalar() {
+        let (i, f, b) = (Scalar::Int(2), Scalar::Float(0.5), Scalar::Bool(true));
+        assert_eq!(Scalar::unified_dtype(&[DType::F64], &[i, f]), DType::F64);
+        assert_eq!(Scalar::unified_dtype(&[], &[b, i]), DType::I32);
+        assert_eq!(Scalar::unified_dtype(&[], &[i, f]), DType::F32);
+        assert_eq!(
+            Scalar::unified_dtype(&[], &[Scalar::Int(1 << 40)]),
+            DType::I64
+        );
+        assert_eq!(Scalar::unified_dtype(&[], &[]), DType::F32);
+        assert!(i.adapts_to(DType::F32) && !f.adapts_to(DType::I32) && !b.adapts_to(DType::I32));
+    }
 
     #[test]
     fn construction_checks_element_count() {

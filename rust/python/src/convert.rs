@@ -41,6 +41,17 @@ pub fn scalar(obj: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
     Ok(None)
 }
 
+/// A number argument (`arange`'s): a Python int (or bool) is an int, anything else that
+/// converts to a float (numpy scalars included) a float.
+pub fn python_number(obj: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+    Ok(match scalar(obj)? {
+        Some(Scalar::Bool(b)) => Scalar::Int(i64::from(b)),
+        Some(s) => s,
+        None if obj.is_instance_of::<PyInt>() => Scalar::Int(obj.extract()?),
+        None => Scalar::Float(obj.extract()?),
+    })
+}
+
 pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(Operand::Tensor(t.get().inner.clone()));
@@ -98,27 +109,14 @@ pub fn binary_operands(
 /// Operands of an op that needs one dtype: Python scalars take the dtype of the tensors.
 pub fn unify(py: Python<'_>, op: &'static str, objs: &[&Bound<'_, PyAny>]) -> PyResult<Vec<Val>> {
     let operands: Vec<Operand> = objs.iter().map(|o| operand(o)).collect::<PyResult<_>>()?;
-    let dtype = operands
-        .iter()
-        .find_map(|o| match o {
-            Operand::Tensor(t) => Some(t.ty().dtype),
-            Operand::Scalar(_) => None,
-        })
-        .or_else(|| {
-            // Only scalars: the widest kind decides (float over int over bool).
-            operands
-                .iter()
-                .map(|o| match o {
-                    Operand::Scalar(s) => s.default_dtype(),
-                    Operand::Tensor(t) => t.ty().dtype,
-                })
-                .max_by_key(|d| match d {
-                    DType::Bool => 0,
-                    DType::I32 | DType::I64 => 1,
-                    _ => 2,
-                })
-        })
-        .unwrap_or(DType::F32);
+    let (mut tensors, mut scalars) = (Vec::new(), Vec::new());
+    for o in &operands {
+        match o {
+            Operand::Tensor(t) => tensors.push(t.ty().dtype),
+            Operand::Scalar(s) => scalars.push(*s),
+        }
+    }
+    let dtype = Scalar::unified_dtype(&tensors, &scalars);
     operands
         .into_iter()
         .map(|o| match o {

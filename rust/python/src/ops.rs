@@ -3,13 +3,13 @@
 //! here.
 
 use gradloop::ops::{build, layout, reduce};
-use gradloop::shape::{normalize_axis, ShapeDisplay, DYN};
+use gradloop::shape::{normalize_axis, DYN};
 use gradloop::trace::Val;
-use gradloop::{DType, Value};
+use gradloop::{DType, Scalar, Value};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PySequence};
+use pyo3::types::{PyBool, PyFloat, PyInt, PySequence};
 
-use crate::convert::{binary_operands, input, opt_dtype, scalar};
+use crate::convert::{binary_operands, input, opt_dtype, python_number, scalar};
 use crate::dtype::to_dtype;
 use crate::errors::IntoPyResult;
 use crate::runtime::{numel, run, run_op, work};
@@ -314,37 +314,16 @@ pub mod py_shape {
         axis: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let x = input(x)?;
-        let shape = x.ty().shape.to_vec();
-        let axes: Vec<usize> = match axis.filter(|a| !a.is_none()) {
-            None => (0..shape.len()).filter(|&i| shape[i] == 1).collect(),
-            Some(a) => {
-                let axes = int_list(a)?
-                    .into_iter()
-                    .map(|ax| normalize_axis("squeeze", ax, shape.len()))
-                    .collect::<gradloop::Result<Vec<_>>>()
-                    .py(py)?;
-                if let Some(&bad) = axes.iter().find(|&&ax| shape[ax] != 1) {
-                    return Err(crate::errors::new_err(
-                        py,
-                        gradloop::ErrorKind::Shape,
-                        "squeeze",
-                        match shape[bad] {
-                            DYN => format!(
-                                "cannot squeeze axis {bad}: its size is unknown until run time \
-                                 (shape {})",
-                                ShapeDisplay(&shape)
-                            ),
-                            n => format!(
-                                "cannot squeeze axis {bad} of size {n} (shape {})",
-                                ShapeDisplay(&shape)
-                            ),
-                        },
-                    ));
-                }
-                axes
-            }
+        let axes = match axis.filter(|a| !a.is_none()) {
+            None => None,
+            Some(a) => Some(int_list(a)?),
         };
-        run_op!(py, 0, |ctx, x| build::squeeze(ctx, &x, &axes)).map(PyTensor::new)
+        run_op!(py, 0, |ctx, x| build::squeeze_axes(
+            ctx,
+            &x,
+            axes.as_deref()
+        ))
+        .map(PyTensor::new)
     }
 
     /// `where(cond, x, y)`: x where cond is true, else y (broadcasting).
@@ -373,19 +352,8 @@ pub mod py_shape {
     ) -> PyResult<PyTensor> {
         let x = input(x)?;
         let indices = input(indices)?;
-        // axis=None takes from the flattened tensor; the flattening is recorded like any op.
-        let (flatten, axis) = match axis {
-            None => (true, 0),
-            Some(a) => (false, normalize_axis("take", a, x.ty().ndim()).py(py)?),
-        };
         run_op!(py, work(&[&x, &indices]), |ctx, x, indices| {
-            let x = if flatten {
-                let n = gradloop::shape::numel(&x.ty().shape);
-                build::reshape(ctx, &x, &[n])?
-            } else {
-                x
-            };
-            build::take(ctx, &x, &indices, axis)
+            build::take_along(ctx, &x, &indices, axis)
         })
         .map(PyTensor::new)
     }
@@ -506,24 +474,12 @@ pub mod py_creation {
         step: Option<&Bound<'_, PyAny>>,
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let all_int = [Some(start), stop, step]
-            .into_iter()
-            .flatten()
-            .filter(|o| !o.is_none())
-            .all(|o| o.is_instance_of::<PyInt>());
-        let f = |o: Option<&Bound<'_, PyAny>>, d: f64| -> PyResult<f64> {
-            match o {
-                Some(o) if !o.is_none() => o.extract(),
-                _ => Ok(d),
-            }
+        let number = |o: Option<&Bound<'_, PyAny>>| -> PyResult<Option<Scalar>> {
+            o.filter(|o| !o.is_none()).map(python_number).transpose()
         };
-        let (a, b) = match stop.filter(|s| !s.is_none()) {
-            None => (0.0, start.extract::<f64>()?),
-            Some(s) => (start.extract::<f64>()?, s.extract::<f64>()?),
-        };
-        let st = f(step, 1.0)?;
-        let dtype = creation_dtype(dtype, if all_int { DType::I32 } else { DType::F32 })?;
-        run_op!(py, 0, |ctx| build::arange(ctx, a, b, st, dtype)).map(PyTensor::new)
+        let (start, stop, step) = (python_number(start)?, number(stop)?, number(step)?);
+        let dtype = opt_dtype(dtype)?;
+        run_op!(py, 0, |ctx| build::arange_of(ctx, start, stop, step, dtype)).map(PyTensor::new)
     }
 
     /// `gl.tensor(data, dtype=None)`: from Python scalars, nested lists, numpy arrays or tensors.
@@ -533,6 +489,28 @@ pub mod py_creation {
         Ok(PyTensor::new(crate::convert::to_tensor(
             data,
             opt_dtype(dtype)?,
+        )?))
+    }
+
+    /// `data` as a tensor, a Python scalar taking `like`'s dtype where it adapts to it (as an
+    /// op's scalar operand does: `Scalar::adapts_to`) and its own default otherwise.
+    #[pyfunction]
+    pub fn tensor_like(data: &Bound<'_, PyAny>, like: PyRef<'_, PyTensor>) -> PyResult<PyTensor> {
+        let dtype = like.inner.ty().dtype;
+        // Python ints and floats, their subclasses included (np.float64 is one).
+        let number = if data.is_instance_of::<PyBool>() {
+            None
+        } else if data.is_instance_of::<PyFloat>() {
+            Some(Scalar::Float(0.0))
+        } else if data.is_instance_of::<PyInt>() {
+            Some(Scalar::Int(0))
+        } else {
+            None
+        };
+        let adapted = number.is_some_and(|s| s.adapts_to(dtype));
+        Ok(PyTensor::new(crate::convert::to_tensor(
+            data,
+            adapted.then_some(dtype),
         )?))
     }
 }
@@ -559,6 +537,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(py_creation::ones_like, m)?,
         wrap_pyfunction!(py_creation::arange, m)?,
         wrap_pyfunction!(py_creation::tensor, m)?,
+        wrap_pyfunction!(py_creation::tensor_like, m)?,
     ] {
         m.add_function(f)?;
     }

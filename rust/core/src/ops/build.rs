@@ -15,12 +15,14 @@ pub use super::binary::{
     minimum, mul, not_equal, pow, select, sub,
 };
 pub use super::creation::{
-    arange, cast, fill, fill_like, identity, ones_like, stop_gradient, zeros_like,
+    arange, arange_of, cast, fill, fill_like, identity, ones_like, stop_gradient, zeros_like,
 };
+pub use super::gather::take_along;
 pub use super::index::{dynamic_slice, dynamic_update_slice, scatter_add, take};
 pub use super::indexing::{getitem, IndexItem};
 pub use super::layout::{
-    broadcast_to, concatenate, expand_dims, pad, reshape, reverse, slice, squeeze, stack, transpose,
+    broadcast_to, concatenate, expand_dims, pad, reshape, reverse, slice, squeeze, squeeze_axes,
+    stack, transpose,
 };
 pub use super::matmul::matmul;
 pub use super::reduce::{mean, reduce_max, reduce_min, sum};

@@ -19,6 +19,7 @@ use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
 use crate::shape::{Shape, TensorType};
+use crate::tensor::Scalar;
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -223,6 +224,26 @@ impl Arange {
 }
 
 /// numpy's `arange(start, stop, step)`: values in [start, stop) spaced by `step`.
+/// numpy's `arange(stop)` / `arange(start, stop, step)` on Python numbers: int32 when every
+/// argument is an int, float32 otherwise, unless `dtype` says.
+pub fn arange_of<V: Value>(
+    ctx: &mut dyn Context<V>,
+    start: Scalar,
+    stop: Option<Scalar>,
+    step: Option<Scalar>,
+    dtype: Option<DType>,
+) -> Result<V> {
+    let given = [Some(start), stop, step];
+    let all_int = given.iter().flatten().all(|s| matches!(s, Scalar::Int(_)));
+    let (a, b) = match stop {
+        None => (0.0, start.as_f64()),
+        Some(stop) => (start.as_f64(), stop.as_f64()),
+    };
+    let step = step.map_or(1.0, Scalar::as_f64);
+    let default = if all_int { DType::I32 } else { DType::F32 };
+    arange(ctx, a, b, step, dtype.unwrap_or(default))
+}
+
 pub fn arange<V: Value>(
     ctx: &mut dyn Context<V>,
     start: f64,
@@ -427,4 +448,34 @@ impl OpDef for Identity {
 
 pub fn identity<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
     build::apply1(ctx, Identity, std::slice::from_ref(x))
+}
+
+#[cfg(test)]
+mod arange_tests {
+    use super::*;
+    use crate::ops::EagerContext;
+
+    #[test]
+    fn arange_is_int32_when_every_argument_is_an_int() {
+        let cx = &mut EagerContext;
+        let ints: Tensor = arange_of(cx, Scalar::Int(5), None, None, None).unwrap();
+        assert_eq!(
+            (ints.dtype(), ints.to_f64_vec()),
+            (DType::I32, vec![0., 1., 2., 3., 4.])
+        );
+        let floats: Tensor = arange_of(
+            cx,
+            Scalar::Int(1),
+            Some(Scalar::Int(2)),
+            Some(Scalar::Float(0.5)),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (floats.dtype(), floats.to_f64_vec()),
+            (DType::F32, vec![1.0, 1.5])
+        );
+        let given: Tensor = arange_of(cx, Scalar::Int(3), None, None, Some(DType::F64)).unwrap();
+        assert_eq!(given.dtype(), DType::F64);
+    }
 }

@@ -396,6 +396,26 @@ pub fn take<V: Value>(ctx: &mut dyn Context<V>, x: &V, indices: &V, axis: usize)
     build::apply1(ctx, Take { axis }, &[x.clone(), indices.clone()])
 }
 
+/// numpy's `take(x, indices, axis)` with `axis` of any sign, or from the flattened `x` when
+/// None (the flattening is an op like any other, recorded by tapes).
+pub fn take_along<V: Value>(
+    ctx: &mut dyn Context<V>,
+    x: &V,
+    indices: &V,
+    axis: Option<i64>,
+) -> Result<V> {
+    match axis {
+        Some(a) => {
+            let axis = crate::shape::normalize_axis("take", a, x.ty().ndim())?;
+            take(ctx, x, indices, axis)
+        }
+        None => {
+            let flat = build::reshape(ctx, x, &[crate::shape::numel(&x.ty().shape)])?;
+            take(ctx, &flat, indices, 0)
+        }
+    }
+}
+
 /// Zeros with `dim_size` along `axis`, `updates` summed in at `indices`.
 pub fn scatter_add<V: Value>(
     ctx: &mut dyn Context<V>,
@@ -420,6 +440,24 @@ mod tests {
 
     fn idx(v: Vec<i64>, shape: &[usize]) -> Tensor {
         Tensor::from_vec(v, shape).unwrap()
+    }
+
+    #[test]
+    fn take_along_an_axis_of_any_sign_or_the_flattened_tensor() {
+        let cx = &mut EagerContext;
+        let x = iota(&[2, 3]);
+        let idx = Tensor::from_vec(vec![2i32, 0], &[2]).unwrap();
+        let flat = take_along(cx, &x, &idx, None).unwrap();
+        assert_eq!(
+            flat.to_f64_vec(),
+            vec![x.to_f64_vec()[2], x.to_f64_vec()[0]]
+        );
+        let last = take_along(cx, &x, &idx, Some(-1)).unwrap();
+        assert_eq!(
+            last.to_f64_vec(),
+            take(cx, &x, &idx, 1).unwrap().to_f64_vec()
+        );
+        assert!(take_along(cx, &x, &idx, Some(2)).is_err());
     }
 
     #[test]

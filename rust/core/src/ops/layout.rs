@@ -235,6 +235,34 @@ pub fn expand_dims<V: Value>(ctx: &mut dyn Context<V>, x: &V, axis: usize) -> Re
     reshape(ctx, x, &shape)
 }
 
+/// numpy's `squeeze(x, axis)`: the size-1 axes `axis` (any sign) removed, or all of them when
+/// `axis` is None; an axis of another size, or of a size unknown until run time, is a `Shape`
+/// error.
+pub fn squeeze_axes<V: Value>(ctx: &mut dyn Context<V>, x: &V, axis: Option<&[i64]>) -> Result<V> {
+    let shape = x.ty().shape.to_vec();
+    let axes: Vec<usize> = match axis {
+        None => (0..shape.len()).filter(|&i| shape[i] == 1).collect(),
+        Some(axis) => {
+            let axes = axis
+                .iter()
+                .map(|&a| crate::shape::normalize_axis("squeeze", a, shape.len()))
+                .collect::<Result<Vec<_>>>()?;
+            if let Some(&bad) = axes.iter().find(|&&a| shape[a] != 1) {
+                let why = match shape[bad] {
+                    DYN => format!("cannot squeeze axis {bad}: its size is unknown until run time"),
+                    n => format!("cannot squeeze axis {bad} of size {n}"),
+                };
+                return Err(Error::shape(
+                    "squeeze",
+                    format!("{why} (shape {})", ShapeDisplay(&shape)),
+                ));
+            }
+            axes
+        }
+    };
+    squeeze(ctx, x, &axes)
+}
+
 pub fn squeeze<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Result<V> {
     let shape: Shape = x
         .ty()
@@ -253,6 +281,21 @@ mod tests {
     use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
     use crate::ErrorKind;
+
+    #[test]
+    fn squeeze_takes_numpys_axis_argument() {
+        let cx = &mut EagerContext;
+        let x = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2, 1]).unwrap();
+        assert_eq!(squeeze_axes(cx, &x, None).unwrap().shape(), &[2]);
+        assert_eq!(squeeze_axes(cx, &x, Some(&[-1])).unwrap().shape(), &[1, 2]);
+        let e = squeeze_axes(cx, &x, Some(&[1])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Shape);
+        assert!(e
+            .to_string()
+            .contains("cannot squeeze axis 1 of size 2 (shape [1, 2, 1])"));
+        let e = squeeze_axes(cx, &x, Some(&[3])).unwrap_err();
+        assert!(e.to_string().starts_with("squeeze"), "{e}");
+    }
 
     #[test]
     fn reshape_and_broadcast_forward() {
