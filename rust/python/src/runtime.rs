@@ -4,10 +4,9 @@
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
 
-use gradloop::trace::{graph_registry, lock, TraceContext, TracerRef, Val};
-use gradloop::{Context, EagerContext, Error, GradientRegistry, TapeContext, TapeRef, Tensor};
+use gradloop::trace::{lock, registry, TraceContext, TracerRef, Val};
+use gradloop::{Context, EagerContext, Error, TapeContext, TapeRef, Tensor};
 use pyo3::prelude::*;
 
 use crate::errors::{to_py, user_frame};
@@ -27,13 +26,6 @@ struct ThreadState {
 
 thread_local! {
     static STATE: RefCell<ThreadState> = RefCell::new(ThreadState::default());
-}
-
-/// The registry of every op's rule plus control flow and stacks (graph mode's registry serves
-/// eager values too: `Val` is concrete or symbolic).
-pub fn registry() -> &'static GradientRegistry<Val> {
-    static REGISTRY: OnceLock<GradientRegistry<Val>> = OnceLock::new();
-    REGISTRY.get_or_init(graph_registry)
 }
 
 pub fn active_tapes() -> Vec<TapeRef<Val>> {

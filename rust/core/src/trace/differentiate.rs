@@ -8,7 +8,7 @@
 //! Integer results get no gradient (their cotangents are ignored); an argument nothing
 //! depends on gets zeros.
 
-use super::{graph_registry, lock, replay, TraceContext, Tracer, Val};
+use super::{lock, registry, replay, TraceContext, Tracer, Val};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::ops::build;
@@ -70,7 +70,7 @@ pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph>
         params.extend(f.result_types()?);
     }
     let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);
-    let registry = graph_registry();
+    let registry = registry();
     let mut base = TraceContext::new(Some(tracer.clone()));
     let tape: TapeRef<Val> = Tape::new_ref(false);
     let mut sources: Vec<usize> = wrt.to_vec();
@@ -86,7 +86,7 @@ pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph>
     let mut taped = TapeContext {
         inner: &mut base,
         tapes: &tapes,
-        registry: &registry,
+        registry,
     };
     let ys = replay(&mut taped, f, &xs[..n])?;
     let (mut targets, mut seeds) = (Vec::new(), Vec::new());

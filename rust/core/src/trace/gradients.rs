@@ -42,7 +42,9 @@ pub fn graph_registry() -> GradientRegistry<Val> {
     r
 }
 
-fn registry() -> &'static GradientRegistry<Val> {
+/// The process's one registry: every op's rule plus control flow, stacks and custom gradients,
+/// for eager and symbolic values alike (`Val` is either). Built once, on first use.
+pub fn registry() -> &'static GradientRegistry<Val> {
     static REGISTRY: std::sync::OnceLock<GradientRegistry<Val>> = std::sync::OnceLock::new();
     REGISTRY.get_or_init(graph_registry)
 }

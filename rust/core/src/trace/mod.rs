@@ -38,7 +38,7 @@ use crate::value::Value;
 
 pub use control::{emit_case, emit_custom_call, emit_if, emit_while, Branch, LoopFunctions};
 pub use differentiate::{gradient_graph, takes_cotangents};
-pub use gradients::graph_registry;
+pub use gradients::{graph_registry, registry};
 pub use replay::replay;
 pub use tracer::{join_types, lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};
 
