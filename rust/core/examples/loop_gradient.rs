@@ -9,6 +9,7 @@
 //! The program: `while sum(x) < limit: x = x * 1.5 + sin(x)`, then `sum(tanh(x) * x)`. How many trips
 //! it takes depends on `x`; its gradient with respect to `x` is taken through every trip.
 
+use gradloop::graph::While;
 use gradloop::graph::{parse_function, FunctionBuilder, Graph, Library, NodeKind, ValueType};
 use gradloop::interpret::{run_graph, RtValue};
 use gradloop::ops::{binary, reduce, unary};
@@ -41,12 +42,12 @@ fn program() -> Result<Graph> {
     let vector = ValueType::tensor(DType::F64, &[3]);
     let scalar = ValueType::tensor(DType::F64, &[]);
     let (mut main, params) = FunctionBuilder::new("main", vec![vector, scalar]);
-    let grow = NodeKind::While {
+    let grow = NodeKind::While(While {
         cond: "grow_cond".into(),
         body: "grow_body".into(),
         maximum_iterations: None,
         parallel_iterations: 10,
-    };
+    });
     let grown = main.add_call_node(grow, &params, &library)?;
     let squashed = main.add_op1(unary::Tanh, &[grown[0]], None)?;
     let square = main.add_op1(binary::Mul, &[squashed, grown[0]], None)?;

@@ -2,7 +2,7 @@
 //! while tracing they become `read_variable` / `assign_variable` / `assign_add_variable` nodes
 //! over the variable (captured by the traced function), and act when the function runs.
 
-use gradloop::graph::NodeKind;
+use gradloop::graph::{NodeKind, VariableOp};
 use gradloop::interpret::VariableRef;
 use gradloop::trace::{lock, Val};
 use gradloop::{ErrorKind, Value, DYN};
@@ -105,7 +105,7 @@ impl PyVariableHandle {
             Some(tracer) => {
                 let resource = lock(&tracer).capture_variable(&self.inner);
                 run(py, 0, move |ctx| {
-                    let out = ctx.apply_node(&NodeKind::ReadVariable, &[resource])?;
+                    let out = ctx.apply_node(&NodeKind::Variable(VariableOp::Read), &[resource])?;
                     first(out, "read_variable")
                 })
                 .map(PyTensor::new)
@@ -124,7 +124,12 @@ impl PyVariableHandle {
     /// Stores `value` (same dtype and shape); while tracing, an `assign_variable` node.
     fn assign(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let value = self.value(py, value, "assign_variable")?;
-        self.write(py, NodeKind::AssignVariable, value, VariableRef::assign)
+        self.write(
+            py,
+            NodeKind::Variable(VariableOp::Assign),
+            value,
+            VariableRef::assign,
+        )
     }
 
     /// Adds `delta` (broadcast to the variable's shape); while tracing, an
@@ -133,7 +138,7 @@ impl PyVariableHandle {
         let delta = self.value(py, delta, "assign_add_variable")?;
         self.write(
             py,
-            NodeKind::AssignAddVariable,
+            NodeKind::Variable(VariableOp::AssignAdd),
             delta,
             VariableRef::assign_add,
         )

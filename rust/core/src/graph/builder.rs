@@ -179,26 +179,24 @@ impl FunctionBuilder {
         Ok(self.ports(id))
     }
 
-    /// Adds an `If`/`Case`/`While`/`Call` node whose output types are read from `library`:
-    /// a `While` gives its body's parameter types, the others their (first) callee's results.
+    /// Adds a construct's node (`If`, `While`, ...) with the output types its rule gives
+    /// (`NodeRule::output_types`, read from the callees in `library`).
     pub fn add_call_node(
         &mut self,
         kind: NodeKind,
         inputs: &[Port],
         library: &Library,
     ) -> Result<Vec<Port>> {
-        let outputs = match &kind {
-            NodeKind::While { body, .. } => library.get(body)?.params.clone(),
-            NodeKind::If { then_branch: f, .. } | NodeKind::Call { function: f, .. } => {
-                library.get(f)?.result_types()?
-            }
-            NodeKind::Case { branches } => match branches.last() {
-                Some(f) => library.get(f)?.result_types()?,
-                None => return Err(graph_error("a case node needs a branch".into())),
-            },
-            other => {
-                let name = other.name();
-                return Err(graph_error(format!("{name} does not call a function")));
+        let ins: Vec<ValueType> = inputs
+            .iter()
+            .map(|&p| self.port_type(p).cloned())
+            .collect::<Result<_>>()?;
+        let ins: Vec<&ValueType> = ins.iter().collect();
+        let outputs = match kind.construct() {
+            Some(c) => c.output_types(library, &ins)?,
+            None => {
+                let name = kind.name();
+                return Err(graph_error(format!("{name} is not a construct")));
             }
         };
         self.add_node(kind, inputs, outputs)

@@ -3,6 +3,7 @@
 //! variables and stacks, constants of every dtype).
 
 use super::builder::FunctionBuilder;
+use super::ir::{Case, If, StackOp, VariableOp, While};
 use super::ir::{Function, Location, NodeKind, Port, ValueType};
 use super::library::{Graph, Library};
 use crate::dtype::DType;
@@ -76,10 +77,10 @@ pub(crate) fn if_graph() -> Graph {
     let else_f = b.finish(&[y], &[]).unwrap();
     let lib = library(vec![then_f, else_f]);
     let (mut b, a) = FunctionBuilder::new("if_main", vec![ty(DType::Bool, &[]), f32s(&[3])]);
-    let kind = NodeKind::If {
+    let kind = NodeKind::If(If {
         then_branch: "if_then".into(),
         else_branch: "if_else".into(),
-    };
+    });
     let out = b.add_call_node(kind, &[a[0], a[1]], &lib).unwrap();
     let main = b.finish(&out, &[]).unwrap();
     graph(vec![
@@ -112,12 +113,12 @@ fn loop_functions(prefix: &str) -> (Function, Function) {
 }
 
 fn while_kind(prefix: &str, maximum_iterations: Option<i64>) -> NodeKind {
-    NodeKind::While {
+    NodeKind::While(While {
         cond: format!("{prefix}cond"),
         body: format!("{prefix}body"),
         maximum_iterations,
         parallel_iterations: 10,
-    }
+    })
 }
 
 /// Squares `x` `n` times: a While with cond and body.
@@ -144,7 +145,7 @@ pub(crate) fn case_graph() -> Graph {
     let (mut b, a) = FunctionBuilder::new("case_main", vec![ty(DType::I32, &[]), f32s(&[3])]);
     let names = branches.iter().map(|f| f.name.clone()).collect();
     let out = b
-        .add_call_node(NodeKind::Case { branches: names }, &a, &lib)
+        .add_call_node(NodeKind::Case(Case { branches: names }), &a, &lib)
         .unwrap();
     let main = b.finish(&out, &[]).unwrap();
     let mut all = vec![main];
@@ -168,10 +169,10 @@ pub(crate) fn nested_graph() -> Graph {
     let lib = library(vec![then_f.clone(), else_f.clone()]);
     let params = vec![ty(DType::Bool, &[]), f32s(&[3]), ty(DType::I32, &[])];
     let (mut b, a) = FunctionBuilder::new("n_main", params);
-    let kind = NodeKind::If {
+    let kind = NodeKind::If(If {
         then_branch: "n_then".into(),
         else_branch: "n_else".into(),
-    };
+    });
     let out = b.add_call_node(kind, &a, &lib).unwrap();
     let main = b.finish(&out, &[]).unwrap();
     graph(vec![main, then_f, else_f, cond, body])
@@ -184,22 +185,38 @@ pub(crate) fn state_graph() -> Graph {
     let params = vec![ValueType::Resource(elem.clone()), f32s(&[3])];
     let (mut b, a) = FunctionBuilder::new("state", params);
     let r = b
-        .add_node(NodeKind::ReadVariable, &[a[0]], vec![f32s(&[3])])
+        .add_node(
+            NodeKind::Variable(VariableOp::Read),
+            &[a[0]],
+            vec![f32s(&[3])],
+        )
         .unwrap()[0];
-    b.add_node(NodeKind::AssignAddVariable, &[a[0], a[1]], vec![])
-        .unwrap();
+    b.add_node(
+        NodeKind::Variable(VariableOp::AssignAdd),
+        &[a[0], a[1]],
+        vec![],
+    )
+    .unwrap();
     let assign = r.node + 1;
     b.add_control_inputs(assign, &[r.node]).unwrap();
     b.set_location(assign, Location::new("dir/\"odd\" file.py", 7))
         .unwrap();
     let stack_ty = ValueType::Stack(elem.clone());
-    let kind = NodeKind::StackNew { element: elem };
+    let kind = NodeKind::Stack(StackOp::New { element: elem });
     let s = b.add_node(kind, &[], vec![stack_ty.clone()]).unwrap()[0];
     let s = b
-        .add_node(NodeKind::StackPush, &[s, r], vec![stack_ty.clone()])
+        .add_node(
+            NodeKind::Stack(StackOp::Push),
+            &[s, r],
+            vec![stack_ty.clone()],
+        )
         .unwrap()[0];
     let popped = b
-        .add_node(NodeKind::StackPop, &[s], vec![stack_ty, f32s(&[3])])
+        .add_node(
+            NodeKind::Stack(StackOp::Pop),
+            &[s],
+            vec![stack_ty, f32s(&[3])],
+        )
         .unwrap();
     graph(vec![b.finish(&[popped[1]], &[assign]).unwrap()])
 }

@@ -8,6 +8,9 @@ use crate::ops::Op;
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 
+pub use super::constructs::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
+use super::parse_attrs::AttrReader;
+
 /// Index of a node in its function's `nodes`.
 pub type NodeId = usize;
 
@@ -113,90 +116,84 @@ pub enum NodeKind {
     Const(Constant),
     /// A primitive op of the op table.
     Op(Op),
-    /// `(pred, operands...)`: calls `then_branch(operands)` if pred else `else_branch(operands)`.
-    If {
-        then_branch: String,
-        else_branch: String,
-    },
-    /// `(index, operands...)`: calls `branches[index](operands)`; out of range runs the last.
-    Case { branches: Vec<String> },
-    /// Loop vars in and out: `while cond(vars): vars = body(vars)`.
-    While {
-        cond: String,
-        body: String,
-        maximum_iterations: Option<i64>,
-        parallel_iterations: u32,
-    },
-    /// `function(operands)`. With `gradient` (a `custom_gradient` traced in graph mode), its
-    /// gradient is `gradient(operands, results, result cotangents)`, which returns one gradient
-    /// for each of the first k operands (see `trace::gradients`).
-    Call {
-        function: String,
-        gradient: Option<String>,
-    },
-    /// `(resource) -> value`.
-    ReadVariable,
-    /// `(resource, value) -> ()`.
-    AssignVariable,
-    /// `(resource, delta) -> ()`.
-    AssignAddVariable,
-    /// `() -> stack` of `element`s.
-    StackNew { element: TensorType },
-    /// `(stack, value) -> stack`.
-    StackPush,
-    /// `(stack) -> (stack, value)`.
-    StackPop,
+    /// `(pred, operands...)`: a two-way branch (`control::if_else`).
+    If(If),
+    /// `(index, operands...)`: an n-way branch (`control::case`).
+    Case(Case),
+    /// `(vars...) -> vars`: a loop (`control::while_loop`).
+    While(While),
+    /// `(operands...) -> results`: a function call (`control::call`).
+    Call(Call),
+    /// Reads and writes of a variable (`control::variables`).
+    Variable(VariableOp),
+    /// Stacks threaded as values, the loop gradients' residuals (`control::stacks`).
+    Stack(StackOp),
 }
 
 impl NodeKind {
+    /// The construct behind a control-flow or stateful node; `None` for `Arg`, `Const`, `Op`.
+    pub fn construct(&self) -> Option<&dyn NodeRule> {
+        match self {
+            NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
+            NodeKind::If(c) => Some(c),
+            NodeKind::Case(c) => Some(c),
+            NodeKind::While(c) => Some(c),
+            NodeKind::Call(c) => Some(c),
+            NodeKind::Variable(c) => Some(c),
+            NodeKind::Stack(c) => Some(c),
+        }
+    }
+
+    /// The construct written `keyword(...) {attrs}` in graph text, if one answers to it.
+    pub(crate) fn parse_construct(
+        keyword: &str,
+        attrs: &mut AttrReader<'_, '_>,
+    ) -> Option<Result<NodeKind>> {
+        fn parse<C: ParseNode>(
+            keyword: &str,
+            attrs: &mut AttrReader<'_, '_>,
+            wrap: fn(C) -> NodeKind,
+        ) -> Option<Result<NodeKind>> {
+            C::KEYWORDS
+                .contains(&keyword)
+                .then(|| C::parse(keyword, attrs).map(wrap))
+        }
+        parse(keyword, attrs, NodeKind::If)
+            .or_else(|| parse(keyword, attrs, NodeKind::Case))
+            .or_else(|| parse(keyword, attrs, NodeKind::While))
+            .or_else(|| parse(keyword, attrs, NodeKind::Call))
+            .or_else(|| parse(keyword, attrs, NodeKind::Variable))
+            .or_else(|| parse(keyword, attrs, NodeKind::Stack))
+    }
+
     /// The node's name in graph text: the op name, or the built-in keyword.
     pub fn name(&self) -> &'static str {
         match self {
             NodeKind::Arg(_) => "arg",
             NodeKind::Const(_) => "const",
             NodeKind::Op(op) => op.name(),
-            NodeKind::If { .. } => "if",
-            NodeKind::Case { .. } => "case",
-            NodeKind::While { .. } => "while",
-            NodeKind::Call { .. } => "call",
-            NodeKind::ReadVariable => "read_variable",
-            NodeKind::AssignVariable => "assign_variable",
-            NodeKind::AssignAddVariable => "assign_add_variable",
-            NodeKind::StackNew { .. } => "stack_new",
-            NodeKind::StackPush => "stack_push",
-            NodeKind::StackPop => "stack_pop",
+            NodeKind::If(c) => c.keyword(),
+            NodeKind::Case(c) => c.keyword(),
+            NodeKind::While(c) => c.keyword(),
+            NodeKind::Call(c) => c.keyword(),
+            NodeKind::Variable(c) => c.keyword(),
+            NodeKind::Stack(c) => c.keyword(),
         }
     }
 
     /// Writes a variable: it must stay ordered and reachable from the control outputs.
     pub fn has_side_effect(&self) -> bool {
-        matches!(self, NodeKind::AssignVariable | NodeKind::AssignAddVariable)
+        self.construct().is_some_and(|c| c.has_side_effect())
     }
 
     /// Functions this node calls, in attribute order.
     pub fn callees(&self) -> Vec<&str> {
-        match self {
-            NodeKind::If {
-                then_branch,
-                else_branch,
-            } => vec![then_branch, else_branch],
-            NodeKind::Case { branches } => branches.iter().map(String::as_str).collect(),
-            NodeKind::While { cond, body, .. } => vec![cond, body],
-            NodeKind::Call { function, .. } => vec![function],
-            _ => Vec::new(),
-        }
+        self.construct().map_or_else(Vec::new, |c| c.callees())
     }
 
     /// Functions this node names: its callees, then a custom gradient function.
     pub fn referenced(&self) -> Vec<&str> {
-        let mut names = self.callees();
-        if let NodeKind::Call {
-            gradient: Some(g), ..
-        } = self
-        {
-            names.push(g);
-        }
-        names
+        self.construct().map_or_else(Vec::new, |c| c.referenced())
     }
 }
 
@@ -207,20 +204,20 @@ impl crate::value::NodeName for NodeKind {
 }
 
 /// Keywords of the built-in node kinds; no op of the table may use one as its name.
-pub const BUILTIN_NAMES: &[&str] = &[
-    "arg",
-    "const",
-    "if",
-    "case",
-    "while",
-    "call",
-    "read_variable",
-    "assign_variable",
-    "assign_add_variable",
-    "stack_new",
-    "stack_push",
-    "stack_pop",
-];
+pub fn builtin_names() -> Vec<&'static str> {
+    let mut names = vec!["arg", "const"];
+    for keywords in [
+        If::KEYWORDS,
+        Case::KEYWORDS,
+        While::KEYWORDS,
+        Call::KEYWORDS,
+        VariableOp::KEYWORDS,
+        StackOp::KEYWORDS,
+    ] {
+        names.extend_from_slice(keywords);
+    }
+    names
+}
 
 /// One node: its kind, data inputs, nodes it must run after, and output types.
 #[derive(Clone, Debug, PartialEq)]

@@ -45,6 +45,7 @@
 //! `parse(print(g)) == g`. `verify` checks a graph and reports errors with the surrounding text.
 
 pub mod builder;
+pub mod constructs;
 mod cursor;
 pub mod ir;
 mod lexer;
@@ -55,7 +56,7 @@ mod reorder;
 pub mod rewrite;
 pub mod text;
 pub mod verify;
-mod verify_nodes;
+pub mod verify_nodes;
 
 #[cfg(test)]
 pub(crate) mod examples;
@@ -65,11 +66,13 @@ mod text_tests;
 mod verify_tests;
 
 pub use builder::FunctionBuilder;
+pub use constructs::Check;
+pub use ir::{builtin_names, Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 pub use ir::{
     tensor_types_compatible, Constant, Function, Location, Node, NodeId, NodeKind, Port, ValueType,
-    BUILTIN_NAMES,
 };
 pub use library::{Graph, Library};
 pub use parse::{parse_function, parse_graph};
+pub use parse_attrs::AttrReader;
 pub use rewrite::{inline_into, with_params};
 pub use verify::{verify, verify_function};

@@ -195,39 +195,73 @@ pub(crate) fn build_kind(
             attrs.require(p, at, head, "value")?,
             outputs,
         )?),
-        "if" => NodeKind::If {
-            then_branch: func(p, attrs.require(p, at, head, "then")?)?,
-            else_branch: func(p, attrs.require(p, at, head, "else")?)?,
-        },
-        "case" => NodeKind::Case {
-            branches: funcs(p, attrs.require(p, at, head, "branches")?)?,
-        },
-        "while" => NodeKind::While {
-            cond: func(p, attrs.require(p, at, head, "cond")?)?,
-            body: func(p, attrs.require(p, at, head, "body")?)?,
-            maximum_iterations: attrs
-                .take("maximum_iterations")
-                .map(|v| int(p, v))
-                .transpose()?,
-            parallel_iterations: int(p, attrs.require(p, at, head, "parallel_iterations")?)?,
-        },
-        "call" => NodeKind::Call {
-            function: func(p, attrs.require(p, at, head, "function")?)?,
-            gradient: attrs.take("gradient").map(|v| func(p, v)).transpose()?,
-        },
-        "stack_new" => match attrs.require(p, at, head, "element")? {
-            (PValue::Type(ValueType::Tensor(element)), _) => NodeKind::StackNew { element },
-            (_, pos) => return Err(p.error(pos, "expected a tensor type such as `f32[3]`")),
-        },
-        "read_variable" => NodeKind::ReadVariable,
-        "assign_variable" => NodeKind::AssignVariable,
-        "assign_add_variable" => NodeKind::AssignAddVariable,
-        "stack_push" => NodeKind::StackPush,
-        "stack_pop" => NodeKind::StackPop,
-        _ => return op_kind(p, head, at, attrs),
+        _ => {
+            let mut reader = AttrReader {
+                p,
+                at,
+                head,
+                attrs: &mut attrs,
+            };
+            match NodeKind::parse_construct(head, &mut reader) {
+                Some(kind) => kind?,
+                None => return op_kind(p, head, at, attrs),
+            }
+        }
     };
     attrs.finish(p, head)?;
     Ok(kind)
+}
+
+/// A construct's attributes as it reads them (`ParseNode::parse`): each read takes one.
+pub struct AttrReader<'p, 'a> {
+    p: &'a Parser<'p>,
+    at: Pos,
+    head: &'a str,
+    attrs: &'a mut RawAttrs,
+}
+
+impl AttrReader<'_, '_> {
+    fn require(&mut self, name: &str) -> Result<(PValue, Pos)> {
+        self.attrs.require(self.p, self.at, self.head, name)
+    }
+
+    /// A required function name `@f`.
+    pub fn function(&mut self, name: &str) -> Result<String> {
+        let v = self.require(name)?;
+        func(self.p, v)
+    }
+
+    /// An optional function name.
+    pub fn optional_function(&mut self, name: &str) -> Result<Option<String>> {
+        let p = self.p;
+        self.attrs.take(name).map(|v| func(p, v)).transpose()
+    }
+
+    /// A required list of function names `[@a, @b]`.
+    pub fn functions(&mut self, name: &str) -> Result<Vec<String>> {
+        let v = self.require(name)?;
+        funcs(self.p, v)
+    }
+
+    /// A required integer.
+    pub fn int<T: std::str::FromStr>(&mut self, name: &str) -> Result<T> {
+        let v = self.require(name)?;
+        int(self.p, v)
+    }
+
+    /// An optional integer.
+    pub fn optional_int<T: std::str::FromStr>(&mut self, name: &str) -> Result<Option<T>> {
+        let p = self.p;
+        self.attrs.take(name).map(|v| int(p, v)).transpose()
+    }
+
+    /// A required tensor type such as `f32[3]`.
+    pub fn tensor_type(&mut self, name: &str) -> Result<TensorType> {
+        match self.require(name)? {
+            (PValue::Type(ValueType::Tensor(t)), _) => Ok(t),
+            (_, pos) => Err(self.p.error(pos, "expected a tensor type such as `f32[3]`")),
+        }
+    }
 }
 
 fn op_kind(p: &Parser<'_>, head: &str, at: Pos, attrs: RawAttrs) -> Result<NodeKind> {

@@ -32,7 +32,7 @@ use std::fmt::{self, Write};
 use super::ir::{Constant, Function, Node, NodeId, NodeKind, Port, ValueType};
 use super::library::{Graph, Library};
 use crate::dtype::Storage;
-use crate::ops::attrs::{dtype_short_name, write_list, write_size, Attr};
+use crate::ops::attrs::{dtype_short_name, write_list, write_size};
 use crate::shape::TensorType;
 
 /// A tensor type in graph text: `f32[2, ?]`.
@@ -227,7 +227,6 @@ impl fmt::Display for NodeText<'_> {
 
 /// The attributes of a node kind as (name, text) pairs, in their fixed order.
 fn kind_attrs(kind: &NodeKind) -> Vec<(&'static str, String)> {
-    let func = |s: &str| FuncName(s).to_string();
     match kind {
         NodeKind::Arg(i) => vec![("index", i.to_string())],
         NodeKind::Const(c) => vec![("value", const_text(c))],
@@ -236,40 +235,12 @@ fn kind_attrs(kind: &NodeKind) -> Vec<(&'static str, String)> {
             .into_iter()
             .map(|(n, a)| (n, a.to_string()))
             .collect(),
-        NodeKind::If {
-            then_branch,
-            else_branch,
-        } => vec![("then", func(then_branch)), ("else", func(else_branch))],
-        NodeKind::Case { branches } => {
-            let names: Vec<String> = branches.iter().map(|b| func(b)).collect();
-            vec![("branches", format!("[{}]", names.join(", ")))]
-        }
-        NodeKind::While {
-            cond,
-            body,
-            maximum_iterations,
-            parallel_iterations,
-        } => {
-            let mut attrs = vec![("cond", func(cond)), ("body", func(body))];
-            if let Some(m) = maximum_iterations {
-                attrs.push(("maximum_iterations", Attr::Int(*m).to_string()));
-            }
-            attrs.push(("parallel_iterations", parallel_iterations.to_string()));
-            attrs
-        }
-        NodeKind::Call { function, gradient } => {
-            let mut attrs = vec![("function", func(function))];
-            if let Some(g) = gradient {
-                attrs.push(("gradient", func(g)));
-            }
-            attrs
-        }
-        NodeKind::StackNew { element } => vec![("element", TypeText(element).to_string())],
-        NodeKind::ReadVariable
-        | NodeKind::AssignVariable
-        | NodeKind::AssignAddVariable
-        | NodeKind::StackPush
-        | NodeKind::StackPop => vec![],
+        NodeKind::If(_)
+        | NodeKind::Case(_)
+        | NodeKind::While(_)
+        | NodeKind::Call(_)
+        | NodeKind::Variable(_)
+        | NodeKind::Stack(_) => kind.construct().map_or_else(Vec::new, |c| c.attrs()),
     }
 }
 

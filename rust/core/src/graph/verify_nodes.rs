@@ -2,15 +2,15 @@
 //! signatures of `If`/`Case`/`While`/`Call`, and operand kinds of variable and stack nodes.
 //! Each returns a message; `verify` adds the node, function and surrounding text.
 
-use super::ir::{Function, Node, NodeId, NodeKind, ValueType};
+use super::ir::{Function, Node, NodeId, NodeKind, NodeRule, ValueType};
 use super::library::Library;
 use crate::dtype::DType;
 use crate::ops::Op;
 use crate::shape::TensorType;
 
-type Check = Result<(), String>;
+pub use super::constructs::Check;
 
-fn list(types: &[&ValueType]) -> String {
+pub fn list(types: &[&ValueType]) -> String {
     let parts: Vec<String> = types.iter().map(ToString::to_string).collect();
     format!("({})", parts.join(", "))
 }
@@ -37,89 +37,13 @@ pub(crate) fn check_node(library: &Library, f: &Function, id: NodeId, node: &Nod
             expect_outputs(outs, &[ValueType::Tensor(c.0.ty().clone())])
         }
         NodeKind::Op(op) => check_op(op, ins, outs),
-        NodeKind::If {
-            then_branch,
-            else_branch,
-        } => check_if(library, then_branch, else_branch, ins, outs),
-        NodeKind::Case { branches } => check_case(library, branches, ins, outs),
-        NodeKind::While {
-            cond,
-            body,
-            maximum_iterations,
-            parallel_iterations,
-        } => {
-            if maximum_iterations.is_some_and(|m| m < 0) || *parallel_iterations == 0 {
-                return Err("maximum_iterations must be >= 0 and parallel_iterations >= 1".into());
-            }
-            check_while(library, cond, body, ins, outs)
-        }
-        NodeKind::Call { function, gradient } => {
-            check_call(library, "callee", function, ins, outs)?;
-            match gradient {
-                Some(g) => check_custom_gradient(library, g, ins, outs),
-                None => Ok(()),
-            }
-        }
-        NodeKind::ReadVariable => {
-            let [res] = fixed::<1>(ins)?;
-            let t = inner(res, "resource", "input 0")?;
-            expect_outputs(outs, &[ValueType::Tensor(t.clone())])
-        }
-        NodeKind::AssignVariable | NodeKind::AssignAddVariable => {
-            check_assign(&node.kind, ins, outs)
-        }
-        NodeKind::StackNew { element } => {
-            arity(ins, 0)?;
-            expect_outputs(outs, &[ValueType::Stack(element.clone())])
-        }
-        NodeKind::StackPush => check_push(ins, outs),
-        NodeKind::StackPop => {
-            let [stack] = fixed::<1>(ins)?;
-            let t = inner(stack, "stack", "input 0")?;
-            expect_outputs(outs, &[(*stack).clone(), ValueType::Tensor(t.clone())])
-        }
+        NodeKind::If(c) => c.check(library, ins, outs),
+        NodeKind::Case(c) => c.check(library, ins, outs),
+        NodeKind::While(c) => c.check(library, ins, outs),
+        NodeKind::Call(c) => c.check(library, ins, outs),
+        NodeKind::Variable(c) => c.check(library, ins, outs),
+        NodeKind::Stack(c) => c.check(library, ins, outs),
     }
-}
-
-/// `(pred: bool[], operands...)`.
-fn check_if(
-    library: &Library,
-    then_b: &String,
-    else_b: &String,
-    ins: &[&ValueType],
-    outs: &[&ValueType],
-) -> Check {
-    let pred = ins.first().ok_or("if needs a predicate input")?;
-    scalar("predicate", pred, DType::Bool)?;
-    let roles = ["then branch", "else branch"];
-    check_branches(library, &[then_b, else_b], &roles, &ins[1..], outs)
-}
-
-/// `(index: i32[], operands...)`.
-fn check_case(
-    library: &Library,
-    branches: &[String],
-    ins: &[&ValueType],
-    outs: &[&ValueType],
-) -> Check {
-    let index = ins.first().ok_or("case needs an index input")?;
-    scalar("branch index", index, DType::I32)?;
-    if branches.is_empty() {
-        return Err("case needs at least one branch".into());
-    }
-    let refs: Vec<&String> = branches.iter().collect();
-    let roles: Vec<String> = (0..branches.len()).map(|i| format!("branch {i}")).collect();
-    let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
-    check_branches(library, &refs, &roles, &ins[1..], outs)
-}
-
-/// `(stack<T>, T) -> stack<T>`.
-fn check_push(ins: &[&ValueType], outs: &[&ValueType]) -> Check {
-    let [stack, value] = fixed::<2>(ins)?;
-    let t = inner(stack, "stack", "input 0")?;
-    let element = ValueType::Tensor(t.clone());
-    expect_compatible("pushed value (input 1)", value, &element)?;
-    expect_outputs(outs, std::slice::from_ref(stack))
 }
 
 fn check_arg(f: &Function, id: NodeId, index: usize, node: &Node) -> Check {
@@ -159,7 +83,7 @@ fn check_op(op: &Op, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
 
 /// Branches of an `If`/`Case`: they must agree with each other, take the operands and return
 /// the node's outputs.
-fn check_branches(
+pub fn check_branches(
     library: &Library,
     names: &[&String],
     roles: &[&str],
@@ -194,7 +118,7 @@ fn check_branches(
 
 /// `name(operands) -> outs` must match the function's signature.
 /// The parameters of `role` function `name` against the types the node passes.
-fn check_params(role: &str, name: &str, params: &[ValueType], passed: &[&ValueType]) -> Check {
+pub fn check_params(role: &str, name: &str, params: &[ValueType], passed: &[&ValueType]) -> Check {
     if params.len() != passed.len() {
         return Err(format!(
             "{role} @{name} takes {} argument(s) but the node passes {}",
@@ -212,40 +136,7 @@ fn check_params(role: &str, name: &str, params: &[ValueType], passed: &[&ValueTy
     Ok(())
 }
 
-/// A custom gradient function takes `(operands, results, cotangents of the results)` and
-/// returns one gradient per leading operand, typed like it.
-fn check_custom_gradient(
-    library: &Library,
-    name: &str,
-    operands: &[&ValueType],
-    outs: &[&ValueType],
-) -> Check {
-    let g = library
-        .get(name)
-        .map_err(|_| format!("gradient @{name} is not in the library"))?;
-    let mut expected: Vec<&ValueType> = operands.to_vec();
-    expected.extend(outs.iter().copied());
-    expected.extend(outs.iter().copied());
-    check_params("gradient", name, &g.params, &expected)?;
-    let results = g.result_types().map_err(|e| e.message)?;
-    if results.len() > operands.len() {
-        return Err(format!(
-            "gradient @{name} returns {} value(s) for {} operand(s)",
-            results.len(),
-            operands.len()
-        ));
-    }
-    for (k, (r, o)) in results.iter().zip(operands).enumerate() {
-        if !r.compatible(o) {
-            return Err(format!(
-                "gradient @{name} returns {r} for operand {k}, which is {o}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn check_call(
+pub fn check_call(
     library: &Library,
     role: &str,
     name: &str,
@@ -274,52 +165,14 @@ fn check_call(
     Ok(())
 }
 
-/// `cond(vars) -> bool[]`, `body(vars) -> vars`; outputs are the loop vars.
-fn check_while(
-    library: &Library,
-    cond: &str,
-    body: &str,
-    vars: &[&ValueType],
-    outs: &[&ValueType],
-) -> Check {
-    let bool_scalar = ValueType::Tensor(TensorType::scalar(DType::Bool));
-    check_call(library, "cond", cond, vars, &[&bool_scalar])?;
-    check_call(library, "body", body, vars, outs)?;
-    let g = library.get(body).map_err(|e| e.message)?;
-    for (k, (p, o)) in g.params.iter().zip(outs).enumerate() {
-        if !p.compatible(o) {
-            return Err(format!(
-                "loop var {k}: body @{body} takes {p} but the node's output {k} is {o}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn check_assign(kind: &NodeKind, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
-    let [res, value] = fixed::<2>(ins)?;
-    let t = inner(res, "resource", "input 0")?;
-    expect_compatible(
-        "assigned value (input 1)",
-        value,
-        &ValueType::Tensor(t.clone()),
-    )?;
-    if *kind == NodeKind::AssignAddVariable && !t.dtype.is_numeric() {
-        return Err(format!(
-            "assign_add_variable needs a numeric variable, got {res}"
-        ));
-    }
-    expect_outputs(outs, &[])
-}
-
-fn arity(ins: &[&ValueType], n: usize) -> Check {
+pub fn arity(ins: &[&ValueType], n: usize) -> Check {
     if ins.len() != n {
         return Err(format!("expected {n} input(s), got {}", ins.len()));
     }
     Ok(())
 }
 
-fn fixed<'a, const N: usize>(ins: &[&'a ValueType]) -> Result<[&'a ValueType; N], String> {
+pub fn fixed<'a, const N: usize>(ins: &[&'a ValueType]) -> Result<[&'a ValueType; N], String> {
     arity(ins, N)?;
     let mut out = [ins[0]; N];
     out.copy_from_slice(ins);
@@ -327,14 +180,14 @@ fn fixed<'a, const N: usize>(ins: &[&'a ValueType]) -> Result<[&'a ValueType; N]
 }
 
 /// The tensor type inside a `resource<T>` (or `stack<T>`) operand.
-fn inner<'a>(t: &'a ValueType, kind: &str, what: &str) -> Result<&'a TensorType, String> {
+pub fn inner<'a>(t: &'a ValueType, kind: &str, what: &str) -> Result<&'a TensorType, String> {
     match (t, kind) {
         (ValueType::Resource(inner), "resource") | (ValueType::Stack(inner), "stack") => Ok(inner),
         _ => Err(format!("{what} must be a {kind}<...>, got {t}")),
     }
 }
 
-fn scalar(what: &str, t: &ValueType, dtype: DType) -> Check {
+pub fn scalar(what: &str, t: &ValueType, dtype: DType) -> Check {
     match t {
         ValueType::Tensor(tt) if tt.dtype == dtype && tt.is_scalar() => Ok(()),
         _ => Err(format!(
@@ -344,7 +197,7 @@ fn scalar(what: &str, t: &ValueType, dtype: DType) -> Check {
     }
 }
 
-fn expect_compatible(what: &str, actual: &ValueType, expected: &ValueType) -> Check {
+pub fn expect_compatible(what: &str, actual: &ValueType, expected: &ValueType) -> Check {
     if actual.compatible(expected) {
         return Ok(());
     }
@@ -352,7 +205,7 @@ fn expect_compatible(what: &str, actual: &ValueType, expected: &ValueType) -> Ch
 }
 
 /// The node's output types must be compatible with `expected`, one for one.
-fn expect_outputs(outs: &[&ValueType], expected: &[ValueType]) -> Check {
+pub fn expect_outputs(outs: &[&ValueType], expected: &[ValueType]) -> Check {
     let ok =
         outs.len() == expected.len() && outs.iter().zip(expected).all(|(a, b)| a.compatible(b));
     if ok {

@@ -3,6 +3,7 @@
 
 use super::builder::FunctionBuilder;
 use super::examples::{self, f32s, ty};
+use super::ir::{Call, Case, If, VariableOp, While};
 use super::ir::{Function, NodeKind, Port, ValueType};
 use super::library::{Graph, Library};
 use super::verify::{verify, verify_function};
@@ -144,10 +145,10 @@ fn rejects_bad_if_and_case_nodes() {
         &["%2 in @if_main: the predicate must be a bool scalar, got f32[]"],
     );
     let missing = mutate(g.clone(), "if_main", |f| {
-        f.nodes[2].kind = NodeKind::If {
+        f.nodes[2].kind = NodeKind::If(If {
             then_branch: "nope".into(),
             else_branch: "if_else".into(),
-        };
+        });
     });
     rejects(
         &missing,
@@ -180,7 +181,7 @@ fn rejects_bad_if_and_case_nodes() {
         &["%2 in @case_main: the branch index must be a i32 scalar, got i64[]"],
     );
     let none = mutate(examples::case_graph(), "case_main", |f| {
-        f.nodes[2].kind = NodeKind::Case { branches: vec![] }
+        f.nodes[2].kind = NodeKind::Case(Case { branches: vec![] })
     });
     rejects(&none, &["case needs at least one branch"]);
 }
@@ -202,21 +203,21 @@ fn rejects_bad_while_and_call_nodes() {
     );
     assert!(msg.contains(">>   %3 = while(%0, %2, %1)"), "{msg}");
     let iters = mutate(g, "w_main", |f| {
-        f.nodes[3].kind = NodeKind::While {
+        f.nodes[3].kind = NodeKind::While(While {
             cond: "w_cond".into(),
             body: "w_body".into(),
             maximum_iterations: Some(-1),
             parallel_iterations: 1,
-        };
+        });
     });
     rejects(&iters, &["maximum_iterations must be >= 0"]);
     let (mut b, a) = FunctionBuilder::new("caller", vec![f32s(&[3])]);
     let out = b
         .add_node(
-            NodeKind::Call {
+            NodeKind::Call(Call {
                 function: "ghost".into(),
                 gradient: None,
-            },
+            }),
             &a,
             vec![f32s(&[3])],
         )
@@ -243,12 +244,12 @@ fn errors_inside_nested_functions_name_that_function() {
         ],
     );
     let g = mutate(examples::nested_graph(), "n_then", |f| {
-        f.nodes[3].kind = NodeKind::While {
+        f.nodes[3].kind = NodeKind::While(While {
             cond: "n_cond".into(),
             body: "n_then".into(),
             maximum_iterations: None,
             parallel_iterations: 10,
-        };
+        });
     });
     rejects(
         &g,
@@ -261,10 +262,10 @@ fn rejects_recursion_and_a_missing_entry() {
     let (mut b, a) = FunctionBuilder::new("loop", vec![f32s(&[3])]);
     let out = b
         .add_node(
-            NodeKind::Call {
+            NodeKind::Call(Call {
                 function: "loop".into(),
                 gradient: None,
-            },
+            }),
             &a,
             vec![f32s(&[3])],
         )
@@ -321,15 +322,17 @@ fn rejects_bad_variable_and_stack_nodes() {
 fn calls_to_functions_with_side_effects_must_be_kept() {
     let res = ValueType::Resource(TensorType::new(DType::F32, &[3]));
     let (mut b, a) = FunctionBuilder::new("writer", vec![res.clone(), f32s(&[3])]);
-    let w = b.add_node(NodeKind::AssignVariable, &a, vec![]).unwrap();
+    let w = b
+        .add_node(NodeKind::Variable(VariableOp::Assign), &a, vec![])
+        .unwrap();
     assert!(w.is_empty());
     let writer = b.finish(&[], &[2]).unwrap();
     let (mut b, a) = FunctionBuilder::new("main", vec![res, f32s(&[3])]);
     b.add_node(
-        NodeKind::Call {
+        NodeKind::Call(Call {
             function: "writer".into(),
             gradient: None,
-        },
+        }),
         &a,
         vec![],
     )

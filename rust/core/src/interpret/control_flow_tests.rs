@@ -1,5 +1,6 @@
 //! Interpreter tests: op chains against eager execution, If/Case/While/Call against plain Rust.
 
+use crate::graph::{Call, Case};
 use std::time::Instant;
 
 use super::testing::{f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B};
@@ -88,7 +89,7 @@ fn case_out_of_range_and_negative_index_run_the_last_branch() {
     let mut main = B::new("main", vec![scalar_ty(DType::I32), scalar_ty(DType::F32)]);
     let branches = vec!["twice".into(), "negate".into(), "plus_one".into()];
     let r = main.call(
-        NodeKind::Case { branches },
+        NodeKind::Case(Case { branches }),
         &[main.args[0], main.args[1]],
         &lib,
     );
@@ -227,10 +228,10 @@ fn call_node_calls_its_function_and_vectors_flow_through() {
     let r = sq.op(binary::Mul, &[sq.args[0], sq.args[0]]);
     let mut lib = library(vec![sq.finish(&[r])]);
     let mut main = B::new("main", vec![vec2]);
-    let kind = NodeKind::Call {
+    let kind = NodeKind::Call(Call {
         function: "square".into(),
         gradient: None,
-    };
+    });
     let once = main.call(kind.clone(), &[main.args[0]], &lib);
     let twice = main.call(kind, &once, &lib);
     lib.add(main.finish(&twice)).unwrap();

@@ -5,6 +5,7 @@ use super::testing::{if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 use super::{run, Interpreter, RtValue, VariableRef, MAX_CALL_DEPTH};
 use crate::dtype::DType;
 use crate::error::ErrorKind;
+use crate::graph::{Call, Case};
 use crate::graph::{Function, Library, Location, Node, NodeKind, Port, ValueType};
 use crate::ops::{binary, layout};
 use crate::shape::{TensorType, DYN};
@@ -132,9 +133,9 @@ fn predicates_and_indices_must_be_scalars_of_their_dtype() {
         vec![ty(DType::Bool, &[2]), scalar_ty(DType::I64), f32s],
     );
     main.call(if_kind("same", "same"), &[main.args[0], main.args[2]], &lib);
-    let case = NodeKind::Case {
+    let case = NodeKind::Case(Case {
         branches: vec!["same".into()],
-    };
+    });
     let r = main.call(case, &[main.args[1], main.args[2]], &lib);
     lib.add(main.finish(&r)).unwrap();
     let interp = Interpreter::new(&lib);
@@ -229,10 +230,10 @@ fn negative_maximum_iterations_is_an_error() {
 /// `@name(x: f32[]) = call @callee(x)`, written by hand (the builder needs the callee first).
 fn calling(name: &str, callee: &str) -> Function {
     let f32s = scalar_ty(DType::F32);
-    let call = NodeKind::Call {
+    let call = NodeKind::Call(Call {
         function: callee.into(),
         gradient: None,
-    };
+    });
     let mut node = Node::new(call, vec![Port::new(0, 0)], vec![f32s.clone()]);
     node.location = Some(Location::new("rec.py", 3));
     Function {

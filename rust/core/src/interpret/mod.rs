@@ -24,7 +24,7 @@
 //! `  in iteration 3` / `  at %3 = while(%1, %2) in @main (model.py:10)`.
 
 mod frame;
-mod nodes;
+pub mod nodes;
 mod plan;
 
 #[cfg(test)]
@@ -44,6 +44,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{Function, Graph, Library, Node, NodeId, Port};
 pub use crate::runtime_values::{RtValue, StackValue, VariableRef};
 use frame::{check_args, Frame};
+pub use nodes::{Interpret, NodeRun};
 use plan::Plan;
 
 /// How deep calls may nest: far beyond real programs (If in While in If ... is a handful), and

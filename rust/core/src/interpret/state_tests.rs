@@ -1,6 +1,7 @@
 //! Interpreter tests for state: stacks threaded through loops, variables written in branches and
 //! loops, and the value types themselves.
 
+use crate::graph::{StackOp, VariableOp};
 use std::time::Instant;
 
 use super::testing::{f64_of, f64s, if_kind, library, s, scalar_ty, v, while_kind, B};
@@ -30,7 +31,7 @@ fn push_pop_library() -> Library {
     let one = body.konst(1i64);
     let i = body.op(binary::Add, &[body.args[0], one]);
     let pushed = body.node(
-        NodeKind::StackPush,
+        NodeKind::Stack(StackOp::Push),
         &[body.args[2], body.args[0]],
         vec![stack_i64()],
     );
@@ -45,7 +46,7 @@ fn push_pop_library() -> Library {
     let (one, ten) = (body.konst(1i64), body.konst(10i64));
     let j = body.op(binary::Sub, &[body.args[0], one]);
     let popped = body.node(
-        NodeKind::StackPop,
+        NodeKind::Stack(StackOp::Pop),
         &[body.args[1]],
         vec![stack_i64(), i64s()],
     );
@@ -57,9 +58,9 @@ fn push_pop_library() -> Library {
     lib.add(body.finish(&[j, popped[0], acc, ok])).unwrap();
 
     let mut main = B::new("main", vec![i64s()]);
-    let kind = NodeKind::StackNew {
+    let kind = NodeKind::Stack(StackOp::New {
         element: TensorType::scalar(DType::I64),
-    };
+    });
     let empty = main.node(kind, &[], vec![stack_i64()]);
     let zero = main.konst(0i64);
     let fwd = main.call(
@@ -106,13 +107,13 @@ fn pushing_and_popping_1e5_elements_takes_linear_time() {
 #[test]
 fn popping_an_empty_stack_is_an_error_naming_the_node() {
     let mut main = B::new("main", vec![]);
-    let kind = NodeKind::StackNew {
+    let kind = NodeKind::Stack(StackOp::New {
         element: TensorType::scalar(DType::F32),
-    };
+    });
     let stack_f32 = ValueType::Stack(TensorType::scalar(DType::F32));
     let st = main.node(kind, &[], vec![stack_f32.clone()]);
     let popped = main.node(
-        NodeKind::StackPop,
+        NodeKind::Stack(StackOp::Pop),
         &st,
         vec![stack_f32, scalar_ty(DType::F32)],
     );
@@ -173,7 +174,11 @@ fn a_variable_written_in_a_branch_changes_only_when_that_branch_runs() {
     // @bump(v) adds 1 to v (a control output, since nothing reads it); @noop(v) does nothing.
     let mut bump = B::new("bump", vec![resource_f32()]);
     let one = bump.konst(1.0f32);
-    bump.node(NodeKind::AssignAddVariable, &[bump.args[0], one], vec![]);
+    bump.node(
+        NodeKind::Variable(VariableOp::AssignAdd),
+        &[bump.args[0], one],
+        vec![],
+    );
     let effect = bump.last();
     let bump = bump.finish_with_effects(&[], &[effect]);
     let mut lib = library(vec![bump, B::new("noop", vec![resource_f32()]).finish(&[])]);
@@ -181,7 +186,7 @@ fn a_variable_written_in_a_branch_changes_only_when_that_branch_runs() {
     main.call(if_kind("bump", "noop"), &[main.args[0], main.args[1]], &lib);
     let branch = main.last();
     let read = main.node(
-        NodeKind::ReadVariable,
+        NodeKind::Variable(VariableOp::Read),
         &[main.args[1]],
         vec![scalar_ty(DType::F32)],
     );
@@ -208,10 +213,14 @@ fn a_variable_written_in_a_loop_body_changes_once_per_iteration() {
     let c = cond.op(binary::Less, &[cond.args[0], four]);
     let mut body = B::new("body", trio.clone());
     let (step, one) = (body.konst(2.5f32), body.konst(1i32));
-    body.node(NodeKind::AssignAddVariable, &[body.args[1], step], vec![]);
+    body.node(
+        NodeKind::Variable(VariableOp::AssignAdd),
+        &[body.args[1], step],
+        vec![],
+    );
     let write = body.last();
     let last = body.node(
-        NodeKind::ReadVariable,
+        NodeKind::Variable(VariableOp::Read),
         &[body.args[1]],
         vec![scalar_ty(DType::F32)],
     );

@@ -3,6 +3,7 @@
 use super::RtValue;
 use crate::dtype::{DType, Element};
 use crate::graph::{Function, FunctionBuilder, Library, Location, NodeKind, Port, ValueType};
+use crate::graph::{If, While};
 use crate::ops::Op;
 use crate::tensor::Tensor;
 
@@ -110,17 +111,17 @@ impl B {
 
 /// A `While` node kind without an iteration bound.
 pub(super) fn while_kind(cond: &str, body: &str, maximum_iterations: Option<i64>) -> NodeKind {
-    NodeKind::While {
+    NodeKind::While(While {
         cond: cond.into(),
         body: body.into(),
         maximum_iterations,
         parallel_iterations: 10,
-    }
+    })
 }
 
 pub(super) fn if_kind(then_branch: &str, else_branch: &str) -> NodeKind {
-    NodeKind::If {
+    NodeKind::If(If {
         then_branch: then_branch.into(),
         else_branch: else_branch.into(),
-    }
+    })
 }

@@ -43,6 +43,7 @@
 //! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
 //! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
+use crate::graph::{Case, If, While};
 use std::collections::HashSet;
 
 use super::emitter::{element_type, names_text, type_text, MlirValue};
@@ -152,10 +153,10 @@ impl Lowering<'_> {
 
     /// `If` -> `scf.if` on the predicate extracted from its `tensor<i1>`.
     pub(crate) fn emit_if(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
-        let NodeKind::If {
+        let NodeKind::If(If {
             then_branch,
             else_branch,
-        } = &node.kind
+        }) = &node.kind
         else {
             return Err(self.e.bug("emit_if on another node"));
         };
@@ -179,7 +180,7 @@ impl Lowering<'_> {
     /// `Case` -> `branches[0]` if the index is 0, else `branches[1]` if it is 1, ..., else the
     /// last branch (which so takes every out-of-range index, as the IR says).
     pub(crate) fn emit_case(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
-        let NodeKind::Case { branches } = &node.kind else {
+        let NodeKind::Case(Case { branches }) = &node.kind else {
             return Err(self.e.bug("emit_case on another node"));
         };
         let (index, operands) = split_first(self, inputs)?;
@@ -229,12 +230,12 @@ impl Lowering<'_> {
 
     /// `While` -> `scf.while`, the loop vars typed as the node's outputs.
     pub(crate) fn emit_while(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
-        let NodeKind::While {
+        let NodeKind::While(While {
             cond,
             body,
             maximum_iterations,
             ..
-        } = &node.kind
+        }) = &node.kind
         else {
             return Err(self.e.bug("emit_while on another node"));
         };

@@ -9,6 +9,7 @@
 //! where it flows (an argument of a `f32[?]` parameter, a branch result of a `f32[?]` output),
 //! a `tensor.cast` is inserted, so every value has exactly the type its node declares.
 
+use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
@@ -410,27 +411,29 @@ impl<'g> Lowering<'g> {
                 let outs = op.emit(&mut self.e, &values, &inferred)?;
                 outs.into_iter().map(Bound::Tensor).collect()
             }
-            NodeKind::If { .. } => self.emit_if(node, inputs)?,
-            NodeKind::Case { .. } => self.emit_case(node, inputs)?,
-            NodeKind::While { .. } => self.emit_while(node, inputs)?,
-            NodeKind::Call { function, .. } => {
+            NodeKind::If(If { .. }) => self.emit_if(node, inputs)?,
+            NodeKind::Case(Case { .. }) => self.emit_case(node, inputs)?,
+            NodeKind::While(While { .. }) => self.emit_while(node, inputs)?,
+            NodeKind::Call(Call { function, .. }) => {
                 let site = self.e.site().clone();
                 let outs = self.inline(function, inputs)?;
                 self.e.set_site(site);
                 outs
             }
-            NodeKind::StackNew { element } => vec![self.stack_new(element)?],
-            NodeKind::StackPush => {
+            NodeKind::Stack(StackOp::New { element }) => vec![self.stack_new(element)?],
+            NodeKind::Stack(StackOp::Push) => {
                 let [stack, value] = two(self, inputs)?;
                 vec![self.stack_push(stack, value)?]
             }
-            NodeKind::StackPop => {
+            NodeKind::Stack(StackOp::Pop) => {
                 let element = node.outputs.get(1).map(ValueType::inner).cloned();
                 let element = element.ok_or_else(|| self.e.bug("stack_pop has two outputs"))?;
                 let [stack] = one(self, inputs)?;
                 self.stack_pop(stack, &element)?.to_vec()
             }
-            NodeKind::ReadVariable | NodeKind::AssignVariable | NodeKind::AssignAddVariable => {
+            NodeKind::Variable(VariableOp::Read)
+            | NodeKind::Variable(VariableOp::Assign)
+            | NodeKind::Variable(VariableOp::AssignAdd) => {
                 let name = node.kind.name();
                 return Err(self
                     .e

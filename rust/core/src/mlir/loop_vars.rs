@@ -13,6 +13,7 @@
 //!
 //! A variable passed through unchanged loses both arguments together, which is harmless.
 
+use crate::graph::StackOp;
 use crate::graph::{Function, NodeKind, Port};
 
 /// One flag per loop variable of `body` (its parameters, which are also its results): whether
@@ -39,7 +40,7 @@ pub(crate) fn exposed(body: &Function) -> Vec<bool> {
 pub(crate) fn pushed(body: &Function) -> Vec<bool> {
     let mut pushed = vec![false; body.params.len()];
     for node in &body.nodes {
-        if let (NodeKind::StackPush, Some(value)) = (&node.kind, node.inputs.get(1)) {
+        if let (NodeKind::Stack(StackOp::Push), Some(value)) = (&node.kind, node.inputs.get(1)) {
             if let Some(NodeKind::Arg(k)) = body.nodes.get(value.node).map(|n| &n.kind) {
                 if let Some(flag) = pushed.get_mut(*k) {
                     *flag = true;

@@ -57,6 +57,7 @@ pub use crate::emit::{
     element_type, float_literal, i64_array, names_text, string_literal, type_text, types_text,
     EmitOptions, Emitter, MlirValue, TypeText, YieldBarriers,
 };
+use crate::graph::{Case, If, While};
 
 use std::collections::BTreeSet;
 
@@ -128,7 +129,9 @@ fn graph_facts(graph: &Graph) -> ModuleFacts {
         facts.regions |= f.nodes.iter().any(|n| {
             matches!(
                 n.kind,
-                NodeKind::If { .. } | NodeKind::Case { .. } | NodeKind::While { .. }
+                NodeKind::If(If { .. })
+                    | NodeKind::Case(Case { .. })
+                    | NodeKind::While(While { .. })
             )
         });
     }

@@ -7,6 +7,7 @@
 //! touches the stack (a call to an unknown function, a stack moved to another loop variable)
 //! makes the count unknown, and the stack keeps its doubling buffer.
 
+use crate::graph::{Call, Case, If, StackOp, While};
 use crate::graph::{Function, Library, NodeKind};
 
 /// Nesting deeper than this is not analysed (the count is unknown).
@@ -101,31 +102,31 @@ fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Opti
         let related = ins.iter().any(|p| *p != Pushes::Unrelated);
         let outs = match &node.kind {
             NodeKind::Arg(i) => vec![start.get(*i).copied().unwrap_or(Pushes::Unrelated)],
-            NodeKind::StackPush => vec![ins.first()?.plus(Some(1))],
-            NodeKind::StackPop => vec![*ins.first()?, Pushes::Unrelated],
+            NodeKind::Stack(StackOp::Push) => vec![ins.first()?.plus(Some(1))],
+            NodeKind::Stack(StackOp::Pop) => vec![*ins.first()?, Pushes::Unrelated],
             _ if !related => vec![Pushes::Unrelated; n],
-            NodeKind::If {
+            NodeKind::If(If {
                 then_branch,
                 else_branch,
-            } => branches(
+            }) => branches(
                 library,
                 &[then_branch, else_branch],
                 ins.get(1..)?,
                 n,
                 depth,
             )?,
-            NodeKind::Case { branches: names } => {
+            NodeKind::Case(Case { branches: names }) => {
                 let names: Vec<&String> = names.iter().collect();
                 branches(library, &names, ins.get(1..)?, n, depth)?
             }
-            NodeKind::Call { function, .. } => {
+            NodeKind::Call(Call { function, .. }) => {
                 flow(library, library.get(function).ok()?, &ins, depth + 1)?
             }
-            NodeKind::While {
+            NodeKind::While(While {
                 body,
                 maximum_iterations,
                 ..
-            } => ins
+            }) => ins
                 .iter()
                 .enumerate()
                 .map(|(k, c)| match c {

@@ -30,6 +30,7 @@
 //! value assigned gets no gradient through the variable, and a read after the assignment
 //! credits the variable as every read does (`Assignments::Credited`).
 
+use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::collections::{HashMap, HashSet};
 
 use super::functionalize_rewrite::Rewrite;
@@ -89,7 +90,7 @@ pub fn thread_variables(
             let node = &f.nodes[id];
             let rewritten = matches!(
                 node.kind,
-                NodeKind::AssignVariable | NodeKind::AssignAddVariable
+                NodeKind::Variable(VariableOp::Assign) | NodeKind::Variable(VariableOp::AssignAdd)
             ) || calls(&node.kind).is_some();
             if !rewritten {
                 return Err(unsupported(
@@ -208,17 +209,17 @@ pub(super) fn unsupported(f: &Function, id: NodeId, node: &Node, message: &str) 
 /// that call functions.
 pub(super) fn calls(kind: &NodeKind) -> Option<(usize, Vec<&str>)> {
     match kind {
-        NodeKind::If { .. } | NodeKind::Case { .. } => Some((1, kind.callees())),
-        NodeKind::Call { .. } | NodeKind::While { .. } => Some((0, kind.callees())),
+        NodeKind::If(If { .. }) | NodeKind::Case(Case { .. }) => Some((1, kind.callees())),
+        NodeKind::Call(Call { .. }) | NodeKind::While(While { .. }) => Some((0, kind.callees())),
         NodeKind::Arg(_)
         | NodeKind::Const(_)
         | NodeKind::Op(_)
-        | NodeKind::ReadVariable
-        | NodeKind::AssignVariable
-        | NodeKind::AssignAddVariable
-        | NodeKind::StackNew { .. }
-        | NodeKind::StackPush
-        | NodeKind::StackPop => None,
+        | NodeKind::Variable(VariableOp::Read)
+        | NodeKind::Variable(VariableOp::Assign)
+        | NodeKind::Variable(VariableOp::AssignAdd)
+        | NodeKind::Stack(StackOp::New { .. })
+        | NodeKind::Stack(StackOp::Push)
+        | NodeKind::Stack(StackOp::Pop) => None,
     }
 }
 
@@ -233,7 +234,7 @@ pub(super) fn resource_roots(f: &Function) -> Result<HashMap<Port, usize>> {
             }
             let root = match (&node.kind, node.inputs.get(k)) {
                 (NodeKind::Arg(i), _) => *i,
-                (NodeKind::While { .. }, Some(input)) => root_of(f, &roots, *input)?,
+                (NodeKind::While(While { .. }), Some(input)) => root_of(f, &roots, *input)?,
                 _ => {
                     return Err(unsupported(
                         f,
@@ -306,14 +307,15 @@ impl<'l> Pass<'l> {
         let mut w = vec![false; f.params.len()];
         for (id, node) in f.nodes.iter().enumerate() {
             match &node.kind {
-                NodeKind::AssignVariable | NodeKind::AssignAddVariable => {
+                NodeKind::Variable(VariableOp::Assign)
+                | NodeKind::Variable(VariableOp::AssignAdd) => {
                     w[root_of(f, &roots, node.inputs[0])?] = true;
                 }
                 kind => {
                     let Some((first, callees)) = calls(kind) else {
                         continue;
                     };
-                    if let NodeKind::While { cond, .. } = kind {
+                    if let NodeKind::While(While { cond, .. }) = kind {
                         if self.writes(cond)?.contains(&true) {
                             let why = "a while_loop condition that assigns a variable cannot be \
                                        compiled (assign it in the body)";

@@ -2,6 +2,7 @@
 //! order, the current value of each variable parameter kept, reads and assignments turned into
 //! that value, control flow passed and given back the values it may change.
 
+use crate::graph::{Call, Case, If, VariableOp, While};
 use std::collections::HashMap;
 
 use super::functionalize::{
@@ -41,13 +42,15 @@ impl<'f> Rewrite<'f> {
         for (id, node) in f.nodes.iter().enumerate() {
             let out = match &node.kind {
                 NodeKind::Arg(k) => vec![self.current[*k]],
-                NodeKind::ReadVariable => vec![self.current[self.root(node.inputs[0])?]],
-                NodeKind::AssignVariable => {
+                NodeKind::Variable(VariableOp::Read) => {
+                    vec![self.current[self.root(node.inputs[0])?]]
+                }
+                NodeKind::Variable(VariableOp::Assign) => {
                     let value = self.port(node.inputs[1])?;
                     self.store(pass, node, value)?;
                     Vec::new()
                 }
-                NodeKind::AssignAddVariable => {
+                NodeKind::Variable(VariableOp::AssignAdd) => {
                     let old = self.current[self.root(node.inputs[0])?];
                     let delta = self.port(node.inputs[1])?;
                     let sum = self
@@ -146,10 +149,10 @@ impl<'f> Rewrite<'f> {
                         format!("no assignment helper for a variable of type {var}"),
                     )
                 })?;
-                let kind = NodeKind::Call {
+                let kind = NodeKind::Call(Call {
                     function: function.clone(),
                     gradient: Some(gradient.clone()),
-                };
+                });
                 let old = self.current[root];
                 let outputs = vec![ValueType::Tensor(var)];
                 self.add(kind, node, &[old, value], outputs)?[0]
@@ -205,20 +208,20 @@ impl<'f> Rewrite<'f> {
         }
         written.sort_unstable();
         self.check_no_aliasing(id, node, first, &written)?;
-        if let NodeKind::While {
+        if let NodeKind::While(While {
             cond,
             body,
             maximum_iterations,
             parallel_iterations,
-        } = &node.kind
+        }) = &node.kind
         {
             self.check_passed_through(pass, id, node, body)?;
-            let kind = NodeKind::While {
+            let kind = NodeKind::While(While {
                 cond: pass.rewrite(cond, &[])?,
                 body: pass.rewrite(body, &[])?,
                 maximum_iterations: *maximum_iterations,
                 parallel_iterations: *parallel_iterations,
-            };
+            });
             let outputs = node.outputs.iter().map(value_type).collect();
             let inputs = self.operands(node)?;
             let out = self.add(kind, node, &inputs, outputs)?;
@@ -242,10 +245,10 @@ impl<'f> Rewrite<'f> {
         }
         let custom = matches!(
             node.kind,
-            NodeKind::Call {
+            NodeKind::Call(Call {
                 gradient: Some(_),
                 ..
-            }
+            })
         );
         if custom && matches!(pass.assignments, Assignments::Credited(_)) {
             // its gradient function takes the variables' resources, not values
@@ -262,17 +265,17 @@ impl<'f> Rewrite<'f> {
             .map(|c| pass.rewrite(c, &written))
             .collect::<Result<Vec<_>>>()?;
         let kind = match &node.kind {
-            NodeKind::If { .. } => NodeKind::If {
+            NodeKind::If(If { .. }) => NodeKind::If(If {
                 then_branch: renamed[0].clone(),
                 else_branch: renamed[1].clone(),
-            },
-            NodeKind::Case { .. } => NodeKind::Case { branches: renamed },
+            }),
+            NodeKind::Case(Case { .. }) => NodeKind::Case(Case { branches: renamed }),
             // A custom gradient no longer fits the re-signed callee; gradients were built
             // before this pass runs.
-            _ => NodeKind::Call {
+            _ => NodeKind::Call(Call {
                 function: renamed[0].clone(),
                 gradient: None,
-            },
+            }),
         };
         let mut outputs = node.outputs.clone();
         for &p in &written {

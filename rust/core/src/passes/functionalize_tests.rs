@@ -4,6 +4,7 @@
 
 use super::{assigned_variables, functionalize_variables};
 use crate::error::ErrorKind;
+use crate::graph::Call;
 use crate::graph::{parse_graph, verify, Graph};
 use crate::interpret::{run_graph, RtValue, VariableRef};
 use crate::tensor::Tensor;
@@ -311,10 +312,10 @@ fn tracing_threads_a_constructs_variables_through_assignment_helpers() {
     let call = &t.nodes[t.results[1].node];
     assert_eq!(
         call.kind,
-        NodeKind::Call {
+        NodeKind::Call(Call {
             function: "assigned".into(),
             gradient: Some("assigned_grad".into()),
-        }
+        })
     );
     assert_eq!(
         t.results[0], t.results[1],

@@ -1,5 +1,6 @@
 //! `inline_calls`: function calls replaced by their bodies.
 
+use crate::graph::Call;
 use std::collections::HashSet;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -32,7 +33,7 @@ fn inline_function(library: &Library, f: &Function, stack: &mut Vec<String>) -> 
     if !f
         .nodes
         .iter()
-        .any(|n| matches!(n.kind, NodeKind::Call { .. }))
+        .any(|n| matches!(n.kind, NodeKind::Call(Call { .. })))
     {
         return Ok(f.clone());
     }
@@ -61,7 +62,7 @@ fn inline_function(library: &Library, f: &Function, stack: &mut Vec<String>) -> 
                 ports.push(vec![params[*k]]);
                 ids.push(None);
             }
-            NodeKind::Call { function, .. } => {
+            NodeKind::Call(Call { function, .. }) => {
                 let callee = inline_function(library, library.get(function)?, stack)?;
                 let first = b.len();
                 let (results, callee_effects) = inline_into(&mut b, &callee, &inputs)?;

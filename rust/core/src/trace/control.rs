@@ -2,6 +2,7 @@
 //! unified into one signature (the cond_v2 design), then the node is applied through the
 //! context, so tapes record it and its gradient is the control-flow gradient.
 
+use crate::graph::{Call, Case, If, While};
 use std::collections::HashMap;
 
 use super::tracer::lock;
@@ -125,10 +126,10 @@ pub fn emit_if(
     let names = unify(&tracer, &branches, 0, &captures, false)?;
     let own = lock(&tracer).library().get(&names[0])?.results.len();
     let threaded = thread_variables(ctx, &tracer, &names, 0, Construct::Branches, &mut captures)?;
-    let kind = NodeKind::If {
+    let kind = NodeKind::If(If {
         then_branch: names[0].clone(),
         else_branch: names[1].clone(),
-    };
+    });
     let mut inputs = vec![pred.clone()];
     inputs.extend(captures);
     let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
@@ -148,7 +149,7 @@ pub fn emit_case(ctx: &mut dyn Context<Val>, index: &Val, branches: &[Branch]) -
     let threaded = thread_variables(ctx, &tracer, &names, 0, Construct::Branches, &mut captures)?;
     let mut inputs = vec![index.clone()];
     inputs.extend(captures);
-    let kind = NodeKind::Case { branches: names };
+    let kind = NodeKind::Case(Case { branches: names });
     let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
     threaded.assign_after(ctx, outputs, own, Construct::Branches)
 }
@@ -174,12 +175,12 @@ pub fn emit_while(
         Construct::Loop,
         &mut captures,
     )?;
-    let kind = NodeKind::While {
+    let kind = NodeKind::While(While {
         cond: cond[0].clone(),
         body: body[0].clone(),
         maximum_iterations: functions.maximum_iterations,
         parallel_iterations: functions.parallel_iterations,
-    };
+    });
     let mut inputs = vars.to_vec();
     inputs.extend(captures);
     let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
@@ -250,10 +251,10 @@ pub fn emit_custom_call(
         operands.extend(captures);
         (function, name, operands)
     };
-    let kind = NodeKind::Call {
+    let kind = NodeKind::Call(Call {
         function,
         gradient: Some(gradient),
-    };
+    });
     let mut outputs = ctx.apply_node(&kind, &operands)?.into_vec();
     outputs.truncate(results.len());
     Ok(outputs)

@@ -18,6 +18,7 @@
 //! and `StackPop` have gradients (each is the other's transpose), so the gradient loop itself
 //! differentiates again.
 
+use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -55,27 +56,27 @@ fn node_gradient(
     outputs: &[Val],
 ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
     Ok(match kind {
-        NodeKind::Call {
+        NodeKind::Call(Call {
             gradient: Some(gradient),
             ..
-        } => Some(Arc::new(CustomGradient {
+        }) => Some(Arc::new(CustomGradient {
             gradient: gradient.clone(),
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
         })),
-        NodeKind::If { .. }
-        | NodeKind::Case { .. }
-        | NodeKind::Call { .. }
-        | NodeKind::While { .. } => Some(Arc::new(ControlGradient {
+        NodeKind::If(If { .. })
+        | NodeKind::Case(Case { .. })
+        | NodeKind::Call(Call { .. })
+        | NodeKind::While(While { .. }) => Some(Arc::new(ControlGradient {
             kind: kind.clone(),
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
         })),
-        NodeKind::ReadVariable if is_float_resource(&inputs[0].value_type()) => {
+        NodeKind::Variable(VariableOp::Read) if is_float_resource(&inputs[0].value_type()) => {
             Some(Arc::new(ReadVariableGradient))
         }
-        NodeKind::StackPush => Some(Arc::new(StackPushGradient)),
-        NodeKind::StackPop => Some(Arc::new(StackPopGradient {
+        NodeKind::Stack(StackOp::Push) => Some(Arc::new(StackPushGradient)),
+        NodeKind::Stack(StackOp::Pop) => Some(Arc::new(StackPopGradient {
             value: outputs[1].clone(),
         })),
         _ => None,
@@ -162,9 +163,9 @@ fn mirror(builder: &mut FunctionBuilder, ty: &ValueType) -> Result<Port> {
         ValueType::Tensor(_) => Ok(builder.add_const(Tensor::filled(t.dtype, &shape, 0.0))),
         // The branch not taken pushed nothing: its backward never pops this stack.
         ValueType::Stack(element) => Ok(builder.add_node(
-            NodeKind::StackNew {
+            NodeKind::Stack(StackOp::New {
                 element: element.clone(),
-            },
+            }),
             &[],
             vec![ty.clone()],
         )?[0]),
@@ -179,7 +180,7 @@ fn mirror(builder: &mut FunctionBuilder, ty: &ValueType) -> Result<Port> {
 fn zero_like(ctx: &mut dyn Context<Val>, like: &Val) -> Result<Val> {
     match like.value_type() {
         ValueType::Stack(t) => Ok(ctx
-            .apply_node(&NodeKind::StackNew { element: t }, &[])?
+            .apply_node(&NodeKind::Stack(StackOp::New { element: t }), &[])?
             .remove(0)),
         ValueType::Resource(t) if !t.shape.contains(&DYN) => {
             build::fill(ctx, t.dtype, &t.shape, 0.0)
@@ -315,9 +316,9 @@ fn assigns_variables(tracer: &TracerRef, kind: &NodeKind) -> Result<bool> {
 /// The user-facing name of a control-flow node kind.
 fn construct(kind: &NodeKind) -> &'static str {
     match kind {
-        NodeKind::If { .. } => "cond",
-        NodeKind::Case { .. } => "switch_case",
-        NodeKind::While { .. } => "while_loop",
+        NodeKind::If(If { .. }) => "cond",
+        NodeKind::Case(Case { .. }) => "switch_case",
+        NodeKind::While(While { .. }) => "while_loop",
         _ => "function call",
     }
 }
@@ -358,7 +359,9 @@ impl GradientFunction<Val> for ControlGradient {
                 // Build over the node's own frame; the new forward node joins the current one.
                 lock(&tracer).stash_above(index);
                 let built = match &self.kind {
-                    NodeKind::While { .. } => self.augment_while(&tracer, grad_outputs, needs),
+                    NodeKind::While(While { .. }) => {
+                        self.augment_while(&tracer, grad_outputs, needs)
+                    }
                     _ => self.augment_branches(&tracer),
                 };
                 lock(&tracer).unstash();
@@ -423,7 +426,7 @@ impl ControlGradient {
 
     fn selector(&self) -> usize {
         match self.kind {
-            NodeKind::If { .. } | NodeKind::Case { .. } => 1,
+            NodeKind::If(If { .. }) | NodeKind::Case(Case { .. }) => 1,
             _ => 0,
         }
     }
@@ -502,33 +505,33 @@ impl ControlGradient {
             bwd_names.push(add_function(tracer, g)?);
         }
         let (forward, backward) = match &self.kind {
-            NodeKind::If { .. } => (
-                NodeKind::If {
+            NodeKind::If(If { .. }) => (
+                NodeKind::If(If {
                     then_branch: fwd_names[0].clone(),
                     else_branch: fwd_names[1].clone(),
-                },
-                NodeKind::If {
+                }),
+                NodeKind::If(If {
                     then_branch: bwd_names[0].clone(),
                     else_branch: bwd_names[1].clone(),
-                },
+                }),
             ),
-            NodeKind::Case { .. } => (
-                NodeKind::Case {
+            NodeKind::Case(Case { .. }) => (
+                NodeKind::Case(Case {
                     branches: fwd_names,
-                },
-                NodeKind::Case {
+                }),
+                NodeKind::Case(Case {
                     branches: bwd_names,
-                },
+                }),
             ),
             _ => (
-                NodeKind::Call {
+                NodeKind::Call(Call {
                     function: fwd_names[0].clone(),
                     gradient: None,
-                },
-                NodeKind::Call {
+                }),
+                NodeKind::Call(Call {
                     function: bwd_names[0].clone(),
                     gradient: None,
-                },
+                }),
             ),
         };
         Ok(Built {
@@ -548,12 +551,12 @@ impl ControlGradient {
         grad_outputs: &[Option<Val>],
         needs: &[bool],
     ) -> Result<Built> {
-        let NodeKind::While {
+        let NodeKind::While(While {
             cond,
             body,
             maximum_iterations,
             parallel_iterations,
-        } = &self.kind
+        }) = &self.kind
         else {
             unreachable!("augment_while is called for While nodes")
         };
@@ -616,7 +619,7 @@ impl ControlGradient {
         results.push(count);
         for (k, &r) in stacked.iter().enumerate() {
             let pushed = b.add_node(
-                NodeKind::StackPush,
+                NodeKind::Stack(StackOp::Push),
                 &[args[n + 1 + k], res[n + r]],
                 vec![stack_types[k].clone()],
             )?;
@@ -643,7 +646,7 @@ impl ControlGradient {
         let mut stacks_out = Vec::new();
         for (k, &r) in stacked.iter().enumerate() {
             let popped = b.add_node(
-                NodeKind::StackPop,
+                NodeKind::Stack(StackOp::Pop),
                 &[args[nc + 1 + k]],
                 vec![
                     stack_types[k].clone(),
@@ -690,19 +693,19 @@ impl ControlGradient {
                 .map(|t| ExtraInput::EmptyStack(t.inner().clone())),
         );
         Ok(Built {
-            forward: NodeKind::While {
+            forward: NodeKind::While(While {
                 cond: fwd_cond,
                 body: fwd_body,
                 maximum_iterations: *maximum_iterations,
                 parallel_iterations: *parallel_iterations,
-            },
+            }),
             forward_extra,
-            backward: NodeKind::While {
+            backward: NodeKind::While(While {
                 cond: grad_cond,
                 body: grad_body,
                 maximum_iterations: None,
                 parallel_iterations: *parallel_iterations,
-            },
+            }),
             backward_outputs: (n..n + 1 + stacked.len()).collect(),
             backward_inputs: invariant.iter().map(|&(_, i)| i).collect(),
             cotangents: carried.clone(),
@@ -723,7 +726,7 @@ impl ControlGradient {
             inputs.push(match extra {
                 ExtraInput::Zero(dtype) => build::fill(ctx, *dtype, &[], 0.0)?,
                 ExtraInput::EmptyStack(t) => ctx
-                    .apply_node(&NodeKind::StackNew { element: t.clone() }, &[])?
+                    .apply_node(&NodeKind::Stack(StackOp::New { element: t.clone() }), &[])?
                     .remove(0),
             });
         }
@@ -759,7 +762,7 @@ impl ControlGradient {
         aug: &Augmented,
         grad_outputs: &[Option<Val>],
     ) -> Result<Grads<Val>> {
-        let is_while = matches!(self.kind, NodeKind::While { .. });
+        let is_while = matches!(self.kind, NodeKind::While(While { .. }));
         let sel = if is_while { 0 } else { self.selector() };
         let mut inputs: Vec<Val> = Vec::new();
         if !is_while && sel == 1 {
@@ -862,10 +865,10 @@ impl GradientFunction<Val> for CustomGradient {
                 None => build::zeros_like(ctx, y)?,
             });
         }
-        let call = NodeKind::Call {
+        let call = NodeKind::Call(Call {
             function: self.gradient.clone(),
             gradient: None,
-        };
+        });
         let out = ctx.apply_node(&call, &args)?;
         let mut grads: Grads<Val> = smallvec![None; self.inputs.len()];
         for (k, g) in out.into_iter().enumerate() {
@@ -904,7 +907,8 @@ impl GradientFunction<Val> for StackPushGradient {
         match &grad_outputs[0] {
             None => Ok(smallvec![None, None]),
             Some(ds) => {
-                let out = ctx.apply_node(&NodeKind::StackPop, std::slice::from_ref(ds))?;
+                let out =
+                    ctx.apply_node(&NodeKind::Stack(StackOp::Pop), std::slice::from_ref(ds))?;
                 Ok(smallvec![Some(out[0].clone()), Some(out[1].clone())])
             }
         }
@@ -931,9 +935,9 @@ impl GradientFunction<Val> for StackPopGradient {
             Some(ds) => ds.clone(),
             None => ctx
                 .apply_node(
-                    &NodeKind::StackNew {
+                    &NodeKind::Stack(StackOp::New {
                         element: self.value.ty().clone(),
-                    },
+                    }),
                     &[],
                 )?
                 .remove(0),
@@ -942,7 +946,7 @@ impl GradientFunction<Val> for StackPopGradient {
             Some(dv) => dv.clone(),
             None => build::zeros_like(ctx, &self.value)?,
         };
-        let out = ctx.apply_node(&NodeKind::StackPush, &[ds, dv])?;
+        let out = ctx.apply_node(&NodeKind::Stack(StackOp::Push), &[ds, dv])?;
         Ok(smallvec![Some(out[0].clone())])
     }
 }

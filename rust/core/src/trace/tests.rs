@@ -4,6 +4,7 @@
 use super::testing::{int, while_loop};
 use super::*;
 use crate::graph::{verify, NodeKind, ValueType};
+use crate::graph::{If, StackOp, VariableOp};
 use crate::interpret::{run_graph, RtValue};
 use crate::ops::build;
 use crate::ops::Context;
@@ -210,7 +211,7 @@ fn gradients_flow_through_if_both_ways_and_to_second_order() {
         let ifs = entry
             .nodes
             .iter()
-            .filter(|n| matches!(n.kind, NodeKind::If { .. }))
+            .filter(|n| matches!(n.kind, NodeKind::If(If { .. })))
             .count();
         assert_eq!(ifs, 2 * order, "{}", traced.graph);
     }
@@ -264,7 +265,7 @@ fn gradients_flow_through_a_data_dependent_while() {
         .library
         .iter()
         .flat_map(|f| &f.nodes)
-        .filter(|n| matches!(n.kind, NodeKind::StackPush))
+        .filter(|n| matches!(n.kind, NodeKind::Stack(StackOp::Push)))
         .count();
     assert_eq!(pushes, 2, "{}", traced.graph);
 }
@@ -491,7 +492,7 @@ fn variables_in_branches_and_loops_change_only_when_they_run() {
     let resource = lock(&tracer).capture_variable(&counter);
     let bump = |ctx: &mut dyn Context<Val>, by: f64| {
         ctx.apply_node(
-            &NodeKind::AssignAddVariable,
+            &NodeKind::Variable(VariableOp::AssignAdd),
             &[resource.clone(), Val::Tensor(Tensor::scalar(by))],
         )
         .unwrap();
@@ -520,7 +521,10 @@ fn variables_in_branches_and_loops_change_only_when_they_run() {
         },
     );
     let read = ctx
-        .apply_node(&NodeKind::ReadVariable, std::slice::from_ref(&resource))
+        .apply_node(
+            &NodeKind::Variable(VariableOp::Read),
+            std::slice::from_ref(&resource),
+        )
         .unwrap()
         .remove(0);
     let traced = lock(&tracer).finish(&[read]).unwrap();

@@ -1,6 +1,7 @@
 //! `Tracer` (frames of functions under construction, captures, the library being built) and
 //! `TraceContext` (the `Context` that runs ops eagerly or adds them to the trace).
 
+use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -478,12 +479,14 @@ impl Tracer {
     /// (stateful, side effect) for a node kind.
     fn statefulness(&self, kind: &NodeKind) -> Result<(bool, bool)> {
         Ok(match kind {
-            NodeKind::ReadVariable => (true, false),
-            NodeKind::AssignVariable | NodeKind::AssignAddVariable => (true, true),
-            NodeKind::If { .. }
-            | NodeKind::Case { .. }
-            | NodeKind::While { .. }
-            | NodeKind::Call { .. } => {
+            NodeKind::Variable(VariableOp::Read) => (true, false),
+            NodeKind::Variable(VariableOp::Assign) | NodeKind::Variable(VariableOp::AssignAdd) => {
+                (true, true)
+            }
+            NodeKind::If(If { .. })
+            | NodeKind::Case(Case { .. })
+            | NodeKind::While(While { .. })
+            | NodeKind::Call(Call { .. }) => {
                 let mut effects = false;
                 for callee in kind.callees() {
                     effects |= !self.library.get(callee)?.control_outputs.is_empty();
@@ -506,7 +509,7 @@ impl Tracer {
                 return Err(Error::internal(kind.name(), "not a non-op node"))
             }
             NodeKind::Const(Constant(t)) => vec![ValueType::Tensor(t.ty().clone())],
-            NodeKind::If { .. } | NodeKind::Case { .. } => {
+            NodeKind::If(If { .. }) | NodeKind::Case(Case { .. }) => {
                 let mut joined: Option<Vec<ValueType>> = None;
                 for callee in kind.callees() {
                     let types = self.library.get(callee)?.result_types()?;
@@ -517,9 +520,9 @@ impl Tracer {
                 }
                 joined.unwrap_or_default()
             }
-            NodeKind::While { body, .. } => self.library.get(body)?.params.clone(),
-            NodeKind::Call { function, .. } => self.library.get(function)?.result_types()?,
-            NodeKind::ReadVariable => match input(0)? {
+            NodeKind::While(While { body, .. }) => self.library.get(body)?.params.clone(),
+            NodeKind::Call(Call { function, .. }) => self.library.get(function)?.result_types()?,
+            NodeKind::Variable(VariableOp::Read) => match input(0)? {
                 ValueType::Resource(t) => vec![ValueType::Tensor(t)],
                 other => {
                     return Err(Error::invalid(
@@ -528,10 +531,12 @@ impl Tracer {
                     ))
                 }
             },
-            NodeKind::AssignVariable | NodeKind::AssignAddVariable => Vec::new(),
-            NodeKind::StackNew { element } => vec![ValueType::Stack(element.clone())],
-            NodeKind::StackPush => vec![input(0)?],
-            NodeKind::StackPop => {
+            NodeKind::Variable(VariableOp::Assign) | NodeKind::Variable(VariableOp::AssignAdd) => {
+                Vec::new()
+            }
+            NodeKind::Stack(StackOp::New { element }) => vec![ValueType::Stack(element.clone())],
+            NodeKind::Stack(StackOp::Push) => vec![input(0)?],
+            NodeKind::Stack(StackOp::Pop) => {
                 let stack = input(0)?;
                 let element = ValueType::Tensor(stack.inner().clone());
                 vec![stack, element]

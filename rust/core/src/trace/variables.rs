@@ -17,6 +17,7 @@
 
 use super::{lock, TracerRef, Val};
 use crate::error::{ErrorKind, Result};
+use crate::graph::VariableOp;
 use crate::graph::{NodeKind, ValueType};
 use crate::ops::Context;
 use crate::passes;
@@ -82,7 +83,7 @@ pub(super) fn thread_variables(
             assigned.push((i, resource.clone()));
         }
         captures[i] = ctx
-            .apply_node(&NodeKind::ReadVariable, &[resource])?
+            .apply_node(&NodeKind::Variable(VariableOp::Read), &[resource])?
             .remove(0);
     }
     Ok(Threaded { assigned })
@@ -103,7 +104,7 @@ impl Threaded {
                 Construct::Branches => outputs[own + j].clone(),
                 Construct::Loop => outputs[own + i].clone(),
             };
-            ctx.apply_node(&NodeKind::AssignVariable, &[resource, last])?;
+            ctx.apply_node(&NodeKind::Variable(VariableOp::Assign), &[resource, last])?;
         }
         outputs.truncate(own);
         Ok(outputs)

@@ -1,0 +1,102 @@
+//! `Call`: `(operands...) -> function(operands...)`, optionally with a custom gradient
+//! function (`gl.custom_gradient` traced in graph mode) `gradient(operands, results,
+//! cotangents) -> gradients of the leading operands`.
+//!
+//! - Type rule: the callee's signature; a custom gradient takes operands, results and their
+//!   cotangents and returns at most one gradient per operand, typed like it.
+//! - Gradient: the custom gradient's call, or else the branch gradient of `control::branches`
+//!   with one branch. Interpretation: the call. MLIR: `func.call`.
+
+use crate::error::Result;
+use crate::graph::text::FuncName;
+use crate::graph::verify_nodes::{check_call, check_params};
+use crate::graph::{AttrReader, Call, Check, Library, NodeRule, ParseNode, ValueType};
+use crate::interpret::{Interpret, NodeRun};
+
+impl NodeRule for Call {
+    fn keyword(&self) -> &'static str {
+        "call"
+    }
+
+    fn attrs(&self) -> Vec<(&'static str, String)> {
+        let mut attrs = vec![("function", FuncName(&self.function).to_string())];
+        if let Some(g) = &self.gradient {
+            attrs.push(("gradient", FuncName(g).to_string()));
+        }
+        attrs
+    }
+
+    fn callees(&self) -> Vec<&str> {
+        vec![&self.function]
+    }
+
+    fn referenced(&self) -> Vec<&str> {
+        let mut names = self.callees();
+        names.extend(self.gradient.as_deref());
+        names
+    }
+
+    fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
+        check_call(library, "callee", &self.function, ins, outs)?;
+        match &self.gradient {
+            Some(g) => check_custom_gradient(library, g, ins, outs),
+            None => Ok(()),
+        }
+    }
+
+    fn output_types(&self, library: &Library, _ins: &[&ValueType]) -> Result<Vec<ValueType>> {
+        library.get(&self.function)?.result_types()
+    }
+}
+
+impl ParseNode for Call {
+    const KEYWORDS: &'static [&'static str] = &["call"];
+
+    fn parse(_keyword: &str, attrs: &mut AttrReader<'_, '_>) -> Result<Self> {
+        Ok(Call {
+            function: attrs.function("function")?,
+            gradient: attrs.optional_function("gradient")?,
+        })
+    }
+}
+
+/// A custom gradient function takes `(operands, results, cotangents of the results)` and
+/// returns one gradient per leading operand, typed like it.
+fn check_custom_gradient(
+    library: &Library,
+    name: &str,
+    operands: &[&ValueType],
+    outs: &[&ValueType],
+) -> Check {
+    let g = library
+        .get(name)
+        .map_err(|_| format!("gradient @{name} is not in the library"))?;
+    let mut expected: Vec<&ValueType> = operands.to_vec();
+    expected.extend(outs.iter().copied());
+    expected.extend(outs.iter().copied());
+    check_params("gradient", name, &g.params, &expected)?;
+    let results = g.result_types().map_err(|e| e.message)?;
+    if results.len() > operands.len() {
+        return Err(format!(
+            "gradient @{name} returns {} value(s) for {} operand(s)",
+            results.len(),
+            operands.len()
+        ));
+    }
+    for (k, (r, o)) in results.iter().zip(operands).enumerate() {
+        if !r.compatible(o) {
+            return Err(format!(
+                "gradient @{name} returns {r} for operand {k}, which is {o}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Interpret for Call {
+    fn interpret(&self, run: &mut NodeRun<'_, '_>) -> Result<usize> {
+        let args = run.take_all()?;
+        let results = run.call_callee(0, args)?;
+        Ok(run.store(results))
+    }
+}

@@ -1,0 +1,106 @@
+//! Variable nodes: `read_variable(resource<T>) -> T`, `assign_variable(resource<T>, T) -> ()`,
+//! `assign_add_variable(resource<T>, T) -> ()` (`gl.Variable` inside a traced function).
+//!
+//! Writes are side effects: the tracer orders them by control inputs and lists them as
+//! control outputs. A float variable's cotangent is a tensor of its value type, the sum of the
+//! cotangents of every value read from it (TensorFlow's resource gradients).
+
+use std::iter::once;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::verify_nodes::{expect_compatible, expect_outputs, fixed, inner};
+use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, ValueType, VariableOp};
+use crate::interpret::nodes::input_tensor;
+use crate::interpret::{Interpret, NodeRun};
+use crate::runtime_values::RtValue;
+
+impl NodeRule for VariableOp {
+    fn keyword(&self) -> &'static str {
+        match self {
+            VariableOp::Read => "read_variable",
+            VariableOp::Assign => "assign_variable",
+            VariableOp::AssignAdd => "assign_add_variable",
+        }
+    }
+
+    fn attrs(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    fn callees(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    fn has_side_effect(&self) -> bool {
+        match self {
+            VariableOp::Read => false,
+            VariableOp::Assign | VariableOp::AssignAdd => true,
+        }
+    }
+
+    fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
+        let expected = self.output_types(library, ins).map_err(|e| e.message)?;
+        match self {
+            VariableOp::Read => {}
+            VariableOp::Assign | VariableOp::AssignAdd => {
+                let [res, value] = fixed::<2>(ins)?;
+                let t = inner(res, "resource", "input 0")?;
+                let element = ValueType::Tensor(t.clone());
+                expect_compatible("assigned value (input 1)", value, &element)?;
+                if *self == VariableOp::AssignAdd && !t.dtype.is_numeric() {
+                    return Err(format!(
+                        "assign_add_variable needs a numeric variable, got {res}"
+                    ));
+                }
+            }
+        }
+        expect_outputs(outs, &expected)
+    }
+
+    fn output_types(&self, _library: &Library, ins: &[&ValueType]) -> Result<Vec<ValueType>> {
+        let graph_error = |m: String| Error::new(ErrorKind::Graph, self.keyword(), m);
+        match self {
+            VariableOp::Read => {
+                let [res] = fixed::<1>(ins).map_err(graph_error)?;
+                let t = inner(res, "resource", "input 0").map_err(graph_error)?;
+                Ok(vec![ValueType::Tensor(t.clone())])
+            }
+            VariableOp::Assign | VariableOp::AssignAdd => Ok(Vec::new()),
+        }
+    }
+}
+
+impl ParseNode for VariableOp {
+    const KEYWORDS: &'static [&'static str] =
+        &["read_variable", "assign_variable", "assign_add_variable"];
+
+    fn parse(keyword: &str, _attrs: &mut AttrReader<'_, '_>) -> Result<Self> {
+        Ok(match keyword {
+            "read_variable" => VariableOp::Read,
+            "assign_variable" => VariableOp::Assign,
+            _ => VariableOp::AssignAdd,
+        })
+    }
+}
+
+impl Interpret for VariableOp {
+    fn interpret(&self, run: &mut NodeRun<'_, '_>) -> Result<usize> {
+        match self {
+            VariableOp::Read => {
+                let [var] = run.fixed()?;
+                let value = var.into_resource()?.read();
+                Ok(run.store(once(RtValue::Tensor(value))))
+            }
+            VariableOp::Assign => {
+                let [var, value] = run.fixed()?;
+                var.into_resource()?.assign(&input_tensor(value, 1)?)?;
+                Ok(run.store(None))
+            }
+            VariableOp::AssignAdd => {
+                let [var, delta] = run.fixed()?;
+                var.into_resource()?.assign_add(&input_tensor(delta, 1)?)?;
+                Ok(run.store(None))
+            }
+        }
+    }
+}
