@@ -9,7 +9,7 @@
 //! ([`execute`]), and emit MLIR ([`mlir::emit_module`]). `examples/loop_gradient.rs` does each
 //! for a loop with a data-dependent trip count.
 
-pub mod control;
+mod control;
 pub mod dtype;
 pub mod emit;
 pub mod error;

@@ -7,11 +7,23 @@
 //! - Gradient: the custom gradient's call, or else the branch gradient of `control::branches`
 //!   with one branch. Interpretation: the call. MLIR: `func.call`.
 
+use std::sync::Arc;
+
+use super::branches::augment_branches;
 use crate::error::Result;
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::{check_call, check_params};
+use crate::graph::Node;
+use crate::graph::NodeKind;
 use crate::graph::{AttrReader, Call, Check, Library, NodeRule, ParseNode, ValueType};
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::ops::{build, Context, Grads};
+use crate::tape::GradientFunction;
+use crate::trace::gradients::is_float_tensor;
+use crate::trace::gradients::{Augment, Built, ControlGradient, Differentiate};
+use crate::trace::{TracerRef, Val};
+use smallvec::smallvec;
 
 impl NodeRule for Call {
     fn keyword(&self) -> &'static str {
@@ -98,5 +110,101 @@ impl Interpret for Call {
         let args = run.take_all()?;
         let results = run.call_callee(0, args)?;
         Ok(run.store(results))
+    }
+}
+
+impl EmitMlir for Call {
+    /// The callee inlined where it is called.
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        _node: &Node,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        let site = l.e.site().clone();
+        let outs = l.inline(&self.function, inputs)?;
+        l.e.set_site(site);
+        Ok(outs)
+    }
+}
+
+impl Differentiate for Call {
+    fn gradient(
+        &self,
+        inputs: &[Val],
+        outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        Ok(Some(match &self.gradient {
+            Some(gradient) => Arc::new(CustomGradient {
+                gradient: gradient.clone(),
+                inputs: inputs.to_vec(),
+                outputs: outputs.to_vec(),
+            }),
+            None => Arc::new(ControlGradient::new(self.clone(), inputs, outputs)),
+        }))
+    }
+}
+
+impl Augment for Call {
+    fn api_name(&self) -> &'static str {
+        "function call"
+    }
+
+    fn selector(&self) -> usize {
+        0
+    }
+
+    fn augment(
+        &self,
+        g: &ControlGradient,
+        tracer: &TracerRef,
+        _grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Built> {
+        augment_branches(g, tracer, |names| {
+            NodeKind::Call(Call {
+                function: names[0].clone(),
+                gradient: None,
+            })
+        })
+    }
+}
+
+/// A `Call` with a custom gradient function (`gl.custom_gradient` traced in graph mode): a call
+/// of `gradient(operands, results, cotangents)`, whose results are the gradients of the leading
+/// operands. Its ops are recorded by the tapes active now, so it differentiates again.
+struct CustomGradient {
+    gradient: String,
+    inputs: Vec<Val>,
+    outputs: Vec<Val>,
+}
+
+impl GradientFunction<Val> for CustomGradient {
+    fn compute(
+        &self,
+        ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        let mut args = self.inputs.clone();
+        args.extend(self.outputs.iter().cloned());
+        for (g, y) in grad_outputs.iter().zip(&self.outputs) {
+            args.push(match g {
+                Some(g) => g.clone(),
+                None => build::zeros_like(ctx, y)?,
+            });
+        }
+        let call = NodeKind::Call(Call {
+            function: self.gradient.clone(),
+            gradient: None,
+        });
+        let out = ctx.apply_node(&call, &args)?;
+        let mut grads: Grads<Val> = smallvec![None; self.inputs.len()];
+        for (k, g) in out.into_iter().enumerate() {
+            if is_float_tensor(&self.inputs[k].value_type()) {
+                grads[k] = Some(g);
+            }
+        }
+        Ok(grads)
     }
 }

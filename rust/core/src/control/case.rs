@@ -6,14 +6,26 @@
 //! - Gradient: the branch gradient of `control::branches`, a `Case` over backward functions.
 //! - Interpretation: runs one branch. MLIR: `scf.index_switch` (`mlir::control`).
 
+use std::sync::Arc;
+
+use super::branches::augment_branches;
 use crate::dtype::DType;
+use crate::emit::element_type;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::check_branches;
 use crate::graph::verify_nodes::scalar as scalar_type;
+use crate::graph::Node;
+use crate::graph::NodeKind;
 use crate::graph::{AttrReader, Case, Check, Library, NodeRule, ParseNode, ValueType};
 use crate::interpret::nodes::scalar;
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::function::flat_types_of;
+use crate::mlir::regions::{arrow, split_first, Terminator};
+use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::tape::GradientFunction;
+use crate::trace::gradients::{Augment, Built, ControlGradient, Differentiate};
+use crate::trace::{TracerRef, Val};
 
 impl NodeRule for Case {
     fn keyword(&self) -> &'static str {
@@ -79,5 +91,92 @@ impl Interpret for Case {
         let branch = usize::try_from(index).map_or(last, |i| i.min(last));
         let results = run.call_callee(branch, operands)?;
         Ok(run.store(results))
+    }
+}
+
+impl EmitMlir for Case {
+    /// `Case` -> `branches[0]` if the index is 0, else `branches[1]` if it is 1, ..., else the
+    /// last branch (which so takes every out-of-range index, as the IR says).
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        node: &Node,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        let Case { branches } = self;
+        let (index, operands) = split_first(l, inputs)?;
+        let i = l.scalar_input(&index)?;
+        let dtype = index.tensor_type().map(|t| t.dtype);
+        let int = element_type(dtype.ok_or_else(|| l.e.bug("a stack as a case index"))?);
+        case_chain(l, &i, int, branches, 0, &operands, &node.outputs)
+    }
+}
+
+/// `branches[0]` when `i == k`, else the chain of the others; the last one alone is
+/// inlined in place.
+fn case_chain(
+    l: &mut Lowering<'_>,
+    i: &str,
+    int: &str,
+    branches: &[String],
+    k: usize,
+    operands: &[Bound],
+    types: &[ValueType],
+) -> Result<Vec<Bound>> {
+    let Some((first, rest)) = branches.split_first() else {
+        return Err(l.e.bug("a case node without branches"));
+    };
+    if rest.is_empty() {
+        let results = l.inline(first, operands.to_vec())?;
+        return l.coerce_all(results, types);
+    }
+    let (site, loc) = (l.e.site().clone(), l.e.loc());
+    let (c, eq) = (l.e.fresh(), l.e.fresh());
+    l.e.line(&format!("{c} = arith.constant {k} : {int} {loc}"));
+    l.e.line(&format!("{eq} = arith.cmpi eq, {i}, {c} : {int} {loc}"));
+    let flat = flat_types_of(&l.e, types)?;
+    let (prefix, names) = l.result_names(&flat);
+    l.e.line(&format!("{prefix}scf.if {eq}{} {{", arrow(&flat)));
+    let then_body = |l: &mut Lowering<'_>| l.inline(first, operands.to_vec());
+    l.region(None, types, then_body, Terminator::BranchYield)?;
+    l.e.line("} else {");
+    let else_body = |l: &mut Lowering<'_>| case_chain(l, i, int, rest, k + 1, operands, types);
+    l.region(None, types, else_body, Terminator::BranchYield)?;
+    l.e.set_site(site);
+    l.e.line(&format!("}} {loc}"));
+    l.unpack(types, &names)
+}
+
+impl Differentiate for Case {
+    fn gradient(
+        &self,
+        inputs: &[Val],
+        outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        Ok(Some(Arc::new(ControlGradient::new(
+            self.clone(),
+            inputs,
+            outputs,
+        ))))
+    }
+}
+
+impl Augment for Case {
+    fn api_name(&self) -> &'static str {
+        "switch_case"
+    }
+
+    fn selector(&self) -> usize {
+        1
+    }
+
+    fn augment(
+        &self,
+        g: &ControlGradient,
+        tracer: &TracerRef,
+        _grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Built> {
+        augment_branches(g, tracer, |branches| NodeKind::Case(Case { branches }))
     }
 }

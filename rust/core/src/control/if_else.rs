@@ -7,14 +7,25 @@
 //!   function that also returns its residuals, an `If` over the backward functions).
 //! - Interpretation: runs one branch. MLIR: `scf.if` (`mlir::control`).
 
+use std::sync::Arc;
+
+use super::branches::augment_branches;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::check_branches;
 use crate::graph::verify_nodes::scalar as scalar_type;
+use crate::graph::Node;
+use crate::graph::NodeKind;
 use crate::graph::{AttrReader, Check, If, Library, NodeRule, ParseNode, ValueType};
 use crate::interpret::nodes::scalar;
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::function::flat_types_of;
+use crate::mlir::regions::{arrow, split_first, Terminator};
+use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::tape::GradientFunction;
+use crate::trace::gradients::{Augment, Built, ControlGradient, Differentiate};
+use crate::trace::{TracerRef, Val};
 
 impl NodeRule for If {
     fn keyword(&self) -> &'static str {
@@ -62,5 +73,73 @@ impl Interpret for If {
         let pred = scalar::<bool>(pred, "if", "predicate")?;
         let results = run.call_callee(usize::from(!pred), operands)?;
         Ok(run.store(results))
+    }
+}
+
+impl EmitMlir for If {
+    /// `If` -> `scf.if` on the predicate extracted from its `tensor<i1>`.
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        node: &Node,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        let If {
+            then_branch,
+            else_branch,
+        } = self;
+        let (pred, operands) = split_first(l, inputs)?;
+        let p = l.scalar_input(&pred)?;
+        let flat = flat_types_of(&l.e, &node.outputs)?;
+        let (prefix, names) = l.result_names(&flat);
+        let (site, loc) = (l.e.site().clone(), l.e.loc());
+        l.e.line(&format!("{prefix}scf.if {p}{} {{", arrow(&flat)));
+        let then_body = |l: &mut Lowering<'_>| l.inline(then_branch, operands.clone());
+        l.region(None, &node.outputs, then_body, Terminator::BranchYield)?;
+        l.e.line("} else {");
+        let else_body = |l: &mut Lowering<'_>| l.inline(else_branch, operands);
+        l.region(None, &node.outputs, else_body, Terminator::BranchYield)?;
+        l.e.set_site(site);
+        l.e.line(&format!("}} {loc}"));
+        l.unpack(&node.outputs, &names)
+    }
+}
+
+impl Differentiate for If {
+    fn gradient(
+        &self,
+        inputs: &[Val],
+        outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        Ok(Some(Arc::new(ControlGradient::new(
+            self.clone(),
+            inputs,
+            outputs,
+        ))))
+    }
+}
+
+impl Augment for If {
+    fn api_name(&self) -> &'static str {
+        "cond"
+    }
+
+    fn selector(&self) -> usize {
+        1
+    }
+
+    fn augment(
+        &self,
+        g: &ControlGradient,
+        tracer: &TracerRef,
+        _grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Built> {
+        augment_branches(g, tracer, |names| {
+            NodeKind::If(If {
+                then_branch: names[0].clone(),
+                else_branch: names[1].clone(),
+            })
+        })
     }
 }

@@ -15,14 +15,19 @@
 //! implementation does not compile:
 //!
 //! - `graph::NodeRule` + `graph::ParseNode`: text keyword and attributes, callees, type rule;
+//! - `trace::gradients::Differentiate`: its gradient (for `If`, `Case`, `While`, `Call`, an
+//!   `Augment` program transform: a new forward node that also returns residuals, and the
+//!   gradient node that takes them);
 //! - `interpret::Interpret`: running a node in the reference interpreter;
+//! - `mlir::EmitMlir`: its MLIR (`scf` regions, inlined calls, stack buffers);
 //!
-//! `Construct` names them together; `every_construct_is_complete` checks each kind against it.
+//! `Construct` names them together, and a compile-time check holds every construct to it.
 //!
 //! Adding a construct: its data in `graph::constructs` and a `NodeKind` variant, one module
 //! here implementing `Construct`, and the variant in each layer's match (the compiler lists
 //! them).
 
+mod branches;
 mod call;
 mod case;
 mod if_else;
@@ -30,27 +35,26 @@ mod stacks;
 mod variables;
 mod while_loop;
 
-use crate::graph::{NodeRule, ParseNode};
+use crate::graph::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 use crate::interpret::Interpret;
+use crate::mlir::EmitMlir;
+use crate::trace::gradients::Differentiate;
 
 /// Everything a construct implements, one trait per layer.
-pub trait Construct: NodeRule + ParseNode + Interpret {}
-
-impl<T: NodeRule + ParseNode + Interpret> Construct for T {}
-
-#[cfg(test)]
-mod tests {
-    use super::Construct;
-    use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
-
-    #[test]
-    fn every_construct_is_complete() {
-        fn complete<C: Construct>() {}
-        complete::<If>();
-        complete::<Case>();
-        complete::<While>();
-        complete::<Call>();
-        complete::<VariableOp>();
-        complete::<StackOp>();
-    }
+pub(crate) trait Construct:
+    NodeRule + ParseNode + Differentiate + Interpret + EmitMlir
+{
 }
+
+impl<T: NodeRule + ParseNode + Differentiate + Interpret + EmitMlir> Construct for T {}
+
+/// Fails to compile while any construct lacks a layer's implementation.
+const _: fn() = || {
+    fn complete<C: Construct>() {}
+    complete::<If>();
+    complete::<Case>();
+    complete::<While>();
+    complete::<Call>();
+    complete::<VariableOp>();
+    complete::<StackOp>();
+};

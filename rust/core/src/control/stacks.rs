@@ -3,6 +3,18 @@
 //! carries it as a loop variable): the loop gradient's residuals. Push and pop are each
 //! other's transpose, so a gradient loop differentiates again.
 
+use std::sync::Arc;
+
+use crate::graph::Node;
+use crate::graph::NodeKind;
+use crate::mlir::function::{one, two};
+use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::ops::{build, Context, Grads};
+use crate::tape::GradientFunction;
+use crate::trace::gradients::Differentiate;
+use crate::trace::Val;
+use crate::value::Value;
+use smallvec::smallvec;
 use std::iter::once;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -102,5 +114,103 @@ impl Interpret for StackOp {
                 Ok(run.store([RtValue::Stack(stack), RtValue::Tensor(top)]))
             }
         }
+    }
+}
+
+impl EmitMlir for StackOp {
+    /// A growable buffer and a size, or a `!util.list` (`mlir::stacks`).
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        node: &Node,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        match self {
+            StackOp::New { element } => Ok(vec![l.stack_new(element)?]),
+            StackOp::Push => {
+                let [stack, value] = two(l, inputs)?;
+                Ok(vec![l.stack_push(stack, value)?])
+            }
+            StackOp::Pop => {
+                let element = node.outputs.get(1).map(ValueType::inner).cloned();
+                let element = element.ok_or_else(|| l.e.bug("stack_pop has two outputs"))?;
+                let [stack] = one(l, inputs)?;
+                Ok(l.stack_pop(stack, &element)?.to_vec())
+            }
+        }
+    }
+}
+
+impl Differentiate for StackOp {
+    /// Push and pop are each other's transpose; a new stack has no inputs.
+    fn gradient(
+        &self,
+        _inputs: &[Val],
+        outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        Ok(match self {
+            StackOp::New { .. } => None,
+            StackOp::Push => Some(Arc::new(StackPushGradient)),
+            StackOp::Pop => Some(Arc::new(StackPopGradient {
+                value: outputs[1].clone(),
+            })),
+        })
+    }
+}
+
+/// `push(stack, value) -> stack'`: the cotangent stack pops to give both gradients.
+struct StackPushGradient;
+
+impl GradientFunction<Val> for StackPushGradient {
+    fn compute(
+        &self,
+        ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        match &grad_outputs[0] {
+            None => Ok(smallvec![None, None]),
+            Some(ds) => {
+                let out =
+                    ctx.apply_node(&NodeKind::Stack(StackOp::Pop), std::slice::from_ref(ds))?;
+                Ok(smallvec![Some(out[0].clone()), Some(out[1].clone())])
+            }
+        }
+    }
+}
+
+/// `pop(stack) -> (stack', value)`: the value's cotangent is pushed back on the stack's.
+struct StackPopGradient {
+    value: Val,
+}
+
+impl GradientFunction<Val> for StackPopGradient {
+    fn compute(
+        &self,
+        ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        let (ds, dv) = (&grad_outputs[0], &grad_outputs.get(1).cloned().flatten());
+        if ds.is_none() && dv.is_none() {
+            return Ok(smallvec![None]);
+        }
+        let ds = match ds {
+            Some(ds) => ds.clone(),
+            None => ctx
+                .apply_node(
+                    &NodeKind::Stack(StackOp::New {
+                        element: self.value.ty().clone(),
+                    }),
+                    &[],
+                )?
+                .remove(0),
+        };
+        let dv = match dv {
+            Some(dv) => dv.clone(),
+            None => build::zeros_like(ctx, &self.value)?,
+        };
+        let out = ctx.apply_node(&NodeKind::Stack(StackOp::Push), &[ds, dv])?;
+        Ok(smallvec![Some(out[0].clone())])
     }
 }

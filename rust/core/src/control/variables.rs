@@ -5,6 +5,15 @@
 //! control outputs. A float variable's cotangent is a tensor of its value type, the sum of the
 //! cotangents of every value read from it (TensorFlow's resource gradients).
 
+use std::sync::Arc;
+
+use crate::graph::Node;
+use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::ops::{Context, Grads};
+use crate::tape::GradientFunction;
+use crate::trace::gradients::{is_float_resource, Differentiate};
+use crate::trace::Val;
+use smallvec::smallvec;
 use std::iter::once;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -102,5 +111,50 @@ impl Interpret for VariableOp {
                 Ok(run.store(None))
             }
         }
+    }
+}
+
+impl EmitMlir for VariableOp {
+    /// None: `passes::functionalize_variables` turns variables into values first.
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        _node: &Node,
+        _inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        let name = self.keyword();
+        Err(l
+            .e
+            .unsupported(format!("{name} is not supported by the MLIR emitter yet")))
+    }
+}
+
+impl Differentiate for VariableOp {
+    /// A read of a float variable passes its cotangent to the variable; writes have none.
+    fn gradient(
+        &self,
+        inputs: &[Val],
+        _outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        Ok(match self {
+            VariableOp::Read if is_float_resource(&inputs[0].value_type()) => {
+                Some(Arc::new(ReadVariableGradient))
+            }
+            VariableOp::Read | VariableOp::Assign | VariableOp::AssignAdd => None,
+        })
+    }
+}
+
+/// `read_variable(resource) -> value`: the value's cotangent is the resource's.
+struct ReadVariableGradient;
+
+impl GradientFunction<Val> for ReadVariableGradient {
+    fn compute(
+        &self,
+        _ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        Ok(smallvec![grad_outputs[0].clone()])
     }
 }

@@ -11,16 +11,32 @@
 //! - Interpretation: a Rust loop of two calls per trip, so the stack stays flat.
 //! - MLIR: `scf.while` with the trip count and stack bounds (`mlir::control`).
 
+use std::sync::Arc;
+
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::check_call;
+use crate::graph::Node;
+use crate::graph::{inline_into, Function, FunctionBuilder, NodeKind, Port, StackOp};
 use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, ValueType, While};
 use crate::interpret::nodes::{check_results, scalar};
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::function::{flat_names, flat_types_of};
+use crate::mlir::loop_vars;
+use crate::mlir::regions::Terminator;
+use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::attrs::Attr;
+use crate::ops::binary;
 use crate::runtime_values::RtValue;
 use crate::shape::TensorType;
+use crate::tape::GradientFunction;
+use crate::tensor::Tensor;
+use crate::trace::gradients::{
+    add_function, differentiate, function, is_differentiable, is_float_stack, Augment, Built,
+    ControlGradient, Differentiate, ExtraInput,
+};
+use crate::trace::{TracerRef, Val};
 
 impl NodeRule for While {
     fn keyword(&self) -> &'static str {
@@ -129,4 +145,369 @@ fn single(mut results: Vec<RtValue>) -> Result<RtValue> {
 fn in_iteration(mut e: Error, trip: i64) -> Error {
     e.message.push_str(&format!("\n  in iteration {trip}"));
     e
+}
+
+impl EmitMlir for While {
+    /// `While` -> `scf.while`, the loop vars typed as the node's outputs.
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        node: &Node,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        let While {
+            cond,
+            body,
+            maximum_iterations,
+            ..
+        } = self;
+        let types = &node.outputs;
+        let mut inputs = inputs;
+        let reserve = l.reserve_stacks(body, *maximum_iterations, &mut inputs);
+        let body_fn = l.library.get(body)?;
+        let exposed = loop_vars::exposed(body_fn);
+        let (fixed, carried_inputs, ctypes) = l.split_invariants(body_fn, inputs, types)?;
+        let mut inits = l.carried_all(carried_inputs, &ctypes)?;
+        let pushed: Vec<bool> = match l.e.options.list_stacks {
+            true => loop_vars::pushed(body_fn),
+            false => vec![false; fixed.len()],
+        };
+        let pushed: Vec<bool> = (fixed.iter().zip(pushed))
+            .filter(|(f, _)| f.is_none())
+            .map(|(_, p)| p)
+            .collect();
+        l.distinct_inits(&mut inits, &pushed);
+        let loc = l.e.loc();
+        let mut init_names = flat_names(&inits);
+        let mut flat = flat_types_of(&l.e, &ctypes)?;
+        let limits = match maximum_iterations {
+            Some(max) => {
+                let (zero, limit, one) = (l.e.fresh(), l.e.fresh(), l.e.fresh());
+                for (name, v) in [(&zero, 0), (&limit, *max), (&one, 1)] {
+                    l.e.line(&format!("{name} = arith.constant {v} : i64 {loc}"));
+                }
+                init_names.insert(0, zero);
+                flat.insert(0, "i64".to_string());
+                Some((limit, one))
+            }
+            None => None,
+        };
+        let counted = usize::from(limits.is_some());
+        let (prefix, names) = l.result_names(&flat);
+        let before: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
+        let after: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
+        let carried: Vec<String> = before
+            .iter()
+            .zip(&init_names)
+            .map(|(b, i)| format!("{b} = {i}"))
+            .collect();
+        let site = l.e.site().clone();
+        let sig = flat.join(", ");
+        l.e.line(&format!(
+            "{prefix}scf.while ({}) : ({sig}) -> ({sig}) {{",
+            carried.join(", ")
+        ));
+        let counter = limits
+            .as_ref()
+            .map(|(limit, _)| (before[0].as_str(), limit.as_str()));
+        let term = Terminator::Condition {
+            vars: &before,
+            types: &flat,
+            counter,
+        };
+        let pred = [ValueType::tensor(DType::Bool, &[])];
+        let test = |l: &mut Lowering<'_>| {
+            let carried = l.unpack(&ctypes, &before[counted..])?;
+            let vars = l.with_fixed(&fixed, carried)?;
+            l.inline(cond, vars)
+        };
+        l.region(None, &pred, test, term)?;
+        l.e.line("} do {");
+        let block_args: Vec<String> = after
+            .iter()
+            .zip(&flat)
+            .map(|(a, t)| format!("{a}: {t}"))
+            .collect();
+        let header = format!("^bb0({}):", block_args.join(", "));
+        let term = match &limits {
+            Some((_, one)) => Terminator::YieldCounting {
+                counter: &after[0],
+                one,
+            },
+            None => Terminator::Yield,
+        };
+        let next = |l: &mut Lowering<'_>| {
+            let carried = l.unpack(&ctypes, &after[counted..])?;
+            let vars = l.with_fixed(&fixed, carried)?;
+            for (var, _) in vars.iter().zip(&reserve).filter(|(_, &r)| r) {
+                if let Bound::Stack { buffer, .. } = var {
+                    l.reserved.insert(buffer.name.clone());
+                }
+            }
+            let args = vars.clone();
+            let next = l.inline(body, vars)?;
+            let next = l.coerce_all(next, types)?;
+            let next = l.loop_barrier(&args, next, &exposed)?;
+            Ok(next
+                .into_iter()
+                .zip(&fixed)
+                .filter_map(|(v, f)| f.is_none().then_some(v))
+                .collect())
+        };
+        l.region(Some(header), &ctypes, next, term)?;
+        l.e.set_site(site);
+        l.e.line(&format!("}} {loc}"));
+        let results = l.unpack(&ctypes, &names[counted..])?;
+        l.with_fixed(&fixed, results)
+    }
+}
+
+impl Differentiate for While {
+    fn gradient(
+        &self,
+        inputs: &[Val],
+        outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        Ok(Some(Arc::new(ControlGradient::new(
+            self.clone(),
+            inputs,
+            outputs,
+        ))))
+    }
+}
+
+/// The body is replayed and differentiated; residuals that are loop invariant (variables the
+/// body passes through) stay loop variables and every other residual gets a stack. Captured
+/// outer tensors are loop variables, so their gradients accumulate through the cotangent chain.
+impl Augment for While {
+    fn api_name(&self) -> &'static str {
+        "while_loop"
+    }
+
+    fn selector(&self) -> usize {
+        0
+    }
+
+    fn augment(
+        &self,
+        _g: &ControlGradient,
+        tracer: &TracerRef,
+        grad_outputs: &[Option<Val>],
+        needs: &[bool],
+    ) -> Result<Built> {
+        let While {
+            cond,
+            body,
+            maximum_iterations,
+            parallel_iterations,
+        } = self;
+        let body_fn = function(tracer, body)?;
+        let cond_fn = function(tracer, cond)?;
+        let n = body_fn.params.len();
+        let types = body_fn.params.clone();
+        let wanted = wanted_vars(&body_fn, needs);
+        // Float tensors always carry a cotangent; a stack only once one reaches it.
+        let mut carried: Vec<usize> = (0..n)
+            .filter(|&i| {
+                wanted[i]
+                    && (is_differentiable(&types[i])
+                        || (is_float_stack(&types[i])
+                            && grad_outputs.get(i).is_some_and(Option::is_some)))
+            })
+            .collect();
+        let float_vars: Vec<usize> = (0..n)
+            .filter(|&i| wanted[i] && (is_differentiable(&types[i]) || is_float_stack(&types[i])))
+            .collect();
+        let d = loop {
+            let d = differentiate(tracer, &body_fn, &carried, &float_vars)?;
+            let grown: Vec<usize> = float_vars
+                .iter()
+                .zip(&d.nonzero)
+                .filter(|(i, nz)| **nz && !carried.contains(i))
+                .map(|(&i, _)| i)
+                .collect();
+            if grown.is_empty() {
+                break d;
+            }
+            carried.extend(grown);
+            carried.sort_unstable();
+        };
+        // Which residuals are stacked, which are loop invariant.
+        let mut stacked: Vec<usize> = Vec::new();
+        let mut invariant: Vec<(usize, usize)> = Vec::new(); // (residual, var)
+        for (r, param) in d.residual_params.iter().enumerate() {
+            match param {
+                Some(i) if d.passthrough[*i] => invariant.push((r, *i)),
+                _ => stacked.push(r),
+            }
+        }
+        let i64_scalar = ValueType::tensor(DType::I64, &[]);
+        let stack_types: Vec<ValueType> = stacked
+            .iter()
+            .map(|&r| ValueType::Stack(d.residual_types[r].inner().clone()))
+            .collect();
+        let mut aug_params = types.clone();
+        aug_params.push(i64_scalar.clone());
+        aug_params.extend(stack_types.iter().cloned());
+
+        // Forward body: run the body, count, push the residuals.
+        let fwd = function(tracer, &d.forward)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{body}_fwd"), aug_params.clone());
+        let (res, effects) = inline_into(&mut b, &fwd, &args[..n])?;
+        let one = b.add_const(Tensor::scalar(1i64));
+        let count = b.add_op1(binary::Add, &[args[n], one], None)?;
+        let mut results: Vec<Port> = res[..n].to_vec();
+        results.push(count);
+        for (k, &r) in stacked.iter().enumerate() {
+            let pushed = b.add_node(
+                NodeKind::Stack(StackOp::Push),
+                &[args[n + 1 + k], res[n + r]],
+                vec![stack_types[k].clone()],
+            )?;
+            results.push(pushed[0]);
+        }
+        let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{cond}_fwd"), aug_params);
+        let (res, _) = inline_into(&mut b, &cond_fn, &args[..n])?;
+        let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+
+        // Backward loop vars: (cotangents, count, stacks, invariants).
+        let bwd = function(tracer, &d.backward)?;
+        let nc = carried.len();
+        let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
+        bparams.push(i64_scalar);
+        bparams.extend(stack_types.iter().cloned());
+        let inv_types: Vec<ValueType> = invariant
+            .iter()
+            .map(|&(r, _)| d.residual_types[r].clone())
+            .collect();
+        bparams.extend(inv_types.iter().cloned());
+        let (mut b, args) = FunctionBuilder::new(format!("{body}_grad"), bparams.clone());
+        let mut residual_ports: Vec<Option<Port>> = vec![None; d.residual_types.len()];
+        let mut stacks_out = Vec::new();
+        for (k, &r) in stacked.iter().enumerate() {
+            let popped = b.add_node(
+                NodeKind::Stack(StackOp::Pop),
+                &[args[nc + 1 + k]],
+                vec![
+                    stack_types[k].clone(),
+                    ValueType::Tensor(stack_types[k].inner().clone()),
+                ],
+            )?;
+            stacks_out.push(popped[0]);
+            residual_ports[r] = Some(popped[1]);
+        }
+        for (j, &(r, _)) in invariant.iter().enumerate() {
+            residual_ports[r] = Some(args[nc + 1 + stacked.len() + j]);
+        }
+        let mut bargs: Vec<Port> = args[..nc].to_vec();
+        bargs.extend(
+            residual_ports
+                .into_iter()
+                .map(|p| p.expect("every residual is bound")),
+        );
+        let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
+        // `grads` follow `float_vars`; the new cotangents follow `carried`.
+        let mut results: Vec<Port> = carried
+            .iter()
+            .map(|i| {
+                grads[float_vars
+                    .iter()
+                    .position(|v| v == i)
+                    .expect("carried vars are float")]
+            })
+            .collect();
+        let one = b.add_const(Tensor::scalar(1i64));
+        results.push(b.add_op1(binary::Sub, &[args[nc], one], None)?);
+        results.extend(stacks_out);
+        results.extend((0..invariant.len()).map(|j| args[nc + 1 + stacked.len() + j]));
+        let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{cond}_grad"), bparams);
+        let zero = b.add_const(Tensor::scalar(0i64));
+        let more = b.add_op1(binary::Greater, &[args[nc], zero], None)?;
+        let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
+
+        let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
+        forward_extra.extend(
+            stack_types
+                .iter()
+                .map(|t| ExtraInput::EmptyStack(t.inner().clone())),
+        );
+        Ok(Built {
+            forward: NodeKind::While(While {
+                cond: fwd_cond,
+                body: fwd_body,
+                maximum_iterations: *maximum_iterations,
+                parallel_iterations: *parallel_iterations,
+            }),
+            forward_extra,
+            backward: NodeKind::While(While {
+                cond: grad_cond,
+                body: grad_body,
+                maximum_iterations: None,
+                parallel_iterations: *parallel_iterations,
+            }),
+            backward_outputs: (n..n + 1 + stacked.len()).collect(),
+            backward_inputs: invariant.iter().map(|&(_, i)| i).collect(),
+            cotangents: carried.clone(),
+            differentiable: carried,
+        })
+    }
+}
+
+/// Per loop variable of `body`: whether the backward loop needs its cotangent. A float tensor
+/// variable whose gradient `needs` asks for does, and so does every float variable whose next
+/// value depends on one that does (its cotangent flows into theirs); float stacks always may.
+/// The others (a loop-invariant input nobody differentiates) are left out, with the
+/// residuals only their gradients would use (the RFC's `skip_input_indices`).
+fn wanted_vars(body: &Function, needs: &[bool]) -> Vec<bool> {
+    let n = body.params.len();
+    let float = |i: usize| is_differentiable(&body.params[i]) || is_float_stack(&body.params[i]);
+    let mut wanted: Vec<bool> = (0..n)
+        .map(|i| {
+            is_float_stack(&body.params[i]) || (float(i) && needs.get(i).copied().unwrap_or(true))
+        })
+        .collect();
+    let deps = result_dependencies(body);
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for j in 0..n {
+            let depends = deps
+                .get(j)
+                .is_some_and(|d| (0..n).any(|i| wanted[i] && d[i]));
+            if !wanted[j] && float(j) && depends {
+                wanted[j] = true;
+                changed = true;
+            }
+        }
+    }
+    wanted
+}
+
+/// Per result of `f`: which of its parameters it depends on (through any node: a node's
+/// outputs all depend on all its inputs).
+fn result_dependencies(f: &Function) -> Vec<Vec<bool>> {
+    let n = f.params.len();
+    let mut deps: Vec<Vec<bool>> = Vec::with_capacity(f.nodes.len());
+    for node in &f.nodes {
+        let mut d = vec![false; n];
+        if let NodeKind::Arg(k) = node.kind {
+            if let Some(x) = d.get_mut(k) {
+                *x = true;
+            }
+        }
+        for p in &node.inputs {
+            if let Some(from) = deps.get(p.node) {
+                for (x, y) in d.iter_mut().zip(from) {
+                    *x |= *y;
+                }
+            }
+        }
+        deps.push(d);
+    }
+    f.results
+        .iter()
+        .map(|p| deps.get(p.node).cloned().unwrap_or_else(|| vec![true; n]))
+        .collect()
 }

@@ -9,7 +9,6 @@
 //! where it flows (an argument of a `f32[?]` parameter, a branch result of a `f32[?]` output),
 //! a `tensor.cast` is inserted, so every value has exactly the type its node declares.
 
-use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
@@ -130,6 +129,18 @@ pub(crate) fn symbol(name: &str) -> String {
     } else {
         format!("@{}", string_literal(name))
     }
+}
+
+/// How the MLIR emitter lowers a construct's node.
+pub(crate) trait EmitMlir {
+    /// The node's MLIR, given its inputs' values; returns its outputs (the caller casts them
+    /// to the types the node declares).
+    fn emit_mlir(
+        &self,
+        l: &mut Lowering<'_>,
+        node: &Node,
+        inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>>;
 }
 
 /// Emits the functions of one library into an `Emitter`.
@@ -411,34 +422,12 @@ impl<'g> Lowering<'g> {
                 let outs = op.emit(&mut self.e, &values, &inferred)?;
                 outs.into_iter().map(Bound::Tensor).collect()
             }
-            NodeKind::If(If { .. }) => self.emit_if(node, inputs)?,
-            NodeKind::Case(Case { .. }) => self.emit_case(node, inputs)?,
-            NodeKind::While(While { .. }) => self.emit_while(node, inputs)?,
-            NodeKind::Call(Call { function, .. }) => {
-                let site = self.e.site().clone();
-                let outs = self.inline(function, inputs)?;
-                self.e.set_site(site);
-                outs
-            }
-            NodeKind::Stack(StackOp::New { element }) => vec![self.stack_new(element)?],
-            NodeKind::Stack(StackOp::Push) => {
-                let [stack, value] = two(self, inputs)?;
-                vec![self.stack_push(stack, value)?]
-            }
-            NodeKind::Stack(StackOp::Pop) => {
-                let element = node.outputs.get(1).map(ValueType::inner).cloned();
-                let element = element.ok_or_else(|| self.e.bug("stack_pop has two outputs"))?;
-                let [stack] = one(self, inputs)?;
-                self.stack_pop(stack, &element)?.to_vec()
-            }
-            NodeKind::Variable(VariableOp::Read)
-            | NodeKind::Variable(VariableOp::Assign)
-            | NodeKind::Variable(VariableOp::AssignAdd) => {
-                let name = node.kind.name();
-                return Err(self
-                    .e
-                    .unsupported(format!("{name} is not supported by the MLIR emitter yet")));
-            }
+            NodeKind::If(c) => c.emit_mlir(self, node, inputs)?,
+            NodeKind::Case(c) => c.emit_mlir(self, node, inputs)?,
+            NodeKind::While(c) => c.emit_mlir(self, node, inputs)?,
+            NodeKind::Call(c) => c.emit_mlir(self, node, inputs)?,
+            NodeKind::Variable(c) => c.emit_mlir(self, node, inputs)?,
+            NodeKind::Stack(c) => c.emit_mlir(self, node, inputs)?,
         };
         self.coerce_all(outs, &node.outputs)
     }
@@ -499,13 +488,13 @@ impl<'g> Lowering<'g> {
 }
 
 /// Exactly one input.
-fn one(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<[Bound; 1]> {
+pub(crate) fn one(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<[Bound; 1]> {
     <[Bound; 1]>::try_from(inputs)
         .map_err(|v| l.e.bug(format!("expected 1 input, got {}", v.len())))
 }
 
 /// Exactly two inputs.
-fn two(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<[Bound; 2]> {
+pub(crate) fn two(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<[Bound; 2]> {
     <[Bound; 2]>::try_from(inputs)
         .map_err(|v| l.e.bug(format!("expected 2 inputs, got {}", v.len())))
 }

@@ -31,10 +31,10 @@
 //! - `import` is the way in: StableHLO / `scf` modules (in MLIR's generic form) imported into
 //!   the graph IR, and their gradient functions emitted back into them (`emit_function`).
 
-mod control;
-mod function;
+pub(crate) mod function;
 pub mod import;
-mod loop_vars;
+pub(crate) mod loop_vars;
+pub(crate) mod regions;
 mod scalar;
 mod stack_bounds;
 mod stacks;
@@ -58,13 +58,13 @@ pub use crate::emit::{
     EmitOptions, Emitter, MlirValue, TypeText, YieldBarriers,
 };
 use crate::graph::{Case, If, While};
+pub(crate) use function::{Bound, EmitMlir, Lowering};
 
 use std::collections::BTreeSet;
 
 use crate::error::Result;
 use crate::graph::{verify, Graph, NodeKind, ValueType};
 use crate::DType;
-use function::Lowering;
 
 /// What compile policy needs to know of an emitted module, so that it never reads the text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,24 +1,15 @@
-//! Gradients of control flow and stacks: program transforms run when the tape reaches an `If`,
-//! `Case`, `Call` or `While` node.
+//! The gradient machinery of constructs: the registry, the dispatch to each construct's
+//! `Differentiate` (in `crate::control`), and the driver shared by the constructs that call
+//! functions.
 //!
-//! Branching nodes (`If`, `Case`, `Call`): each branch `B` is replayed under a tape into a new
-//! function `B_fwd`; its backward function `B_bwd(cotangents)` is built in a frame above, so
-//! every forward value a gradient rule uses is captured: those captures are the residuals. A NEW
-//! forward node calls the `B_fwd`s, returning `results ++ residuals(B_1) ++ ... ++
-//! residuals(B_n)` (each branch fills the other branches' slots with a cheap zero-size or zero
-//! mirror); it supersedes the old node, which the frame drops when it finishes. The gradient is
-//! the same kind of node over the backward functions, taking the residuals.
-//!
-//! `While`: the body is replayed and differentiated the same way. Residuals that are loop
-//! invariant (variables the body passes through) stay loop variables; every other residual gets
-//! a stack. The new forward loop carries `(vars, trip count, stacks)` and pushes the residuals
-//! each iteration; the gradient loop carries `(cotangents, count, stacks, invariants)`, pops,
-//! and runs the body's backward function until the count reaches zero. Captured outer tensors
-//! are loop variables, so their gradients accumulate through the cotangent chain. `StackPush`
-//! and `StackPop` have gradients (each is the other's transpose), so the gradient loop itself
-//! differentiates again.
+//! A node calling functions (`If`, `Case`, `While`, `Call`) is differentiated by a program
+//! transform its construct supplies (`Augment`): replay the callees under a tape into forward
+//! functions that also return their residuals and backward functions that take them
+//! (`differentiate`), emit a NEW forward node that supersedes the old one, and a gradient node
+//! over the backward functions. `ControlGradient` caches the pair per node (so a node
+//! differentiated twice keeps one forward node), runs a node that assigns Variables once, and
+//! feeds the gradient node its cotangents and residuals.
 
-use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -26,10 +17,10 @@ use smallvec::smallvec;
 use super::tracer::lock;
 use super::{replay, TraceContext, TracerRef, Val};
 use crate::error::{Error, Result};
-use crate::graph::{inline_into, with_params};
+
 use crate::graph::{Function, FunctionBuilder, NodeId, NodeKind, Port, ValueType};
 use crate::ops::Context;
-use crate::ops::{binary, build, Grads};
+use crate::ops::{build, Grads};
 use crate::shape::{TensorType, DYN};
 use crate::tape::{compute_gradient, GradientFunction, GradientRegistry, Tape, TapeContext};
 use crate::tensor::Tensor;
@@ -50,40 +41,35 @@ pub fn registry() -> &'static GradientRegistry<Val> {
     REGISTRY.get_or_init(graph_registry)
 }
 
+/// How the tape differentiates a construct's node.
+pub(crate) trait Differentiate {
+    /// The gradient function of a node of this construct with these inputs and outputs, or
+    /// `None` when nothing flows back through it.
+    fn gradient(
+        &self,
+        inputs: &[Val],
+        outputs: &[Val],
+    ) -> Result<Option<Arc<dyn GradientFunction<Val>>>>;
+}
+
 fn node_gradient(
     kind: &NodeKind,
     inputs: &[Val],
     outputs: &[Val],
 ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
-    Ok(match kind {
-        NodeKind::Call(Call {
-            gradient: Some(gradient),
-            ..
-        }) => Some(Arc::new(CustomGradient {
-            gradient: gradient.clone(),
-            inputs: inputs.to_vec(),
-            outputs: outputs.to_vec(),
-        })),
-        NodeKind::If(If { .. })
-        | NodeKind::Case(Case { .. })
-        | NodeKind::Call(Call { .. })
-        | NodeKind::While(While { .. }) => Some(Arc::new(ControlGradient {
-            kind: kind.clone(),
-            inputs: inputs.to_vec(),
-            outputs: outputs.to_vec(),
-        })),
-        NodeKind::Variable(VariableOp::Read) if is_float_resource(&inputs[0].value_type()) => {
-            Some(Arc::new(ReadVariableGradient))
-        }
-        NodeKind::Stack(StackOp::Push) => Some(Arc::new(StackPushGradient)),
-        NodeKind::Stack(StackOp::Pop) => Some(Arc::new(StackPopGradient {
-            value: outputs[1].clone(),
-        })),
-        _ => None,
-    })
+    match kind {
+        // ops have the op table's rules; arguments and constants end the chain
+        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => Ok(None),
+        NodeKind::If(c) => c.gradient(inputs, outputs),
+        NodeKind::Case(c) => c.gradient(inputs, outputs),
+        NodeKind::While(c) => c.gradient(inputs, outputs),
+        NodeKind::Call(c) => c.gradient(inputs, outputs),
+        NodeKind::Variable(c) => c.gradient(inputs, outputs),
+        NodeKind::Stack(c) => c.gradient(inputs, outputs),
+    }
 }
 
-fn gradient_error(op: &str, message: impl Into<String>) -> Error {
+pub(crate) fn gradient_error(op: &str, message: impl Into<String>) -> Error {
     Error::gradient(op.to_string(), message.into())
 }
 
@@ -99,18 +85,18 @@ pub struct Augmented {
     differentiable: Vec<usize>,
 }
 
-fn is_float_tensor(ty: &ValueType) -> bool {
+pub(crate) fn is_float_tensor(ty: &ValueType) -> bool {
     matches!(ty, ValueType::Tensor(t) if t.dtype.is_float())
 }
 
 /// A float variable: its cotangent is a tensor of the variable's type, the sum of the
 /// cotangents of every value read from it (TensorFlow's resource gradients).
-fn is_float_resource(ty: &ValueType) -> bool {
+pub(crate) fn is_float_resource(ty: &ValueType) -> bool {
     matches!(ty, ValueType::Resource(t) if t.dtype.is_float())
 }
 
 /// A value that takes a tensor cotangent: a float tensor or a float variable.
-fn is_differentiable(ty: &ValueType) -> bool {
+pub(crate) fn is_differentiable(ty: &ValueType) -> bool {
     is_float_tensor(ty) || is_float_resource(ty)
 }
 
@@ -122,7 +108,7 @@ fn cotangent_type(ty: ValueType) -> ValueType {
     }
 }
 
-fn is_float_stack(ty: &ValueType) -> bool {
+pub(crate) fn is_float_stack(ty: &ValueType) -> bool {
     matches!(ty, ValueType::Stack(t) if t.dtype.is_float())
 }
 
@@ -137,11 +123,11 @@ fn node_of(outputs: &[Val], what: &str) -> Result<(super::FrameId, NodeId)> {
     }
 }
 
-fn function(tracer: &TracerRef, name: &str) -> Result<Function> {
+pub(crate) fn function(tracer: &TracerRef, name: &str) -> Result<Function> {
     Ok(lock(tracer).library().get(name)?.clone())
 }
 
-fn add_function(tracer: &TracerRef, f: Function) -> Result<String> {
+pub(crate) fn add_function(tracer: &TracerRef, f: Function) -> Result<String> {
     let mut t = lock(tracer);
     let name = t.fresh_name(&f.name);
     let mut f = f;
@@ -152,7 +138,7 @@ fn add_function(tracer: &TracerRef, f: Function) -> Result<String> {
 
 /// A value of type `ty` for a branch that does not compute it: zeros, with unknown dimensions
 /// of size 0 (the branch that runs decides the real shape).
-fn mirror(builder: &mut FunctionBuilder, ty: &ValueType) -> Result<Port> {
+pub(crate) fn mirror(builder: &mut FunctionBuilder, ty: &ValueType) -> Result<Port> {
     let t = ty.inner();
     let shape: Vec<usize> = t
         .shape
@@ -177,7 +163,7 @@ fn mirror(builder: &mut FunctionBuilder, ty: &ValueType) -> Result<Port> {
 }
 
 /// Zeros (a tensor) or an empty stack shaped like `like`, through `ctx`.
-fn zero_like(ctx: &mut dyn Context<Val>, like: &Val) -> Result<Val> {
+pub(crate) fn zero_like(ctx: &mut dyn Context<Val>, like: &Val) -> Result<Val> {
     match like.value_type() {
         ValueType::Stack(t) => Ok(ctx
             .apply_node(&NodeKind::Stack(StackOp::New { element: t }), &[])?
@@ -190,29 +176,29 @@ fn zero_like(ctx: &mut dyn Context<Val>, like: &Val) -> Result<Val> {
 }
 
 /// Replays `f` on fresh parameters under a tape and builds its backward function.
-struct Differentiated {
+pub(crate) struct Differentiated {
     /// Forward function name: `f`'s results, then the residuals.
-    forward: String,
+    pub forward: String,
     /// Backward function name: `(cotangents of cot_outputs..., residuals...)` -> gradients of
     /// the `sources` parameters (zeros where none flows; empty stacks for stacks).
-    backward: String,
-    residual_types: Vec<ValueType>,
+    pub backward: String,
+    pub residual_types: Vec<ValueType>,
     /// For each residual, the forward parameter it is, if it is one.
-    residual_params: Vec<Option<usize>>,
+    pub residual_params: Vec<Option<usize>>,
     /// Which forward results were the parameter of the same index (loop pass-through).
-    passthrough: Vec<bool>,
+    pub passthrough: Vec<bool>,
     /// Sources whose gradient was not structurally zero.
-    nonzero: Vec<bool>,
+    pub nonzero: Vec<bool>,
 }
 
 impl Differentiated {
     /// Residuals that are not forward parameters (those a branch yields).
-    fn slot_residuals(&self) -> impl Iterator<Item = usize> + '_ {
+    pub fn slot_residuals(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.residual_params.len()).filter(|&r| self.residual_params[r].is_none())
     }
 }
 
-fn differentiate(
+pub(crate) fn differentiate(
     tracer: &TracerRef,
     f: &Function,
     cot_outputs: &[usize],
@@ -303,9 +289,9 @@ fn differentiate(
 }
 
 /// Whether a control-flow node assigns Variables (its callees have side effects).
-fn assigns_variables(tracer: &TracerRef, kind: &NodeKind) -> Result<bool> {
+fn assigns_variables(tracer: &TracerRef, callees: Vec<&str>) -> Result<bool> {
     let t = lock(tracer);
-    for callee in kind.callees() {
+    for callee in callees {
         if !t.library().get(callee)?.control_outputs.is_empty() {
             return Ok(true);
         }
@@ -313,21 +299,30 @@ fn assigns_variables(tracer: &TracerRef, kind: &NodeKind) -> Result<bool> {
     Ok(false)
 }
 
-/// The user-facing name of a control-flow node kind.
-fn construct(kind: &NodeKind) -> &'static str {
-    match kind {
-        NodeKind::If(If { .. }) => "cond",
-        NodeKind::Case(Case { .. }) => "switch_case",
-        NodeKind::While(While { .. }) => "while_loop",
-        _ => "function call",
-    }
+/// How a construct that calls functions is differentiated: the program transform that builds
+/// a new forward node (returning residuals too) and the gradient node that goes with it.
+pub(crate) trait Augment: NodeRule + Send + Sync {
+    /// The user-facing name (`cond`, `while_loop`, ...), for errors.
+    fn api_name(&self) -> &'static str;
+
+    /// How many leading inputs are not operands (a predicate or a branch index).
+    fn selector(&self) -> usize;
+
+    /// Builds the forward and gradient nodes for the node `g` differentiates.
+    fn augment(
+        &self,
+        g: &ControlGradient,
+        tracer: &TracerRef,
+        grad_outputs: &[Option<Val>],
+        needs: &[bool],
+    ) -> Result<Built>;
 }
 
-/// The gradient function of a control-flow node.
-struct ControlGradient {
-    kind: NodeKind,
-    inputs: Vec<Val>,
-    outputs: Vec<Val>,
+/// The gradient function of a node that calls functions (`If`, `Case`, `While`, `Call`).
+pub(crate) struct ControlGradient {
+    construct: Arc<dyn Augment>,
+    pub inputs: Vec<Val>,
+    pub outputs: Vec<Val>,
 }
 
 impl GradientFunction<Val> for ControlGradient {
@@ -337,7 +332,7 @@ impl GradientFunction<Val> for ControlGradient {
         grad_outputs: &[Option<Val>],
         needs: &[bool],
     ) -> Result<Grads<Val>> {
-        let name = self.kind.name();
+        let name = self.construct.keyword();
         let tracer = ctx
             .tracer()
             .ok_or_else(|| gradient_error(name, "control flow outside a traced function"))?;
@@ -345,7 +340,7 @@ impl GradientFunction<Val> for ControlGradient {
         let key = (frame, node);
         // A node that assigns Variables must run once: it is augmented for every input at
         // the first request, so that no later gradient adds a second forward node.
-        let effects = assigns_variables(&tracer, &self.kind)?;
+        let effects = assigns_variables(&tracer, self.construct.callees())?;
         let every = vec![true; needs.len()];
         let needs = if effects { &every[..] } else { needs };
         let cached = lock(&tracer).augmented.get(&key).cloned();
@@ -358,12 +353,7 @@ impl GradientFunction<Val> for ControlGradient {
                 let depth = lock(&tracer).depth();
                 // Build over the node's own frame; the new forward node joins the current one.
                 lock(&tracer).stash_above(index);
-                let built = match &self.kind {
-                    NodeKind::While(While { .. }) => {
-                        self.augment_while(&tracer, grad_outputs, needs)
-                    }
-                    _ => self.augment_branches(&tracer),
-                };
+                let built = self.construct.augment(self, &tracer, grad_outputs, needs);
                 lock(&tracer).unstash();
                 let built = built?;
                 // A node augmented before for other inputs gets a second forward node (the
@@ -380,7 +370,7 @@ impl GradientFunction<Val> for ControlGradient {
                              passes one to a custom gradient, is not supported under \
                              @gl.function or gl.jit (its assignments would run twice); assign \
                              it in a loop body instead, or differentiate eagerly",
-                            construct(&self.kind)
+                            self.construct.api_name()
                         ),
                     ));
                 }
@@ -396,20 +386,20 @@ impl GradientFunction<Val> for ControlGradient {
 }
 
 /// A forward node to emit and the gradient node that goes with it.
-struct Built {
-    forward: NodeKind,
-    forward_extra: Vec<ExtraInput>,
-    backward: NodeKind,
+pub(crate) struct Built {
+    pub forward: NodeKind,
+    pub forward_extra: Vec<ExtraInput>,
+    pub backward: NodeKind,
     /// Forward outputs the backward node takes after the cotangents (by index), and original
     /// inputs it takes after those.
-    backward_outputs: Vec<usize>,
-    backward_inputs: Vec<usize>,
-    cotangents: Vec<usize>,
-    differentiable: Vec<usize>,
+    pub backward_outputs: Vec<usize>,
+    pub backward_inputs: Vec<usize>,
+    pub cotangents: Vec<usize>,
+    pub differentiable: Vec<usize>,
 }
 
 /// Inputs of a new forward node beyond the old node's.
-enum ExtraInput {
+pub(crate) enum ExtraInput {
     Zero(DType),
     EmptyStack(TensorType),
 }
@@ -424,293 +414,23 @@ impl ControlGradient {
         })
     }
 
-    fn selector(&self) -> usize {
-        match self.kind {
-            NodeKind::If(If { .. }) | NodeKind::Case(Case { .. }) => 1,
-            _ => 0,
+    /// The gradient function of a node of `construct` with these inputs and outputs.
+    pub fn new(construct: impl Augment + 'static, inputs: &[Val], outputs: &[Val]) -> Self {
+        ControlGradient {
+            construct: Arc::new(construct),
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
         }
     }
 
-    fn augment_branches(&self, tracer: &TracerRef) -> Result<Built> {
-        let sel = self.selector();
-        let operands = &self.inputs[sel..];
-        let cotangents: Vec<usize> = (0..self.outputs.len())
-            .filter(|&i| is_float_tensor(&self.outputs[i].value_type()))
-            .collect();
-        let differentiable: Vec<usize> = (0..operands.len())
-            .filter(|&i| is_differentiable(&operands[i].value_type()))
-            .collect();
-        let callees: Vec<String> = self.kind.callees().iter().map(|s| s.to_string()).collect();
-        let mut parts = Vec::new();
-        for callee in &callees {
-            let f = function(tracer, callee)?;
-            parts.push(differentiate(tracer, &f, &cotangents, &differentiable)?);
-        }
-        // A residual that is a branch operand (a resource read in the branch, an input the
-        // gradient reuses) is passed to the backward node from outside: every branch sees the
-        // same operands, so it needs no slot, and a resource could not be mirrored in one.
-        let mut operand_inputs: Vec<usize> = parts
-            .iter()
-            .flat_map(|p| p.residual_params.iter().flatten().copied())
-            .collect();
-        operand_inputs.sort_unstable();
-        operand_inputs.dedup();
-        // Residual slots: branch k's other residuals at offsets[k].
-        let mut offsets = Vec::new();
-        let mut slot_types: Vec<ValueType> = Vec::new();
-        for p in &parts {
-            offsets.push(slot_types.len());
-            slot_types.extend(p.slot_residuals().map(|r| p.residual_types[r].clone()));
-        }
-        let n_out = self.outputs.len();
-        let operand_types: Vec<ValueType> = operands.iter().map(Val::value_type).collect();
-        let mut fwd_names = Vec::new();
-        let mut bwd_names = Vec::new();
-        for (k, p) in parts.iter().enumerate() {
-            let fwd = function(tracer, &p.forward)?;
-            let (mut b, args) = FunctionBuilder::new(&p.forward, operand_types.clone());
-            let (res, effects) = inline_into(&mut b, &fwd, &args)?;
-            let mut results: Vec<Port> = res[..n_out].to_vec();
-            for (j, q) in parts.iter().enumerate() {
-                for r in q.slot_residuals() {
-                    results.push(if j == k {
-                        res[n_out + r]
-                    } else {
-                        mirror(&mut b, &q.residual_types[r])?
-                    });
-                }
-            }
-            fwd_names.push(add_function(tracer, b.finish(&results, &effects)?)?);
-            // Backward: (cotangents, residual slots, operand residuals) -> gradients.
-            let bwd = function(tracer, &p.backward)?;
-            let n_cot = cotangents.len();
-            let mut params: Vec<ValueType> = bwd.params[..n_cot].to_vec();
-            params.extend(slot_types.iter().cloned());
-            params.extend(operand_inputs.iter().map(|&i| operand_types[i].clone()));
-            let mut mapping: Vec<usize> = (0..n_cot).collect();
-            let mut slot = n_cot + offsets[k];
-            for param in &p.residual_params {
-                mapping.push(match param {
-                    Some(i) => {
-                        let at = operand_inputs.binary_search(i).expect("collected above");
-                        n_cot + slot_types.len() + at
-                    }
-                    None => {
-                        slot += 1;
-                        slot - 1
-                    }
-                });
-            }
-            let g = with_params(&bwd, &p.backward, params, &mapping, &[])?;
-            bwd_names.push(add_function(tracer, g)?);
-        }
-        let (forward, backward) = match &self.kind {
-            NodeKind::If(If { .. }) => (
-                NodeKind::If(If {
-                    then_branch: fwd_names[0].clone(),
-                    else_branch: fwd_names[1].clone(),
-                }),
-                NodeKind::If(If {
-                    then_branch: bwd_names[0].clone(),
-                    else_branch: bwd_names[1].clone(),
-                }),
-            ),
-            NodeKind::Case(Case { .. }) => (
-                NodeKind::Case(Case {
-                    branches: fwd_names,
-                }),
-                NodeKind::Case(Case {
-                    branches: bwd_names,
-                }),
-            ),
-            _ => (
-                NodeKind::Call(Call {
-                    function: fwd_names[0].clone(),
-                    gradient: None,
-                }),
-                NodeKind::Call(Call {
-                    function: bwd_names[0].clone(),
-                    gradient: None,
-                }),
-            ),
-        };
-        Ok(Built {
-            forward,
-            forward_extra: Vec::new(),
-            backward,
-            backward_outputs: (n_out..n_out + slot_types.len()).collect(),
-            backward_inputs: operand_inputs.iter().map(|i| sel + i).collect(),
-            cotangents,
-            differentiable,
-        })
+    /// How many leading inputs are not operands.
+    pub fn selector(&self) -> usize {
+        self.construct.selector()
     }
 
-    fn augment_while(
-        &self,
-        tracer: &TracerRef,
-        grad_outputs: &[Option<Val>],
-        needs: &[bool],
-    ) -> Result<Built> {
-        let NodeKind::While(While {
-            cond,
-            body,
-            maximum_iterations,
-            parallel_iterations,
-        }) = &self.kind
-        else {
-            unreachable!("augment_while is called for While nodes")
-        };
-        let body_fn = function(tracer, body)?;
-        let cond_fn = function(tracer, cond)?;
-        let n = body_fn.params.len();
-        let types = body_fn.params.clone();
-        let wanted = wanted_vars(&body_fn, needs);
-        // Float tensors always carry a cotangent; a stack only once one reaches it.
-        let mut carried: Vec<usize> = (0..n)
-            .filter(|&i| {
-                wanted[i]
-                    && (is_differentiable(&types[i])
-                        || (is_float_stack(&types[i])
-                            && grad_outputs.get(i).is_some_and(Option::is_some)))
-            })
-            .collect();
-        let float_vars: Vec<usize> = (0..n)
-            .filter(|&i| wanted[i] && (is_differentiable(&types[i]) || is_float_stack(&types[i])))
-            .collect();
-        let d = loop {
-            let d = differentiate(tracer, &body_fn, &carried, &float_vars)?;
-            let grown: Vec<usize> = float_vars
-                .iter()
-                .zip(&d.nonzero)
-                .filter(|(i, nz)| **nz && !carried.contains(i))
-                .map(|(&i, _)| i)
-                .collect();
-            if grown.is_empty() {
-                break d;
-            }
-            carried.extend(grown);
-            carried.sort_unstable();
-        };
-        // Which residuals are stacked, which are loop invariant.
-        let mut stacked: Vec<usize> = Vec::new();
-        let mut invariant: Vec<(usize, usize)> = Vec::new(); // (residual, var)
-        for (r, param) in d.residual_params.iter().enumerate() {
-            match param {
-                Some(i) if d.passthrough[*i] => invariant.push((r, *i)),
-                _ => stacked.push(r),
-            }
-        }
-        let i64_scalar = ValueType::tensor(DType::I64, &[]);
-        let stack_types: Vec<ValueType> = stacked
-            .iter()
-            .map(|&r| ValueType::Stack(d.residual_types[r].inner().clone()))
-            .collect();
-        let mut aug_params = types.clone();
-        aug_params.push(i64_scalar.clone());
-        aug_params.extend(stack_types.iter().cloned());
-
-        // Forward body: run the body, count, push the residuals.
-        let fwd = function(tracer, &d.forward)?;
-        let (mut b, args) = FunctionBuilder::new(format!("{body}_fwd"), aug_params.clone());
-        let (res, effects) = inline_into(&mut b, &fwd, &args[..n])?;
-        let one = b.add_const(Tensor::scalar(1i64));
-        let count = b.add_op1(binary::Add, &[args[n], one], None)?;
-        let mut results: Vec<Port> = res[..n].to_vec();
-        results.push(count);
-        for (k, &r) in stacked.iter().enumerate() {
-            let pushed = b.add_node(
-                NodeKind::Stack(StackOp::Push),
-                &[args[n + 1 + k], res[n + r]],
-                vec![stack_types[k].clone()],
-            )?;
-            results.push(pushed[0]);
-        }
-        let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
-        let (mut b, args) = FunctionBuilder::new(format!("{cond}_fwd"), aug_params);
-        let (res, _) = inline_into(&mut b, &cond_fn, &args[..n])?;
-        let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
-
-        // Backward loop vars: (cotangents, count, stacks, invariants).
-        let bwd = function(tracer, &d.backward)?;
-        let nc = carried.len();
-        let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
-        bparams.push(i64_scalar);
-        bparams.extend(stack_types.iter().cloned());
-        let inv_types: Vec<ValueType> = invariant
-            .iter()
-            .map(|&(r, _)| d.residual_types[r].clone())
-            .collect();
-        bparams.extend(inv_types.iter().cloned());
-        let (mut b, args) = FunctionBuilder::new(format!("{body}_grad"), bparams.clone());
-        let mut residual_ports: Vec<Option<Port>> = vec![None; d.residual_types.len()];
-        let mut stacks_out = Vec::new();
-        for (k, &r) in stacked.iter().enumerate() {
-            let popped = b.add_node(
-                NodeKind::Stack(StackOp::Pop),
-                &[args[nc + 1 + k]],
-                vec![
-                    stack_types[k].clone(),
-                    ValueType::Tensor(stack_types[k].inner().clone()),
-                ],
-            )?;
-            stacks_out.push(popped[0]);
-            residual_ports[r] = Some(popped[1]);
-        }
-        for (j, &(r, _)) in invariant.iter().enumerate() {
-            residual_ports[r] = Some(args[nc + 1 + stacked.len() + j]);
-        }
-        let mut bargs: Vec<Port> = args[..nc].to_vec();
-        bargs.extend(
-            residual_ports
-                .into_iter()
-                .map(|p| p.expect("every residual is bound")),
-        );
-        let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
-        // `grads` follow `float_vars`; the new cotangents follow `carried`.
-        let mut results: Vec<Port> = carried
-            .iter()
-            .map(|i| {
-                grads[float_vars
-                    .iter()
-                    .position(|v| v == i)
-                    .expect("carried vars are float")]
-            })
-            .collect();
-        let one = b.add_const(Tensor::scalar(1i64));
-        results.push(b.add_op1(binary::Sub, &[args[nc], one], None)?);
-        results.extend(stacks_out);
-        results.extend((0..invariant.len()).map(|j| args[nc + 1 + stacked.len() + j]));
-        let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
-        let (mut b, args) = FunctionBuilder::new(format!("{cond}_grad"), bparams);
-        let zero = b.add_const(Tensor::scalar(0i64));
-        let more = b.add_op1(binary::Greater, &[args[nc], zero], None)?;
-        let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
-
-        let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
-        forward_extra.extend(
-            stack_types
-                .iter()
-                .map(|t| ExtraInput::EmptyStack(t.inner().clone())),
-        );
-        Ok(Built {
-            forward: NodeKind::While(While {
-                cond: fwd_cond,
-                body: fwd_body,
-                maximum_iterations: *maximum_iterations,
-                parallel_iterations: *parallel_iterations,
-            }),
-            forward_extra,
-            backward: NodeKind::While(While {
-                cond: grad_cond,
-                body: grad_body,
-                maximum_iterations: None,
-                parallel_iterations: *parallel_iterations,
-            }),
-            backward_outputs: (n..n + 1 + stacked.len()).collect(),
-            backward_inputs: invariant.iter().map(|&(_, i)| i).collect(),
-            cotangents: carried.clone(),
-            differentiable: carried,
-        })
+    /// The functions the node calls.
+    pub fn callees(&self) -> Vec<&str> {
+        self.construct.callees()
     }
 
     fn emit_forward(
@@ -762,10 +482,9 @@ impl ControlGradient {
         aug: &Augmented,
         grad_outputs: &[Option<Val>],
     ) -> Result<Grads<Val>> {
-        let is_while = matches!(self.kind, NodeKind::While(While { .. }));
-        let sel = if is_while { 0 } else { self.selector() };
+        let sel = self.selector();
         let mut inputs: Vec<Val> = Vec::new();
-        if !is_while && sel == 1 {
+        if sel == 1 {
             inputs.push(self.inputs[0].clone());
         }
         for &i in &aug.cotangents {
@@ -781,172 +500,5 @@ impl ControlGradient {
             grads[sel + i] = Some(outputs[k].clone());
         }
         Ok(grads)
-    }
-}
-
-/// Per loop variable of `body`: whether the backward loop needs its cotangent. A float tensor
-/// variable whose gradient `needs` asks for does, and so does every float variable whose next
-/// value depends on one that does (its cotangent flows into theirs); float stacks always may.
-/// The others (a loop-invariant input nobody differentiates) are left out, with the
-/// residuals only their gradients would use (the RFC's `skip_input_indices`).
-fn wanted_vars(body: &Function, needs: &[bool]) -> Vec<bool> {
-    let n = body.params.len();
-    let float = |i: usize| is_differentiable(&body.params[i]) || is_float_stack(&body.params[i]);
-    let mut wanted: Vec<bool> = (0..n)
-        .map(|i| {
-            is_float_stack(&body.params[i]) || (float(i) && needs.get(i).copied().unwrap_or(true))
-        })
-        .collect();
-    let deps = result_dependencies(body);
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for j in 0..n {
-            let depends = deps
-                .get(j)
-                .is_some_and(|d| (0..n).any(|i| wanted[i] && d[i]));
-            if !wanted[j] && float(j) && depends {
-                wanted[j] = true;
-                changed = true;
-            }
-        }
-    }
-    wanted
-}
-
-/// Per result of `f`: which of its parameters it depends on (through any node: a node's
-/// outputs all depend on all its inputs).
-fn result_dependencies(f: &Function) -> Vec<Vec<bool>> {
-    let n = f.params.len();
-    let mut deps: Vec<Vec<bool>> = Vec::with_capacity(f.nodes.len());
-    for node in &f.nodes {
-        let mut d = vec![false; n];
-        if let NodeKind::Arg(k) = node.kind {
-            if let Some(x) = d.get_mut(k) {
-                *x = true;
-            }
-        }
-        for p in &node.inputs {
-            if let Some(from) = deps.get(p.node) {
-                for (x, y) in d.iter_mut().zip(from) {
-                    *x |= *y;
-                }
-            }
-        }
-        deps.push(d);
-    }
-    f.results
-        .iter()
-        .map(|p| deps.get(p.node).cloned().unwrap_or_else(|| vec![true; n]))
-        .collect()
-}
-
-/// A `Call` with a custom gradient function (`gl.custom_gradient` traced in graph mode): a call
-/// of `gradient(operands, results, cotangents)`, whose results are the gradients of the leading
-/// operands. Its ops are recorded by the tapes active now, so it differentiates again.
-struct CustomGradient {
-    gradient: String,
-    inputs: Vec<Val>,
-    outputs: Vec<Val>,
-}
-
-impl GradientFunction<Val> for CustomGradient {
-    fn compute(
-        &self,
-        ctx: &mut dyn Context<Val>,
-        grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Grads<Val>> {
-        let mut args = self.inputs.clone();
-        args.extend(self.outputs.iter().cloned());
-        for (g, y) in grad_outputs.iter().zip(&self.outputs) {
-            args.push(match g {
-                Some(g) => g.clone(),
-                None => build::zeros_like(ctx, y)?,
-            });
-        }
-        let call = NodeKind::Call(Call {
-            function: self.gradient.clone(),
-            gradient: None,
-        });
-        let out = ctx.apply_node(&call, &args)?;
-        let mut grads: Grads<Val> = smallvec![None; self.inputs.len()];
-        for (k, g) in out.into_iter().enumerate() {
-            if is_float_tensor(&self.inputs[k].value_type()) {
-                grads[k] = Some(g);
-            }
-        }
-        Ok(grads)
-    }
-}
-
-/// `read_variable(resource) -> value`: the value's cotangent is the resource's.
-struct ReadVariableGradient;
-
-impl GradientFunction<Val> for ReadVariableGradient {
-    fn compute(
-        &self,
-        _ctx: &mut dyn Context<Val>,
-        grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Grads<Val>> {
-        Ok(smallvec![grad_outputs[0].clone()])
-    }
-}
-
-/// `push(stack, value) -> stack'`: the cotangent stack pops to give both gradients.
-struct StackPushGradient;
-
-impl GradientFunction<Val> for StackPushGradient {
-    fn compute(
-        &self,
-        ctx: &mut dyn Context<Val>,
-        grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Grads<Val>> {
-        match &grad_outputs[0] {
-            None => Ok(smallvec![None, None]),
-            Some(ds) => {
-                let out =
-                    ctx.apply_node(&NodeKind::Stack(StackOp::Pop), std::slice::from_ref(ds))?;
-                Ok(smallvec![Some(out[0].clone()), Some(out[1].clone())])
-            }
-        }
-    }
-}
-
-/// `pop(stack) -> (stack', value)`: the value's cotangent is pushed back on the stack's.
-struct StackPopGradient {
-    value: Val,
-}
-
-impl GradientFunction<Val> for StackPopGradient {
-    fn compute(
-        &self,
-        ctx: &mut dyn Context<Val>,
-        grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Grads<Val>> {
-        let (ds, dv) = (&grad_outputs[0], &grad_outputs.get(1).cloned().flatten());
-        if ds.is_none() && dv.is_none() {
-            return Ok(smallvec![None]);
-        }
-        let ds = match ds {
-            Some(ds) => ds.clone(),
-            None => ctx
-                .apply_node(
-                    &NodeKind::Stack(StackOp::New {
-                        element: self.value.ty().clone(),
-                    }),
-                    &[],
-                )?
-                .remove(0),
-        };
-        let dv = match dv {
-            Some(dv) => dv.clone(),
-            None => build::zeros_like(ctx, &self.value)?,
-        };
-        let out = ctx.apply_node(&NodeKind::Stack(StackOp::Push), &[ds, dv])?;
-        Ok(smallvec![Some(out[0].clone())])
     }
 }

@@ -43,19 +43,17 @@
 //! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
 //! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
-use crate::graph::{Case, If, While};
 use std::collections::HashSet;
 
-use super::emitter::{element_type, names_text, type_text, MlirValue};
+use super::emitter::{names_text, type_text, MlirValue};
 use super::function::{flat_names, flat_types_of, operand_list, Bound, Lowering};
 use super::YieldBarriers;
-use crate::dtype::DType;
 use crate::error::Result;
-use crate::graph::{Node, NodeKind, ValueType};
+use crate::graph::ValueType;
 use crate::shape::DYN;
 
 /// How a region's block ends.
-enum Terminator<'a> {
+pub(crate) enum Terminator<'a> {
     /// `scf.yield` of the results.
     Yield,
     /// `scf.yield` of a branch's results where, with `EmitOptions::yield_barriers`, tensors go
@@ -79,7 +77,7 @@ enum Terminator<'a> {
 impl Lowering<'_> {
     /// One region: the values `body` emits (usually a function inlined), cast to `types`,
     /// then `term`. `block` is the `^bb0(...)` header a region with block arguments needs.
-    fn region(
+    pub(crate) fn region(
         &mut self,
         block: Option<String>,
         types: &[ValueType],
@@ -150,206 +148,17 @@ impl Lowering<'_> {
         self.e.dedent();
         Ok(())
     }
-
-    /// `If` -> `scf.if` on the predicate extracted from its `tensor<i1>`.
-    pub(crate) fn emit_if(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
-        let NodeKind::If(If {
-            then_branch,
-            else_branch,
-        }) = &node.kind
-        else {
-            return Err(self.e.bug("emit_if on another node"));
-        };
-        let (pred, operands) = split_first(self, inputs)?;
-        let p = self.scalar_input(&pred)?;
-        let flat = flat_types_of(&self.e, &node.outputs)?;
-        let (prefix, names) = self.result_names(&flat);
-        let (site, loc) = (self.e.site().clone(), self.e.loc());
-        self.e
-            .line(&format!("{prefix}scf.if {p}{} {{", arrow(&flat)));
-        let then_body = |l: &mut Self| l.inline(then_branch, operands.clone());
-        self.region(None, &node.outputs, then_body, Terminator::BranchYield)?;
-        self.e.line("} else {");
-        let else_body = |l: &mut Self| l.inline(else_branch, operands);
-        self.region(None, &node.outputs, else_body, Terminator::BranchYield)?;
-        self.e.set_site(site);
-        self.e.line(&format!("}} {loc}"));
-        self.unpack(&node.outputs, &names)
-    }
-
-    /// `Case` -> `branches[0]` if the index is 0, else `branches[1]` if it is 1, ..., else the
-    /// last branch (which so takes every out-of-range index, as the IR says).
-    pub(crate) fn emit_case(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
-        let NodeKind::Case(Case { branches }) = &node.kind else {
-            return Err(self.e.bug("emit_case on another node"));
-        };
-        let (index, operands) = split_first(self, inputs)?;
-        let i = self.scalar_input(&index)?;
-        let dtype = index.tensor_type().map(|t| t.dtype);
-        let int = element_type(dtype.ok_or_else(|| self.e.bug("a stack as a case index"))?);
-        self.case_chain(&i, int, branches, 0, &operands, &node.outputs)
-    }
-
-    /// `branches[0]` when `i == k`, else the chain of the others; the last one alone is
-    /// inlined in place.
-    fn case_chain(
-        &mut self,
-        i: &str,
-        int: &str,
-        branches: &[String],
-        k: usize,
-        operands: &[Bound],
-        types: &[ValueType],
-    ) -> Result<Vec<Bound>> {
-        let Some((first, rest)) = branches.split_first() else {
-            return Err(self.e.bug("a case node without branches"));
-        };
-        if rest.is_empty() {
-            let results = self.inline(first, operands.to_vec())?;
-            return self.coerce_all(results, types);
-        }
-        let (site, loc) = (self.e.site().clone(), self.e.loc());
-        let (c, eq) = (self.e.fresh(), self.e.fresh());
-        self.e
-            .line(&format!("{c} = arith.constant {k} : {int} {loc}"));
-        self.e
-            .line(&format!("{eq} = arith.cmpi eq, {i}, {c} : {int} {loc}"));
-        let flat = flat_types_of(&self.e, types)?;
-        let (prefix, names) = self.result_names(&flat);
-        self.e
-            .line(&format!("{prefix}scf.if {eq}{} {{", arrow(&flat)));
-        let then_body = |l: &mut Self| l.inline(first, operands.to_vec());
-        self.region(None, types, then_body, Terminator::BranchYield)?;
-        self.e.line("} else {");
-        let else_body = |l: &mut Self| l.case_chain(i, int, rest, k + 1, operands, types);
-        self.region(None, types, else_body, Terminator::BranchYield)?;
-        self.e.set_site(site);
-        self.e.line(&format!("}} {loc}"));
-        self.unpack(types, &names)
-    }
-
-    /// `While` -> `scf.while`, the loop vars typed as the node's outputs.
-    pub(crate) fn emit_while(&mut self, node: &Node, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
-        let NodeKind::While(While {
-            cond,
-            body,
-            maximum_iterations,
-            ..
-        }) = &node.kind
-        else {
-            return Err(self.e.bug("emit_while on another node"));
-        };
-        let types = &node.outputs;
-        let mut inputs = inputs;
-        let reserve = self.reserve_stacks(body, *maximum_iterations, &mut inputs);
-        let body_fn = self.library.get(body)?;
-        let exposed = super::loop_vars::exposed(body_fn);
-        let (fixed, carried_inputs, ctypes) = self.split_invariants(body_fn, inputs, types)?;
-        let mut inits = self.carried_all(carried_inputs, &ctypes)?;
-        let pushed: Vec<bool> = match self.e.options.list_stacks {
-            true => super::loop_vars::pushed(body_fn),
-            false => vec![false; fixed.len()],
-        };
-        let pushed: Vec<bool> = (fixed.iter().zip(pushed))
-            .filter(|(f, _)| f.is_none())
-            .map(|(_, p)| p)
-            .collect();
-        self.distinct_inits(&mut inits, &pushed);
-        let loc = self.e.loc();
-        let mut init_names = flat_names(&inits);
-        let mut flat = flat_types_of(&self.e, &ctypes)?;
-        let limits = match maximum_iterations {
-            Some(max) => {
-                let (zero, limit, one) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
-                for (name, v) in [(&zero, 0), (&limit, *max), (&one, 1)] {
-                    self.e
-                        .line(&format!("{name} = arith.constant {v} : i64 {loc}"));
-                }
-                init_names.insert(0, zero);
-                flat.insert(0, "i64".to_string());
-                Some((limit, one))
-            }
-            None => None,
-        };
-        let counted = usize::from(limits.is_some());
-        let (prefix, names) = self.result_names(&flat);
-        let before: Vec<String> = flat.iter().map(|_| self.e.fresh()).collect();
-        let after: Vec<String> = flat.iter().map(|_| self.e.fresh()).collect();
-        let carried: Vec<String> = before
-            .iter()
-            .zip(&init_names)
-            .map(|(b, i)| format!("{b} = {i}"))
-            .collect();
-        let site = self.e.site().clone();
-        let sig = flat.join(", ");
-        self.e.line(&format!(
-            "{prefix}scf.while ({}) : ({sig}) -> ({sig}) {{",
-            carried.join(", ")
-        ));
-        let counter = limits
-            .as_ref()
-            .map(|(limit, _)| (before[0].as_str(), limit.as_str()));
-        let term = Terminator::Condition {
-            vars: &before,
-            types: &flat,
-            counter,
-        };
-        let pred = [ValueType::tensor(DType::Bool, &[])];
-        let test = |l: &mut Self| {
-            let carried = l.unpack(&ctypes, &before[counted..])?;
-            let vars = l.with_fixed(&fixed, carried)?;
-            l.inline(cond, vars)
-        };
-        self.region(None, &pred, test, term)?;
-        self.e.line("} do {");
-        let block_args: Vec<String> = after
-            .iter()
-            .zip(&flat)
-            .map(|(a, t)| format!("{a}: {t}"))
-            .collect();
-        let header = format!("^bb0({}):", block_args.join(", "));
-        let term = match &limits {
-            Some((_, one)) => Terminator::YieldCounting {
-                counter: &after[0],
-                one,
-            },
-            None => Terminator::Yield,
-        };
-        let next = |l: &mut Self| {
-            let carried = l.unpack(&ctypes, &after[counted..])?;
-            let vars = l.with_fixed(&fixed, carried)?;
-            for (var, _) in vars.iter().zip(&reserve).filter(|(_, &r)| r) {
-                if let Bound::Stack { buffer, .. } = var {
-                    l.reserved.insert(buffer.name.clone());
-                }
-            }
-            let args = vars.clone();
-            let next = l.inline(body, vars)?;
-            let next = l.coerce_all(next, types)?;
-            let next = l.loop_barrier(&args, next, &exposed)?;
-            Ok(next
-                .into_iter()
-                .zip(&fixed)
-                .filter_map(|(v, f)| f.is_none().then_some(v))
-                .collect())
-        };
-        self.region(Some(header), &ctypes, next, term)?;
-        self.e.set_site(site);
-        self.e.line(&format!("}} {loc}"));
-        let results = self.unpack(&ctypes, &names[counted..])?;
-        self.with_fixed(&fixed, results)
-    }
 }
 
 /// A loop's variables split by `split_invariants`: the passed-through ones' values (None for
 /// the others), then the carried ones' values and types.
-type Split = (Vec<Option<Bound>>, Vec<Bound>, Vec<ValueType>);
+pub(crate) type Split = (Vec<Option<Bound>>, Vec<Bound>, Vec<ValueType>);
 
 impl Lowering<'_> {
     /// A tensor the body passes through unchanged is not carried: both regions and the loop's
     /// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
     /// loop, IREE would copy it to the host on every trip.
-    fn split_invariants(
+    pub(crate) fn split_invariants(
         &mut self,
         body: &crate::graph::Function,
         inputs: Vec<Bound>,
@@ -383,7 +192,7 @@ impl Lowering<'_> {
     /// (with list stacks) gets one too: a buffer the loop both carries and holds in a list
     /// otherwise fails alike ("ref is null"). A barrier on every initial tensor breaks other
     /// modules the same way.
-    fn distinct_inits(&mut self, inits: &mut [Bound], pushed: &[bool]) {
+    pub(crate) fn distinct_inits(&mut self, inits: &mut [Bound], pushed: &[bool]) {
         let mut seen = HashSet::new();
         for (b, &pushed) in inits.iter_mut().zip(pushed) {
             let Bound::Tensor(v) = b.clone() else {
@@ -438,7 +247,11 @@ impl Lowering<'_> {
 
     /// The loop variables: the `fixed` ones (passed through unchanged) where given, else the
     /// next of the `carried` ones.
-    fn with_fixed(&self, fixed: &[Option<Bound>], carried: Vec<Bound>) -> Result<Vec<Bound>> {
+    pub(crate) fn with_fixed(
+        &self,
+        fixed: &[Option<Bound>],
+        carried: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
         let mut carried = carried.into_iter();
         let vars = fixed
             .iter()
@@ -453,7 +266,7 @@ impl Lowering<'_> {
     /// `next` with the values of the `exposed` loop variables (statically shaped tensors only)
     /// replaced by results of one `stablehlo.optimization_barrier` over them and their block
     /// arguments `args` (see the module doc and `loop_vars.rs`).
-    fn loop_barrier(
+    pub(crate) fn loop_barrier(
         &mut self,
         args: &[Bound],
         next: Vec<Bound>,
@@ -503,7 +316,7 @@ impl Lowering<'_> {
 }
 
 /// The value of a tensor of static shape (what a barrier takes), or None.
-fn static_tensor(b: &Bound) -> Option<MlirValue> {
+pub(crate) fn static_tensor(b: &Bound) -> Option<MlirValue> {
     match b {
         Bound::Tensor(v) if !v.ty.shape.contains(&DYN) => Some(v.clone()),
         _ => None,
@@ -511,7 +324,7 @@ fn static_tensor(b: &Bound) -> Option<MlirValue> {
 }
 
 /// The first input (a predicate or index tensor) and the operands after it.
-fn split_first(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<(Bound, Vec<Bound>)> {
+pub(crate) fn split_first(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<(Bound, Vec<Bound>)> {
     let Some((first, rest)) = inputs.split_first() else {
         return Err(l.e.bug("a control-flow node without inputs"));
     };
@@ -519,7 +332,7 @@ fn split_first(l: &Lowering<'_>, inputs: Vec<Bound>) -> Result<(Bound, Vec<Bound
 }
 
 /// ` -> (T, ...)` after an op with results, or nothing.
-fn arrow(flat: &[String]) -> String {
+pub(crate) fn arrow(flat: &[String]) -> String {
     if flat.is_empty() {
         String::new()
     } else {
