@@ -18,7 +18,9 @@ use super::tracer::lock;
 use super::{replay, TraceContext, TracerRef, Val};
 use crate::error::{Error, Result};
 
-use crate::graph::{Function, FunctionBuilder, NodeId, NodeKind, Port, ValueType};
+use crate::graph::{
+    Function, FunctionBuilder, NodeId, NodeKind, NodeRule, Port, StackOp, ValueType,
+};
 use crate::ops::Context;
 use crate::ops::{build, Grads};
 use crate::shape::{TensorType, DYN};
