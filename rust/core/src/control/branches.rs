@@ -9,20 +9,16 @@
 
 use crate::error::Result;
 use crate::graph::inline_into;
-use crate::graph::{with_params, FunctionBuilder, NodeKind, Port, ValueType};
+use crate::graph::{with_params, FunctionBuilder, Port, ValueType};
 use crate::trace::gradients::{
     add_function, differentiate, function, is_differentiable, is_float_tensor, mirror, Built,
     ControlGradient,
 };
 use crate::trace::{TracerRef, Val};
 
-/// Builds the forward and gradient nodes of a branching node; `rebuild` makes a node of the
-/// same construct over other functions (one per callee, in order).
-pub(crate) fn augment_branches(
-    g: &ControlGradient,
-    tracer: &TracerRef,
-    rebuild: impl Fn(Vec<String>) -> NodeKind,
-) -> Result<Built> {
+/// Builds the forward and gradient nodes of a branching node: the same construct over the
+/// forward functions and over the backward functions.
+pub(crate) fn augment_branches(g: &ControlGradient, tracer: &TracerRef) -> Result<Built> {
     let sel = g.selector();
     let operands = &g.inputs[sel..];
     let cotangents: Vec<usize> = (0..g.outputs.len())
@@ -95,7 +91,7 @@ pub(crate) fn augment_branches(
         let g = with_params(&bwd, &p.backward, params, &mapping, &[])?;
         bwd_names.push(add_function(tracer, g)?);
     }
-    let (forward, backward) = (rebuild(fwd_names), rebuild(bwd_names));
+    let (forward, backward) = (g.with_callees(fwd_names), g.with_callees(bwd_names));
     Ok(Built {
         forward,
         forward_extra: Vec::new(),

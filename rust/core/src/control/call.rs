@@ -48,6 +48,16 @@ impl NodeRule for Call {
         names
     }
 
+    fn with_callees(&self, names: Vec<String>) -> NodeKind {
+        NodeKind::Call(Call {
+            function: names
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| self.function.clone()),
+            gradient: None,
+        })
+    }
+
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         check_call(library, "callee", &self.function, ins, outs)?;
         match &self.gradient {
@@ -150,10 +160,6 @@ impl Augment for Call {
         "function call"
     }
 
-    fn selector(&self) -> usize {
-        0
-    }
-
     fn augment(
         &self,
         g: &ControlGradient,
@@ -161,12 +167,7 @@ impl Augment for Call {
         _grad_outputs: &[Option<Val>],
         _needs: &[bool],
     ) -> Result<Built> {
-        augment_branches(g, tracer, |names| {
-            NodeKind::Call(Call {
-                function: names[0].clone(),
-                gradient: None,
-            })
-        })
+        augment_branches(g, tracer)
     }
 }
 

@@ -17,7 +17,9 @@ use crate::graph::verify_nodes::check_branches;
 use crate::graph::verify_nodes::scalar as scalar_type;
 use crate::graph::Node;
 use crate::graph::NodeKind;
-use crate::graph::{AttrReader, Case, Check, Library, NodeRule, ParseNode, ValueType};
+use crate::graph::{
+    joined_results, AttrReader, Case, Check, Library, NodeRule, ParseNode, ValueType,
+};
 use crate::interpret::nodes::scalar;
 use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::function::flat_types_of;
@@ -45,6 +47,14 @@ impl NodeRule for Case {
         self.branches.iter().map(String::as_str).collect()
     }
 
+    fn operand_start(&self) -> usize {
+        1
+    }
+
+    fn with_callees(&self, branches: Vec<String>) -> NodeKind {
+        NodeKind::Case(Case { branches })
+    }
+
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         let index = ins.first().ok_or("case needs an index input")?;
         scalar_type("branch index", index, DType::I32)?;
@@ -57,15 +67,13 @@ impl NodeRule for Case {
         check_branches(library, &names, &roles, &ins[1..], outs)
     }
 
+    /// The branches' result types joined (a dimension they disagree on is unknown).
     fn output_types(&self, library: &Library, _ins: &[&ValueType]) -> Result<Vec<ValueType>> {
-        match self.branches.last() {
-            Some(f) => library.get(f)?.result_types(),
-            None => Err(Error::new(
-                ErrorKind::Graph,
-                "case",
-                "a case node needs a branch",
-            )),
+        if self.branches.is_empty() {
+            let msg = "a case node needs a branch";
+            return Err(Error::new(ErrorKind::Graph, "case", msg));
         }
+        joined_results("case", library, &self.callees())
     }
 }
 
@@ -166,10 +174,6 @@ impl Augment for Case {
         "switch_case"
     }
 
-    fn selector(&self) -> usize {
-        1
-    }
-
     fn augment(
         &self,
         g: &ControlGradient,
@@ -177,6 +181,6 @@ impl Augment for Case {
         _grad_outputs: &[Option<Val>],
         _needs: &[bool],
     ) -> Result<Built> {
-        augment_branches(g, tracer, |branches| NodeKind::Case(Case { branches }))
+        augment_branches(g, tracer)
     }
 }

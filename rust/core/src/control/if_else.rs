@@ -17,7 +17,9 @@ use crate::graph::verify_nodes::check_branches;
 use crate::graph::verify_nodes::scalar as scalar_type;
 use crate::graph::Node;
 use crate::graph::NodeKind;
-use crate::graph::{AttrReader, Check, If, Library, NodeRule, ParseNode, ValueType};
+use crate::graph::{
+    joined_results, AttrReader, Check, If, Library, NodeRule, ParseNode, ValueType,
+};
 use crate::interpret::nodes::scalar;
 use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::function::flat_types_of;
@@ -43,6 +45,19 @@ impl NodeRule for If {
         vec![&self.then_branch, &self.else_branch]
     }
 
+    fn operand_start(&self) -> usize {
+        1
+    }
+
+    fn with_callees(&self, names: Vec<String>) -> NodeKind {
+        let mut names = names.into_iter();
+        let mut next = |old: &String| names.next().unwrap_or_else(|| old.clone());
+        NodeKind::If(If {
+            then_branch: next(&self.then_branch),
+            else_branch: next(&self.else_branch),
+        })
+    }
+
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         let pred = ins.first().ok_or("if needs a predicate input")?;
         scalar_type("predicate", pred, DType::Bool)?;
@@ -51,8 +66,9 @@ impl NodeRule for If {
         check_branches(library, &names, &roles, &ins[1..], outs)
     }
 
+    /// The branches' result types joined (a dimension they disagree on is unknown).
     fn output_types(&self, library: &Library, _ins: &[&ValueType]) -> Result<Vec<ValueType>> {
-        library.get(&self.then_branch)?.result_types()
+        joined_results("if", library, &self.callees())
     }
 }
 
@@ -124,10 +140,6 @@ impl Augment for If {
         "cond"
     }
 
-    fn selector(&self) -> usize {
-        1
-    }
-
     fn augment(
         &self,
         g: &ControlGradient,
@@ -135,11 +147,6 @@ impl Augment for If {
         _grad_outputs: &[Option<Val>],
         _needs: &[bool],
     ) -> Result<Built> {
-        augment_branches(g, tracer, |names| {
-            NodeKind::If(If {
-                then_branch: names[0].clone(),
-                else_branch: names[1].clone(),
-            })
-        })
+        augment_branches(g, tracer)
     }
 }

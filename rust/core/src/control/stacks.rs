@@ -45,6 +45,10 @@ impl NodeRule for StackOp {
         Vec::new()
     }
 
+    fn with_callees(&self, _names: Vec<String>) -> NodeKind {
+        NodeKind::Stack(self.clone())
+    }
+
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         let expected = self.output_types(library, ins).map_err(|e| e.message)?;
         if let StackOp::Push = self {

@@ -18,7 +18,9 @@ use std::iter::once;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::verify_nodes::{expect_compatible, expect_outputs, fixed, inner};
-use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, ValueType, VariableOp};
+use crate::graph::{
+    AttrReader, Check, Library, NodeKind, NodeRule, ParseNode, ValueType, VariableOp,
+};
 use crate::interpret::nodes::input_tensor;
 use crate::interpret::{Interpret, NodeRun};
 use crate::runtime_values::RtValue;
@@ -45,6 +47,14 @@ impl NodeRule for VariableOp {
             VariableOp::Read => false,
             VariableOp::Assign | VariableOp::AssignAdd => true,
         }
+    }
+
+    fn with_callees(&self, _names: Vec<String>) -> NodeKind {
+        NodeKind::Variable(*self)
+    }
+
+    fn state(&self, _library: &Library) -> Result<(bool, bool)> {
+        Ok((true, self.has_side_effect()))
     }
 
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {

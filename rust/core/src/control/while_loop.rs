@@ -59,6 +59,17 @@ impl NodeRule for While {
         vec![&self.cond, &self.body]
     }
 
+    fn with_callees(&self, names: Vec<String>) -> NodeKind {
+        let mut names = names.into_iter();
+        let mut next = |old: &String| names.next().unwrap_or_else(|| old.clone());
+        NodeKind::While(While {
+            cond: next(&self.cond),
+            body: next(&self.body),
+            maximum_iterations: self.maximum_iterations,
+            parallel_iterations: self.parallel_iterations,
+        })
+    }
+
     fn check(&self, library: &Library, vars: &[&ValueType], outs: &[&ValueType]) -> Check {
         if self.maximum_iterations.is_some_and(|m| m < 0) || self.parallel_iterations == 0 {
             return Err("maximum_iterations must be >= 0 and parallel_iterations >= 1".into());
@@ -282,10 +293,6 @@ impl Differentiate for While {
 impl Augment for While {
     fn api_name(&self) -> &'static str {
         "while_loop"
-    }
-
-    fn selector(&self) -> usize {
-        0
     }
 
     fn augment(

@@ -6,11 +6,12 @@
 //! (gradient, interpretation, MLIR emission); `control` documents the rule for adding one.
 //! The graph layer reaches a construct only through `NodeKind::construct`, an exhaustive match.
 
+use super::ir::NodeKind;
 use super::ir::ValueType;
 use super::library::Library;
 use super::parse_attrs::AttrReader;
-use crate::error::Result;
-use crate::shape::TensorType;
+use crate::error::{Error, ErrorKind, Result};
+use crate::shape::{TensorType, DYN};
 
 /// `(pred: bool[], operands...) -> results`: calls `then_branch(operands)` when pred is true,
 /// else `else_branch(operands)`.
@@ -85,10 +86,30 @@ pub trait NodeRule {
         self.callees()
     }
 
+    /// How many leading inputs are not operands passed to the callees (a predicate, an index).
+    fn operand_start(&self) -> usize {
+        0
+    }
+
+    /// The same node over other functions, one per callee in order (a custom gradient, which
+    /// fits only the old callee, is dropped); a node that calls none is returned as it is.
+    fn with_callees(&self, names: Vec<String>) -> NodeKind;
+
     /// Whether the node itself writes state (it must stay ordered and reachable from the
     /// control outputs); a call of a function with control outputs is not counted here.
     fn has_side_effect(&self) -> bool {
         false
+    }
+
+    /// `(stateful, side effect)`: whether the node touches variables (it is ordered among the
+    /// stateful nodes) and whether it writes one (its function's control outputs keep it). A
+    /// node calling functions has both when a callee has control outputs.
+    fn state(&self, library: &Library) -> Result<(bool, bool)> {
+        let mut effects = false;
+        for callee in self.callees() {
+            effects |= !library.get(callee)?.control_outputs.is_empty();
+        }
+        Ok((effects, effects))
     }
 
     /// The type rule: `ins` and `outs` against the construct's signature and its callees'.
@@ -106,4 +127,54 @@ pub trait ParseNode: Sized {
 
     /// The node written `keyword(...) {attrs}`; every attribute it does not take is an error.
     fn parse(keyword: &str, attrs: &mut AttrReader<'_, '_>) -> Result<Self>;
+}
+
+/// Types that describe the values of both `a` and `b` (dimensions that differ become unknown).
+pub fn join_types(op: &str, a: &[ValueType], b: &[ValueType]) -> Result<Vec<ValueType>> {
+    if a.len() != b.len() {
+        return Err(Error::invalid(
+            op.to_string(),
+            format!("branches return {} and {} values", a.len(), b.len()),
+        ));
+    }
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .map(|(i, (x, y))| {
+            let (tx, ty) = (x.inner(), y.inner());
+            let same_kind = std::mem::discriminant(x) == std::mem::discriminant(y);
+            if !same_kind || tx.dtype != ty.dtype || tx.shape.len() != ty.shape.len() {
+                return Err(Error::new(
+                    ErrorKind::ControlFlow,
+                    op.to_string(),
+                    format!("branch results {i} differ: {x} vs {y}"),
+                ));
+            }
+            let shape: Vec<usize> = tx
+                .shape
+                .iter()
+                .zip(&ty.shape)
+                .map(|(&p, &q)| if p == q { p } else { DYN })
+                .collect();
+            let t = TensorType::new(tx.dtype, &shape);
+            Ok(match x {
+                ValueType::Tensor(_) => ValueType::Tensor(t),
+                ValueType::Resource(_) => ValueType::Resource(t),
+                ValueType::Stack(_) => ValueType::Stack(t),
+            })
+        })
+        .collect()
+}
+
+/// The joined result types of `callees` (branches of one node), `join_types` pairwise.
+pub fn joined_results(op: &str, library: &Library, callees: &[&str]) -> Result<Vec<ValueType>> {
+    let mut joined: Option<Vec<ValueType>> = None;
+    for callee in callees {
+        let types = library.get(callee)?.result_types()?;
+        joined = Some(match joined {
+            None => types,
+            Some(prev) => join_types(op, &prev, &types)?,
+        });
+    }
+    Ok(joined.unwrap_or_default())
 }

@@ -66,7 +66,7 @@ mod text_tests;
 mod verify_tests;
 
 pub use builder::FunctionBuilder;
-pub use constructs::Check;
+pub use constructs::{join_types, joined_results, Check};
 pub use ir::{builtin_names, Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 pub use ir::{
     tensor_types_compatible, Constant, Function, Location, Node, NodeId, NodeKind, Port, ValueType,

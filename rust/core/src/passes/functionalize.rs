@@ -30,7 +30,7 @@
 //! value assigned gets no gradient through the variable, and a read after the assignment
 //! credits the variable as every read does (`Assignments::Credited`).
 
-use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
+use crate::graph::{VariableOp, While};
 use std::collections::{HashMap, HashSet};
 
 use super::functionalize_rewrite::Rewrite;
@@ -208,19 +208,9 @@ pub(super) fn unsupported(f: &Function, id: NodeId, node: &Node, message: &str) 
 /// The index of the first operand and the functions that take the operands, for the nodes
 /// that call functions.
 pub(super) fn calls(kind: &NodeKind) -> Option<(usize, Vec<&str>)> {
-    match kind {
-        NodeKind::If(If { .. }) | NodeKind::Case(Case { .. }) => Some((1, kind.callees())),
-        NodeKind::Call(Call { .. }) | NodeKind::While(While { .. }) => Some((0, kind.callees())),
-        NodeKind::Arg(_)
-        | NodeKind::Const(_)
-        | NodeKind::Op(_)
-        | NodeKind::Variable(VariableOp::Read)
-        | NodeKind::Variable(VariableOp::Assign)
-        | NodeKind::Variable(VariableOp::AssignAdd)
-        | NodeKind::Stack(StackOp::New { .. })
-        | NodeKind::Stack(StackOp::Push)
-        | NodeKind::Stack(StackOp::Pop) => None,
-    }
+    let construct = kind.construct()?;
+    let callees = construct.callees();
+    (!callees.is_empty()).then(|| (construct.operand_start(), callees))
 }
 
 /// The resource parameter every resource value of `f` stands for. A resource comes from a

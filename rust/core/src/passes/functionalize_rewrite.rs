@@ -2,7 +2,7 @@
 //! order, the current value of each variable parameter kept, reads and assignments turned into
 //! that value, control flow passed and given back the values it may change.
 
-use crate::graph::{Call, Case, If, VariableOp, While};
+use crate::graph::{Call, VariableOp, While};
 use std::collections::HashMap;
 
 use super::functionalize::{
@@ -264,18 +264,11 @@ impl<'f> Rewrite<'f> {
             .iter()
             .map(|c| pass.rewrite(c, &written))
             .collect::<Result<Vec<_>>>()?;
-        let kind = match &node.kind {
-            NodeKind::If(If { .. }) => NodeKind::If(If {
-                then_branch: renamed[0].clone(),
-                else_branch: renamed[1].clone(),
-            }),
-            NodeKind::Case(Case { .. }) => NodeKind::Case(Case { branches: renamed }),
-            // A custom gradient no longer fits the re-signed callee; gradients were built
-            // before this pass runs.
-            _ => NodeKind::Call(Call {
-                function: renamed[0].clone(),
-                gradient: None,
-            }),
+        // A custom gradient no longer fits the re-signed callee (`with_callees` drops it);
+        // gradients were built before this pass runs.
+        let kind = match node.kind.construct() {
+            Some(c) => c.with_callees(renamed),
+            None => return Err(unsupported(f, id, node, "a node calling no function")),
         };
         let mut outputs = node.outputs.clone();
         for &p in &written {

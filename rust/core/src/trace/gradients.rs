@@ -307,9 +307,6 @@ pub(crate) trait Augment: NodeRule + Send + Sync {
     /// The user-facing name (`cond`, `while_loop`, ...), for errors.
     fn api_name(&self) -> &'static str;
 
-    /// How many leading inputs are not operands (a predicate or a branch index).
-    fn selector(&self) -> usize;
-
     /// Builds the forward and gradient nodes for the node `g` differentiates.
     fn augment(
         &self,
@@ -427,7 +424,12 @@ impl ControlGradient {
 
     /// How many leading inputs are not operands.
     pub fn selector(&self) -> usize {
-        self.construct.selector()
+        self.construct.operand_start()
+    }
+
+    /// A node of the same construct over other functions.
+    pub fn with_callees(&self, names: Vec<String>) -> NodeKind {
+        self.construct.with_callees(names)
     }
 
     /// The functions the node calls.

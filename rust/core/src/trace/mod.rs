@@ -36,11 +36,12 @@ use crate::shape::TensorType;
 use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
 
+pub use crate::graph::join_types;
 pub use control::{emit_case, emit_custom_call, emit_if, emit_while, Branch, LoopFunctions};
 pub use differentiate::{gradient_graph, takes_cotangents};
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;
-pub use tracer::{join_types, lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};
+pub use tracer::{lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};
 
 /// A value of a function under construction: its port in frame `frame`, with a tape identity.
 #[derive(Clone, Debug, PartialEq)]

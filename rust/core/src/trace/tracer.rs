@@ -1,7 +1,6 @@
 //! `Tracer` (frames of functions under construction, captures, the library being built) and
 //! `TraceContext` (the `Context` that runs ops eagerly or adds them to the trace).
 
-use crate::graph::{Call, Case, If, StackOp, VariableOp, While};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -478,108 +477,23 @@ impl Tracer {
 
     /// (stateful, side effect) for a node kind.
     fn statefulness(&self, kind: &NodeKind) -> Result<(bool, bool)> {
-        Ok(match kind {
-            NodeKind::Variable(VariableOp::Read) => (true, false),
-            NodeKind::Variable(VariableOp::Assign) | NodeKind::Variable(VariableOp::AssignAdd) => {
-                (true, true)
-            }
-            NodeKind::If(If { .. })
-            | NodeKind::Case(Case { .. })
-            | NodeKind::While(While { .. })
-            | NodeKind::Call(Call { .. }) => {
-                let mut effects = false;
-                for callee in kind.callees() {
-                    effects |= !self.library.get(callee)?.control_outputs.is_empty();
-                }
-                (effects, effects)
-            }
-            _ => (false, false),
-        })
+        match kind.construct() {
+            Some(c) => c.state(&self.library),
+            None => Ok((false, false)),
+        }
     }
 
     fn node_outputs(&self, kind: &NodeKind, inputs: &[Val]) -> Result<Vec<ValueType>> {
-        let input = |i: usize| {
-            inputs
-                .get(i)
-                .map(Val::value_type)
-                .ok_or_else(|| Error::invalid(kind.name(), format!("expected an input {i}")))
-        };
-        Ok(match kind {
-            NodeKind::Arg(_) | NodeKind::Op(_) => {
-                return Err(Error::internal(kind.name(), "not a non-op node"))
-            }
-            NodeKind::Const(Constant(t)) => vec![ValueType::Tensor(t.ty().clone())],
-            NodeKind::If(If { .. }) | NodeKind::Case(Case { .. }) => {
-                let mut joined: Option<Vec<ValueType>> = None;
-                for callee in kind.callees() {
-                    let types = self.library.get(callee)?.result_types()?;
-                    joined = Some(match joined {
-                        None => types,
-                        Some(prev) => join_types(kind.name(), &prev, &types)?,
-                    });
-                }
-                joined.unwrap_or_default()
-            }
-            NodeKind::While(While { body, .. }) => self.library.get(body)?.params.clone(),
-            NodeKind::Call(Call { function, .. }) => self.library.get(function)?.result_types()?,
-            NodeKind::Variable(VariableOp::Read) => match input(0)? {
-                ValueType::Resource(t) => vec![ValueType::Tensor(t)],
-                other => {
-                    return Err(Error::invalid(
-                        "read_variable",
-                        format!("expected a variable, got {other}"),
-                    ))
-                }
+        let types: Vec<ValueType> = inputs.iter().map(Val::value_type).collect();
+        let types: Vec<&ValueType> = types.iter().collect();
+        match kind {
+            NodeKind::Const(Constant(t)) => Ok(vec![ValueType::Tensor(t.ty().clone())]),
+            _ => match kind.construct() {
+                Some(c) => c.output_types(&self.library, &types),
+                None => Err(Error::internal(kind.name(), "not a non-op node")),
             },
-            NodeKind::Variable(VariableOp::Assign) | NodeKind::Variable(VariableOp::AssignAdd) => {
-                Vec::new()
-            }
-            NodeKind::Stack(StackOp::New { element }) => vec![ValueType::Stack(element.clone())],
-            NodeKind::Stack(StackOp::Push) => vec![input(0)?],
-            NodeKind::Stack(StackOp::Pop) => {
-                let stack = input(0)?;
-                let element = ValueType::Tensor(stack.inner().clone());
-                vec![stack, element]
-            }
-        })
+        }
     }
-}
-
-/// Types that describe the values of both `a` and `b` (dimensions that differ become unknown).
-pub fn join_types(op: &str, a: &[ValueType], b: &[ValueType]) -> Result<Vec<ValueType>> {
-    if a.len() != b.len() {
-        return Err(Error::invalid(
-            op.to_string(),
-            format!("branches return {} and {} values", a.len(), b.len()),
-        ));
-    }
-    a.iter()
-        .zip(b)
-        .enumerate()
-        .map(|(i, (x, y))| {
-            let (tx, ty) = (x.inner(), y.inner());
-            let same_kind = std::mem::discriminant(x) == std::mem::discriminant(y);
-            if !same_kind || tx.dtype != ty.dtype || tx.shape.len() != ty.shape.len() {
-                return Err(Error::new(
-                    ErrorKind::ControlFlow,
-                    op.to_string(),
-                    format!("branch results {i} differ: {x} vs {y}"),
-                ));
-            }
-            let shape: Vec<usize> = tx
-                .shape
-                .iter()
-                .zip(&ty.shape)
-                .map(|(&p, &q)| if p == q { p } else { crate::shape::DYN })
-                .collect();
-            let t = TensorType::new(tx.dtype, &shape);
-            Ok(match x {
-                ValueType::Tensor(_) => ValueType::Tensor(t),
-                ValueType::Resource(_) => ValueType::Resource(t),
-                ValueType::Stack(_) => ValueType::Stack(t),
-            })
-        })
-        .collect()
 }
 
 /// The functions of `library` that `entry` reaches (in the library's order).
