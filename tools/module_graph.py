@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"graph", "runtime_values"},
     {"passes"},
     {"trace"},
-    {"interpret", "mlir"},
+    {"interpret", "mlir", "runtime"},
     {"control"},
 ]
 

@@ -3,15 +3,15 @@
 
 Higher order comes from nesting: a tape records the ops of gradients computed while it is
 active, so `grad(grad(f))` is a tape inside a tape. Variable reads are seen through a registry
-of the Python tapes active on this thread (`_state`), which maps each Variable to the tensors
-read from it while a tape recorded.
+kept by each Python tape, which maps each Variable to the tensors read from it while it
+recorded; the tapes that record now are the core's (`_core.recording_tape_keys`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,30 +30,23 @@ __all__ = [
 _UNCONNECTED = ("none", "zero")
 
 
-class _ThreadState(threading.local):
-    def __init__(self) -> None:
-        self.tapes: list[GradientTape] = []  # recording Python tapes, innermost last
-        self.pause_marks: list[int] = []  # len(tapes) at each pause_recording still in force
-
-
-_state = _ThreadState()
+#: The GradientTape owning each live `_core.Tape`, by its key: which tapes record is the core's
+#: one tape stack (`_core.recording_tape_keys`); this only maps its entries back to owners.
+_owners: weakref.WeakValueDictionary[int, GradientTape] = weakref.WeakValueDictionary()
 
 
 def _recording_tapes() -> list[GradientTape]:
-    """Python tapes that record now: those entered since the innermost pause."""
-    start = _state.pause_marks[-1] if _state.pause_marks else 0
-    return _state.tapes[start:]
+    """Python tapes that record now, innermost last."""
+    return [t for k in _core.recording_tape_keys() if (t := _owners.get(k)) is not None]
 
 
 @contextlib.contextmanager
 def _paused() -> Iterator[None]:
-    """Stops recording on every active tape (Rust and Python side) for the block."""
+    """Stops recording on every active tape for the block."""
     token = _core.pause_recording()
-    _state.pause_marks.append(len(_state.tapes))
     try:
         yield
     finally:
-        _state.pause_marks.pop()
         _core.resume_recording(token)
 
 
@@ -97,7 +90,11 @@ class GradientTape:
         self._clear()
 
     def _clear(self) -> None:
+        old = getattr(self, "_tape", None)
+        if old is not None and _owners.get(old.key) is self:
+            del _owners[old.key]  # a dead tape's key may be reused by another
         self._tape = _core.Tape(self._persistent)
+        _owners[self._tape.key] = self
         self._used = False
         self._watched_vars: dict[_variables.Variable, None] = {}  # ordered set
         self._reads: dict[_variables.Variable, list[_core.Tensor]] = {}
@@ -120,12 +117,10 @@ class GradientTape:
 
     def _start(self) -> None:
         self._tape.push()
-        _state.tapes.append(self)
         self._recording = True
 
     def _stop(self) -> None:
         self._recording = False
-        _state.tapes.remove(self)
         self._tape.pop()
 
     @contextlib.contextmanager

@@ -102,11 +102,11 @@ class Variable:
         if _core.trace_active():
             # In a graph the tapes watch the variable itself (its resource), so that reads in
             # branches and loop bodies, which the tapes do not see, are differentiable too.
-            if autodiff._state.tapes or _core.any_tape_active():
+            if _core.any_tape_active():
                 autodiff.note_variable_use(self, self._handle.resource())
             return self._handle.read()
         value = self._handle.read()
-        if autodiff._state.tapes or _core.any_tape_active():
+        if _core.any_tape_active():
             autodiff.note_variable_read(self, value)
         return value
 

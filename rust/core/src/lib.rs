@@ -19,6 +19,7 @@ pub mod location;
 pub mod mlir;
 pub mod ops;
 pub mod passes;
+pub mod runtime;
 pub mod runtime_values;
 pub mod shape;
 pub mod tape;

@@ -1,12 +1,13 @@
-//! Per-thread runtime: the stack of active tapes, the active trace (at most one per thread), and
-//! `run`, through which every op call goes (eager execution or tracing, tape recording, panic
-//! containment, GIL release for large concrete work, error conversion).
+//! The thread-local handle on the core's `Runtime` (tapes and trace; it decides how an op runs),
+//! and `run`, through which every op call goes (panic containment, GIL release for large
+//! concrete work, error conversion).
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use gradloop::trace::{lock, registry, TraceContext, TracerRef, Val};
-use gradloop::{Context, EagerContext, Error, TapeContext, TapeRef, Tensor};
+use gradloop::runtime::{Mode, Runtime};
+use gradloop::trace::{lock, TracerRef, Val};
+use gradloop::{Context, EagerContext, Error, TapeRef, Tensor};
 use pyo3::prelude::*;
 
 use crate::errors::{to_py, user_frame};
@@ -14,92 +15,45 @@ use crate::errors::{to_py, user_frame};
 /// Work smaller than this many elements keeps the GIL: releasing it costs more than the kernel.
 const RELEASE_GIL_ABOVE: usize = 1 << 14;
 
-#[derive(Default)]
-struct ThreadState {
-    /// Active tapes, innermost last.
-    tapes: Vec<TapeRef<Val>>,
-    /// Tape stacks set aside by `pause_recording`.
-    paused: Vec<Vec<TapeRef<Val>>>,
-    /// The trace being built on this thread (`trace_begin` .. `trace_finish`/`trace_abort`).
-    tracer: Option<TracerRef>,
-}
-
 thread_local! {
-    static STATE: RefCell<ThreadState> = RefCell::new(ThreadState::default());
+    /// This thread's tapes and trace: the bindings' only state (the core decides with it).
+    static RUNTIME: RefCell<Runtime> = RefCell::new(Runtime::default());
 }
 
 pub fn active_tapes() -> Vec<TapeRef<Val>> {
-    STATE.with(|s| s.borrow().tapes.clone())
+    RUNTIME.with(|r| r.borrow().tapes().to_vec())
 }
 
 pub fn push_tape(tape: TapeRef<Val>) {
-    STATE.with(|s| s.borrow_mut().tapes.push(tape));
+    RUNTIME.with(|r| r.borrow_mut().push_tape(tape));
 }
 
 /// Removes `tape` from the active stack (wherever it is: exits may interleave).
 pub fn pop_tape(tape: &TapeRef<Val>) -> bool {
-    STATE.with(|s| {
-        let mut s = s.borrow_mut();
-        match s
-            .tapes
-            .iter()
-            .rposition(|t| std::sync::Arc::ptr_eq(t, tape))
-        {
-            Some(i) => {
-                s.tapes.remove(i);
-                true
-            }
-            None => false,
-        }
-    })
+    RUNTIME.with(|r| r.borrow_mut().pop_tape(tape))
 }
 
 pub fn pause() -> usize {
-    STATE.with(|s| {
-        let mut s = s.borrow_mut();
-        let tapes = std::mem::take(&mut s.tapes);
-        s.paused.push(tapes);
-        s.paused.len()
-    })
+    RUNTIME.with(|r| r.borrow_mut().pause())
 }
 
-pub fn resume(token: usize) -> Result<(), String> {
-    STATE.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.paused.len() != token {
-            return Err(format!(
-                "resume_recording({token}) out of order: {} pauses are open",
-                s.paused.len()
-            ));
-        }
-        let mut tapes = s.paused.pop().unwrap_or_default();
-        // Tapes pushed while paused (and not popped) stay active, innermost.
-        tapes.append(&mut s.tapes);
-        s.tapes = tapes;
-        Ok(())
-    })
+pub fn resume(token: usize) -> gradloop::Result<()> {
+    RUNTIME.with(|r| r.borrow_mut().resume(token))
 }
 
 /// The trace active on this thread, if any.
 pub fn active_tracer() -> Option<TracerRef> {
-    STATE.with(|s| s.borrow().tracer.clone())
+    RUNTIME.with(|r| r.borrow().tracer().cloned())
 }
 
 /// Makes `tracer` the thread's active trace; false (and nothing changes) if one is active.
 pub fn begin_trace(tracer: TracerRef) -> bool {
-    STATE.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.tracer.is_some() {
-            return false;
-        }
-        s.tracer = Some(tracer);
-        true
-    })
+    RUNTIME.with(|r| r.borrow_mut().begin_trace(tracer))
 }
 
 /// Ends the thread's active trace, returning it.
 pub fn end_trace() -> Option<TracerRef> {
-    STATE.with(|s| s.borrow_mut().tracer.take())
+    RUNTIME.with(|r| r.borrow_mut().end_trace())
 }
 
 /// Stamps the user's current source line on the nodes `tracer` adds next.
@@ -136,26 +90,11 @@ pub fn run<T: Send>(
     size: usize,
     f: impl FnOnce(&mut dyn Context<Val>) -> gradloop::Result<T> + Send,
 ) -> PyResult<T> {
-    let (tapes, tracer) = STATE.with(|s| {
-        let s = s.borrow();
-        (s.tapes.clone(), s.tracer.clone())
-    });
-    if let Some(t) = &tracer {
-        set_location(py, t);
+    let mode = RUNTIME.with(|r| r.borrow().mode(false));
+    if let Some(t) = active_tracer() {
+        set_location(py, &t);
     }
-    call(py, size, move || {
-        let mut base = TraceContext::new(tracer);
-        if tapes.is_empty() {
-            f(&mut base)
-        } else {
-            let mut ctx = TapeContext {
-                inner: &mut base,
-                tapes: &tapes,
-                registry: registry(),
-            };
-            f(&mut ctx)
-        }
-    })
+    call(py, size, move || mode.run(f))
 }
 
 /// Whether an op over `inputs` may take the eager fast path: nothing traces or records on this
@@ -165,11 +104,8 @@ pub fn run<T: Send>(
 /// builder on `EagerContext` over plain tensors does exactly that, without converting every
 /// input and output between `Val` and `Tensor` (the eager hot path costs ~350 ns per op).
 pub fn eager_ok<const N: usize>(inputs: &[Val; N]) -> bool {
-    inputs.iter().all(Val::is_concrete)
-        && STATE.with(|s| {
-            let s = s.borrow();
-            s.tapes.is_empty() && s.tracer.is_none()
-        })
+    let concrete = inputs.iter().all(Val::is_concrete);
+    concrete && RUNTIME.with(|r| matches!(r.borrow().mode(true), Mode::Eager))
 }
 
 /// Runs a builder on `EagerContext` over the tensors of `inputs` (all concrete: `eager_ok`).

@@ -58,6 +58,12 @@ impl PyTape {
         lock(&self.inner).len()
     }
 
+    /// Identifies this tape among the recording ones (`recording_tape_keys`) while it lives.
+    #[getter]
+    fn key(&self) -> usize {
+        std::sync::Arc::as_ptr(&self.inner) as usize
+    }
+
     fn push(&self) {
         runtime::push_tape(self.inner.clone());
     }
@@ -116,6 +122,15 @@ pub fn watch_on_active_tapes(py: Python<'_>, t: &Bound<'_, PyTensor>) -> PyResul
     Ok(())
 }
 
+/// The `key`s of the tapes recording now, innermost last.
+#[pyfunction]
+pub fn recording_tape_keys() -> Vec<usize> {
+    runtime::active_tapes()
+        .iter()
+        .map(|t| std::sync::Arc::as_ptr(t) as usize)
+        .collect()
+}
+
 #[pyfunction]
 pub fn any_tape_active() -> bool {
     !runtime::active_tapes().is_empty()
@@ -129,8 +144,7 @@ pub fn pause_recording() -> usize {
 
 #[pyfunction]
 pub fn resume_recording(py: Python<'_>, token: usize) -> PyResult<()> {
-    runtime::resume(token)
-        .map_err(|m| new_err(py, ErrorKind::InvalidArgument, "resume_recording", m))
+    runtime::resume(token).py(py)
 }
 
 /// What a missing output gradient is made from: the output's type, or the (symbolic) output

@@ -4,7 +4,8 @@
 //! - Type rule: an i32 scalar index, at least one branch; every branch takes the operands and
 //!   returns the node's outputs.
 //! - Gradient: the branch gradient of `control::branches`, a `Case` over backward functions.
-//! - Interpretation: runs one branch. MLIR: `scf.index_switch` (`mlir::control`).
+//! - Interpretation: runs one branch. MLIR: a chain of `scf.if` comparing the index with 0,
+//!   1, ... (IREE rejects `scf.index_switch`; see `mlir::regions`).
 
 use std::sync::Arc;
 

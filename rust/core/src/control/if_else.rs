@@ -5,7 +5,7 @@
 //!   node's outputs, agreeing with each other.
 //! - Gradient: the branch gradient of `control::branches` (each branch replayed into a forward
 //!   function that also returns its residuals, an `If` over the backward functions).
-//! - Interpretation: runs one branch. MLIR: `scf.if` (`mlir::control`).
+//! - Interpretation: runs one branch. MLIR: `scf.if` (`mlir::regions` has the region helpers).
 
 use std::sync::Arc;
 

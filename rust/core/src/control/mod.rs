@@ -23,6 +23,9 @@
 //!
 //! `Construct` names them together, and a compile-time check holds every construct to it.
 //!
+//! Tracing a construct from Python callbacks (`trace::emit_if`, ...: captures unified into one
+//! signature) stays in `trace`: the MLIR importer, below this module, traces through it too.
+//!
 //! Adding a construct: its data in `graph::constructs` and a `NodeKind` variant, one module
 //! here implementing `Construct`, and the variant in each layer's match (the compiler lists
 //! them).

@@ -1,5 +1,6 @@
-//! Functional control flow as `scf` regions: `If` -> `scf.if`, `Case` -> a chain of `scf.if`,
-//! `While` -> `scf.while`. Every region is written by one helper, `region`: it emits the
+//! What functional control flow shares as `scf` regions: each construct's `EmitMlir` (in
+//! `crate::control`) writes its op — `If` -> `scf.if`, `Case` -> a chain of `scf.if`, `While` ->
+//! `scf.while` — and every region through one helper here, `region`: it emits the
 //! region's contents (a branch, cond or body function inlined on the region's values) and ends
 //! the block with the region's terminator, results cast to the types the node declares.
 //!

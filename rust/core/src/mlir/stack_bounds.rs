@@ -134,7 +134,11 @@ fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Opti
                     c => c.plus(loop_pushes_at(library, body, k, *maximum_iterations, depth)),
                 })
                 .collect(),
-            _ => vec![Pushes::Unbounded; n],
+            // values a stack's size does not flow through: nothing known
+            NodeKind::Const(_)
+            | NodeKind::Op(_)
+            | NodeKind::Variable(_)
+            | NodeKind::Stack(StackOp::New { .. }) => vec![Pushes::Unbounded; n],
         };
         values.push(outs);
     }

@@ -1,0 +1,151 @@
+//! The per-thread runtime state of a front end: the stack of recording tapes (with the stacks
+//! set aside by pauses) and the active trace — and the one place that decides, from them, how
+//! an op runs: eagerly, traced into a graph, and/or recorded on tapes.
+//!
+//! The core holds no thread-locals: a front end keeps one `Runtime` per thread (the Python
+//! bindings do, in a `thread_local!`) and runs every op through `Runtime::mode`.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ops::Context;
+use crate::tape::{TapeContext, TapeRef};
+use crate::trace::{registry, TraceContext, TracerRef, Val};
+
+/// Tapes and trace of one thread.
+#[derive(Default)]
+pub struct Runtime {
+    /// Recording tapes, innermost last.
+    tapes: Vec<TapeRef<Val>>,
+    /// Tape stacks set aside by `pause`, innermost last.
+    paused: Vec<Vec<TapeRef<Val>>>,
+    /// The trace being built (`begin_trace` .. `end_trace`).
+    tracer: Option<TracerRef>,
+}
+
+/// How an op runs now: the decision `Runtime::mode` makes, carrying what it needs.
+pub enum Mode {
+    /// Plain kernels over concrete tensors: nothing traces or records.
+    Eager,
+    /// Through a `TraceContext` (adding nodes when an input is symbolic), recorded on `tapes`.
+    Traced {
+        tracer: Option<TracerRef>,
+        tapes: Vec<TapeRef<Val>>,
+    },
+}
+
+impl Mode {
+    /// Runs `f` with the context this mode calls for (`Eager` runs on a `TraceContext` without
+    /// a trace, which only executes kernels).
+    pub fn run<T>(self, f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
+        let (tracer, tapes) = match self {
+            Mode::Eager => (None, Vec::new()),
+            Mode::Traced { tracer, tapes } => (tracer, tapes),
+        };
+        let mut base = TraceContext::new(tracer);
+        if tapes.is_empty() {
+            return f(&mut base);
+        }
+        let mut ctx = TapeContext {
+            inner: &mut base,
+            tapes: &tapes,
+            registry: registry(),
+        };
+        f(&mut ctx)
+    }
+}
+
+impl Runtime {
+    /// How an op over inputs that are all concrete (`all_concrete`) or not runs now.
+    pub fn mode(&self, all_concrete: bool) -> Mode {
+        if all_concrete && self.tapes.is_empty() && self.tracer.is_none() {
+            return Mode::Eager;
+        }
+        Mode::Traced {
+            tracer: self.tracer.clone(),
+            tapes: self.tapes.clone(),
+        }
+    }
+
+    /// The recording tapes, innermost last.
+    pub fn tapes(&self) -> &[TapeRef<Val>] {
+        &self.tapes
+    }
+
+    pub fn push_tape(&mut self, tape: TapeRef<Val>) {
+        self.tapes.push(tape);
+    }
+
+    /// Stops `tape` recording, wherever it is in the stack (exits may interleave); false when
+    /// it was not recording.
+    pub fn pop_tape(&mut self, tape: &TapeRef<Val>) -> bool {
+        match self.tapes.iter().rposition(|t| Arc::ptr_eq(t, tape)) {
+            Some(i) => {
+                self.tapes.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets the recording tapes aside (nothing records) until `resume(token)`.
+    pub fn pause(&mut self) -> usize {
+        self.paused.push(std::mem::take(&mut self.tapes));
+        self.paused.len()
+    }
+
+    /// Ends the pause `token`, the innermost one; tapes pushed during it stay recording,
+    /// innermost.
+    pub fn resume(&mut self, token: usize) -> Result<()> {
+        if self.paused.len() != token {
+            let open = self.paused.len();
+            let msg = format!("resume_recording({token}) out of order: {open} pauses are open");
+            return Err(Error::invalid("resume_recording", msg));
+        }
+        let mut tapes = self.paused.pop().unwrap_or_default();
+        tapes.append(&mut self.tapes);
+        self.tapes = tapes;
+        Ok(())
+    }
+
+    /// The trace being built, if any.
+    pub fn tracer(&self) -> Option<&TracerRef> {
+        self.tracer.as_ref()
+    }
+
+    /// Makes `tracer` the active trace; false (and nothing changes) if one is active.
+    pub fn begin_trace(&mut self, tracer: TracerRef) -> bool {
+        if self.tracer.is_some() {
+            return false;
+        }
+        self.tracer = Some(tracer);
+        true
+    }
+
+    /// Ends the active trace, returning it.
+    pub fn end_trace(&mut self) -> Option<TracerRef> {
+        self.tracer.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tape::Tape;
+
+    #[test]
+    fn pauses_nest_and_tapes_pushed_while_paused_stay_innermost() {
+        let mut rt = Runtime::default();
+        let (a, b) = (Tape::new_ref(false), Tape::new_ref(false));
+        rt.push_tape(a.clone());
+        let token = rt.pause();
+        assert!(rt.tapes().is_empty());
+        assert!(matches!(rt.mode(true), Mode::Eager));
+        rt.push_tape(b.clone());
+        assert!(rt.resume(token + 1).is_err(), "out of order");
+        rt.resume(token).unwrap();
+        assert!(Arc::ptr_eq(&rt.tapes()[0], &a) && Arc::ptr_eq(&rt.tapes()[1], &b));
+        assert!(rt.pop_tape(&a) && !rt.pop_tape(&a));
+        assert!(matches!(rt.mode(true), Mode::Traced { .. }));
+    }
+}
