@@ -204,6 +204,9 @@ def watch_on_active_tapes(t: Tensor) -> None:
     """Watches `t` on every active tape (how a Variable read is seen by tapes)."""
 
 def any_tape_active() -> bool: ...
+def mode() -> str:
+    """What this thread is doing: 'eager', 'recording' (tapes record) or 'tracing'."""
+
 def recording_tape_keys() -> list[int]:
     """The `Tape.key`s of the tapes recording on this thread, innermost last."""
 

@@ -154,7 +154,7 @@ def while_loop(
     limit = _validate.check_maximum_iterations("while_loop", maximum_iterations)
     loop_vars = _validate.convert_loop_vars("while_loop", loop_vars)
     call = _caller(isinstance(loop_vars, (tuple, list)))
-    if _core.trace_active():
+    if _core.mode() == "tracing":
         return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations)
     values, i = loop_vars, 0
     while limit is None or i < limit:

@@ -160,7 +160,7 @@ class Function:
         return _Concrete(fn, out, slots, statics)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _core.trace_active() or _core.any_tape_active():
+        if _core.mode() != "eager":  # inside a trace, or recorded by tapes: inline
             return self._fn(*args, **kwargs)
         structure, leaves = self._flatten(args, kwargs)
         concrete = self._concrete(structure, leaves)

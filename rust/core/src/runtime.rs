@@ -55,7 +55,38 @@ impl Mode {
     }
 }
 
+/// What the thread is doing, as a front end's own constructs need to know it (a `cond` builds a
+/// node only while tracing; a compiled function inlines its Python while anything records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing traces or records.
+    Eager,
+    /// Tapes record; nothing traces.
+    Recording,
+    /// A function is being traced (tapes may record too).
+    Tracing,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Eager => "eager",
+            Phase::Recording => "recording",
+            Phase::Tracing => "tracing",
+        }
+    }
+}
+
 impl Runtime {
+    /// What the thread is doing now.
+    pub fn phase(&self) -> Phase {
+        match (&self.tracer, self.tapes.is_empty()) {
+            (Some(_), _) => Phase::Tracing,
+            (None, false) => Phase::Recording,
+            (None, true) => Phase::Eager,
+        }
+    }
+
     /// How an op over inputs that are all concrete (`all_concrete`) or not runs now.
     pub fn mode(&self, all_concrete: bool) -> Mode {
         if all_concrete && self.tapes.is_empty() && self.tracer.is_none() {
@@ -141,11 +172,13 @@ mod tests {
         let token = rt.pause();
         assert!(rt.tapes().is_empty());
         assert!(matches!(rt.mode(true), Mode::Eager));
+        assert_eq!(rt.phase(), Phase::Eager);
         rt.push_tape(b.clone());
         assert!(rt.resume(token + 1).is_err(), "out of order");
         rt.resume(token).unwrap();
         assert!(Arc::ptr_eq(&rt.tapes()[0], &a) && Arc::ptr_eq(&rt.tapes()[1], &b));
         assert!(rt.pop_tape(&a) && !rt.pop_tape(&a));
         assert!(matches!(rt.mode(true), Mode::Traced { .. }));
+        assert_eq!(rt.phase(), Phase::Recording);
     }
 }

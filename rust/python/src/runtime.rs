@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use gradloop::runtime::{Mode, Runtime};
+use gradloop::runtime::{Mode, Phase, Runtime};
 use gradloop::trace::{lock, TracerRef, Val};
 use gradloop::{Context, EagerContext, Error, TapeRef, Tensor};
 use pyo3::prelude::*;
@@ -39,6 +39,11 @@ pub fn pause() -> usize {
 
 pub fn resume(token: usize) -> gradloop::Result<()> {
     RUNTIME.with(|r| r.borrow_mut().resume(token))
+}
+
+/// What this thread is doing (`Runtime::phase`).
+pub fn phase() -> Phase {
+    RUNTIME.with(|r| r.borrow().phase())
 }
 
 /// The trace active on this thread, if any.

@@ -131,6 +131,13 @@ pub fn recording_tape_keys() -> Vec<usize> {
         .collect()
 }
 
+/// What this thread is doing: "eager" (nothing traces or records), "recording" (tapes record)
+/// or "tracing" (a function is being traced).
+#[pyfunction]
+pub fn mode() -> &'static str {
+    runtime::phase().name()
+}
+
 #[pyfunction]
 pub fn any_tape_active() -> bool {
     !runtime::active_tapes().is_empty()
