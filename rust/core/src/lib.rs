@@ -1,15 +1,17 @@
 //! gradloop: differentiable dynamic control flow — the Rust core.
 //!
 //! Pure Rust, no Python: tensors (`tensor`, `dtype`), the op table (`ops`, with the `Context`
-//! seam ops are applied through, `ops::context`) and the gradient tape (`tape`), the graph IR (`graph`, `trace`, `interpret`) and the
-//! MLIR emitter (`mlir`). The Python bindings are a thin layer over this.
+//! seam ops are applied through, `ops::context`) and the gradient tape (`tape`), the graph IR
+//! (`graph`, `trace`, `interpret`), the MLIR emitter (`mlir`), control flow as a table of
+//! constructs (`control`: one module per construct, each implementing every layer's trait) and
+//! a front end's per-thread state (`runtime`). The Python bindings are a thin layer over this.
 //!
 //! From Rust: build a graph ([`graph::parse_graph`], [`graph::FunctionBuilder`]), differentiate
 //! it ([`trace::gradient_graph`]), run it ([`interpret::run_graph`]) or single ops
 //! ([`execute`]), and emit MLIR ([`mlir::emit_module`]). `examples/loop_gradient.rs` does each
 //! for a loop with a data-dependent trip count.
 
-mod control;
+pub mod control;
 pub mod dtype;
 pub mod emit;
 pub mod error;
