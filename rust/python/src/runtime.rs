@@ -96,8 +96,11 @@ pub fn run<T: Send>(
     f: impl FnOnce(&mut dyn Context<Val>) -> gradloop::Result<T> + Send,
 ) -> PyResult<T> {
     let mode = RUNTIME.with(|r| r.borrow().mode(false));
-    if let Some(t) = active_tracer() {
-        set_location(py, &t);
+    if let Mode::Traced {
+        tracer: Some(t), ..
+    } = &mode
+    {
+        set_location(py, t);
     }
     call(py, size, move || mode.run(f))
 }
