@@ -89,7 +89,7 @@ impl Runtime {
 
     /// How an op over inputs that are all concrete (`all_concrete`) or not runs now.
     pub fn mode(&self, all_concrete: bool) -> Mode {
-        if all_concrete && self.tapes.is_empty() && self.tracer.is_none() {
+        if all_concrete && self.phase() == Phase::Eager {
             return Mode::Eager;
         }
         Mode::Traced {

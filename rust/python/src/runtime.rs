@@ -113,7 +113,7 @@ pub fn run<T: Send>(
 /// input and output between `Val` and `Tensor` (the eager hot path costs ~350 ns per op).
 pub fn eager_ok<const N: usize>(inputs: &[Val; N]) -> bool {
     let concrete = inputs.iter().all(Val::is_concrete);
-    concrete && RUNTIME.with(|r| matches!(r.borrow().mode(true), Mode::Eager))
+    concrete && phase() == Phase::Eager
 }
 
 /// Runs a builder on `EagerContext` over the tensors of `inputs` (all concrete: `eager_ok`).
