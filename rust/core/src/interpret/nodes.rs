@@ -6,7 +6,7 @@
 use std::iter::once;
 
 use super::frame::Frame;
-use super::plan::NodePlan;
+use super::plan::{NodePlan, Use};
 use super::Interpreter;
 use crate::dtype::Element;
 use crate::error::{Error, ErrorKind, Result};
@@ -89,15 +89,24 @@ impl NodeRun<'_, '_> {
 
     /// Exactly `N` inputs, or a `Graph` error (a verified graph never has another count).
     pub fn fixed<const N: usize>(&mut self) -> Result<[RtValue; N]> {
-        let got = self.np.inputs.len();
-        if got != N {
+        let uses = <[Use; N]>::try_from(self.np.inputs.as_slice()).map_err(|_| {
+            let got = self.np.inputs.len();
             let msg = format!("takes {N} input(s), got {got}");
-            return Err(Error::new(ErrorKind::Graph, self.name(), msg));
+            Error::new(ErrorKind::Graph, self.name(), msg)
+        })?;
+        // No vector in between: stack pushes and pops run once per loop iteration.
+        let mut failed = None;
+        let values = uses.map(|u| match self.frame.take(u) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                failed.get_or_insert(e);
+                None
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(values.map(|v| v.unwrap_or_else(|| unreachable!("every take succeeded")))),
         }
-        let values = self.take_all()?;
-        Ok(values
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("the count is checked above")))
     }
 
     /// The first input (a predicate or index) and the operands after it.
