@@ -15,10 +15,11 @@ use crate::trace::{registry, TraceContext, TracerRef, Val};
 /// Tapes and trace of one thread.
 #[derive(Default)]
 pub struct Runtime {
-    /// Recording tapes, innermost last.
-    tapes: Vec<TapeRef<Val>>,
+    /// Recording tapes, innermost last: shared, so that each op takes the stack with one
+    /// reference count instead of a copy (pushes and pops copy it when an op still holds it).
+    tapes: Arc<Vec<TapeRef<Val>>>,
     /// Tape stacks set aside by `pause`, innermost last.
-    paused: Vec<Vec<TapeRef<Val>>>,
+    paused: Vec<Arc<Vec<TapeRef<Val>>>>,
     /// The trace being built (`begin_trace` .. `end_trace`).
     tracer: Option<TracerRef>,
 }
@@ -30,7 +31,7 @@ pub enum Mode {
     /// Through a `TraceContext` (adding nodes when an input is symbolic), recorded on `tapes`.
     Traced {
         tracer: Option<TracerRef>,
-        tapes: Vec<TapeRef<Val>>,
+        tapes: Arc<Vec<TapeRef<Val>>>,
     },
 }
 
@@ -39,7 +40,7 @@ impl Mode {
     /// a trace, which only executes kernels).
     pub fn run<T>(self, f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
         let (tracer, tapes) = match self {
-            Mode::Eager => (None, Vec::new()),
+            Mode::Eager => (None, Arc::default()),
             Mode::Traced { tracer, tapes } => (tracer, tapes),
         };
         let mut base = TraceContext::new(tracer);
@@ -104,7 +105,7 @@ impl Runtime {
     }
 
     pub fn push_tape(&mut self, tape: TapeRef<Val>) {
-        self.tapes.push(tape);
+        Arc::make_mut(&mut self.tapes).push(tape);
     }
 
     /// Stops `tape` recording, wherever it is in the stack (exits may interleave); false when
@@ -112,7 +113,7 @@ impl Runtime {
     pub fn pop_tape(&mut self, tape: &TapeRef<Val>) -> bool {
         match self.tapes.iter().rposition(|t| Arc::ptr_eq(t, tape)) {
             Some(i) => {
-                self.tapes.remove(i);
+                Arc::make_mut(&mut self.tapes).remove(i);
                 true
             }
             None => false,
@@ -134,7 +135,7 @@ impl Runtime {
             return Err(Error::invalid("resume_recording", msg));
         }
         let mut tapes = self.paused.pop().unwrap_or_default();
-        tapes.append(&mut self.tapes);
+        Arc::make_mut(&mut tapes).extend(self.tapes.iter().cloned());
         self.tapes = tapes;
         Ok(())
     }
