@@ -38,6 +38,7 @@ pub enum Mode {
 impl Mode {
     /// Runs `f` with the context this mode calls for (`Eager` runs on a `TraceContext` without
     /// a trace, which only executes kernels).
+    #[inline]
     pub fn run<T>(self, f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
         let (tracer, tapes) = match self {
             Mode::Eager => (None, Arc::default()),
