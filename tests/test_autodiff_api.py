@@ -156,6 +156,26 @@ def test_stop_recording() -> None:
         tape.stop_recording().__enter__()
 
 
+def test_variable_reads_reach_exactly_the_tapes_recording_at_the_read() -> None:
+    # The recording tapes are the core's one stack: a tape paused by stop_recording, or reset,
+    # or exited, sees no read; a tape entered inside another's stop_recording sees its reads.
+    v = gl.Variable(f64(2.0))
+    with gl.GradientTape() as outer:
+        a = v * 3.0
+        with outer.stop_recording():
+            with gl.GradientTape() as inner:
+                b = v * v
+        c = v * 5.0
+    with gl.GradientTape() as later:
+        later.reset()
+        d = v * 7.0
+    e = v * 11.0  # no tape records
+    assert outer.watched_variables() == (v,) and inner.watched_variables() == (v,)
+    np.testing.assert_allclose(outer.gradient([a, b, c, e], v).numpy(), 8.0)  # a and c only
+    np.testing.assert_allclose(inner.gradient(b, v).numpy(), 4.0)
+    np.testing.assert_allclose(later.gradient(d, v).numpy(), 7.0)
+
+
 def test_third_derivative_with_nested_tapes() -> None:
     x = scalar(0.7)
     with gl.GradientTape() as t3:
