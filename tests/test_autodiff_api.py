@@ -162,9 +162,8 @@ def test_variable_reads_reach_exactly_the_tapes_recording_at_the_read() -> None:
     v = gl.Variable(f64(2.0))
     with gl.GradientTape() as outer:
         a = v * 3.0
-        with outer.stop_recording():
-            with gl.GradientTape() as inner:
-                b = v * v
+        with outer.stop_recording(), gl.GradientTape() as inner:
+            b = v * v
         c = v * 5.0
     with gl.GradientTape() as later:
         later.reset()
