@@ -6,6 +6,9 @@
 //!   their ancestors: a write to a Variable is never dropped).
 //! - `eliminate_dead_code` is `prune` with the function's own results as fetches.
 //! - `bind_params`: entry parameters replaced by constants (captured tensors of an export).
+//! - `fold_constants`, `eliminate_common_subexpressions`, `eliminate_dead_branches`: local
+//!   simplifications that keep lazy semantics (a failing op is not folded; only pure nodes
+//!   merge; an `If`/`Case` on a constant becomes a `Call` of its branch).
 //! - `functionalize_variables`: variables become values threaded through control flow (the
 //!   value on entry a parameter, the value on exit an extra result), for the MLIR emitter.
 
@@ -14,9 +17,12 @@ mod functionalize;
 mod functionalize_rewrite;
 mod inline;
 mod prune;
+mod simplify;
 
 #[cfg(test)]
 mod functionalize_tests;
+#[cfg(test)]
+mod simplify_tests;
 
 pub use bind::bind_params;
 pub use functionalize::{
@@ -25,6 +31,7 @@ pub use functionalize::{
 };
 pub use inline::inline_calls;
 pub use prune::{eliminate_dead_code, prune};
+pub use simplify::{eliminate_common_subexpressions, eliminate_dead_branches, fold_constants};
 
 #[cfg(test)]
 mod tests {
