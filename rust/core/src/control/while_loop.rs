@@ -9,7 +9,8 @@
 //!   stacks, invariants)`, pops, and runs the body's backward function until the count reaches
 //!   zero. Stack pushes and pops have gradients, so the gradient loop differentiates again.
 //! - Interpretation: a Rust loop of two calls per trip, so the stack stays flat.
-//! - MLIR: `scf.while` with the trip count and stack bounds (`mlir::regions` has the region helpers).
+//! - MLIR: `scf.while` with the trip count and stack bounds, through the region helpers of
+//!   `mlir::regions`.
 
 use std::sync::Arc;
 

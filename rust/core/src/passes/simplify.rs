@@ -20,7 +20,7 @@ const FOLD_AT_MOST: usize = 4096;
 
 /// Every op whose inputs are all constants, evaluated into constants.
 pub fn fold_constants(graph: &Graph) -> Result<Graph> {
-    rewrite(graph, |b, node, inputs, consts| {
+    rewrite(graph, &mut |b, node, inputs, consts| {
         let NodeKind::Op(op) = &node.kind else {
             return Ok(None);
         };
@@ -70,7 +70,7 @@ type Seen = HashMap<(&'static str, Vec<Port>), Vec<(NodeKind, Vec<Port>)>>;
 /// Every `If` on a constant predicate and `Case` on a constant index, replaced by a `Call` of
 /// the branch it runs (an index out of range runs the last branch, as in the IR).
 pub fn eliminate_dead_branches(graph: &Graph) -> Result<Graph> {
-    rewrite(graph, |b, node, inputs, consts| {
+    rewrite(graph, &mut |b, node, inputs, consts| {
         let (NodeKind::If(_) | NodeKind::Case(_)) = &node.kind else {
             return Ok(None);
         };
@@ -116,13 +116,10 @@ type NodeRewrite<'a> =
     dyn FnMut(&mut FunctionBuilder, &Node, &[Port], &Constants) -> Result<Option<Vec<Port>>> + 'a;
 
 /// `graph` with every function rebuilt through `each`.
-fn rewrite(
-    graph: &Graph,
-    mut each: impl FnMut(&mut FunctionBuilder, &Node, &[Port], &Constants) -> Result<Option<Vec<Port>>>,
-) -> Result<Graph> {
+fn rewrite(graph: &Graph, each: &mut NodeRewrite<'_>) -> Result<Graph> {
     let mut library = Library::new();
     for f in graph.library.iter() {
-        library.add(rewrite_function(f, &mut each)?)?;
+        library.add(rewrite_function(f, each)?)?;
     }
     Graph::new(library, graph.entry.clone())
 }
