@@ -102,3 +102,26 @@ pub(crate) fn augment_branches(g: &ControlGradient, tracer: &TracerRef) -> Resul
         differentiable,
     })
 }
+
+/// `Augment` for a construct whose gradient is the branch gradient above (`If`, `Case`, `Call`),
+/// named `$api` in errors.
+macro_rules! branch_gradient {
+    ($construct:ty, $api:literal) => {
+        impl $crate::trace::gradients::Augment for $construct {
+            fn api_name(&self) -> &'static str {
+                $api
+            }
+
+            fn augment(
+                &self,
+                g: &$crate::trace::gradients::ControlGradient,
+                tracer: &$crate::trace::TracerRef,
+                _grad_outputs: &[Option<$crate::trace::Val>],
+                _needs: &[bool],
+            ) -> $crate::error::Result<$crate::trace::gradients::Built> {
+                $crate::control::branches::augment_branches(g, tracer)
+            }
+        }
+    };
+}
+pub(crate) use branch_gradient;

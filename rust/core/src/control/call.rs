@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::branches::augment_branches;
+use super::branches::branch_gradient;
 use crate::error::Result;
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::{check_call, check_params};
@@ -21,8 +21,8 @@ use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::{build, Context, Grads};
 use crate::tape::GradientFunction;
 use crate::trace::gradients::is_float_tensor;
-use crate::trace::gradients::{Augment, Built, ControlGradient, Differentiate};
-use crate::trace::{TracerRef, Val};
+use crate::trace::gradients::{ControlGradient, Differentiate};
+use crate::trace::Val;
 use smallvec::smallvec;
 
 impl NodeRule for Call {
@@ -150,26 +150,12 @@ impl Differentiate for Call {
                 inputs: inputs.to_vec(),
                 outputs: outputs.to_vec(),
             }),
-            None => Arc::new(ControlGradient::new(self.clone(), inputs, outputs)),
+            None => ControlGradient::boxed(self.clone(), inputs, outputs),
         }))
     }
 }
 
-impl Augment for Call {
-    fn api_name(&self) -> &'static str {
-        "function call"
-    }
-
-    fn augment(
-        &self,
-        g: &ControlGradient,
-        tracer: &TracerRef,
-        _grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Built> {
-        augment_branches(g, tracer)
-    }
-}
+branch_gradient!(Call, "function call");
 
 /// A `Call` with a custom gradient function (`gl.custom_gradient` traced in graph mode): a call
 /// of `gradient(operands, results, cotangents)`, whose results are the gradients of the leading

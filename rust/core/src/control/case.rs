@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::branches::augment_branches;
+use super::branches::branch_gradient;
 use crate::dtype::DType;
 use crate::emit::element_type;
 use crate::error::{Error, ErrorKind, Result};
@@ -27,8 +27,8 @@ use crate::mlir::function::flat_types_of;
 use crate::mlir::regions::{arrow, split_first, Terminator};
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::tape::GradientFunction;
-use crate::trace::gradients::{Augment, Built, ControlGradient, Differentiate};
-use crate::trace::{TracerRef, Val};
+use crate::trace::gradients::{ControlGradient, Differentiate};
+use crate::trace::Val;
 
 impl NodeRule for Case {
     fn keyword(&self) -> &'static str {
@@ -162,26 +162,8 @@ impl Differentiate for Case {
         inputs: &[Val],
         outputs: &[Val],
     ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
-        Ok(Some(Arc::new(ControlGradient::new(
-            self.clone(),
-            inputs,
-            outputs,
-        ))))
+        Ok(Some(ControlGradient::boxed(self.clone(), inputs, outputs)))
     }
 }
 
-impl Augment for Case {
-    fn api_name(&self) -> &'static str {
-        "switch_case"
-    }
-
-    fn augment(
-        &self,
-        g: &ControlGradient,
-        tracer: &TracerRef,
-        _grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Built> {
-        augment_branches(g, tracer)
-    }
-}
+branch_gradient!(Case, "switch_case");

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::branches::augment_branches;
+use super::branches::branch_gradient;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::graph::text::FuncName;
@@ -26,8 +26,8 @@ use crate::mlir::function::flat_types_of;
 use crate::mlir::regions::{arrow, split_first, Terminator};
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::tape::GradientFunction;
-use crate::trace::gradients::{Augment, Built, ControlGradient, Differentiate};
-use crate::trace::{TracerRef, Val};
+use crate::trace::gradients::{ControlGradient, Differentiate};
+use crate::trace::Val;
 
 impl NodeRule for If {
     fn keyword(&self) -> &'static str {
@@ -127,26 +127,8 @@ impl Differentiate for If {
         inputs: &[Val],
         outputs: &[Val],
     ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
-        Ok(Some(Arc::new(ControlGradient::new(
-            self.clone(),
-            inputs,
-            outputs,
-        ))))
+        Ok(Some(ControlGradient::boxed(self.clone(), inputs, outputs)))
     }
 }
 
-impl Augment for If {
-    fn api_name(&self) -> &'static str {
-        "cond"
-    }
-
-    fn augment(
-        &self,
-        g: &ControlGradient,
-        tracer: &TracerRef,
-        _grad_outputs: &[Option<Val>],
-        _needs: &[bool],
-    ) -> Result<Built> {
-        augment_branches(g, tracer)
-    }
-}
+branch_gradient!(If, "cond");

@@ -280,11 +280,7 @@ impl Differentiate for While {
         inputs: &[Val],
         outputs: &[Val],
     ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
-        Ok(Some(Arc::new(ControlGradient::new(
-            self.clone(),
-            inputs,
-            outputs,
-        ))))
+        Ok(Some(ControlGradient::boxed(self.clone(), inputs, outputs)))
     }
 }
 

@@ -422,6 +422,15 @@ impl ControlGradient {
         }
     }
 
+    /// `new`, as the gradient function a construct's `Differentiate` returns.
+    pub fn boxed(
+        construct: impl Augment + 'static,
+        inputs: &[Val],
+        outputs: &[Val],
+    ) -> Arc<dyn GradientFunction<Val>> {
+        Arc::new(ControlGradient::new(construct, inputs, outputs))
+    }
+
     /// How many leading inputs are not operands.
     pub fn selector(&self) -> usize {
         self.construct.operand_start()
