@@ -12,9 +12,11 @@
 //! for a loop with a data-dependent trip count.
 
 pub mod control;
+pub mod dataflow;
 pub mod dtype;
 pub mod emit;
 pub mod error;
+pub mod executor;
 pub mod graph;
 pub mod interpret;
 pub mod location;

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use super::branches::branch_gradient;
+use crate::dataflow::{Lower, LowerNode, Lowered};
 use crate::error::Result;
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::{check_call, check_params};
@@ -193,5 +194,18 @@ impl GradientFunction<Val> for CustomGradient {
             }
         }
         Ok(grads)
+    }
+}
+
+impl Lower for Call {
+    /// The callee inlined; the call's control inputs gate its inputs and constants.
+    fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+        cx.b.inline_call(
+            cx.scope,
+            &self.function,
+            &cx.inputs,
+            &cx.control,
+            cx.needs_done,
+        )
     }
 }

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use super::branches::branch_gradient;
+use crate::dataflow::{Lower, LowerNode, Lowered};
 use crate::dtype::DType;
 use crate::emit::element_type;
 use crate::error::{Error, ErrorKind, Result};
@@ -167,3 +168,29 @@ impl Differentiate for Case {
 }
 
 branch_gradient!(Case, "switch_case");
+
+impl Lower for Case {
+    /// An n-way switch per operand on the index, every branch inlined behind its pivot, a
+    /// merge per result; a single branch is a call.
+    fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+        let Some((&index, operands)) = cx.inputs.split_first() else {
+            return Err(Error::new(ErrorKind::Graph, "case", "takes an index"));
+        };
+        if let [only] = self.branches.as_slice() {
+            return cx
+                .b
+                .inline_call(cx.scope, only, operands, &cx.control, cx.needs_done);
+        }
+        let index = cx.b.ordered(cx.scope, index, &cx.control)?;
+        let names = &self.branches;
+        cx.b.branches(
+            cx.scope,
+            index,
+            names.len(),
+            operands,
+            &cx.node.outputs,
+            cx.needs_done,
+            &mut |b, scope, k, args| b.lower_function(&names[k], args, scope),
+        )
+    }
+}

@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use super::branches::branch_gradient;
+use crate::dataflow::{Lower, LowerNode, Lowered};
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::graph::text::FuncName;
 use crate::graph::verify_nodes::check_branches;
 use crate::graph::verify_nodes::scalar as scalar_type;
@@ -132,3 +133,24 @@ impl Differentiate for If {
 }
 
 branch_gradient!(If, "cond");
+
+impl Lower for If {
+    /// A switch per operand on the predicate, both branches inlined behind their pivots, a
+    /// merge per result.
+    fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+        let Some((&pred, operands)) = cx.inputs.split_first() else {
+            return Err(Error::new(ErrorKind::Graph, "if", "takes a predicate"));
+        };
+        let pred = cx.b.ordered(cx.scope, pred, &cx.control)?;
+        let names = [&self.else_branch, &self.then_branch];
+        cx.b.branches(
+            cx.scope,
+            pred,
+            2,
+            operands,
+            &cx.node.outputs,
+            cx.needs_done,
+            &mut |b, scope, k, args| b.lower_function(names[k], args, scope),
+        )
+    }
+}

@@ -38,6 +38,7 @@ mod stacks;
 mod variables;
 mod while_loop;
 
+use crate::dataflow::Lower;
 use crate::graph::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 use crate::interpret::Interpret;
 use crate::mlir::EmitMlir;
@@ -45,11 +46,11 @@ use crate::trace::gradients::Differentiate;
 
 /// Everything a construct implements, one trait per layer.
 pub(crate) trait Construct:
-    NodeRule + ParseNode + Differentiate + Interpret + EmitMlir
+    NodeRule + ParseNode + Differentiate + Interpret + Lower + EmitMlir
 {
 }
 
-impl<T: NodeRule + ParseNode + Differentiate + Interpret + EmitMlir> Construct for T {}
+impl<T: NodeRule + ParseNode + Differentiate + Interpret + Lower + EmitMlir> Construct for T {}
 
 /// Fails to compile while any construct lacks a layer's implementation.
 const _: fn() = || {

@@ -14,10 +14,12 @@ use crate::tape::GradientFunction;
 use crate::trace::gradients::Differentiate;
 use crate::trace::Val;
 use crate::value::Value;
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 use std::iter::once;
 
+use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
 use crate::error::{Error, ErrorKind, Result};
+use crate::executor::Kernel;
 use crate::graph::text::TypeText;
 use crate::graph::verify_nodes::{arity, expect_compatible, expect_outputs, fixed, inner};
 use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, StackOp, ValueType};
@@ -104,18 +106,11 @@ impl Interpret for StackOp {
             }
             StackOp::Push => {
                 let [stack, value] = run.fixed()?;
-                let mut stack = stack.into_stack()?;
-                stack.push(input_tensor(value, 1)?)?;
-                Ok(run.store(once(RtValue::Stack(stack))))
+                Ok(run.store(once(push(stack, value)?)))
             }
             StackOp::Pop => {
                 let [stack] = run.fixed()?;
-                let mut stack = stack.into_stack()?;
-                let top = stack.pop().ok_or_else(|| {
-                    let ty = ValueType::Stack(stack.element().clone());
-                    Error::index("stack_pop", format!("pop from an empty {ty}"))
-                })?;
-                Ok(run.store([RtValue::Stack(stack), RtValue::Tensor(top)]))
+                Ok(run.store(pop(stack)?))
             }
         }
     }
@@ -216,5 +211,52 @@ impl GradientFunction<Val> for StackPopGradient {
         };
         let out = ctx.apply_node(&NodeKind::Stack(StackOp::Push), &[ds, dv])?;
         Ok(smallvec![Some(out[0].clone())])
+    }
+}
+
+impl Lower for StackOp {
+    /// One node, run by the executor's kernel for it.
+    fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+        let (inputs, control) = (cx.inputs.clone(), cx.control.clone());
+        Ok(cx.b.single(
+            cx.scope,
+            DfKind::Stack(self.clone()),
+            cx.node,
+            inputs,
+            control,
+        ))
+    }
+}
+
+/// `stack_push`: the stack with `value` on top (in place when the stack is not shared).
+fn push(stack: RtValue, value: RtValue) -> Result<RtValue> {
+    let mut stack = stack.into_stack()?;
+    stack.push(input_tensor(value, 1)?)?;
+    Ok(RtValue::Stack(stack))
+}
+
+/// `stack_pop`: the stack without its top, and the top.
+fn pop(stack: RtValue) -> Result<[RtValue; 2]> {
+    let mut stack = stack.into_stack()?;
+    let top = stack.pop().ok_or_else(|| {
+        let ty = ValueType::Stack(stack.element().clone());
+        Error::index("stack_pop", format!("pop from an empty {ty}"))
+    })?;
+    Ok([RtValue::Stack(stack), RtValue::Tensor(top)])
+}
+
+impl Kernel for StackOp {
+    fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>> {
+        let mut inputs = inputs.into_iter();
+        let mut next = || {
+            inputs
+                .next()
+                .ok_or_else(|| Error::internal(self.keyword(), "missing input"))
+        };
+        Ok(match self {
+            StackOp::New { element } => smallvec![RtValue::Stack(StackValue::new(element.clone()))],
+            StackOp::Push => smallvec![push(next()?, next()?)?],
+            StackOp::Pop => SmallVec::from_buf(pop(next()?)?),
+        })
     }
 }

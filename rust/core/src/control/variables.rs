@@ -13,10 +13,12 @@ use crate::ops::{Context, Grads};
 use crate::tape::GradientFunction;
 use crate::trace::gradients::{is_float_resource, Differentiate};
 use crate::trace::Val;
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 use std::iter::once;
 
+use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
 use crate::error::{Error, ErrorKind, Result};
+use crate::executor::Kernel;
 use crate::graph::verify_nodes::{expect_compatible, expect_outputs, fixed, inner};
 use crate::graph::{
     AttrReader, Check, Library, NodeKind, NodeRule, ParseNode, ValueType, VariableOp,
@@ -166,5 +168,33 @@ impl GradientFunction<Val> for ReadVariableGradient {
         _needs: &[bool],
     ) -> Result<Grads<Val>> {
         Ok(smallvec![grad_outputs[0].clone()])
+    }
+}
+
+impl Lower for VariableOp {
+    /// One node, run by the executor's kernel for it.
+    fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+        let (inputs, control) = (cx.inputs.clone(), cx.control.clone());
+        Ok(cx
+            .b
+            .single(cx.scope, DfKind::Variable(*self), cx.node, inputs, control))
+    }
+}
+
+impl Kernel for VariableOp {
+    fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>> {
+        let mut inputs = inputs.into_iter();
+        let mut next = || {
+            inputs
+                .next()
+                .ok_or_else(|| Error::internal(self.keyword(), "missing input"))
+        };
+        let var = next()?.into_resource()?;
+        match self {
+            VariableOp::Read => return Ok(smallvec![RtValue::Tensor(var.read())]),
+            VariableOp::Assign => var.assign(&input_tensor(next()?, 1)?)?,
+            VariableOp::AssignAdd => var.assign_add(&input_tensor(next()?, 1)?)?,
+        }
+        Ok(SmallVec::new())
     }
 }

@@ -254,7 +254,7 @@ fn write_attrs(out: &mut fmt::Formatter<'_>, kind: &NodeKind) -> fmt::Result {
 }
 
 /// The elements of a constant, row-major, each in its shortest exact form.
-fn const_text(c: &Constant) -> String {
+pub(crate) fn const_text(c: &Constant) -> String {
     fn list<T>(v: &[T], item: impl Fn(&T) -> String) -> String {
         let items: Vec<String> = v.iter().map(item).collect();
         format!("[{}]", items.join(", "))
@@ -298,5 +298,36 @@ impl fmt::Display for Graph {
             write!(f, "{func}")?;
         }
         Ok(())
+    }
+}
+
+/// `at %7 = mul(%3, %5) in @f (model.py:12)`: where node `id` of `function` sits, as error
+/// messages name it (the interpreter's and the executor's alike).
+pub fn node_site(function: &Function, id: NodeId) -> String {
+    let header = NodeHeader { function, id };
+    let mut site = format!("at {header} in @{}", function.name);
+    if let Some(loc) = function.nodes.get(id).and_then(|n| n.location.as_ref()) {
+        let _ = write!(site, " ({}:{})", loc.file, loc.line);
+    }
+    site
+}
+
+/// `%7 = mul(%3, %5#1)`: a node as graph text writes it, without attributes or types.
+struct NodeHeader<'a> {
+    function: &'a Function,
+    id: NodeId,
+}
+
+impl fmt::Display for NodeHeader<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(node) = self.function.nodes.get(self.id) else {
+            return write!(f, "%{}", self.id);
+        };
+        write!(f, "%{} = {}(", self.id, node.kind.name())?;
+        for (i, &port) in node.inputs.iter().enumerate() {
+            let sep = if i > 0 { ", " } else { "" };
+            write!(f, "{sep}{}", PortText(self.function, port))?;
+        }
+        f.write_str(")")
     }
 }

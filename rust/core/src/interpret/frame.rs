@@ -6,7 +6,7 @@
 
 use super::plan::{NodePlan, Plan, Use};
 use crate::error::{Error, Result};
-use crate::graph::Function;
+use crate::graph::{Function, ValueType};
 use crate::runtime_values::RtValue;
 use crate::tensor::Tensor;
 
@@ -97,13 +97,17 @@ impl Frame {
 /// Checks `args` against the parameters of `function`: count first, then each argument's kind,
 /// dtype and shape, with the natural error kind (`InvalidArgument`, `DType`, `Shape`).
 pub(super) fn check_args(function: &Function, args: &[RtValue]) -> Result<()> {
-    let name = &function.name;
-    if args.len() != function.params.len() {
-        let (got, want) = (args.len(), function.params.len());
+    check_params(&function.name, &function.params, args)
+}
+
+/// `check_args` for the function `name` taking `params`.
+pub fn check_params(name: &str, params: &[ValueType], args: &[RtValue]) -> Result<()> {
+    if args.len() != params.len() {
+        let (got, want) = (args.len(), params.len());
         let msg = format!("@{name} takes {want} argument(s), got {got}");
         return Err(Error::invalid("call", msg));
     }
-    for (i, (arg, param)) in args.iter().zip(&function.params).enumerate() {
+    for (i, (arg, param)) in args.iter().zip(params).enumerate() {
         if let Some(kind) = arg.mismatch(param) {
             let got = arg.value_type();
             let msg = format!("@{name}: argument {i} is a {got}, but parameter {i} is a {param}");

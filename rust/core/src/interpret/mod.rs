@@ -37,12 +37,13 @@ mod state_tests;
 mod testing;
 
 use std::collections::HashMap;
-use std::fmt::{self, Write};
 use std::sync::OnceLock;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{Function, Graph, Library, Node, NodeId, Port};
+use crate::graph::text::node_site;
+use crate::graph::{Function, Graph, Library, Node, NodeId};
 pub use crate::runtime_values::{RtValue, StackValue, VariableRef};
+pub use frame::check_params;
 use frame::{check_args, Frame};
 pub use nodes::{Interpret, NodeRun};
 use plan::Plan;
@@ -196,43 +197,7 @@ fn check_output_count(node: &Node, produced: usize) -> Result<()> {
 
 /// Adds the line `  at %7 = mul(%3, %5) in @f (model.py:12)` to `e`, keeping its kind and op.
 fn with_node_context(mut e: Error, function: &Function, id: NodeId) -> Error {
-    let header = NodeHeader { function, id };
-    let _ = write!(e.message, "\n  at {header} in @{}", function.name);
-    if let Some(loc) = function.nodes.get(id).and_then(|n| n.location.as_ref()) {
-        let _ = write!(e.message, " ({}:{})", loc.file, loc.line);
-    }
+    e.message.push_str("\n  ");
+    e.message.push_str(&node_site(function, id));
     e
-}
-
-/// `%7 = mul(%3, %5#1)`: a node as graph text writes it, without attributes or types.
-struct NodeHeader<'a> {
-    function: &'a Function,
-    id: NodeId,
-}
-
-impl fmt::Display for NodeHeader<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Some(node) = self.function.nodes.get(self.id) else {
-            return write!(f, "%{}", self.id);
-        };
-        write!(f, "%{} = {}(", self.id, node.kind.name())?;
-        for (i, &port) in node.inputs.iter().enumerate() {
-            let sep = if i > 0 { ", " } else { "" };
-            write!(f, "{sep}{}", PortText(self.function, port))?;
-        }
-        f.write_str(")")
-    }
-}
-
-/// A port as graph text writes it: `%3`, or `%3#1` for a node with other than one output.
-struct PortText<'a>(&'a Function, Port);
-
-impl fmt::Display for PortText<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let PortText(function, port) = self;
-        match function.nodes.get(port.node) {
-            Some(n) if n.outputs.len() == 1 => write!(f, "%{}", port.node),
-            _ => write!(f, "%{}#{}", port.node, port.output),
-        }
-    }
 }

@@ -1,0 +1,118 @@
+//! Running one ready node: ops through the op table, the control primitives by moving their
+//! input, variable and stack nodes through their construct's `Kernel` (in `crate::control`).
+
+use smallvec::{smallvec, SmallVec};
+
+use super::state::{Outcome, Prepared};
+use crate::dataflow::{DfKind, DfNode};
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ops::execute;
+use crate::runtime_values::RtValue;
+use crate::tensor::Tensor;
+
+/// How the executor runs a node that stays a node after lowering (variables, stacks).
+pub trait Kernel {
+    fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>>;
+}
+
+/// Work below which a node runs on the thread that found it ready, under the run's lock:
+/// handing it to another thread would cost more than it does.
+const INLINE_WORK: usize = 1 << 15;
+
+/// Whether `p` is worth running outside the run's lock, beside other work.
+pub(crate) fn is_heavy(node: &DfNode, p: &Prepared) -> bool {
+    let DfKind::Op(op) = &node.kind else {
+        return false;
+    };
+    let tensors = p.inputs.iter().filter_map(RtValue::as_tensor);
+    let work: usize = match op.name() {
+        "matmul" => {
+            let mut ts = tensors;
+            match (ts.next(), ts.next()) {
+                (Some(a), Some(b)) => a.numel() * b.shape().last().copied().unwrap_or(1),
+                _ => 0,
+            }
+        }
+        _ => tensors.map(Tensor::numel).sum(),
+    };
+    work >= INLINE_WORK
+}
+
+/// Runs the prepared node.
+pub(crate) fn run_node(node: &DfNode, p: Prepared) -> Result<Outcome> {
+    if p.dead {
+        return Ok(Outcome::Dead);
+    }
+    let mut inputs = p.inputs;
+    let pass = |inputs: &mut SmallVec<[RtValue; 4]>| -> Result<Outcome> {
+        let v = inputs
+            .drain(..)
+            .next()
+            .ok_or_else(|| Error::internal(node.kind.name(), "no input"))?;
+        Ok(Outcome::Values(smallvec![v]))
+    };
+    match &node.kind {
+        DfKind::Arg(_)
+        | DfKind::Identity
+        | DfKind::Merge { .. }
+        | DfKind::Enter { .. }
+        | DfKind::Exit
+        | DfKind::NextIteration => pass(&mut inputs),
+        DfKind::Const(c) => Ok(Outcome::Values(smallvec![RtValue::Tensor(c.0.clone())])),
+        DfKind::Op(op) => {
+            let tensors: SmallVec<[Tensor; 4]> = inputs
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.into_tensor().map_err(|mut e| {
+                        e.message = format!("input {i}: {}", e.message);
+                        e
+                    })
+                })
+                .collect::<Result<_>>()?;
+            let outs = execute(op, &tensors)?;
+            Ok(Outcome::Values(
+                outs.into_iter().map(RtValue::Tensor).collect(),
+            ))
+        }
+        DfKind::Switch { outputs } => {
+            let mut it = inputs.into_iter();
+            let (Some(value), Some(selector)) = (it.next(), it.next()) else {
+                return Err(Error::internal("switch", "takes (data, selector)"));
+            };
+            let output = selector_output(selector, *outputs)?;
+            Ok(Outcome::Routed { output, value })
+        }
+        DfKind::NoOp => Ok(Outcome::Values(SmallVec::new())),
+        DfKind::Variable(v) => v.run(inputs).map(Outcome::Values),
+        DfKind::Stack(s) => s.run(inputs).map(Outcome::Values),
+    }
+}
+
+/// The output a switch's selector picks: a bool picks 1 (true) or 0; an i32 index in range
+/// picks itself, out of range (negative too) the last.
+fn selector_output(selector: RtValue, outputs: usize) -> Result<usize> {
+    let t = selector.into_tensor()?;
+    if !t.shape().is_empty() {
+        let msg = format!(
+            "the predicate or index must be a scalar, got shape {:?}",
+            t.shape()
+        );
+        return Err(Error::new(ErrorKind::Shape, "switch", msg));
+    }
+    match t.dtype() {
+        DType::Bool => Ok(usize::from(t.as_slice::<bool>()?[0])),
+        DType::I32 => {
+            let i = t.as_slice::<i32>()?[0];
+            Ok(usize::try_from(i)
+                .ok()
+                .filter(|&i| i < outputs)
+                .unwrap_or(outputs - 1))
+        }
+        other => {
+            let msg = format!("the predicate must be bool and the index i32, got {other}");
+            Err(Error::dtype("switch", msg))
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The frame executor: runs a lowered dataflow graph (`crate::dataflow`) lazily, with dead
+//! tokens for untaken branches, a frame per loop instance and up to `parallel_iterations`
+//! iterations of a loop in flight, on a pool of threads.
+//!
+//! ```text
+//!   Executor::new(graph)      lower once, plan once (`plan`: what is needed, where it goes)
+//!   executor.run(args)        per-run state (`state`): frames, iterations, tokens, ready queue
+//!     worker: take a ready node, run it (`kernel`), deliver its outputs, retire it
+//!       light node (control primitives, small ops): run under the run's lock, inline
+//!       heavy node (large ops): run outside the lock; when more work is ready and a thread
+//!       is free, another worker starts first
+//! ```
+//!
+//! Only what the results and side effects need runs (the plan prunes the rest), so an op in
+//! an untaken branch or one nothing fetches never runs and never fails. The first error
+//! cancels the run and names the node, the functions and loop iterations it sits in, and the
+//! user's source line, as the interpreter does. Values move along edges and are cloned only
+//! for a second consumer, so a stack threaded through a loop is pushed in place; its pushes
+//! are ordered by the data dependence from one iteration to the next.
+//!
+//! Threads: `GRADLOOP_NUM_THREADS` when set, else rayon's pool size (the machine's cores).
+
+mod kernel;
+mod plan;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+pub use kernel::Kernel;
+use kernel::{is_heavy, run_node};
+use plan::Plan;
+use state::{RunState, Task};
+
+use crate::dataflow::{lower, DataflowGraph};
+use crate::error::Result;
+use crate::graph::Graph;
+use crate::interpret::check_params;
+use crate::runtime_values::RtValue;
+
+/// How many threads runs use: `GRADLOOP_NUM_THREADS`, else rayon's pool size.
+pub fn default_threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::env::var("GRADLOOP_NUM_THREADS")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or_else(rayon::current_num_threads)
+    })
+}
+
+/// A lowered graph, planned and ready to run any number of times (from any thread).
+#[derive(Debug)]
+pub struct Executor {
+    plan: Plan,
+    threads: usize,
+}
+
+impl Executor {
+    /// Lowers the entry of `graph` and plans it.
+    pub fn new(graph: &Graph) -> Result<Executor> {
+        Executor::from_dataflow(lower(graph)?)
+    }
+
+    /// Plans an already lowered graph.
+    pub fn from_dataflow(graph: DataflowGraph) -> Result<Executor> {
+        Ok(Executor {
+            plan: Plan::build(graph)?,
+            threads: default_threads(),
+        })
+    }
+
+    /// The same executor running on at most `threads` threads (1: on the calling thread).
+    pub fn with_threads(mut self, threads: usize) -> Executor {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// The lowered graph it runs.
+    pub fn graph(&self) -> &DataflowGraph {
+        &self.plan.graph
+    }
+
+    /// Runs the graph on `args` (checked against its parameters); returns its results.
+    pub fn run(&self, args: Vec<RtValue>) -> Result<Vec<RtValue>> {
+        let g = &self.plan.graph;
+        check_params(&g.name, &g.params, &args)?;
+        let mut state = RunState::new(&self.plan, args);
+        if self.threads <= 1 {
+            drain(&mut state);
+            return state.finish();
+        }
+        let shared = Mutex::new(state);
+        shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .workers = 1;
+        rayon::in_place_scope(|scope| worker(&shared, self.threads, scope));
+        let state = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
+        state.finish()
+    }
+}
+
+/// Runs every ready node on this thread until none is left.
+fn drain(state: &mut RunState<'_>) {
+    while let Some(task) = state.ready.pop_front() {
+        let node = &state.plan.graph.nodes[task.node as usize];
+        let prepared = state.prepare(task);
+        settle(state, task, run_node(node, prepared));
+    }
+}
+
+fn settle(state: &mut RunState<'_>, task: Task, outcome: Result<state::Outcome>) {
+    match outcome {
+        Ok(outcome) => state.complete(task, outcome),
+        Err(e) => state.fail(task, e),
+    }
+}
+
+/// One thread's share of a run: light nodes under the lock, heavy ones outside it, starting
+/// another worker first when more is ready and a thread is free.
+fn worker<'s>(shared: &'s Mutex<RunState<'_>>, threads: usize, scope: &rayon::Scope<'s>) {
+    let lock = || shared.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut state = lock();
+    while let Some(task) = state.ready.pop_front() {
+        let plan = state.plan;
+        let node = &plan.graph.nodes[task.node as usize];
+        let prepared = state.prepare(task);
+        if !is_heavy(node, &prepared) {
+            settle(&mut state, task, run_node(node, prepared));
+            continue;
+        }
+        if !state.ready.is_empty() && state.workers < threads {
+            state.workers += 1;
+            scope.spawn(move |s| worker(shared, threads, s));
+        }
+        drop(state);
+        let outcome = run_node(node, prepared);
+        state = lock();
+        if state.error.is_some() {
+            break;
+        }
+        settle(&mut state, task, outcome);
+    }
+    state.workers -= 1;
+}

@@ -1,0 +1,405 @@
+//! The executor against the reference interpreter (values, variables, errors), and the lazy
+//! semantics only the executor has.
+
+use super::Executor;
+use crate::dataflow::lower;
+use crate::dtype::DType;
+use crate::graph::{examples, parse_graph, Graph, ValueType};
+use crate::interpret::{run_graph, RtValue, VariableRef};
+use crate::tensor::Tensor;
+
+/// Deterministic arguments for `params` (variables start from the same values each call).
+fn args_for(params: &[ValueType], seed: f64) -> Vec<RtValue> {
+    params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let t = p.inner();
+            let shape: Vec<usize> = t
+                .shape
+                .iter()
+                .map(|&d| if d == crate::DYN { 3 } else { d })
+                .collect();
+            let n: usize = shape.iter().product();
+            let xs: Vec<f64> = (0..n)
+                .map(|k| ((k + i) as f64 * 0.37 + seed).sin() * 2.0)
+                .collect();
+            let tensor = match t.dtype {
+                DType::F32 => Tensor::from_vec(xs.iter().map(|&x| x as f32).collect(), &shape),
+                DType::F64 => Tensor::from_vec(xs, &shape),
+                DType::I32 => {
+                    Tensor::from_vec(xs.iter().map(|&x| (x * 2.0) as i32).collect(), &shape)
+                }
+                DType::I64 => Tensor::from_vec(
+                    xs.iter().map(|&x| (x * 3.0).abs() as i64 + 2).collect(),
+                    &shape,
+                ),
+                DType::Bool => Tensor::from_vec(xs.iter().map(|&x| x > 0.0).collect(), &shape),
+            }
+            .unwrap();
+            match p {
+                ValueType::Resource(_) => RtValue::Resource(VariableRef::new(tensor)),
+                _ => RtValue::Tensor(tensor),
+            }
+        })
+        .collect()
+}
+
+/// Results as numbers, and the final value of every variable argument.
+fn observe(args: &[RtValue], results: &[RtValue]) -> Vec<Vec<f64>> {
+    let mut seen: Vec<Vec<f64>> = results
+        .iter()
+        .map(|r| r.as_tensor().expect("a tensor result").to_f64_vec())
+        .collect();
+    for a in args {
+        if let RtValue::Resource(v) = a {
+            seen.push(v.read().to_f64_vec());
+        }
+    }
+    seen
+}
+
+fn same(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|(p, q)| p == q || (p.is_nan() && q.is_nan()))
+        })
+}
+
+/// Runs `graph` on the interpreter and on the executor with 1 and 2 threads: same results,
+/// same variables.
+fn check_against_interpreter(name: &str, graph: &Graph) {
+    let params = graph.entry_function().unwrap().params.clone();
+    for seed in [0.0, 1.3] {
+        let args = args_for(&params, seed);
+        let want = run_graph(graph, args.clone()).map(|r| observe(&args, &r));
+        for threads in [1, 2] {
+            let args = args_for(&params, seed);
+            let exec = Executor::new(graph)
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .with_threads(threads);
+            let got = exec.run(args.clone()).map(|r| observe(&args, &r));
+            match (&want, &got) {
+                (Ok(w), Ok(g)) => assert!(same(w, g), "{name} ({threads} threads): {g:?} != {w:?}"),
+                (Err(w), Err(g)) => assert_eq!(w.message, g.message, "{name}"),
+                _ => panic!("{name} ({threads} threads): interpreter {want:?}, executor {got:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn examples_match_the_interpreter() {
+    for (name, graph) in examples::all() {
+        check_against_interpreter(name, &graph);
+    }
+}
+
+const COUNT: &str = r#"graph @count
+func @count(%0: i64[]) -> (i64[], i64[]) {
+  %1 = const() {value=[0]} : i64[]
+  %2 = while(%1, %0) {cond=@more, body=@step, parallel_iterations=10} : (i64[], i64[])
+  return %2#0, %2#1
+}
+func @more(%0: i64[], %1: i64[]) -> (bool[]) {
+  %2 = less(%0, %1) : bool[]
+  return %2
+}
+func @step(%0: i64[], %1: i64[]) -> (i64[], i64[]) {
+  %2 = const() {value=[1]} : i64[]
+  %3 = add(%0, %2) : i64[]
+  return %3, %1
+}"#;
+
+#[test]
+fn a_loop_lowers_to_the_five_primitives_and_counts() {
+    let graph = parse_graph(COUNT).unwrap();
+    let lowered = lower(&graph).unwrap();
+    let text = lowered.to_string();
+    for name in ["switch", "merge", "enter", "exit", "next_iteration"] {
+        assert!(lowered.count(name) > 0, "no {name} in\n{text}");
+    }
+    assert!(
+        text.contains("{frame=1, constant}"),
+        "the bound is an invariant:\n{text}"
+    );
+    for n in [0i64, 1, 7, 1000] {
+        let out = Executor::new(&graph)
+            .unwrap()
+            .run(vec![RtValue::from(Tensor::scalar(n))])
+            .unwrap();
+        assert_eq!(out[0].as_tensor().unwrap().item_f64().unwrap(), n as f64);
+        assert_eq!(out[1].as_tensor().unwrap().item_f64().unwrap(), n as f64);
+    }
+    check_against_interpreter("count", &graph);
+}
+
+/// Nested loops, a loop inside a branch, `maximum_iterations`, a stack threaded through a
+/// loop (pushes, then pops in a second loop), and a three-way case.
+const MIXED: &str = r#"graph @main
+func @main(%0: f64[3], %1: i64[], %2: i32[]) -> (f64[3], i64[], f64[3], f64[3]) {
+  %3 = const() {value=[0]} : i64[]
+  %4 = while(%0, %3, %1) {cond=@outer_more, body=@outer_step, maximum_iterations=5, parallel_iterations=4} : (f64[3], i64[], i64[])
+  %5 = const() {value=[true]} : bool[]
+  %6 = less(%3, %1) : bool[]
+  %7 = if(%6, %0, %1) {then=@looping, else=@plain} : f64[3]
+  %8 = case(%2, %0) {branches=[@b0, @b1, @b2]} : f64[3]
+  return %4#0, %4#1, %7, %8
+}
+func @outer_more(%0: f64[3], %1: i64[], %2: i64[]) -> (bool[]) {
+  %3 = less(%1, %2) : bool[]
+  return %3
+}
+func @outer_step(%0: f64[3], %1: i64[], %2: i64[]) -> (f64[3], i64[], i64[]) {
+  %3 = const() {value=[0]} : i64[]
+  %4 = while(%0, %3, %1) {cond=@inner_more, body=@inner_step, parallel_iterations=10} : (f64[3], i64[], i64[])
+  %5 = const() {value=[1]} : i64[]
+  %6 = add(%1, %5) : i64[]
+  return %4#0, %6, %2
+}
+func @inner_more(%0: f64[3], %1: i64[], %2: i64[]) -> (bool[]) {
+  %3 = less_equal(%1, %2) : bool[]
+  return %3
+}
+func @inner_step(%0: f64[3], %1: i64[], %2: i64[]) -> (f64[3], i64[], i64[]) {
+  %3 = sin(%0) : f64[3]
+  %4 = const() {value=[0.5]} : f64[]
+  %5 = add(%3, %4) : f64[3]
+  %6 = const() {value=[1]} : i64[]
+  %7 = add(%1, %6) : i64[]
+  return %5, %7, %2
+}
+func @looping(%0: f64[3], %1: i64[]) -> (f64[3]) {
+  %2 = stack_new() {element=f64[3]} : stack<f64[3]>
+  %3 = const() {value=[0]} : i64[]
+  %4 = while(%0, %2, %3, %1) {cond=@push_more, body=@push_step, parallel_iterations=10} : (f64[3], stack<f64[3]>, i64[], i64[])
+  %5 = while(%4#0, %4#1, %4#2) {cond=@pop_more, body=@pop_step, parallel_iterations=10} : (f64[3], stack<f64[3]>, i64[])
+  return %5#0
+}
+func @push_more(%0: f64[3], %1: stack<f64[3]>, %2: i64[], %3: i64[]) -> (bool[]) {
+  %4 = less(%2, %3) : bool[]
+  return %4
+}
+func @push_step(%0: f64[3], %1: stack<f64[3]>, %2: i64[], %3: i64[]) -> (f64[3], stack<f64[3]>, i64[], i64[]) {
+  %4 = stack_push(%1, %0) : stack<f64[3]>
+  %5 = cos(%0) : f64[3]
+  %6 = const() {value=[1]} : i64[]
+  %7 = add(%2, %6) : i64[]
+  return %5, %4, %7, %3
+}
+func @pop_more(%0: f64[3], %1: stack<f64[3]>, %2: i64[]) -> (bool[]) {
+  %3 = const() {value=[0]} : i64[]
+  %4 = greater(%2, %3) : bool[]
+  return %4
+}
+func @pop_step(%0: f64[3], %1: stack<f64[3]>, %2: i64[]) -> (f64[3], stack<f64[3]>, i64[]) {
+  %3 = stack_pop(%1) : (stack<f64[3]>, f64[3])
+  %4 = mul(%0, %3#1) : f64[3]
+  %5 = const() {value=[1]} : i64[]
+  %6 = sub(%2, %5) : i64[]
+  return %4, %3#0, %6
+}
+func @plain(%0: f64[3], %1: i64[]) -> (f64[3]) {
+  %2 = neg(%0) : f64[3]
+  return %2
+}
+func @b0(%0: f64[3]) -> (f64[3]) {
+  %1 = exp(%0) : f64[3]
+  return %1
+}
+func @b1(%0: f64[3]) -> (f64[3]) {
+  return %0
+}
+func @b2(%0: f64[3]) -> (f64[3]) {
+  %1 = const() {value=[2.0]} : f64[]
+  %2 = mul(%0, %1) : f64[3]
+  return %2
+}"#;
+
+#[test]
+fn nested_loops_branches_stacks_and_cases_match_the_interpreter() {
+    let graph = parse_graph(MIXED).unwrap();
+    for (n, index) in [(0i64, 0i32), (1, 1), (3, 2), (8, -1), (2, 7)] {
+        let x = Tensor::from_vec(vec![0.1f64, -0.4, 1.2], &[3]).unwrap();
+        let args = vec![
+            RtValue::from(x),
+            RtValue::from(Tensor::scalar(n)),
+            RtValue::from(Tensor::scalar(index)),
+        ];
+        let want = run_graph(&graph, args.clone()).unwrap();
+        for threads in [1, 2, 4] {
+            let got = Executor::new(&graph)
+                .unwrap()
+                .with_threads(threads)
+                .run(args.clone())
+                .unwrap();
+            assert!(
+                same(&observe(&[], &want), &observe(&[], &got)),
+                "n={n} index={index} threads={threads}"
+            );
+        }
+    }
+}
+
+/// `%5` pops an empty stack, which fails; nothing needs its result.
+const UNNEEDED_FAILURE: &str = r#"graph @main
+func @main(%0: f64[2], %1: bool[]) -> (f64[2]) {
+  %2 = stack_new() {element=f64[2]} : stack<f64[2]>
+  %3 = stack_pop(%2) : (stack<f64[2]>, f64[2])
+  %4 = if(%1, %0) {then=@fails, else=@fine} : f64[2]
+  return %4
+}
+func @fails(%0: f64[2]) -> (f64[2]) {
+  %1 = stack_new() {element=f64[2]} : stack<f64[2]>
+  %2 = stack_pop(%1) : (stack<f64[2]>, f64[2])
+  %3 = add(%0, %2#1) : f64[2]
+  return %3
+}
+func @fine(%0: f64[2]) -> (f64[2]) {
+  %1 = neg(%0) : f64[2]
+  return %1
+}"#;
+
+#[test]
+fn ops_nothing_needs_and_untaken_branches_never_run() {
+    let graph = parse_graph(UNNEEDED_FAILURE).unwrap();
+    let x = RtValue::from(Tensor::from_vec(vec![1.0f64, -2.0], &[2]).unwrap());
+    let no = RtValue::from(Tensor::scalar(false));
+    let yes = RtValue::from(Tensor::scalar(true));
+    assert!(
+        run_graph(&graph, vec![x.clone(), no.clone()]).is_err(),
+        "the interpreter is strict"
+    );
+    let exec = Executor::new(&graph).unwrap();
+    let out = exec.run(vec![x.clone(), no]).unwrap();
+    assert_eq!(out[0].as_tensor().unwrap().to_f64_vec(), [-1.0, 2.0]);
+    let err = exec.run(vec![x, yes]).unwrap_err();
+    assert!(err.message.contains("pop from an empty"), "{err}");
+    assert!(err.message.contains("in @fails"), "{err}");
+}
+
+/// A branch that writes a variable, ordered before a read of it.
+const EFFECTS: &str = r#"graph @main
+func @main(%0: resource<f64[]>, %1: bool[], %2: f64[]) -> (f64[]) {
+  %3 = if(%1, %0, %2) {then=@bump, else=@nothing} : f64[]
+  %4 = read_variable(%0) ctrl(%3) : f64[]
+  return %2 ctrl(%3)
+}
+func @bump(%0: resource<f64[]>, %1: f64[]) -> (f64[]) {
+  %2 = assign_add_variable(%0, %1) : ()
+  return %1 ctrl(%2)
+}
+func @nothing(%0: resource<f64[]>, %1: f64[]) -> (f64[]) {
+  return %1
+}"#;
+
+#[test]
+fn side_effects_run_exactly_once_and_only_in_the_taken_branch() {
+    let graph = parse_graph(EFFECTS).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    for (taken, want) in [(true, 1.5), (false, 0.0)] {
+        let v = VariableRef::new(Tensor::scalar(0.0f64));
+        let args = vec![
+            RtValue::from(v.clone()),
+            RtValue::from(Tensor::scalar(taken)),
+            RtValue::from(Tensor::scalar(1.5f64)),
+        ];
+        exec.run(args).unwrap();
+        assert_eq!(v.read().item_f64().unwrap(), want, "taken={taken}");
+    }
+}
+
+/// A stack popped once per iteration, empty from iteration 2 on.
+const FAILS_IN_ITERATION: &str = r#"graph @main
+func @main(%0: f64[]) -> (f64[]) {
+  %1 = stack_new() {element=f64[]} : stack<f64[]>
+  %2 = stack_push(%1, %0) : stack<f64[]>
+  %3 = stack_push(%2, %0) : stack<f64[]>
+  %4 = while(%0, %3) {cond=@always, body=@pop, parallel_iterations=10} : (f64[], stack<f64[]>) loc("model.py":10)
+  return %4#0
+}
+func @always(%0: f64[], %1: stack<f64[]>) -> (bool[]) {
+  %2 = const() {value=[true]} : bool[]
+  return %2
+}
+func @pop(%0: f64[], %1: stack<f64[]>) -> (f64[], stack<f64[]>) {
+  %2 = stack_pop(%1) : (stack<f64[]>, f64[]) loc("model.py":12)
+  %3 = add(%0, %2#1) : f64[]
+  return %3, %2#0
+}"#;
+
+#[test]
+fn errors_name_the_node_the_iteration_and_the_loop_as_the_interpreter_does() {
+    let graph = parse_graph(FAILS_IN_ITERATION).unwrap();
+    let args = vec![RtValue::from(Tensor::scalar(1.0f64))];
+    let want = run_graph(&graph, args.clone()).unwrap_err();
+    assert!(want.message.contains("in iteration 2"), "{want}");
+    for threads in [1, 2] {
+        let got = Executor::new(&graph)
+            .unwrap()
+            .with_threads(threads)
+            .run(args.clone())
+            .unwrap_err();
+        assert_eq!(got.kind, want.kind);
+        assert_eq!(got.message, want.message);
+    }
+}
+
+/// `%2#1` is the loop's invariant: what reads it need not wait for the loop.
+const INVARIANT_READER: &str = r#"graph @main
+func @main(%0: i64[], %1: f64[]) -> (i64[], f64[]) {
+  %2 = while(%0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i64[], f64[])
+  %3 = exp(%2#1) : f64[]
+  return %2#0, %3
+}
+func @more(%0: i64[], %1: f64[]) -> (bool[]) {
+  %2 = const() {value=[100]} : i64[]
+  %3 = less(%0, %2) : bool[]
+  return %3
+}
+func @step(%0: i64[], %1: f64[]) -> (i64[], f64[]) {
+  %2 = const() {value=[1]} : i64[]
+  %3 = add(%0, %2) : i64[]
+  return %3, %1
+}"#;
+
+#[test]
+fn a_node_after_a_loop_starts_when_its_inputs_are_ready() {
+    let graph = parse_graph(INVARIANT_READER).unwrap();
+    let lowered = lower(&graph).unwrap();
+    let exp = lowered
+        .nodes
+        .iter()
+        .position(|n| n.kind.name() == "exp")
+        .unwrap();
+    let exp_input = lowered.nodes[exp].inputs[0].node;
+    assert_eq!(
+        lowered.nodes[exp_input].kind.name(),
+        "arg",
+        "exp reads the loop's input"
+    );
+    let exec = Executor::from_dataflow(lowered).unwrap().with_threads(1);
+    let out = exec
+        .run(vec![
+            RtValue::from(Tensor::scalar(0i64)),
+            RtValue::from(Tensor::scalar(0.5f64)),
+        ])
+        .unwrap();
+    assert_eq!(out[0].as_tensor().unwrap().item_f64().unwrap(), 100.0);
+    assert_eq!(
+        out[1].as_tensor().unwrap().item_f64().unwrap(),
+        0.5f64.exp()
+    );
+}
+
+#[test]
+fn parallel_iterations_and_threads_do_not_change_results() {
+    let graph =
+        parse_graph(&MIXED.replace("parallel_iterations=10", "parallel_iterations=1")).unwrap();
+    check_against_interpreter("mixed, one iteration at a time", &graph);
+    let graph = parse_graph(MIXED).unwrap();
+    check_against_interpreter("mixed", &graph);
+}
