@@ -1,4 +1,5 @@
-"""Differential random-program tester: eager vs `@gl.function` vs `gl.jit` (llvm-cpu).
+"""Differential random-program tester: eager vs `@gl.function` on the frame executor and on the
+reference interpreter vs `gl.jit` (llvm-cpu).
 
 Each program (`program_fuzz.py`) is run in the three modes on values, on its gradient with
 respect to `x` and to a Variable read in it, on a second-order gradient and on the Variable its
@@ -78,10 +79,40 @@ def outputs(program: Program, stage) -> list[np.ndarray]:
 X = np.array([0.41, -0.23, 0.37])
 
 
+def interpreted(fn):
+    """`gl.function(fn)`, its calls run on the reference interpreter."""
+    staged = gl.function(fn)
+
+    def call(*args):
+        before = gl._core.graph_runner()
+        gl._core.set_graph_runner("interpreter")
+        try:
+            return staged(*args)
+        finally:
+            gl._core.set_graph_runner(before)
+
+    return call
+
+
+def executed(fn):
+    """`gl.function(fn)`, its calls run on the frame executor."""
+    staged = gl.function(fn)
+
+    def call(*args):
+        before = gl._core.graph_runner()
+        gl._core.set_graph_runner("executor")
+        try:
+            return staged(*args)
+        finally:
+            gl._core.set_graph_runner(before)
+
+    return call
+
+
 def check(spec, compiled: bool = True) -> None:
     program = Program(spec)
     eager = outputs(program, lambda f: f)
-    stages = {"graph": gl.function}
+    stages = {"executor": executed, "interpreter": interpreted}
     if compiled:
         stages["compiled"] = gl.jit
     for mode, stage in stages.items():

@@ -24,8 +24,9 @@ LAYERS: list[set[str]] = [
     {"tape"},
     {"graph", "runtime_values"},
     {"passes"},
+    {"dataflow"},
     {"trace"},
-    {"interpret", "mlir", "runtime"},
+    {"interpret", "mlir", "runtime", "executor"},
     {"control"},
 ]
 

@@ -79,7 +79,7 @@ from .autodiff import (
 )
 from .compiled import export, jit, to_mlir
 from .control_flow import cond, switch_case, while_loop
-from .function import Function, function, inline, prune
+from .function import Function, function, inline, lower, prune
 from .variables import Variable
 
 __version__ = "0.1.0"
@@ -117,6 +117,7 @@ __all__ = [
     "greater",
     "greater_equal",
     "inline",
+    "lower",
     "int32",
     "int64",
     "jit",

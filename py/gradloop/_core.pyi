@@ -265,6 +265,27 @@ class Graph:
     def prune(self, fetches: Sequence[int]) -> Graph:
         """A new graph returning the entry's results at `fetches` (indices), without the nodes
         neither they nor a side effect need (writes to Variables are never pruned)."""
+    def lower(self) -> LoweredGraph:
+        """The entry lowered to dataflow: calls inlined, control flow as switch / merge / enter /
+        exit / next_iteration (what the frame executor runs)."""
+
+class LoweredGraph:
+    """A graph's entry as one dataflow graph; `str()` is its text."""
+
+    def count_nodes(self, kind_name: str) -> int:
+        """Nodes named `kind_name` ("switch", "merge", "enter", "exit", "next_iteration", an op)."""
+    @property
+    def num_frames(self) -> int:
+        """Loop frames (one per `while`, the root frame not counted)."""
+
+def set_graph_runner(name: str) -> None:
+    """What runs graph functions: "executor" (the default) or "interpreter" (the reference)."""
+
+def graph_runner() -> str:
+    """What runs graph functions now: "executor" or "interpreter"."""
+
+def executor_threads() -> int:
+    """Threads the frame executor uses (`GRADLOOP_NUM_THREADS`, else the machine's cores)."""
 
 class VariableHandle:
     """A variable cell of a fixed dtype and shape. Eagerly, `read`/`assign`/`assign_add` act on

@@ -5,8 +5,11 @@ its dtype and shape, every other argument its value (Python values and structure
 The first call with a new signature traces the function: its tensor arguments become symbolic
 tensors, ops on them add nodes, `cond`/`switch_case`/`while_loop` on symbolic values build
 `If`/`Case`/`While` nodes over traced functions, tensors the function closes over become
-captured inputs and Variables become resource inputs. Later calls with the same signature run
-the cached graph on the Rust interpreter with the GIL released.
+captured inputs and Variables become resource inputs. Calls run the cached graph on the Rust
+frame executor with the GIL released: lowered once to dataflow (`lower`), run lazily (an op in
+an untaken branch, or one no result needs, never runs), with up to `parallel_iterations` loop
+iterations in flight across `GRADLOOP_NUM_THREADS` threads (default: the machine's cores).
+`gradloop._core.set_graph_runner("interpreter")` runs them on the reference interpreter instead.
 
 Two cases run the Python function directly instead: a call made while another function is being
 traced (it is inlined into that trace), and a call while a `GradientTape` records (the ops then
@@ -26,7 +29,7 @@ import numpy as np
 from . import _core, _validate, errors, nest
 from . import variables as _variables
 
-__all__ = ["Function", "function", "inline", "prune"]
+__all__ = ["Function", "function", "inline", "lower", "prune"]
 
 #: Traces of one Function beyond this many warn (each new signature retraces).
 RETRACE_WARNING_THRESHOLD = 5
@@ -192,6 +195,13 @@ def inline(graph: Any) -> Any:
     """A new graph whose function calls are replaced by the callees' nodes (Grappler's function
     inlining); `If`/`Case`/`While` keep calling their branch and body functions."""
     return graph.inline()
+
+
+def lower(graph: Any) -> Any:
+    """The graph's entry lowered to dataflow, as the frame executor runs it: calls inlined,
+    `If`/`Case` as `switch` + `merge`, each `While` as a frame of `enter` / `merge` / `switch` /
+    `next_iteration` / `exit`. `str()` of the result is its text."""
+    return graph.lower()
 
 
 def prune(graph: Any, fetches: Any) -> Any:

@@ -1,8 +1,12 @@
-//! `ConcreteFunction` (a finished trace, run on the graph interpreter) and `Graph` (its graph:
-//! text form, verification, node counts).
+//! `ConcreteFunction` (a finished trace, run on the frame executor or the reference
+//! interpreter), `Graph` (its graph: text form, verification, node counts, passes) and
+//! `LoweredGraph` (the dataflow form the executor runs).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use gradloop::dataflow::DataflowGraph;
+use gradloop::executor::Executor;
 use gradloop::graph::{verify, Function, Graph};
 use gradloop::interpret::{run_graph, RtValue};
 use gradloop::trace::{Captured, Traced};
@@ -88,6 +92,15 @@ impl PyGraph {
         })
     }
 
+    /// The entry lowered to dataflow (every call inlined; switch / merge / enter / exit /
+    /// next_iteration for the control flow): what the frame executor runs.
+    fn lower(&self, py: Python<'_>) -> PyResult<PyLoweredGraph> {
+        let graph = gradloop::dataflow::lower(&self.graph).py(py)?;
+        Ok(PyLoweredGraph {
+            graph: Arc::new(graph),
+        })
+    }
+
     /// The text form (parsed back by the graph parser).
     fn __str__(&self) -> String {
         self.graph.to_string()
@@ -102,12 +115,87 @@ impl PyGraph {
     }
 }
 
+/// A graph's entry lowered to dataflow (`gl.lower`).
+#[pyclass(frozen, name = "LoweredGraph", module = "gradloop._core")]
+pub struct PyLoweredGraph {
+    graph: Arc<DataflowGraph>,
+}
+
+#[pymethods]
+impl PyLoweredGraph {
+    /// Nodes named `kind_name` ("switch", "merge", "enter", "exit", "next_iteration", an op).
+    fn count_nodes(&self, kind_name: &str) -> usize {
+        self.graph.count(kind_name)
+    }
+
+    /// Number of loop frames (the root frame not counted).
+    #[getter]
+    fn num_frames(&self) -> usize {
+        self.graph.frames.len() - 1
+    }
+
+    fn __str__(&self) -> String {
+        self.graph.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gl.LoweredGraph @{} ({} nodes, {} loop frames)>",
+            self.graph.name,
+            self.graph.nodes.len(),
+            self.graph.frames.len() - 1
+        )
+    }
+}
+
+/// Whether graph functions run on the reference interpreter instead of the frame executor.
+static ON_INTERPRETER: AtomicBool = AtomicBool::new(false);
+
+/// Chooses what runs graph functions: "executor" (the default) or "interpreter" (the
+/// reference semantics, strict and sequential).
+#[pyfunction]
+pub fn set_graph_runner(py: Python<'_>, name: &str) -> PyResult<()> {
+    let on_interpreter = match name {
+        "executor" => false,
+        "interpreter" => true,
+        other => {
+            let msg = format!("the graph runner is \"executor\" or \"interpreter\", not {other:?}");
+            return Err(new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                "set_graph_runner",
+                msg,
+            ));
+        }
+    };
+    ON_INTERPRETER.store(on_interpreter, Ordering::Relaxed);
+    Ok(())
+}
+
+/// What runs graph functions now: "executor" or "interpreter".
+#[pyfunction]
+pub fn graph_runner() -> &'static str {
+    if ON_INTERPRETER.load(Ordering::Relaxed) {
+        "interpreter"
+    } else {
+        "executor"
+    }
+}
+
+/// Threads the executor runs on (`GRADLOOP_NUM_THREADS`, else the machine's cores).
+#[pyfunction]
+pub fn executor_threads() -> usize {
+    gradloop::executor::default_threads()
+}
+
 /// A traced function: its graph and the values it captured, callable on concrete tensors.
 #[pyclass(frozen, name = "ConcreteFunction", module = "gradloop._core")]
 pub struct PyConcreteFunction {
     graph: Arc<Graph>,
     num_params: usize,
     captured_inputs: Vec<Captured>,
+    /// Lowered and planned at the first call on the executor, then reused.
+    executor: OnceLock<gradloop::Result<Arc<Executor>>>,
 }
 
 impl PyConcreteFunction {
@@ -116,7 +204,16 @@ impl PyConcreteFunction {
             graph: Arc::new(traced.graph),
             num_params: traced.num_params,
             captured_inputs: traced.captured_inputs,
+            executor: OnceLock::new(),
         }
+    }
+
+    fn executor(&self, py: Python<'_>) -> PyResult<Arc<Executor>> {
+        let graph = &self.graph;
+        let built = self
+            .executor
+            .get_or_init(|| py.detach(|| Executor::new(graph).map(Arc::new)));
+        built.clone().py(py)
     }
 }
 
@@ -246,7 +343,8 @@ impl PyConcreteFunction {
     }
 
     /// Runs the entry function on `args` (concrete tensors) followed by the captured inputs, on
-    /// the graph interpreter with the GIL released; returns the results.
+    /// the frame executor (or the interpreter, `set_graph_runner`) with the GIL released;
+    /// returns the results.
     fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyAny>) -> PyResult<Vec<PyTensor>> {
         if runtime::active_tracer().is_some() {
             return Err(new_err(
@@ -276,9 +374,14 @@ impl PyConcreteFunction {
             values.push(RtValue::Tensor(t));
         }
         values.extend(self.captured_inputs.iter().map(Captured::runtime_value));
-        let graph = self.graph.clone();
         // Graph execution may run long: always release the GIL.
-        let results = runtime::call(py, usize::MAX, move || run_graph(&graph, values))?;
+        let results = if ON_INTERPRETER.load(Ordering::Relaxed) {
+            let graph = self.graph.clone();
+            runtime::call(py, usize::MAX, move || run_graph(&graph, values))?
+        } else {
+            let executor = self.executor(py)?;
+            runtime::call(py, usize::MAX, move || executor.run(values))?
+        };
         results
             .into_iter()
             .map(|v| v.into_tensor().py(py).map(PyTensor::new))

@@ -25,6 +25,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<trace::PyBranch>()?;
     m.add_class::<function::PyConcreteFunction>()?;
     m.add_class::<function::PyGraph>()?;
+    m.add_class::<function::PyLoweredGraph>()?;
+    m.add_function(wrap_pyfunction!(function::set_graph_runner, m)?)?;
+    m.add_function(wrap_pyfunction!(function::graph_runner, m)?)?;
+    m.add_function(wrap_pyfunction!(function::executor_threads, m)?)?;
     m.add_class::<variable::PyVariableHandle>()?;
     for d in gradloop::DType::ALL {
         let name = if d == gradloop::DType::Bool {

@@ -7,7 +7,7 @@ use super::state::{Outcome, Prepared};
 use crate::dataflow::{DfKind, DfNode};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
-use crate::ops::execute;
+use crate::ops::{execute, Op};
 use crate::runtime_values::RtValue;
 use crate::tensor::Tensor;
 
@@ -20,30 +20,40 @@ pub trait Kernel {
 /// handing it to another thread would cost more than it does.
 const INLINE_WORK: usize = 1 << 15;
 
-/// Whether `p` is worth running outside the run's lock, beside other work.
-pub(crate) fn is_heavy(node: &DfNode, p: &Prepared) -> bool {
-    let DfKind::Op(op) = &node.kind else {
-        return false;
-    };
-    let tensors = p.inputs.iter().filter_map(RtValue::as_tensor);
-    let work: usize = match op.name() {
-        "matmul" => {
-            let mut ts = tensors;
-            match (ts.next(), ts.next()) {
-                (Some(a), Some(b)) => a.numel() * b.shape().last().copied().unwrap_or(1),
-                _ => 0,
-            }
+/// Whether `op` on `inputs` is worth running outside the run's lock, beside other work.
+pub(crate) fn is_heavy<'t>(op: &Op, mut inputs: impl Iterator<Item = &'t Tensor>) -> bool {
+    let work: usize = if op.name() == "matmul" {
+        match (inputs.next(), inputs.next()) {
+            (Some(a), Some(b)) => a.numel() * b.shape().last().copied().unwrap_or(1),
+            _ => 0,
         }
-        _ => tensors.map(Tensor::numel).sum(),
+    } else {
+        inputs.map(Tensor::numel).sum()
     };
     work >= INLINE_WORK
 }
 
+/// Moves the tensors out of `slots` into `tensors` (an error names an input that is not one).
+pub(crate) fn take_tensors(slots: &mut [Option<RtValue>], tensors: &mut Vec<Tensor>) -> Result<()> {
+    for (i, slot) in slots.iter_mut().enumerate() {
+        match slot.take() {
+            Some(RtValue::Tensor(t)) => tensors.push(t),
+            Some(other) => {
+                let mut e = match other.into_tensor() {
+                    Err(e) => e,
+                    Ok(_) => Error::internal("executor", "not a tensor"),
+                };
+                e.message = format!("input {i}: {}", e.message);
+                return Err(e);
+            }
+            None => return Err(Error::internal("executor", format!("input {i} is missing"))),
+        }
+    }
+    Ok(())
+}
+
 /// Runs the prepared node.
 pub(crate) fn run_node(node: &DfNode, p: Prepared) -> Result<Outcome> {
-    if p.dead {
-        return Ok(Outcome::Dead);
-    }
     let mut inputs = p.inputs;
     let pass = |inputs: &mut SmallVec<[RtValue; 4]>| -> Result<Outcome> {
         let v = inputs
@@ -92,7 +102,7 @@ pub(crate) fn run_node(node: &DfNode, p: Prepared) -> Result<Outcome> {
 
 /// The output a switch's selector picks: a bool picks 1 (true) or 0; an i32 index in range
 /// picks itself, out of range (negative too) the last.
-fn selector_output(selector: RtValue, outputs: usize) -> Result<usize> {
+pub(crate) fn selector_output(selector: RtValue, outputs: usize) -> Result<usize> {
     let t = selector.into_tensor()?;
     if !t.shape().is_empty() {
         let msg = format!(

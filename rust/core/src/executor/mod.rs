@@ -29,8 +29,8 @@ mod tests;
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use kernel::run_node;
 pub use kernel::Kernel;
-use kernel::{is_heavy, run_node};
 use plan::Plan;
 use state::{RunState, Task};
 
@@ -108,8 +108,9 @@ impl Executor {
 fn drain(state: &mut RunState<'_>) {
     while let Some(task) = state.ready.pop_front() {
         let node = &state.plan.graph.nodes[task.node as usize];
-        let prepared = state.prepare(task);
-        settle(state, task, run_node(node, prepared));
+        if let Some(heavy) = state.step(task) {
+            settle(state, task, run_node(node, heavy));
+        }
     }
 }
 
@@ -128,17 +129,15 @@ fn worker<'s>(shared: &'s Mutex<RunState<'_>>, threads: usize, scope: &rayon::Sc
     while let Some(task) = state.ready.pop_front() {
         let plan = state.plan;
         let node = &plan.graph.nodes[task.node as usize];
-        let prepared = state.prepare(task);
-        if !is_heavy(node, &prepared) {
-            settle(&mut state, task, run_node(node, prepared));
+        let Some(heavy) = state.step(task) else {
             continue;
-        }
+        };
         if !state.ready.is_empty() && state.workers < threads {
             state.workers += 1;
             scope.spawn(move |s| worker(shared, threads, s));
         }
         drop(state);
-        let outcome = run_node(node, prepared);
+        let outcome = run_node(node, heavy);
         state = lock();
         if state.error.is_some() {
             break;

@@ -19,10 +19,13 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::kernel::{is_heavy, run_node, selector_output, take_tensors};
 use super::plan::{Plan, Target};
 use crate::dataflow::{DfKind, FrameId, Origin};
 use crate::error::{Error, Result};
+use crate::ops::execute;
 use crate::runtime_values::RtValue;
+use crate::tensor::Tensor;
 
 /// A value, or dead.
 pub(crate) type Token = Option<RtValue>;
@@ -37,7 +40,6 @@ pub(crate) struct Task {
 
 /// A ready node with its inputs taken out of the state.
 pub(crate) struct Prepared {
-    pub dead: bool,
     pub inputs: SmallVec<[RtValue; 4]>,
 }
 
@@ -93,6 +95,8 @@ pub(crate) struct RunState<'p> {
     pub error: Option<Error>,
     /// Workers running (the parallel driver's count).
     pub workers: usize,
+    /// An op's input tensors, reused by every op run under the lock.
+    scratch: Vec<Tensor>,
 }
 
 impl<'p> RunState<'p> {
@@ -108,6 +112,7 @@ impl<'p> RunState<'p> {
             args: args.into_iter().map(Some).collect(),
             error: None,
             workers: 0,
+            scratch: Vec::new(),
         };
         let root = state.new_frame(0, (ROOT, 0), false);
         debug_assert_eq!(root, ROOT);
@@ -186,28 +191,82 @@ impl<'p> RunState<'p> {
         });
     }
 
-    /// Takes the ready node's inputs (an `arg` takes its argument).
-    pub fn prepare(&mut self, task: Task) -> Prepared {
-        let np = &self.plan.nodes[task.node as usize];
-        let node = &self.plan.graph.nodes[task.node as usize];
+    /// Runs `task` here, under the run's lock, unless it is an op heavy enough to run beside
+    /// other work: then its inputs are taken and handed back for `run_node` and `complete`.
+    pub fn step(&mut self, task: Task) -> Option<Prepared> {
+        let plan = self.plan;
+        let np = &plan.nodes[task.node as usize];
+        let node = &plan.graph.nodes[task.node as usize];
         let (local, base, n) = (np.local as usize, np.slot_base as usize, node.inputs.len());
-        let mut inputs = SmallVec::new();
-        if let DfKind::Arg(k) = node.kind {
-            inputs.extend(self.args.get_mut(k).and_then(Option::take));
-            return Prepared {
-                dead: false,
-                inputs,
-            };
-        }
         let it = self.iteration(task.frame, task.iter);
-        let dead = it.dead[local];
-        let slots = &mut it.slots[base..base + n];
-        if matches!(node.kind, DfKind::Merge { .. }) {
-            inputs.extend(slots[0].take());
-        } else {
-            inputs.extend(slots.iter_mut().filter_map(Option::take));
+        if it.dead[local] {
+            it.slots[base..base + n].iter_mut().for_each(|s| *s = None);
+            self.complete(task, Outcome::Dead);
+            return None;
         }
-        Prepared { dead, inputs }
+        match &node.kind {
+            DfKind::Identity
+            | DfKind::Enter { .. }
+            | DfKind::Exit
+            | DfKind::NextIteration
+            | DfKind::Merge { .. } => {
+                let token = it.slots[base].take();
+                self.route(task, &node.kind, 0, token);
+                self.retire(task, false);
+            }
+            DfKind::Switch { outputs } => {
+                let (value, selector) = (it.slots[base].take(), it.slots[base + 1].take());
+                let routed = value
+                    .zip(selector)
+                    .ok_or_else(|| Error::internal("switch", "an input is missing"))
+                    .and_then(|(value, selector)| {
+                        selector_output(selector, *outputs).map(|output| (output, value))
+                    });
+                match routed {
+                    Ok((output, value)) => self.complete(task, Outcome::Routed { output, value }),
+                    Err(e) => self.fail(task, e),
+                }
+            }
+            DfKind::Const(c) => {
+                self.route(task, &node.kind, 0, Some(RtValue::Tensor(c.0.clone())));
+                self.retire(task, false);
+            }
+            DfKind::Arg(k) => {
+                let arg = self.args.get_mut(*k).and_then(Option::take);
+                self.route(task, &node.kind, 0, arg);
+                self.retire(task, false);
+            }
+            DfKind::Op(op) => {
+                let slots = &mut it.slots[base..base + n];
+                if is_heavy(op, slots.iter().flatten().filter_map(RtValue::as_tensor)) {
+                    let inputs = slots.iter_mut().filter_map(Option::take).collect();
+                    return Some(Prepared { inputs });
+                }
+                let mut tensors = std::mem::take(&mut self.scratch);
+                let slots = &mut self.iteration(task.frame, task.iter).slots[base..base + n];
+                let result = take_tensors(slots, &mut tensors).and_then(|()| execute(op, &tensors));
+                tensors.clear();
+                self.scratch = tensors;
+                match result {
+                    Ok(outs) => {
+                        for (k, t) in outs.into_iter().enumerate() {
+                            self.route(task, &node.kind, k, Some(RtValue::Tensor(t)));
+                        }
+                        self.retire(task, false);
+                    }
+                    Err(e) => self.fail(task, e),
+                }
+            }
+            DfKind::NoOp | DfKind::Variable(_) | DfKind::Stack(_) => {
+                let slots = &mut it.slots[base..base + n];
+                let inputs = slots.iter_mut().filter_map(Option::take).collect();
+                match run_node(node, Prepared { inputs }) {
+                    Ok(outcome) => self.complete(task, outcome),
+                    Err(e) => self.fail(task, e),
+                }
+            }
+        }
+        None
     }
 
     /// Delivers what `task` produced, then retires it (which may complete its iteration).
@@ -235,8 +294,14 @@ impl<'p> RunState<'p> {
                 }
             }
         }
-        for &c in &np.control_out {
-            self.arrive_control(task.frame, task.iter, c, node_dead);
+        self.retire(task, node_dead);
+    }
+
+    /// Signals the node's control consumers and retires the task.
+    fn retire(&mut self, task: Task, dead: bool) {
+        let plan = self.plan;
+        for &c in &plan.nodes[task.node as usize].control_out {
+            self.arrive_control(task.frame, task.iter, c, dead);
         }
         self.iteration(task.frame, task.iter).outstanding -= 1;
         self.try_finish(task.frame);
@@ -313,8 +378,8 @@ impl<'p> RunState<'p> {
         let frame = self.frame(inst);
         frame.iterations.push_back(it);
         let iter = frame.first + frame.iterations.len() as i64 - 1;
-        let invariants = frame.invariants.clone();
-        for (enter, token) in invariants {
+        for k in 0..frame.invariants.len() {
+            let (enter, token) = self.frame(inst).invariants[k].clone();
             self.send(inst, iter, enter, 0, token);
         }
     }
@@ -344,9 +409,13 @@ impl<'p> RunState<'p> {
         let np = &plan.nodes[node as usize];
         let (local, base) = (np.local as usize, np.slot_base as usize);
         let kind = &plan.graph.nodes[node as usize].kind;
-        let it = self.iteration(inst, iter);
         let ready = match kind {
+            // A dead token ends a loop at its next_iteration; at an exit it only means "not
+            // yet", unless the whole loop is dead.
+            DfKind::NextIteration if token.is_none() => false,
+            DfKind::Exit if token.is_none() && !self.frame(inst).dead => false,
             DfKind::Merge { loop_merge: true } => {
+                let it = self.iteration(inst, iter);
                 match token {
                     Some(v) => it.slots[base] = Some(v),
                     None => it.dead[local] = true,
@@ -354,6 +423,7 @@ impl<'p> RunState<'p> {
                 true
             }
             DfKind::Merge { loop_merge: false } => {
+                let it = self.iteration(inst, iter);
                 it.pending[local] -= 1;
                 if it.fired[local] {
                     false
@@ -370,12 +440,24 @@ impl<'p> RunState<'p> {
                 }
             }
             _ => {
-                match token {
-                    Some(v) => it.slots[base + slot as usize] = Some(v),
-                    None => it.dead[local] = true,
+                let it = self.iteration(inst, iter);
+                if it.fired[local] {
+                    return; // fired dead already: later inputs change nothing
                 }
                 it.pending[local] -= 1;
-                it.pending[local] == 0
+                let fire = match token {
+                    Some(v) => {
+                        it.slots[base + slot as usize] = Some(v);
+                        it.pending[local] == 0
+                    }
+                    // Dead on its first dead input: no need to wait for the others.
+                    None => {
+                        it.dead[local] = true;
+                        true
+                    }
+                };
+                it.fired[local] |= fire;
+                fire
             }
         };
         if ready {
@@ -386,9 +468,13 @@ impl<'p> RunState<'p> {
     fn arrive_control(&mut self, inst: u32, iter: i64, node: u32, dead: bool) {
         let local = self.plan.nodes[node as usize].local as usize;
         let it = self.iteration(inst, iter);
-        it.dead[local] |= dead;
+        if it.fired[local] {
+            return;
+        }
         it.pending[local] -= 1;
-        if it.pending[local] == 0 {
+        it.dead[local] |= dead;
+        if dead || it.pending[local] == 0 {
+            it.fired[local] = true;
             self.enqueue(inst, iter, node);
         }
     }

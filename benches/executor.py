@@ -1,0 +1,261 @@
+"""Frame-executor benchmarks: the same programs eagerly, on the reference interpreter, on the
+frame executor and under `gl.jit` (llvm-cpu), with numpy where it applies, in one run.
+
+Usage: python benches/executor.py [--quick] [--repeats N] [--no-jit]
+
+W5  `while i < n: x = 0.999 x + 0.001 sin(x)` on float32[16], n passed at run time: ns/iteration.
+W6  gradient of an RNN `h = tanh(h @ W + x_t @ U)`, H = D = 64, stopping when the running sum of
+    |h| passes a threshold (1000 steps; no maximum_iterations), w.r.t. W and U: us/step.
+W7  steady-state call of a small function (a loop of 10 trips with a cond inside): us/call.
+W8  64 independent iterations of 4 chained 256x256 float32 matmuls, summed:
+    parallel_iterations 1 vs 10 on the executor, ms and cpu time / wall time.
+N   executor cost per node: a chain of 1000 scalar float64 ops, ns/node.
+
+Medians over repeats, interquartile ranges beside them; ratios per repeat (benches/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+import gradloop as gl
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from run import paired, print_table
+
+
+def stat(samples: Sequence[float], scale: float = 1.0) -> tuple[str, str]:
+    q = statistics.quantiles([s * scale for s in samples], n=4)
+    return f"{statistics.median(samples) * scale:,.1f}", f"{q[0]:,.1f}-{q[2]:,.1f}"
+
+
+def ratio(a: Sequence[float], b: Sequence[float]) -> tuple[str, str]:
+    r = [x / y for x, y in zip(a, b, strict=True)]
+    q = statistics.quantiles(r, n=4)
+    return f"{statistics.median(r):.2f}x", f"{q[0]:.2f}-{q[2]:.2f}"
+
+
+def on(runner: str, fn: Callable) -> Callable:
+    """`fn` (a `gl.function`) called with graphs run by `runner`."""
+
+    def call(*args):
+        gl._core.set_graph_runner(runner)
+        try:
+            return fn(*args)
+        finally:
+            gl._core.set_graph_runner("executor")
+
+    return call
+
+
+# W5 ---------------------------------------------------------------------------------------
+def w5(x: gl.Tensor, n: gl.Tensor) -> gl.Tensor:
+    def body(i, x):
+        return i + 1, 0.999 * x + 0.001 * gl.sin(x)
+
+    return gl.while_loop(lambda i, x: i < n, body, (gl.tensor(0, dtype=gl.int32), x))[1]
+
+
+def w5_numpy(x: np.ndarray, n: int) -> np.ndarray:
+    for _ in range(n):
+        x = np.float32(0.999) * x + np.float32(0.001) * np.sin(x)
+    return x
+
+
+# W6 ---------------------------------------------------------------------------------------
+H = D = 64
+STEPS = 1000
+
+
+def rnn_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((H, H)) * 0.1).astype(np.float32)
+    u = (rng.standard_normal((D, H)) * 0.1).astype(np.float32)
+    xs = rng.standard_normal((STEPS + 24, D)).astype(np.float32)
+    h = np.zeros(H, np.float32)
+    total = []
+    acc = 0.0
+    for t in range(STEPS):
+        h = np.tanh(h @ w + xs[t] @ u)
+        acc += float(np.sqrt(np.sum(h * h)))
+        total.append(acc)
+    threshold = (total[-2] + total[-1]) / 2  # passed exactly at step STEPS
+    return w, u, xs, threshold
+
+
+def rnn_loss(w, u, xs, threshold):
+    def cond(t, h, acc):
+        return acc < threshold
+
+    def body(t, h, acc):
+        h = gl.tanh(h @ w + xs[t] @ u)
+        return t + 1, h, acc + gl.sqrt(gl.sum(h * h))
+
+    h0 = gl.zeros((H,), dtype=gl.float32)
+    zero = gl.tensor(0.0, dtype=gl.float32)
+    _, h, _ = gl.while_loop(cond, body, (gl.tensor(0, dtype=gl.int32), h0, zero))
+    return gl.sum(h)
+
+
+# W7 ---------------------------------------------------------------------------------------
+def w7(x: gl.Tensor) -> gl.Tensor:
+    def body(i, v):
+        v = gl.cond(gl.sum(v) > 0, lambda: v * 0.5 - 0.1, lambda: v + 1.0)
+        return i + 1, v
+
+    return gl.while_loop(lambda i, v: i < 10, body, (gl.tensor(0, dtype=gl.int32), x))[1]
+
+
+# W8 ---------------------------------------------------------------------------------------
+def w8(parallel: int) -> Callable:
+    def run(a: gl.Tensor, b: gl.Tensor) -> gl.Tensor:
+        def body(i, acc):
+            x = a + gl.cast(i, gl.float32)
+            for _ in range(4):
+                x = x @ b
+            return i + 1, acc + x
+
+        init = (gl.tensor(0, dtype=gl.int32), gl.zeros_like(a))
+        cond = lambda i, acc: i < 64  # noqa: E731
+        return gl.while_loop(cond, body, init, parallel_iterations=parallel)[1]
+
+    return run
+
+
+# N ----------------------------------------------------------------------------------------
+CHAIN = 1000
+
+
+def scalar_chain(x: gl.Tensor) -> gl.Tensor:
+    for k in range(CHAIN // 2):
+        x = x * 0.999
+        x = x + 0.001
+    return x
+
+
+def cpu_wall(fn: Callable[[], object], repeats: int) -> tuple[list[float], list[float]]:
+    fn()
+    walls, ratios = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        w1, c1 = time.perf_counter(), time.process_time()
+        walls.append(w1 - w0)
+        ratios.append((c1 - c0) / (w1 - w0))
+    return walls, ratios
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--no-jit", action="store_true", help="skip the gl.jit columns")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (5 if args.quick else 9)
+    jit = not args.no_jit
+    rows: list[tuple[str, str, str, str]] = []
+    print(f"executor threads: {gl._core.executor_threads()}")
+
+    # W5
+    n_iter = 20_000 if args.quick else 100_000
+    x16 = np.linspace(0.1, 1.6, 16, dtype=np.float32)
+    x = gl.tensor(x16)
+    n = gl.tensor(n_iter, dtype=gl.int32)
+    staged = gl.function(w5)
+    fns = {
+        "executor": lambda: staged(x, n),
+        "interpreter": lambda: on("interpreter", staged)(x, n),
+        "numpy": lambda: w5_numpy(x16, n_iter // 10),
+    }
+    if jit:
+        compiled = gl.jit(w5)
+        fns["jit"] = lambda: compiled(x, n)
+    np.testing.assert_allclose(np.asarray(staged(x, n)), np.asarray(on("interpreter", staged)(x, n)))
+    t = paired(fns, number=1, repeats=repeats)
+    per = 1e9 / n_iter
+    rows.append(("W5 tiny loop, executor, ns/iteration", *stat(t["executor"], per), "target 150"))
+    rows.append(("   interpreter, ns/iteration", *stat(t["interpreter"], per), ""))
+    rows.append(("   interpreter / executor", *ratio(t["interpreter"], t["executor"]), ""))
+    rows.append(("   numpy loop, ns/iteration", *stat(t["numpy"], per * 10), ""))
+    if jit:
+        rows.append(("   gl.jit, ns/iteration", *stat(t["jit"], per), ""))
+
+    # W6
+    w_np, u_np, xs_np, threshold = rnn_inputs()
+    w, u, xs = gl.tensor(w_np), gl.tensor(u_np), gl.tensor(xs_np)
+    grad = gl.grad(lambda w, u: rnn_loss(w, u, xs, threshold), argnums=(0, 1))
+    staged = gl.function(grad)
+    fns = {
+        "executor": lambda: staged(w, u),
+        "interpreter": lambda: on("interpreter", staged)(w, u),
+        "eager": lambda: grad(w, u),
+    }
+    if jit:
+        compiled = gl.jit(grad)
+        fns["jit"] = lambda: compiled(w, u)
+    want = [np.asarray(g) for g in grad(w, u)]
+    for g, e in zip(staged(w, u), want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), e, rtol=1e-4, atol=1e-5)
+    t = paired(fns, number=1, repeats=max(3, repeats // 2))
+    per = 1e6 / STEPS
+    rows.append(("W6 RNN loop gradient, executor, us/step", *stat(t["executor"], per), "target 4"))
+    rows.append(("   interpreter, us/step", *stat(t["interpreter"], per), ""))
+    rows.append(("   eager, us/step", *stat(t["eager"], per), ""))
+    rows.append(("   interpreter / executor", *ratio(t["interpreter"], t["executor"]), ""))
+    if jit:
+        rows.append(("   gl.jit, us/step", *stat(t["jit"], per), ""))
+
+    # W7
+    x3 = gl.tensor(np.array([0.3, -0.2, 0.1]))
+    staged = gl.function(w7)
+    fns = {
+        "executor": lambda: staged(x3),
+        "interpreter": lambda: on("interpreter", staged)(x3),
+        "eager": lambda: w7(x3),
+    }
+    if jit:
+        compiled = gl.jit(w7)
+        fns["jit"] = lambda: compiled(x3)
+    t = paired(fns, number=50 if args.quick else 200, repeats=repeats)
+    rows.append(("W7 steady call, executor, us", *stat(t["executor"], 1e6), "target 15"))
+    rows.append(("   interpreter, us", *stat(t["interpreter"], 1e6), ""))
+    rows.append(("   eager, us", *stat(t["eager"], 1e6), ""))
+    if jit:
+        rows.append(("   gl.jit, us", *stat(t["jit"], 1e6), ""))
+
+    # W8
+    rng = np.random.default_rng(1)
+    a = gl.tensor((rng.standard_normal((256, 256)) * 0.05).astype(np.float32))
+    b = gl.tensor((rng.standard_normal((256, 256)) * 0.05).astype(np.float32))
+    one, ten = gl.function(w8(1)), gl.function(w8(10))
+    np.testing.assert_allclose(np.asarray(one(a, b)), np.asarray(ten(a, b)), rtol=1e-5)
+    wall1, cpu1 = cpu_wall(lambda: one(a, b), max(3, repeats // 2))
+    wall10, cpu10 = cpu_wall(lambda: ten(a, b), max(3, repeats // 2))
+    rows.append(("W8 parallel_iterations=1, ms", *stat(wall1, 1e3), ""))
+    rows.append(("   parallel_iterations=10, ms", *stat(wall10, 1e3), "target 43"))
+    rows.append(("   =1 / =10", *ratio(wall1, wall10), "target 1.7x"))
+    rows.append(("   cpu / wall, =1", f"{statistics.median(cpu1):.2f}", "", ""))
+    rows.append(("   cpu / wall, =10", f"{statistics.median(cpu10):.2f}", "", ""))
+
+    # N
+    s = gl.tensor(0.5, dtype=gl.float64)
+    staged = gl.function(scalar_chain)
+    fns = {
+        "executor": lambda: staged(s),
+        "interpreter": lambda: on("interpreter", staged)(s),
+    }
+    t = paired(fns, number=20 if args.quick else 100, repeats=repeats)
+    rows.append(("N  executor, ns per scalar node", *stat(t["executor"], 1e9 / CHAIN), "target 50"))
+    rows.append(("   interpreter, ns per scalar node", *stat(t["interpreter"], 1e9 / CHAIN), ""))
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+//! The frame executor from Rust: a data-dependent loop (`while i < n: x = 0.999 x + 0.001
+//! sin(x)` on float32[16]) run on the executor and on the reference interpreter.
+//!
+//! `cargo run --release -p gradloop --example executor_loop [iterations [runner]]` prints
+//! ns/iteration of each (medians of 5 runs); `runner` (interpreter, executor, executor-1) picks
+//! one.
+
+use std::time::Instant;
+
+use gradloop::executor::Executor;
+use gradloop::graph::parse_graph;
+use gradloop::interpret::{Interpreter, RtValue};
+use gradloop::Tensor;
+
+const LOOP: &str = r#"graph @main
+func @main(%0: f32[16], %1: i32[]) -> (f32[16]) {
+  %2 = const() {value=[0]} : i32[]
+  %3 = while(%2, %0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i32[], f32[16], i32[])
+  return %3#1
+}
+func @more(%0: i32[], %1: f32[16], %2: i32[]) -> (bool[]) {
+  %3 = less(%0, %2) : bool[]
+  return %3
+}
+func @step(%0: i32[], %1: f32[16], %2: i32[]) -> (i32[], f32[16], i32[]) {
+  %3 = const() {value=[1]} : i32[]
+  %4 = add(%0, %3) : i32[]
+  %5 = const() {value=[0.999]} : f32[]
+  %6 = mul(%1, %5) : f32[16]
+  %7 = sin(%1) : f32[16]
+  %8 = const() {value=[0.001]} : f32[]
+  %9 = mul(%7, %8) : f32[16]
+  %10 = add(%6, %9) : f32[16]
+  return %4, %10, %2
+}"#;
+
+/// One way to run the loop.
+type Run<'a> = dyn Fn() -> gradloop::Result<Vec<RtValue>> + 'a;
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn main() -> gradloop::Result<()> {
+    let n: i32 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    let graph = parse_graph(LOOP)?;
+    let x = Tensor::from_vec((0..16).map(|k| 0.1 * k as f32).collect(), &[16])?;
+    let args = || vec![RtValue::from(x.clone()), RtValue::from(Tensor::scalar(n))];
+    let interpreter = Interpreter::new(&graph.library);
+    let executor = Executor::new(&graph)?;
+    let single = Executor::new(&graph)?.with_threads(1);
+    let time = |f: &dyn Fn() -> gradloop::Result<Vec<RtValue>>| -> gradloop::Result<f64> {
+        let mut samples = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            f()?;
+            samples.push(t.elapsed().as_secs_f64() * 1e9 / f64::from(n));
+        }
+        Ok(median(samples))
+    };
+    // A second argument runs one of them only (for profiling).
+    let only = std::env::args().nth(2).unwrap_or_default();
+    let runs: [(&str, &Run); 3] = [
+        ("interpreter", &|| interpreter.run(&graph.entry, args())),
+        ("executor", &|| executor.run(args())),
+        ("executor-1", &|| single.run(args())),
+    ];
+    for (name, run) in runs {
+        if only.is_empty() || only == name {
+            println!("{name:<12} {:8.1} ns/iteration", time(run)?);
+        }
+    }
+    Ok(())
+}
