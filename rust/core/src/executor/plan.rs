@@ -7,7 +7,9 @@ use smallvec::SmallVec;
 
 use crate::dataflow::{DataflowGraph, DfKind};
 use crate::error::{Error, Result};
-use crate::graph::NodeId;
+use crate::graph::{NodeId, ValueType};
+use crate::ops::Types;
+use crate::shape::{TensorType, DYN};
 
 /// Where one output goes: an input slot of a node (in the frame the output is delivered to),
 /// or a result of the run.
@@ -28,6 +30,17 @@ pub(crate) struct NodePlan {
     pub outputs: SmallVec<[SmallVec<[Target; 2]>; 1]>,
     /// Nodes with a control input on this one.
     pub control_out: SmallVec<[u32; 2]>,
+    /// For an op whose input and output types are all static: those types. Inputs of exactly
+    /// these types passed the op's rule when the graph was built, so the kernel runs without
+    /// checking it again.
+    pub checked: Option<Box<CheckedTypes>>,
+}
+
+/// An op's static input and output types (see `NodePlan::checked`).
+#[derive(Clone, Debug)]
+pub(crate) struct CheckedTypes {
+    pub inputs: Vec<TensorType>,
+    pub outputs: Types,
 }
 
 /// What a run needs about one frame.
@@ -92,6 +105,7 @@ impl Plan {
                 slot_base: frame.slots as u32,
                 outputs: node.outputs.iter().map(|_| SmallVec::new()).collect(),
                 control_out: SmallVec::new(),
+                checked: checked_types(&graph, id),
             };
             frame.pending.push(pending);
             frame.slots += node.inputs.len();
@@ -139,4 +153,27 @@ fn needed(graph: &DataflowGraph) -> Vec<bool> {
         }
     }
     needed
+}
+
+/// The static types of op node `id` (`None` for other nodes, or any unknown dimension).
+fn checked_types(graph: &DataflowGraph, id: NodeId) -> Option<Box<CheckedTypes>> {
+    let node = &graph.nodes[id];
+    if !matches!(node.kind, DfKind::Op(_)) {
+        return None;
+    }
+    let tensor = |ty: &ValueType| ty.as_tensor().filter(|t| !t.shape.contains(&DYN)).cloned();
+    let inputs = node
+        .inputs
+        .iter()
+        .map(|p| {
+            graph
+                .nodes
+                .get(p.node)?
+                .outputs
+                .get(p.output)
+                .and_then(tensor)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let outputs = node.outputs.iter().map(tensor).collect::<Option<Types>>()?;
+    Some(Box::new(CheckedTypes { inputs, outputs }))
 }

@@ -244,7 +244,12 @@ impl<'p> RunState<'p> {
                 }
                 let mut tensors = std::mem::take(&mut self.scratch);
                 let slots = &mut self.iteration(task.frame, task.iter).slots[base..base + n];
-                let result = take_tensors(slots, &mut tensors).and_then(|()| execute(op, &tensors));
+                let result = take_tensors(slots, &mut tensors).and_then(|()| match &np.checked {
+                    Some(c) if tensors.iter().map(Tensor::ty).eq(&c.inputs) => {
+                        op.compute(&tensors, &c.outputs)
+                    }
+                    _ => execute(op, &tensors),
+                });
                 tensors.clear();
                 self.scratch = tensors;
                 match result {
@@ -316,7 +321,6 @@ impl<'p> RunState<'p> {
         match *kind {
             DfKind::Enter { frame, constant } => {
                 let inst = self.enter_frame(frame, task, token.is_none());
-                self.frame(inst).enters_pending -= 1;
                 if constant {
                     self.frame(inst).invariants.push((task.node, token.clone()));
                     let (first, len) = {
@@ -329,6 +333,9 @@ impl<'p> RunState<'p> {
                 } else {
                     self.send(inst, 0, task.node, 0, token);
                 }
+                // The frame's first iteration may have been waiting only for this.
+                self.frame(inst).enters_pending -= 1;
+                self.try_finish(inst);
             }
             DfKind::Exit => {
                 let frame = self.frame(task.frame);

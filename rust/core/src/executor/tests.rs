@@ -403,3 +403,56 @@ fn parallel_iterations_and_threads_do_not_change_results() {
     let graph = parse_graph(MIXED).unwrap();
     check_against_interpreter("mixed", &graph);
 }
+
+/// The inner loop runs no trip; its invariant (`%6`, only the body reads it) arrives after the
+/// inner frame's first iteration has nothing left to do, and the outer loop runs one
+/// iteration at a time, so it waits for the inner frame to be complete.
+const LATE_INVARIANT: &str = r#"graph @main
+func @main(%0: f64[], %1: i64[]) -> (f64[], i64[]) {
+  %2 = const() {value=[0]} : i64[]
+  %3 = while(%0, %2, %1) {cond=@outer_more, body=@outer_step, parallel_iterations=1} : (f64[], i64[], i64[])
+  return %3#0, %3#1
+}
+func @outer_more(%0: f64[], %1: i64[], %2: i64[]) -> (bool[]) {
+  %3 = less(%1, %2) : bool[]
+  return %3
+}
+func @outer_step(%0: f64[], %1: i64[], %2: i64[]) -> (f64[], i64[], i64[]) {
+  %3 = sin(%0) : f64[]
+  %4 = cos(%3) : f64[]
+  %5 = exp(%4) : f64[]
+  %6 = tanh(%5) : f64[]
+  %7 = const() {value=[0]} : i64[]
+  %8 = while(%0, %7, %6) {cond=@never, body=@inner_step, parallel_iterations=10} : (f64[], i64[], f64[])
+  %9 = const() {value=[1]} : i64[]
+  %10 = add(%1, %9) : i64[]
+  %11 = add(%8#0, %6) : f64[]
+  return %11, %10, %2
+}
+func @never(%0: f64[], %1: i64[], %2: f64[]) -> (bool[]) {
+  %3 = const() {value=[0]} : i64[]
+  %4 = less(%1, %3) : bool[]
+  return %4
+}
+func @inner_step(%0: f64[], %1: i64[], %2: f64[]) -> (f64[], i64[], f64[]) {
+  %3 = mul(%0, %2) : f64[]
+  %4 = const() {value=[1]} : i64[]
+  %5 = add(%1, %4) : i64[]
+  return %3, %5, %2
+}"#;
+
+#[test]
+fn a_frame_completes_when_its_last_enter_arrives_after_its_work() {
+    let graph = parse_graph(LATE_INVARIANT).unwrap();
+    check_against_interpreter("late invariant", &graph);
+    let args = vec![
+        RtValue::from(Tensor::scalar(0.3f64)),
+        RtValue::from(Tensor::scalar(4i64)),
+    ];
+    let out = Executor::new(&graph)
+        .unwrap()
+        .with_threads(1)
+        .run(args)
+        .unwrap();
+    assert_eq!(out[1].as_tensor().unwrap().item_f64().unwrap(), 4.0);
+}
