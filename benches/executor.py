@@ -8,7 +8,8 @@ W6  gradient of an RNN `h = tanh(h @ W + x_t @ U)`, H = D = 64, stopping when th
     |h| passes a threshold (1000 steps; no maximum_iterations), w.r.t. W and U: us/step.
 W7  steady-state call of a small function (a loop of 10 trips with a cond inside): us/call.
 W8  64 independent iterations of 4 chained 256x256 float32 matmuls, summed:
-    parallel_iterations 1 vs 10 on the executor, ms and cpu time / wall time.
+    parallel_iterations 1 vs 10 on the executor, ms and cpu time / wall time; the same with
+    120x120 matmuls (each small enough to run on one thread, so only iterations overlap).
 N   executor cost per node: a chain of 1000 scalar float64 ops, ns/node.
 
 Medians over repeats, interquartile ranges beside them; ratios per repeat (benches/README.md).
@@ -231,17 +232,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # W8
     rng = np.random.default_rng(1)
-    a = gl.tensor((rng.standard_normal((256, 256)) * 0.05).astype(np.float32))
-    b = gl.tensor((rng.standard_normal((256, 256)) * 0.05).astype(np.float32))
-    one, ten = gl.function(w8(1)), gl.function(w8(10))
-    np.testing.assert_allclose(np.asarray(one(a, b)), np.asarray(ten(a, b)), rtol=1e-5)
-    wall1, cpu1 = cpu_wall(lambda: one(a, b), max(3, repeats // 2))
-    wall10, cpu10 = cpu_wall(lambda: ten(a, b), max(3, repeats // 2))
-    rows.append(("W8 parallel_iterations=1, ms", *stat(wall1, 1e3), ""))
-    rows.append(("   parallel_iterations=10, ms", *stat(wall10, 1e3), "target 43"))
-    rows.append(("   =1 / =10", *ratio(wall1, wall10), "target 1.7x"))
-    rows.append(("   cpu / wall, =1", f"{statistics.median(cpu1):.2f}", "", ""))
-    rows.append(("   cpu / wall, =10", f"{statistics.median(cpu10):.2f}", "", ""))
+    for size in (256, 120):
+        a = gl.tensor((rng.standard_normal((size, size)) * 0.05).astype(np.float32))
+        b = gl.tensor((rng.standard_normal((size, size)) * 0.05).astype(np.float32))
+        one, ten = gl.function(w8(1)), gl.function(w8(10))
+        np.testing.assert_allclose(np.asarray(one(a, b)), np.asarray(ten(a, b)), rtol=1e-5)
+        wall1, cpu1 = cpu_wall(lambda: one(a, b), max(5, repeats))
+        wall10, cpu10 = cpu_wall(lambda: ten(a, b), max(5, repeats))
+        head = "W8" if size == 256 else "  "
+        rows.append((f"{head} {size}x{size}, parallel_iterations=1, ms", *stat(wall1, 1e3), ""))
+        target = "target 43" if size == 256 else ""
+        rows.append(("   parallel_iterations=10, ms", *stat(wall10, 1e3), target))
+        rows.append(("   =1 / =10", *ratio(wall1, wall10), "target 1.7x"))
+        rows.append(("   cpu / wall, =1", f"{statistics.median(cpu1):.2f}", "", ""))
+        rows.append(("   cpu / wall, =10", f"{statistics.median(cpu10):.2f}", "", ""))
 
     # N
     s = gl.tensor(0.5, dtype=gl.float64)

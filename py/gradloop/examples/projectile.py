@@ -93,8 +93,18 @@ def loss(theta: gl.Tensor, target: float) -> tuple[gl.Tensor, gl.Tensor]:
 eager_loss_and_grad = gl.value_and_grad(loss, has_aux=True)
 # Graph mode: traced once per signature by @gl.function into a graph whose While node is
 # differentiated symbolically (a forward loop that stacks what the gradient needs, a reverse loop
-# that pops it), then run by the graph interpreter.
+# that pops it), then lowered to dataflow and run by the frame executor.
 graph_loss_and_grad = gl.function(gl.value_and_grad(loss, has_aux=True))
+
+
+def interpreted_loss_and_grad(theta: gl.Tensor, target: float) -> Any:
+    """`graph_loss_and_grad` run on the reference interpreter instead of the frame executor."""
+    runner = gl._core.graph_runner()
+    gl._core.set_graph_runner("interpreter")
+    try:
+        return graph_loss_and_grad(theta, target)
+    finally:
+        gl._core.set_graph_runner(runner)
 
 
 def fit(
@@ -174,6 +184,7 @@ def compare_modes(result: Fit, target: float, compiled: bool = True) -> float:
     modes: dict[str, Callable[..., Any]] = {
         "eager": eager_loss_and_grad,
         "graph": graph_loss_and_grad,
+        "reference": interpreted_loss_and_grad,
     }
     if compiled and compiled_mode_available():
         modes["compiled"] = compiled_loss_and_grad()
@@ -196,7 +207,8 @@ def compare_modes(result: Fit, target: float, compiled: bool = True) -> float:
 
 MODES = {
     "eager": "(ops run at once, gradient tape)",
-    "graph": "(@gl.function: traced once, symbolic While gradient, interpreter)",
+    "graph": "(@gl.function: traced once, symbolic While gradient, frame executor)",
+    "reference": "(the same graph on the reference interpreter)",
     "compiled": "(gl.jit: the same graph as MLIR, compiled by IREE for llvm-cpu)",
 }
 

@@ -32,7 +32,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use kernel::run_node;
 pub use kernel::Kernel;
 use plan::Plan;
-use state::{RunState, Task};
+use state::{Prepared, RunState, Task};
 
 use crate::dataflow::{lower, DataflowGraph};
 use crate::error::Result;
@@ -93,15 +93,27 @@ impl Executor {
             drain(&mut state);
             return state.finish();
         }
+        // Light work stays on the calling thread; the first heavy node moves the run onto
+        // rayon's pool, where the kernels' own parallel loops can share the threads.
+        let Some(first) = drain_light(&mut state) else {
+            return state.finish();
+        };
         let shared = Mutex::new(state);
-        shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .workers = 1;
-        rayon::in_place_scope(|scope| worker(&shared, self.threads, scope));
+        shared.lock().unwrap_or_else(PoisonError::into_inner).workers = 1;
+        rayon::scope(|scope| worker(&shared, self.threads, scope, Some(first)));
         let state = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
         state.finish()
     }
+}
+
+/// Runs ready light nodes on this thread until none is left, or returns the first heavy one.
+fn drain_light(state: &mut RunState<'_>) -> Option<(Task, Prepared)> {
+    while let Some(task) = state.ready.pop_front() {
+        if let Some(heavy) = state.step(task) {
+            return Some((task, heavy));
+        }
+    }
+    None
 }
 
 /// Runs every ready node on this thread until none is left.
@@ -123,18 +135,31 @@ fn settle(state: &mut RunState<'_>, task: Task, outcome: Result<state::Outcome>)
 
 /// One thread's share of a run: light nodes under the lock, heavy ones outside it, starting
 /// another worker first when more is ready and a thread is free.
-fn worker<'s>(shared: &'s Mutex<RunState<'_>>, threads: usize, scope: &rayon::Scope<'s>) {
+fn worker<'s>(
+    shared: &'s Mutex<RunState<'_>>,
+    threads: usize,
+    scope: &rayon::Scope<'s>,
+    mut first: Option<(Task, Prepared)>,
+) {
     let lock = || shared.lock().unwrap_or_else(PoisonError::into_inner);
     let mut state = lock();
-    while let Some(task) = state.ready.pop_front() {
-        let plan = state.plan;
-        let node = &plan.graph.nodes[task.node as usize];
-        let Some(heavy) = state.step(task) else {
-            continue;
+    loop {
+        let (task, heavy) = match first.take() {
+            Some(pending) => pending,
+            None => {
+                let Some(task) = state.ready.pop_front() else {
+                    break;
+                };
+                match state.step(task) {
+                    Some(heavy) => (task, heavy),
+                    None => continue,
+                }
+            }
         };
+        let node = &state.plan.graph.nodes[task.node as usize];
         if !state.ready.is_empty() && state.workers < threads {
             state.workers += 1;
-            scope.spawn(move |s| worker(shared, threads, s));
+            scope.spawn(move |s| worker(shared, threads, s, None));
         }
         drop(state);
         let outcome = run_node(node, heavy);
