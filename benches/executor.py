@@ -134,7 +134,7 @@ CHAIN = 1000
 
 
 def scalar_chain(x: gl.Tensor) -> gl.Tensor:
-    for k in range(CHAIN // 2):
+    for _ in range(CHAIN // 2):
         x = x * 0.999
         x = x + 0.001
     return x
@@ -177,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if jit:
         compiled = gl.jit(w5)
         fns["jit"] = lambda: compiled(x, n)
-    np.testing.assert_allclose(np.asarray(staged(x, n)), np.asarray(on("interpreter", staged)(x, n)))
+    np.testing.assert_allclose(
+        np.asarray(staged(x, n)), np.asarray(on("interpreter", staged)(x, n))
+    )
     t = paired(fns, number=1, repeats=repeats)
     per = 1e9 / n_iter
     rows.append(("W5 tiny loop, executor, ns/iteration", *stat(t["executor"], per), "target 150"))
@@ -237,8 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         b = gl.tensor((rng.standard_normal((size, size)) * 0.05).astype(np.float32))
         one, ten = gl.function(w8(1)), gl.function(w8(10))
         np.testing.assert_allclose(np.asarray(one(a, b)), np.asarray(ten(a, b)), rtol=1e-5)
-        wall1, cpu1 = cpu_wall(lambda: one(a, b), max(5, repeats))
-        wall10, cpu10 = cpu_wall(lambda: ten(a, b), max(5, repeats))
+        wall1, cpu1 = cpu_wall(lambda f=one, a=a, b=b: f(a, b), max(5, repeats))
+        wall10, cpu10 = cpu_wall(lambda f=ten, a=a, b=b: f(a, b), max(5, repeats))
         head = "W8" if size == 256 else "  "
         rows.append((f"{head} {size}x{size}, parallel_iterations=1, ms", *stat(wall1, 1e3), ""))
         target = "target 43" if size == 256 else ""

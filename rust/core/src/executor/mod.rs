@@ -38,6 +38,7 @@ use crate::dataflow::{lower, DataflowGraph};
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::interpret::check_params;
+use crate::passes;
 use crate::runtime_values::RtValue;
 
 /// How many threads runs use: `GRADLOOP_NUM_THREADS`, else rayon's pool size.
@@ -52,6 +53,15 @@ pub fn default_threads() -> usize {
     })
 }
 
+/// The passes a graph goes through before it is lowered: constants folded (an op that would
+/// fail is left to fail only if it runs), branches on constants replaced by calls, repeated
+/// pure nodes merged. Each keeps the lazy semantics and is verified.
+pub fn optimize(graph: &Graph) -> Result<Graph> {
+    let graph = passes::fold_constants(graph)?;
+    let graph = passes::eliminate_dead_branches(&graph)?;
+    passes::eliminate_common_subexpressions(&graph)
+}
+
 /// A lowered graph, planned and ready to run any number of times (from any thread).
 #[derive(Debug)]
 pub struct Executor {
@@ -60,9 +70,9 @@ pub struct Executor {
 }
 
 impl Executor {
-    /// Lowers the entry of `graph` and plans it.
+    /// Simplifies `graph` (`optimize`), lowers its entry and plans it.
     pub fn new(graph: &Graph) -> Result<Executor> {
-        Executor::from_dataflow(lower(graph)?)
+        Executor::from_dataflow(lower(&optimize(graph)?)?)
     }
 
     /// Plans an already lowered graph.
@@ -99,7 +109,10 @@ impl Executor {
             return state.finish();
         };
         let shared = Mutex::new(state);
-        shared.lock().unwrap_or_else(PoisonError::into_inner).workers = 1;
+        shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .workers = 1;
         rayon::scope(|scope| worker(&shared, self.threads, scope, Some(first)));
         let state = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
         state.finish()
