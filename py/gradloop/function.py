@@ -59,6 +59,16 @@ def _leaf_spec(leaf: Any) -> Any:
     return ("static", _Static(leaf).key)
 
 
+def _positional_key(args: tuple[Any, ...]) -> tuple | None:
+    """The signature of `args` when every one is a tensor (else None): dtypes and shapes."""
+    key = []
+    for a in args:
+        if type(a) is not _core.Tensor:
+            return None
+        key.append((a.dtype, a.shape))
+    return tuple(key)
+
+
 class _Concrete:
     """One traced signature: the graph function and how to rebuild the outputs."""
 
@@ -67,8 +77,11 @@ class _Concrete:
         self.structure = structure
         self.tensor_slots = tensor_slots  # output leaf positions filled by graph results
         self.statics = statics  # every output leaf; tensor slots are replaced per call
+        self.single = tensor_slots == [0] and not nest.is_nested(structure)
 
     def outputs(self, results: list[_core.Tensor]) -> Any:
+        if self.single:
+            return results[0]
         leaves = list(self.statics)
         for slot, value in zip(self.tensor_slots, results, strict=True):
             leaves[slot] = value
@@ -91,6 +104,8 @@ class Function:
         self._fn = fn
         self._name = name or getattr(fn, "__name__", "function")
         self._cache: dict[Any, _Concrete] = {}
+        # The same traces, keyed by the signature of positional tensor arguments alone.
+        self._by_positional: dict[tuple, _Concrete] = {}
         self._traces = 0
 
     @property
@@ -165,8 +180,15 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _core.mode() != "eager":  # inside a trace, or recorded by tapes: inline
             return self._fn(*args, **kwargs)
+        # The common call, tensors passed positionally, skips flattening the arguments.
+        key = None if kwargs else _positional_key(args)
+        concrete = self._by_positional.get(key) if key is not None else None
+        if concrete is not None:
+            return concrete.outputs(concrete.fn(list(args)))
         structure, leaves = self._flatten(args, kwargs)
         concrete = self._concrete(structure, leaves)
+        if key is not None:
+            self._by_positional[key] = concrete
         inputs = [x for x in leaves if isinstance(x, _core.Tensor)]
         return concrete.outputs(concrete.fn(inputs))
 

@@ -83,6 +83,7 @@ pub trait Element:
     const DTYPE: DType;
     fn into_storage(data: Vec<Self>) -> Storage;
     fn slice(storage: &Storage) -> Option<&[Self]>;
+    fn slice_mut(storage: &mut Storage) -> Option<&mut [Self]>;
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
 }
@@ -95,6 +96,12 @@ macro_rules! element {
                 Storage::$variant(data)
             }
             fn slice(storage: &Storage) -> Option<&[Self]> {
+                match storage {
+                    Storage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn slice_mut(storage: &mut Storage) -> Option<&mut [Self]> {
                 match storage {
                     Storage::$variant(v) => Some(v),
                     _ => None,

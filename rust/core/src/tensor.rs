@@ -164,6 +164,21 @@ impl Tensor {
         })
     }
 
+    /// The elements, writable, when this tensor holds the only reference to its storage
+    /// (nothing else can see a write) and they are `T`s.
+    pub fn unique_slice_mut<T: Element>(&mut self) -> Option<&mut [T]> {
+        Arc::get_mut(&mut self.storage).and_then(T::slice_mut)
+    }
+
+    /// The same storage and type under a fresh identity: what a kernel that wrote into a
+    /// uniquely held input returns (the tape tells tensors apart by identity).
+    pub fn renewed(self) -> Tensor {
+        Tensor {
+            id: next_id(),
+            ..self
+        }
+    }
+
     /// An ndarray view (no copy).
     pub fn view<T: Element>(&self) -> Result<ArrayViewD<'_, T>> {
         let data = self.as_slice::<T>()?;

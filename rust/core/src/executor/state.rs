@@ -246,7 +246,7 @@ impl<'p> RunState<'p> {
                 let slots = &mut self.iteration(task.frame, task.iter).slots[base..base + n];
                 let result = take_tensors(slots, &mut tensors).and_then(|()| match &np.checked {
                     Some(c) if tensors.iter().map(Tensor::ty).eq(&c.inputs) => {
-                        op.compute(&tensors, &c.outputs)
+                        op.compute_owned(&mut tensors, &c.outputs)
                     }
                     _ => execute(op, &tensors),
                 });

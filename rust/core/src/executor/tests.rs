@@ -456,3 +456,43 @@ fn a_frame_completes_when_its_last_enter_arrives_after_its_work() {
         .unwrap();
     assert_eq!(out[1].as_tensor().unwrap().item_f64().unwrap(), 4.0);
 }
+
+#[test]
+fn elementwise_ops_write_into_uniquely_held_inputs_only() {
+    use crate::ops::{binary, unary, Op};
+    let a = || Tensor::from_vec(vec![1.0f64, -2.0, 3.0], &[3]).unwrap();
+    let b = Tensor::scalar(0.5f64);
+    let mul = Op::from(binary::Mul);
+    let out = [a().ty().clone()];
+    let want = mul.compute(&[a(), b.clone()], &out).unwrap()[0].to_f64_vec();
+    // Uniquely held: written in place, under a new identity.
+    let owned = a();
+    let (id, ptr) = (owned.id(), owned.as_slice::<f64>().unwrap().as_ptr());
+    let got = mul
+        .compute_owned(&mut vec![owned, b.clone()], &out)
+        .unwrap()
+        .remove(0);
+    assert_eq!(got.to_f64_vec(), want);
+    assert_eq!(
+        got.as_slice::<f64>().unwrap().as_ptr(),
+        ptr,
+        "the buffer is reused"
+    );
+    assert_ne!(got.id(), id);
+    // Shared (a scalar first operand broadcast into the other, too): the other holder keeps
+    // its values.
+    let shared = a();
+    let keep = shared.clone();
+    let got = mul
+        .compute_owned(&mut vec![b.clone(), shared], &out)
+        .unwrap()
+        .remove(0);
+    assert_eq!(got.to_f64_vec(), want);
+    assert_eq!(keep.to_f64_vec(), [1.0, -2.0, 3.0]);
+    let sin = Op::from(unary::Sin);
+    let got = sin.compute_owned(&mut vec![a()], &out).unwrap().remove(0);
+    assert_eq!(
+        got.to_f64_vec(),
+        sin.compute(&[a()], &out).unwrap()[0].to_f64_vec()
+    );
+}

@@ -66,6 +66,15 @@ macro_rules! binary_op {
                 Ok(smallvec![out])
             }
 
+            fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
+                let out = &outputs[0];
+                let written: Option<Tensor> = binary_op!(@into $accepts -> $out, inputs, out, |$x, $y| $kernel);
+                match written {
+                    Some(t) => Ok(smallvec![t]),
+                    None => self.compute(inputs, outputs),
+                }
+            }
+
             fn saves(&self) -> Saves {
                 $saves
             }
@@ -106,6 +115,16 @@ macro_rules! binary_op {
         }
     };
     (@outdtype Same) => { None };
+    (@into Float -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_float!($out.dtype, T, { kernels::zip_into::<T>($inputs, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@into Numeric -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_numeric!($out.dtype, T, { kernels::zip_into::<T>($inputs, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@into $accepts:ident -> Bool, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {{
+        let _ = (&$inputs, $out);
+        None
+    }};
     (@outdtype Bool) => { Some(DType::Bool) };
     (@dispatch Float -> Same, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
         crate::with_float!($a.dtype(), T, { kernels::zip::<T, T>($a, $b, $shape, |$x: T, $y: T| $kernel) },

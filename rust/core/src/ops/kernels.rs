@@ -6,6 +6,7 @@ use rayon::prelude::*;
 
 use crate::dtype::Element;
 use crate::error::{Error, Result};
+use crate::shape::TensorType;
 use crate::tensor::Tensor;
 
 /// Below this many elements a kernel stays on one thread: splitting costs more than it saves.
@@ -20,6 +21,63 @@ pub fn map<T: Element, U: Element>(x: &Tensor, f: impl Fn(T) -> U + Sync + Send)
         xs.iter().map(|&v| f(v)).collect()
     };
     Tensor::from_vec(data, x.shape())
+}
+
+/// `map` written into the buffer of `inputs[0]` when it holds that buffer alone and is of type
+/// `out` (the result is that tensor, renewed); `None` otherwise, and the caller allocates.
+pub fn map_into<T: Element>(
+    inputs: &mut Vec<Tensor>,
+    out: &TensorType,
+    f: impl Fn(T) -> T + Sync + Send,
+) -> Option<Tensor> {
+    let x = inputs.first_mut().filter(|x| x.ty() == out)?;
+    let xs = x.unique_slice_mut::<T>()?;
+    if xs.len() >= PARALLEL_THRESHOLD {
+        xs.par_iter_mut().for_each(|v| *v = f(*v));
+    } else {
+        xs.iter_mut().for_each(|v| *v = f(*v));
+    }
+    Some(inputs.swap_remove(0).renewed())
+}
+
+/// `zip` written into the buffer of `inputs[0]`, or else `inputs[1]`, when that tensor holds
+/// it alone and is of type `out`, and the other operand has its shape or one element; `None`
+/// otherwise, and the caller allocates.
+pub fn zip_into<T: Element>(
+    inputs: &mut Vec<Tensor>,
+    out: &TensorType,
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Option<Tensor> {
+    fn apply<T: Element>(xs: &mut [T], ys: &[T], g: impl Fn(T, T) -> T + Sync + Send) {
+        if let [y] = ys {
+            xs.iter_mut().for_each(|x| *x = g(*x, *y));
+        } else if xs.len() >= PARALLEL_THRESHOLD {
+            xs.par_iter_mut()
+                .zip(ys.par_iter())
+                .for_each(|(x, &y)| *x = g(*x, y));
+        } else {
+            xs.iter_mut().zip(ys).for_each(|(x, &y)| *x = g(*x, y));
+        }
+    }
+    let fits = |x: &Tensor, other: &Tensor| {
+        x.ty() == out && (other.numel() == 1 || other.shape() == x.shape())
+    };
+    let [a, b] = inputs.as_mut_slice() else {
+        return None;
+    };
+    if fits(a, b) {
+        if let (Some(xs), Ok(ys)) = (a.unique_slice_mut::<T>(), b.as_slice::<T>()) {
+            apply(xs, ys, &f);
+            return Some(inputs.swap_remove(0).renewed());
+        }
+    }
+    if fits(b, a) {
+        if let (Some(xs), Ok(ys)) = (b.unique_slice_mut::<T>(), a.as_slice::<T>()) {
+            apply(xs, ys, |x, y| f(y, x));
+            return Some(inputs.swap_remove(1).renewed());
+        }
+    }
+    None
 }
 
 /// `f` applied elementwise to `a` and `b` broadcast to `out_shape`.

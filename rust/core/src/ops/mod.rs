@@ -150,6 +150,17 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
     /// CPU kernel. `outputs` is what `infer` returned for these inputs.
     fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>>;
 
+    /// `compute` on inputs the caller gives up: an elementwise op writes into an input that
+    /// holds its buffer alone and has the output's type, instead of allocating (what the
+    /// executor does with values at their last use). `inputs` may be left changed.
+    fn compute_owned(
+        &self,
+        inputs: &mut Vec<Tensor>,
+        outputs: &[TensorType],
+    ) -> Result<Values<Tensor>> {
+        self.compute(inputs, outputs)
+    }
+
     /// What the gradient rule needs from the forward pass.
     fn saves(&self) -> Saves;
 
@@ -248,6 +259,9 @@ macro_rules! op_table {
             }
             pub fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 match self { $( Op::$variant(o) => o.compute(inputs, outputs), )* }
+            }
+            pub fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
+                match self { $( Op::$variant(o) => o.compute_owned(inputs, outputs), )* }
             }
             pub fn saves(&self) -> Saves {
                 match self { $( Op::$variant(o) => o.saves(), )* }

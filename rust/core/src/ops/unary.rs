@@ -60,6 +60,15 @@ macro_rules! unary_op {
                 Ok(smallvec::smallvec![out])
             }
 
+            fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
+                let out = &outputs[0];
+                let written: Option<Tensor> = unary_op!(@into $accepts, inputs, out, |$x: $T| $kernel);
+                match written {
+                    Some(t) => Ok(smallvec::smallvec![t]),
+                    None => self.compute(inputs, outputs),
+                }
+            }
+
             fn saves(&self) -> Saves {
                 $saves
             }
@@ -98,6 +107,21 @@ macro_rules! unary_op {
     (@dispatch Float, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
         crate::with_float!($input.dtype(), $T, { kernels::map::<$T, $T>($input, |$x: $T| $kernel) },
             Err(kernel_dtype_bug($opname, $input.dtype())))
+    };
+    (@into Float, $inputs:ident, $out:ident, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_float!($out.dtype, $T, { kernels::map_into::<$T>($inputs, $out, |$x: $T| $kernel) }, None)
+    };
+    (@into Numeric, $inputs:ident, $out:ident, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_numeric!($out.dtype, $T, { kernels::map_into::<$T>($inputs, $out, |$x: $T| $kernel) }, None)
+    };
+    (@into Bool, $inputs:ident, $out:ident, |$x:ident: $T:ident| $kernel:expr) => {
+        match $out.dtype {
+            DType::Bool => {
+                type $T = bool;
+                kernels::map_into::<$T>($inputs, $out, |$x: $T| $kernel)
+            }
+            _ => None,
+        }
     };
     (@dispatch Numeric, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
         crate::with_numeric!($input.dtype(), $T, { kernels::map::<$T, $T>($input, |$x: $T| $kernel) },
