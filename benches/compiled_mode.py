@@ -1,9 +1,10 @@
-"""Compiled-mode benchmarks: the same programs eager, on the graph interpreter and under `gl.jit`.
+"""Compiled-mode benchmarks: the same programs eager, in graph mode (the frame executor) and under
+`gl.jit`.
 
 Usage: python benches/compiled_mode.py [--quick] [--repeats N]
 
 (a) a data-dependent while loop with a tiny body (i += 1; x = x * a + 1e-3 on scalars): ns per
-    iteration compiled (llvm-cpu), on the graph interpreter and eagerly, as (t(n) - t(n/10)) /
+    iteration compiled (llvm-cpu), in graph mode and eagerly, as (t(n) - t(n/10)) /
     (0.9 n) per repeat, and the time of a compiled call with zero trips;
 (b) the gradient of a dynamic-length RNN (64 hidden units, tanh, stopping when the accumulated
     energy of the state passes a threshold, about 1000 steps): time per gradient;

@@ -1,4 +1,5 @@
-"""Graph-mode benchmarks: trace time, interpreter loops against eager loops, loop gradients.
+"""Graph-mode benchmarks: trace time, graph-mode loops (on the frame executor) against eager
+loops, loop gradients.
 
 Usage: python benches/graph_mode.py [--quick] [--repeats N]
 
@@ -6,7 +7,7 @@ Usage: python benches/graph_mode.py [--quick] [--repeats N]
     same ops eagerly once;
 (b) trace time of a while loop whose body holds a cond;
 (c) a data-dependent while loop with a tiny body (i += 1; x = x * a + 1 on scalars): ns per
-    iteration on the graph interpreter and eagerly;
+    iteration in graph mode and eagerly;
 (d) the gradient of that loop (graph mode: a forward loop that stacks, a reverse loop that pops)
     at 10^3, 10^4 and 10^5 iterations: time per iteration stays flat when the cost is linear.
 

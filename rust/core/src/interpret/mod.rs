@@ -15,8 +15,9 @@
 //! side effects included — nothing is pruned. A `While` is a loop in Rust, not a recursion, so
 //! 10^5 iterations take constant stack depth; nested functions recurse once per nesting level.
 //! `parallel_iterations` is ignored here. This is the reference semantics other modes are tested
-//! against; the frame executor (a later issue) replaces it for speed: lowered dataflow, lazy
-//! pruned execution and overlapping loop iterations.
+//! against; graph functions run on the frame executor (`crate::executor`: lowered dataflow, lazy
+//! pruned execution, overlapping loop iterations), which agrees with it on every value and
+//! error, except that it never runs what no result or side effect needs.
 //!
 //! Errors keep their kind (a shape error stays a shape error); each function frame they cross
 //! adds a line naming the node, its function and its source location:
