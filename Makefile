@@ -68,6 +68,7 @@ demo: dev
 bench: dev
 	$(PY) benches/run.py
 	$(PY) benches/graph_mode.py
+	$(PY) benches/executor.py
 	$(PY) benches/compiled_mode.py
 
 clean:
