@@ -30,6 +30,10 @@ pub(crate) struct NodePlan {
     pub outputs: SmallVec<[SmallVec<[Target; 2]>; 1]>,
     /// Nodes with a control input on this one.
     pub control_out: SmallVec<[u32; 2]>,
+    /// Whether the node only passes its one input on (identity, enter, exit, next_iteration,
+    /// a loop's merge, without control inputs): it is run where its token arrives, never
+    /// queued.
+    pub forward: bool,
     /// For an op whose input and output types are all static: those types. Inputs of exactly
     /// these types passed the op's rule when the graph was built, so the kernel runs without
     /// checking it again.
@@ -105,6 +109,7 @@ impl Plan {
                 slot_base: frame.slots as u32,
                 outputs: node.outputs.iter().map(|_| SmallVec::new()).collect(),
                 control_out: SmallVec::new(),
+                forward: forwards(node),
                 checked: checked_types(&graph, id),
             };
             frame.pending.push(pending);
@@ -176,4 +181,14 @@ fn checked_types(graph: &DataflowGraph, id: NodeId) -> Option<Box<CheckedTypes>>
         .collect::<Option<Vec<_>>>()?;
     let outputs = node.outputs.iter().map(tensor).collect::<Option<Types>>()?;
     Some(Box::new(CheckedTypes { inputs, outputs }))
+}
+
+/// Whether `node` only passes its single input on (see `NodePlan::forward`).
+fn forwards(node: &crate::dataflow::DfNode) -> bool {
+    let single = node.inputs.len() == 1 && node.control_inputs.is_empty();
+    match node.kind {
+        DfKind::Merge { loop_merge: true } => true,
+        DfKind::Identity | DfKind::Enter { .. } | DfKind::Exit | DfKind::NextIteration => single,
+        _ => false,
+    }
 }

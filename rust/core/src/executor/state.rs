@@ -421,6 +421,10 @@ impl<'p> RunState<'p> {
             // yet", unless the whole loop is dead.
             DfKind::NextIteration if token.is_none() => false,
             DfKind::Exit if token.is_none() && !self.frame(inst).dead => false,
+            _ if np.forward => {
+                self.forward(inst, iter, node, token);
+                false
+            }
             DfKind::Merge { loop_merge: true } => {
                 let it = self.iteration(inst, iter);
                 match token {
@@ -469,6 +473,23 @@ impl<'p> RunState<'p> {
         };
         if ready {
             self.enqueue(inst, iter, node);
+        }
+    }
+
+    /// Runs a forwarding node where its token arrives: the token goes on to the iteration the
+    /// node's kind delivers to, and its control consumers are signalled. The chain of such
+    /// nodes ends at the first node that computes or waits (a loop passes a switch each trip).
+    fn forward(&mut self, inst: u32, iter: i64, node: u32, token: Token) {
+        let plan = self.plan;
+        let task = Task {
+            node,
+            frame: inst,
+            iter,
+        };
+        let dead = token.is_none();
+        self.route(task, &plan.graph.nodes[node as usize].kind, 0, token);
+        for &c in &plan.nodes[node as usize].control_out {
+            self.arrive_control(inst, iter, c, dead);
         }
     }
 
