@@ -28,6 +28,7 @@
 //! execution keeps beside the fetched results (nothing else unneeded runs).
 
 mod build;
+mod hoist;
 mod lower_graph;
 mod text;
 mod verify;
@@ -38,6 +39,7 @@ use crate::graph::{Constant, NodeId, Port, StackOp, ValueType, VariableOp};
 use crate::ops::Op;
 
 pub use build::{Builder, FunctionLowered, Lower, LowerNode, Lowered, Scope};
+pub use hoist::hoist_loop_constants;
 pub use lower_graph::lower;
 pub use verify::verify;
 

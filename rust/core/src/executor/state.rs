@@ -371,6 +371,8 @@ impl<'p> RunState<'p> {
     fn enter_frame(&mut self, template: FrameId, task: Task, dead: bool) -> u32 {
         let key = (template, task.frame, task.iter);
         if let Some(&inst) = self.index.get(&key) {
+            // A hoisted constant may enter first, live: the loop is dead when any entry is.
+            self.frame(inst).dead |= dead;
             return inst;
         }
         let inst = self.new_frame(template, (task.frame, task.iter), dead);

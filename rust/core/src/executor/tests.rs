@@ -126,6 +126,8 @@ fn a_loop_lowers_to_the_five_primitives_and_counts() {
         text.contains("{frame=1, constant}"),
         "the bound is an invariant:\n{text}"
     );
+    // The body's constant 1 is hoisted: a root constant entered as an invariant too.
+    assert_eq!(text.matches("{frame=1, constant}").count(), 2, "{text}");
     for n in [0i64, 1, 7, 1000] {
         let out = Executor::new(&graph)
             .unwrap()
