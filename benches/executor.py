@@ -28,18 +28,8 @@ import numpy as np
 import gradloop as gl
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from graph_mode import ratio, stat
 from run import paired, print_table
-
-
-def stat(samples: Sequence[float], scale: float = 1.0) -> tuple[str, str]:
-    q = statistics.quantiles([s * scale for s in samples], n=4)
-    return f"{statistics.median(samples) * scale:,.1f}", f"{q[0]:,.1f}-{q[2]:,.1f}"
-
-
-def ratio(a: Sequence[float], b: Sequence[float]) -> tuple[str, str]:
-    r = [x / y for x, y in zip(a, b, strict=True)]
-    q = statistics.quantiles(r, n=4)
-    return f"{statistics.median(r):.2f}x", f"{q[0]:.2f}-{q[2]:.2f}"
 
 
 def on(runner: str, fn: Callable) -> Callable:

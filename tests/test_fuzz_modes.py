@@ -79,40 +79,29 @@ def outputs(program: Program, stage) -> list[np.ndarray]:
 X = np.array([0.41, -0.23, 0.37])
 
 
-def interpreted(fn):
-    """`gl.function(fn)`, its calls run on the reference interpreter."""
-    staged = gl.function(fn)
+def on_runner(name: str):
+    """A stage: `gl.function(fn)` whose calls run on the graph runner `name`."""
 
-    def call(*args):
-        before = gl._core.graph_runner()
-        gl._core.set_graph_runner("interpreter")
-        try:
-            return staged(*args)
-        finally:
-            gl._core.set_graph_runner(before)
+    def stage(fn):
+        staged = gl.function(fn)
 
-    return call
+        def call(*args):
+            before = gl._core.graph_runner()
+            gl._core.set_graph_runner(name)
+            try:
+                return staged(*args)
+            finally:
+                gl._core.set_graph_runner(before)
 
+        return call
 
-def executed(fn):
-    """`gl.function(fn)`, its calls run on the frame executor."""
-    staged = gl.function(fn)
-
-    def call(*args):
-        before = gl._core.graph_runner()
-        gl._core.set_graph_runner("executor")
-        try:
-            return staged(*args)
-        finally:
-            gl._core.set_graph_runner(before)
-
-    return call
+    return stage
 
 
 def check(spec, compiled: bool = True) -> None:
     program = Program(spec)
     eager = outputs(program, lambda f: f)
-    stages = {"executor": executed, "interpreter": interpreted}
+    stages = {"executor": on_runner("executor"), "interpreter": on_runner("interpreter")}
     if compiled:
         stages["compiled"] = gl.jit
     for mode, stage in stages.items():

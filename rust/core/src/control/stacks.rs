@@ -19,7 +19,7 @@ use std::iter::once;
 
 use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
 use crate::error::{Error, ErrorKind, Result};
-use crate::executor::Kernel;
+use crate::executor::{input_reader, Kernel};
 use crate::graph::text::TypeText;
 use crate::graph::verify_nodes::{arity, expect_compatible, expect_outputs, fixed, inner};
 use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, StackOp, ValueType};
@@ -247,12 +247,7 @@ fn pop(stack: RtValue) -> Result<[RtValue; 2]> {
 
 impl Kernel for StackOp {
     fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>> {
-        let mut inputs = inputs.into_iter();
-        let mut next = || {
-            inputs
-                .next()
-                .ok_or_else(|| Error::internal(self.keyword(), "missing input"))
-        };
+        let mut next = input_reader(self.keyword(), inputs);
         Ok(match self {
             StackOp::New { element } => smallvec![RtValue::Stack(StackValue::new(element.clone()))],
             StackOp::Push => smallvec![push(next()?, next()?)?],

@@ -18,7 +18,7 @@ use std::iter::once;
 
 use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
 use crate::error::{Error, ErrorKind, Result};
-use crate::executor::Kernel;
+use crate::executor::{input_reader, Kernel};
 use crate::graph::verify_nodes::{expect_compatible, expect_outputs, fixed, inner};
 use crate::graph::{
     AttrReader, Check, Library, NodeKind, NodeRule, ParseNode, ValueType, VariableOp,
@@ -183,12 +183,7 @@ impl Lower for VariableOp {
 
 impl Kernel for VariableOp {
     fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>> {
-        let mut inputs = inputs.into_iter();
-        let mut next = || {
-            inputs
-                .next()
-                .ok_or_else(|| Error::internal(self.keyword(), "missing input"))
-        };
+        let mut next = input_reader(self.keyword(), inputs);
         let var = next()?.into_resource()?;
         match self {
             VariableOp::Read => return Ok(smallvec![RtValue::Tensor(var.read())]),

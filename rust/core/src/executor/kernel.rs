@@ -16,6 +16,20 @@ pub trait Kernel {
     fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>>;
 }
 
+/// The inputs of `op`'s node one at a time; a missing one is an internal error (a verified
+/// graph has none).
+pub fn input_reader(
+    op: &'static str,
+    inputs: SmallVec<[RtValue; 4]>,
+) -> impl FnMut() -> Result<RtValue> {
+    let mut inputs = inputs.into_iter();
+    move || {
+        inputs
+            .next()
+            .ok_or_else(|| Error::internal(op, "missing input"))
+    }
+}
+
 /// Work below which a node runs on the thread that found it ready, under the run's lock:
 /// handing it to another thread would cost more than it does.
 const INLINE_WORK: usize = 1 << 15;

@@ -30,7 +30,7 @@ mod tests;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use kernel::run_node;
-pub use kernel::Kernel;
+pub use kernel::{input_reader, Kernel};
 use plan::Plan;
 use state::{Prepared, RunState, Task};
 
