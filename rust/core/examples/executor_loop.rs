@@ -64,6 +64,10 @@ fn main() -> gradloop::Result<()> {
     };
     // A second argument runs one of them only (for profiling).
     let only = std::env::args().nth(2).unwrap_or_default();
+    if only == "show" {
+        println!("{}", executor.graph());
+        return Ok(());
+    }
     let runs: [(&str, &Run); 3] = [
         ("interpreter", &|| interpreter.run(&graph.entry, args())),
         ("executor", &|| executor.run(args())),

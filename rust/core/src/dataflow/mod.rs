@@ -28,6 +28,7 @@
 //! execution keeps beside the fetched results (nothing else unneeded runs).
 
 mod build;
+mod fuse;
 mod hoist;
 mod lower_graph;
 mod text;
@@ -39,6 +40,7 @@ use crate::graph::{Constant, NodeId, Port, StackOp, ValueType, VariableOp};
 use crate::ops::Op;
 
 pub use build::{Builder, FunctionLowered, Lower, LowerNode, Lowered, Scope};
+pub use fuse::fuse_frames;
 pub use hoist::hoist_loop_constants;
 pub use lower_graph::lower;
 pub use verify::verify;
@@ -91,6 +93,9 @@ pub enum DfKind {
     NoOp,
     Variable(VariableOp),
     Stack(StackOp),
+    /// A loop's frame run as one node (`fuse_frames`): its inputs are the loop's entries, its
+    /// outputs the loop's exits; dead when any input is.
+    Loop(Arc<FusedLoop>),
 }
 
 impl DfKind {
@@ -109,6 +114,7 @@ impl DfKind {
             DfKind::NoOp => "no_op",
             DfKind::Variable(v) => crate::graph::NodeRule::keyword(v),
             DfKind::Stack(s) => crate::graph::NodeRule::keyword(s),
+            DfKind::Loop(_) => "loop",
         }
     }
 
@@ -119,6 +125,23 @@ impl DfKind {
             DfKind::Variable(VariableOp::Assign | VariableOp::AssignAdd)
         )
     }
+}
+
+/// The nodes of one loop frame as a sequential program (see `fuse_frames`).
+///
+/// `nodes` starts with one `arg` per input (the frame's entries), then the frame's nodes in
+/// an order where each follows its inputs and control inputs, except that a loop merge reads
+/// its `next_iteration` from the previous iteration; loop merges come first. Ports and
+/// control inputs index `nodes`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedLoop {
+    /// The frame it replaces.
+    pub frame: FrameId,
+    /// Per input: whether it is a constant entry (an invariant every iteration reads).
+    pub invariant: Vec<bool>,
+    pub nodes: Vec<DfNode>,
+    /// The loop's `exit` nodes, one per output.
+    pub exits: Vec<NodeId>,
 }
 
 /// Where a lowered node came from, for errors: the site of the original node
@@ -164,5 +187,21 @@ impl DataflowGraph {
     /// How many nodes of `name` (`"switch"`, `"merge"`, an op name, ...) the graph has.
     pub fn count(&self, name: &str) -> usize {
         self.nodes.iter().filter(|n| n.kind.name() == name).count()
+    }
+
+    /// The nodes the results and targets reach back to, through data and control inputs:
+    /// what a lazy run executes.
+    pub fn needed(&self) -> Vec<bool> {
+        let mut needed = vec![false; self.nodes.len()];
+        let mut todo: Vec<NodeId> = self.results.iter().map(|p| p.node).collect();
+        todo.extend(&self.targets);
+        while let Some(n) = todo.pop() {
+            if !std::mem::replace(&mut needed[n], true) {
+                let node = &self.nodes[n];
+                todo.extend(node.inputs.iter().map(|p| p.node));
+                todo.extend(&node.control_inputs);
+            }
+        }
+        needed
     }
 }

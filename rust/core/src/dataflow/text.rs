@@ -91,6 +91,10 @@ impl fmt::Display for NodeLine<'_> {
                 a
             }
             DfKind::Merge { loop_merge: true } => vec!["loop".into()],
+            DfKind::Loop(l) => vec![
+                format!("frame={}", l.frame),
+                format!("nodes={}", l.nodes.len() - l.invariant.len()),
+            ],
             DfKind::Stack(s) => s
                 .attrs()
                 .into_iter()

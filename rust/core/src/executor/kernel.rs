@@ -3,8 +3,12 @@
 
 use smallvec::{smallvec, SmallVec};
 
+use std::sync::Arc;
+
+use super::plan::{checked_types, NodePlan};
 use super::state::{Outcome, Prepared};
-use crate::dataflow::{DfKind, DfNode};
+use crate::dataflow::{DataflowGraph, DfKind, DfNode, Origin};
+use crate::graph::NodeId;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::{execute, Op};
@@ -35,16 +39,58 @@ pub fn input_reader(
 const INLINE_WORK: usize = 1 << 15;
 
 /// Whether `op` on `inputs` is worth running outside the run's lock, beside other work.
-pub(crate) fn is_heavy<'t>(op: &Op, mut inputs: impl Iterator<Item = &'t Tensor>) -> bool {
-    let work: usize = if op.name() == "matmul" {
-        match (inputs.next(), inputs.next()) {
-            (Some(a), Some(b)) => a.numel() * b.shape().last().copied().unwrap_or(1),
+pub(crate) fn is_heavy<'t>(op: &Op, inputs: impl Iterator<Item = &'t Tensor>) -> bool {
+    work(op, inputs.map(Tensor::shape)) >= INLINE_WORK
+}
+
+/// An estimate of `op`'s work on inputs of `shapes`: elements read, or a matrix product's
+/// multiply-adds.
+fn work<'s>(op: &Op, mut shapes: impl Iterator<Item = &'s [usize]>) -> usize {
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    if op.name() == "matmul" {
+        match (shapes.next(), shapes.next()) {
+            (Some(a), Some(b)) => numel(a) * b.last().copied().unwrap_or(1),
             _ => 0,
         }
     } else {
-        inputs.map(Tensor::numel).sum()
-    };
-    work >= INLINE_WORK
+        shapes.map(numel).sum()
+    }
+}
+
+/// Whether node `id` is cheap enough to run inside a fused loop (`dataflow::fuse_frames`):
+/// an op whose static types are known and whose work stays under the inline threshold, or
+/// any other node but an argument or an unfused loop's entry.
+pub(crate) fn is_cheap(graph: &DataflowGraph, id: NodeId) -> bool {
+    match &graph.nodes[id].kind {
+        DfKind::Op(op) => checked_types(&graph.nodes, id)
+            .is_some_and(|c| work(op, c.inputs.iter().map(|t| &t.shape[..])) < INLINE_WORK),
+        DfKind::Arg(_) | DfKind::Enter { .. } => false,
+        _ => true,
+    }
+}
+
+/// An error, and where it happened when that was inside a fused loop: the failing node's
+/// origin and its iteration in each fused loop, innermost first.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub error: Error,
+    pub inner: Option<(Option<Arc<Origin>>, SmallVec<[i64; 2]>)>,
+}
+
+impl Failure {
+    /// Notes that the failure happened in `iteration` of the fused loop holding `node`.
+    pub fn inside(&mut self, node: &DfNode, iteration: i64) {
+        self.inner
+            .get_or_insert_with(|| (node.origin.clone(), SmallVec::new()))
+            .1
+            .push(iteration);
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure { error, inner: None }
+    }
 }
 
 /// Moves the tensors out of `slots` into `tensors` (an error names an input that is not one).
@@ -67,7 +113,7 @@ pub(crate) fn take_tensors(slots: &mut [Option<RtValue>], tensors: &mut Vec<Tens
 }
 
 /// Runs the prepared node.
-pub(crate) fn run_node(node: &DfNode, p: Prepared) -> Result<Outcome> {
+pub(crate) fn run_node(node: &DfNode, np: &NodePlan, p: Prepared) -> Result<Outcome, Failure> {
     let mut inputs = p.inputs;
     let pass = |inputs: &mut SmallVec<[RtValue; 4]>| -> Result<Outcome> {
         let v = inputs
@@ -82,7 +128,7 @@ pub(crate) fn run_node(node: &DfNode, p: Prepared) -> Result<Outcome> {
         | DfKind::Merge { .. }
         | DfKind::Enter { .. }
         | DfKind::Exit
-        | DfKind::NextIteration => pass(&mut inputs),
+        | DfKind::NextIteration => Ok(pass(&mut inputs)?),
         DfKind::Const(c) => Ok(Outcome::Values(smallvec![RtValue::Tensor(c.0.clone())])),
         DfKind::Op(op) => {
             let tensors: SmallVec<[Tensor; 4]> = inputs
@@ -103,14 +149,18 @@ pub(crate) fn run_node(node: &DfNode, p: Prepared) -> Result<Outcome> {
         DfKind::Switch { outputs } => {
             let mut it = inputs.into_iter();
             let (Some(value), Some(selector)) = (it.next(), it.next()) else {
-                return Err(Error::internal("switch", "takes (data, selector)"));
+                return Err(Error::internal("switch", "takes (data, selector)").into());
             };
             let output = selector_output(selector, *outputs)?;
             Ok(Outcome::Routed { output, value })
         }
         DfKind::NoOp => Ok(Outcome::Values(SmallVec::new())),
-        DfKind::Variable(v) => v.run(inputs).map(Outcome::Values),
-        DfKind::Stack(s) => s.run(inputs).map(Outcome::Values),
+        DfKind::Variable(v) => Ok(v.run(inputs).map(Outcome::Values)?),
+        DfKind::Stack(s) => Ok(s.run(inputs).map(Outcome::Values)?),
+        DfKind::Loop(_) => match &np.program {
+            Some(program) => program.run(inputs).map(Outcome::Values),
+            None => Err(Error::internal("loop", "the fused loop was not compiled").into()),
+        },
     }
 }
 

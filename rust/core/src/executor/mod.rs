@@ -22,6 +22,7 @@
 
 mod kernel;
 mod plan;
+mod program;
 mod state;
 
 #[cfg(test)]
@@ -29,12 +30,12 @@ mod tests;
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use kernel::run_node;
+use kernel::{is_cheap, run_node, Failure};
 pub use kernel::{input_reader, Kernel};
 use plan::Plan;
 use state::{Prepared, RunState, Task};
 
-use crate::dataflow::{lower, DataflowGraph};
+use crate::dataflow::{fuse_frames, lower, DataflowGraph, DfKind};
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::interpret::check_params;
@@ -69,10 +70,28 @@ pub struct Executor {
     threads: usize,
 }
 
+/// How loops run: fused into sequential programs where every node is cheap (the default),
+/// or always as frames of tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loops {
+    Fused,
+    Frames,
+}
+
 impl Executor {
-    /// Simplifies `graph` (`optimize`), lowers its entry and plans it.
+    /// Simplifies `graph` (`optimize`), lowers its entry and plans it; loops of cheap nodes
+    /// are fused.
     pub fn new(graph: &Graph) -> Result<Executor> {
-        Executor::from_dataflow(lower(&optimize(graph)?)?)
+        Executor::with_loops(graph, Loops::Fused)
+    }
+
+    /// `new`, choosing how loops run.
+    pub fn with_loops(graph: &Graph, loops: Loops) -> Result<Executor> {
+        let lowered = lower(&optimize(graph)?)?;
+        match loops {
+            Loops::Fused => Executor::from_dataflow(fuse_frames(&lowered, is_cheap)?),
+            Loops::Frames => Executor::from_dataflow(lowered),
+        }
     }
 
     /// Plans an already lowered graph.
@@ -120,9 +139,17 @@ impl Executor {
 }
 
 /// Runs ready light nodes on this thread until none is left, or returns the first heavy one.
+/// A fused loop with nothing else ready runs here too: no other thread could help.
 fn drain_light(state: &mut RunState<'_>) -> Option<(Task, Prepared)> {
     while let Some(task) = state.ready.pop_front() {
         if let Some(heavy) = state.step(task) {
+            let plan = state.plan;
+            let node = &plan.graph.nodes[task.node as usize];
+            if matches!(node.kind, DfKind::Loop(_)) && state.ready.is_empty() {
+                let np = &plan.nodes[task.node as usize];
+                settle(state, task, run_node(node, np, heavy));
+                continue;
+            }
             return Some((task, heavy));
         }
     }
@@ -132,14 +159,15 @@ fn drain_light(state: &mut RunState<'_>) -> Option<(Task, Prepared)> {
 /// Runs every ready node on this thread until none is left.
 fn drain(state: &mut RunState<'_>) {
     while let Some(task) = state.ready.pop_front() {
-        let node = &state.plan.graph.nodes[task.node as usize];
+        let plan = state.plan;
         if let Some(heavy) = state.step(task) {
-            settle(state, task, run_node(node, heavy));
+            let (node, np) = (&plan.graph.nodes[task.node as usize], &plan.nodes[task.node as usize]);
+            settle(state, task, run_node(node, np, heavy));
         }
     }
 }
 
-fn settle(state: &mut RunState<'_>, task: Task, outcome: Result<state::Outcome>) {
+fn settle(state: &mut RunState<'_>, task: Task, outcome: Result<state::Outcome, Failure>) {
     match outcome {
         Ok(outcome) => state.complete(task, outcome),
         Err(e) => state.fail(task, e),
@@ -169,13 +197,14 @@ fn worker<'s>(
                 }
             }
         };
-        let node = &state.plan.graph.nodes[task.node as usize];
+        let plan = state.plan;
+        let (node, np) = (&plan.graph.nodes[task.node as usize], &plan.nodes[task.node as usize]);
         if !state.ready.is_empty() && state.workers < threads {
             state.workers += 1;
             scope.spawn(move |s| worker(shared, threads, s, None));
         }
         drop(state);
-        let outcome = run_node(node, heavy);
+        let outcome = run_node(node, np, heavy);
         state = lock();
         if state.error.is_some() {
             break;

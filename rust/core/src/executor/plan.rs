@@ -3,9 +3,13 @@
 //! of its pending count and first input slot in an iteration's state), and lists where each
 //! output goes.
 
+use std::sync::Arc;
+
 use smallvec::SmallVec;
 
-use crate::dataflow::{DataflowGraph, DfKind};
+use super::program::Program;
+
+use crate::dataflow::{DataflowGraph, DfKind, DfNode};
 use crate::error::{Error, Result};
 use crate::graph::{NodeId, ValueType};
 use crate::ops::Types;
@@ -38,6 +42,8 @@ pub(crate) struct NodePlan {
     /// these types passed the op's rule when the graph was built, so the kernel runs without
     /// checking it again.
     pub checked: Option<Box<CheckedTypes>>,
+    /// For a fused loop: its compiled program.
+    pub program: Option<Arc<Program>>,
 }
 
 /// An op's static input and output types (see `NodePlan::checked`).
@@ -73,7 +79,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     pub fn build(graph: DataflowGraph) -> Result<Plan> {
-        let needed = needed(&graph);
+        let needed = graph.needed();
         let mut frames: Vec<FramePlan> = graph
             .frames
             .iter()
@@ -110,7 +116,11 @@ impl Plan {
                 outputs: node.outputs.iter().map(|_| SmallVec::new()).collect(),
                 control_out: SmallVec::new(),
                 forward: forwards(node),
-                checked: checked_types(&graph, id),
+                checked: checked_types(&graph.nodes, id),
+                program: match &node.kind {
+                    DfKind::Loop(fused) => Some(Arc::new(Program::compile(fused)?)),
+                    _ => None,
+                },
             };
             frame.pending.push(pending);
             frame.slots += node.inputs.len();
@@ -145,24 +155,9 @@ impl Plan {
     }
 }
 
-/// The nodes the results and targets reach back to, through data and control inputs.
-fn needed(graph: &DataflowGraph) -> Vec<bool> {
-    let mut needed = vec![false; graph.nodes.len()];
-    let mut todo: Vec<NodeId> = graph.results.iter().map(|p| p.node).collect();
-    todo.extend(&graph.targets);
-    while let Some(n) = todo.pop() {
-        if !std::mem::replace(&mut needed[n], true) {
-            let node = &graph.nodes[n];
-            todo.extend(node.inputs.iter().map(|p| p.node));
-            todo.extend(&node.control_inputs);
-        }
-    }
-    needed
-}
-
 /// The static types of op node `id` (`None` for other nodes, or any unknown dimension).
-fn checked_types(graph: &DataflowGraph, id: NodeId) -> Option<Box<CheckedTypes>> {
-    let node = &graph.nodes[id];
+pub(crate) fn checked_types(nodes: &[DfNode], id: NodeId) -> Option<Box<CheckedTypes>> {
+    let node = &nodes[id];
     if !matches!(node.kind, DfKind::Op(_)) {
         return None;
     }
@@ -171,8 +166,7 @@ fn checked_types(graph: &DataflowGraph, id: NodeId) -> Option<Box<CheckedTypes>>
         .inputs
         .iter()
         .map(|p| {
-            graph
-                .nodes
+            nodes
                 .get(p.node)?
                 .outputs
                 .get(p.output)
@@ -184,7 +178,7 @@ fn checked_types(graph: &DataflowGraph, id: NodeId) -> Option<Box<CheckedTypes>>
 }
 
 /// Whether `node` only passes its single input on (see `NodePlan::forward`).
-fn forwards(node: &crate::dataflow::DfNode) -> bool {
+fn forwards(node: &DfNode) -> bool {
     let single = node.inputs.len() == 1 && node.control_inputs.is_empty();
     match node.kind {
         DfKind::Merge { loop_merge: true } => true,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::kernel::{is_heavy, run_node, selector_output, take_tensors};
+use super::kernel::{is_heavy, run_node, selector_output, take_tensors, Failure};
 use super::plan::{Plan, Target};
 use crate::dataflow::{DfKind, FrameId, Origin};
 use crate::error::{Error, Result};
@@ -224,7 +224,7 @@ impl<'p> RunState<'p> {
                     });
                 match routed {
                     Ok((output, value)) => self.complete(task, Outcome::Routed { output, value }),
-                    Err(e) => self.fail(task, e),
+                    Err(e) => self.fail(task, e.into()),
                 }
             }
             DfKind::Const(c) => {
@@ -259,13 +259,20 @@ impl<'p> RunState<'p> {
                         }
                         self.retire(task, false);
                     }
-                    Err(e) => self.fail(task, e),
+                    Err(e) => self.fail(task, e.into()),
                 }
+            }
+            DfKind::Loop(_) => {
+                // A whole loop: run outside the lock (or by the caller, when nothing else is
+                // ready).
+                let slots = &mut it.slots[base..base + n];
+                let inputs = slots.iter_mut().filter_map(Option::take).collect();
+                return Some(Prepared { inputs });
             }
             DfKind::NoOp | DfKind::Variable(_) | DfKind::Stack(_) => {
                 let slots = &mut it.slots[base..base + n];
                 let inputs = slots.iter_mut().filter_map(Option::take).collect();
-                match run_node(node, Prepared { inputs }) {
+                match run_node(node, np, Prepared { inputs }) {
                     Ok(outcome) => self.complete(task, outcome),
                     Err(e) => self.fail(task, e),
                 }
@@ -547,24 +554,42 @@ impl<'p> RunState<'p> {
     }
 
     /// Records the run's first error with where it happened; nothing more runs.
-    pub fn fail(&mut self, task: Task, error: Error) {
+    pub fn fail(&mut self, task: Task, failure: Failure) {
         if self.error.is_none() {
-            let origin = self.plan.graph.nodes[task.node as usize].origin.clone();
-            self.error = Some(self.located(error, origin, task));
+            let (origin, inner) = match failure.inner {
+                Some((origin, iterations)) => (origin, iterations),
+                None => (
+                    self.plan.graph.nodes[task.node as usize].origin.clone(),
+                    SmallVec::new(),
+                ),
+            };
+            self.error = Some(self.located(failure.error, origin, &inner, task));
         }
         self.ready.clear();
     }
 
     /// Adds the node's site and the sites it was lowered through, with the iteration of each
-    /// loop, as the interpreter writes them.
-    fn located(&mut self, mut e: Error, origin: Option<Arc<Origin>>, task: Task) -> Error {
+    /// loop, as the interpreter writes them: first the iterations `inner` of the fused loops
+    /// around the failing node (innermost first), then those of `task`'s frames.
+    fn located(
+        &mut self,
+        mut e: Error,
+        origin: Option<Arc<Origin>>,
+        inner: &[i64],
+        task: Task,
+    ) -> Error {
         let (mut inst, mut iter) = (task.frame, task.iter);
+        let mut inner = inner.iter();
         let mut at = origin;
         let mut first = true;
         while let Some(o) = at {
-            if o.is_loop && !first && inst != ROOT {
-                e.message.push_str(&format!("\n  in iteration {iter}"));
-                (inst, iter) = self.frame(inst).parent;
+            if o.is_loop && !first {
+                if let Some(k) = inner.next() {
+                    e.message.push_str(&format!("\n  in iteration {k}"));
+                } else if inst != ROOT {
+                    e.message.push_str(&format!("\n  in iteration {iter}"));
+                    (inst, iter) = self.frame(inst).parent;
+                }
             }
             e.message.push_str("\n  ");
             e.message.push_str(&o.site);

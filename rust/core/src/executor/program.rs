@@ -1,0 +1,305 @@
+//! A fused loop (`DfKind::Loop`, from `dataflow::fuse_frames`) compiled to a register
+//! program: each node's outputs live in registers, a dead value is an empty register, and one
+//! iteration runs the nodes in their fixed order.
+//!
+//! ```text
+//!   registers ← the loop's inputs (an invariant's register is only ever cloned)
+//!   for iteration 0, 1, ...:
+//!     each step: dead if a control input is dead or (not a merge) an input is empty;
+//!                else read (the last reader of a register takes its value), run, write
+//!     stop when every next_iteration is empty
+//!   outputs ← the exits' registers
+//! ```
+//!
+//! Reading a value at its last use moves it, so an elementwise op writes into its input's
+//! buffer, and a stack threaded through the loop is pushed in place. No queue, lock or
+//! allocation per token: the cost per node is a match and the kernel.
+
+use std::sync::Arc;
+
+use smallvec::{smallvec, SmallVec};
+
+use super::kernel::{selector_output, Failure, Kernel};
+use super::plan::{checked_types, CheckedTypes};
+use crate::dataflow::{DfKind, FusedLoop};
+use crate::error::{Error, Result};
+use crate::ops::{execute, Op};
+use crate::runtime_values::RtValue;
+use crate::tensor::Tensor;
+
+type Reg = u32;
+
+/// One input of a step: the register, and whether this is its last read in an iteration.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    reg: Reg,
+    take: bool,
+}
+
+#[derive(Debug)]
+enum Action {
+    Const(Tensor),
+    /// Identity, exit, next_iteration: the input unchanged.
+    Pass,
+    /// A loop's merge: the entry in iteration 0, then what `next_iteration` carried.
+    LoopMerge,
+    /// A branch merge: its first live input.
+    Merge,
+    Switch(usize),
+    Op(Op, Option<Box<CheckedTypes>>),
+    /// A node run through `Kernel` (variables and stacks).
+    Kernel,
+    NoOp,
+    Loop(Arc<Program>),
+}
+
+#[derive(Debug)]
+struct Step {
+    /// The inner node it runs (for its kind and origin).
+    node: usize,
+    action: Action,
+    reads: SmallVec<[Read; 4]>,
+    /// Inner nodes whose death makes this step dead.
+    controls: SmallVec<[u32; 2]>,
+    /// First output register; the node's outputs are consecutive.
+    out: Reg,
+    outputs: u32,
+}
+
+/// A compiled fused loop, shared by every run of the plan.
+#[derive(Debug)]
+pub(crate) struct Program {
+    fused: Arc<FusedLoop>,
+    steps: Vec<Step>,
+    registers: usize,
+    /// Per input: its register, and whether it is an invariant.
+    inputs: Vec<(Reg, bool)>,
+    /// The registers `next_iteration` writes: the loop goes on while one is full.
+    carried: Vec<Reg>,
+    /// The registers the exits write, one per output.
+    exits: Vec<Reg>,
+}
+
+impl Program {
+    /// Compiles `fused` (nested loops too).
+    pub fn compile(fused: &Arc<FusedLoop>) -> Result<Program> {
+        let nodes = &fused.nodes;
+        let mut first = Vec::with_capacity(nodes.len());
+        let mut registers = 0u32;
+        for node in nodes {
+            first.push(registers);
+            registers += node.outputs.len() as u32;
+        }
+        let args = fused.invariant.len();
+        let reg = |p: &crate::graph::Port| first[p.node] + p.output as u32;
+        let mut steps = Vec::with_capacity(nodes.len() - args);
+        for (id, node) in nodes.iter().enumerate().skip(args) {
+            let action = match &node.kind {
+                DfKind::Const(c) => Action::Const(c.0.clone()),
+                DfKind::Identity | DfKind::Exit | DfKind::NextIteration => Action::Pass,
+                DfKind::Merge { loop_merge: true } => Action::LoopMerge,
+                DfKind::Merge { loop_merge: false } => Action::Merge,
+                DfKind::Switch { outputs } => Action::Switch(*outputs),
+                DfKind::Op(op) => Action::Op(op.clone(), checked_types(nodes, id)),
+                DfKind::Variable(_) | DfKind::Stack(_) => Action::Kernel,
+                DfKind::NoOp => Action::NoOp,
+                DfKind::Loop(inner) => Action::Loop(Arc::new(Program::compile(inner)?)),
+                DfKind::Arg(_) | DfKind::Enter { .. } => {
+                    let msg = format!("a fused loop holds {} %{id}", node.kind.name());
+                    return Err(Error::internal("executor", msg));
+                }
+            };
+            steps.push(Step {
+                node: id,
+                action,
+                reads: node
+                    .inputs
+                    .iter()
+                    .map(|p| Read {
+                        reg: reg(p),
+                        take: false,
+                    })
+                    .collect(),
+                controls: node.control_inputs.iter().map(|&c| c as u32).collect(),
+                out: first[id],
+                outputs: node.outputs.len() as u32,
+            });
+        }
+        // The last read of a register in an iteration takes it; an invariant's is kept.
+        let invariant: Vec<Reg> = (0..args)
+            .filter(|&k| fused.invariant[k])
+            .map(|k| first[k])
+            .collect();
+        let mut seen = vec![false; registers as usize];
+        for step in steps.iter_mut().rev() {
+            for read in step.reads.iter_mut().rev() {
+                let r = read.reg as usize;
+                read.take = !seen[r] && !invariant.contains(&read.reg);
+                seen[r] = true;
+            }
+        }
+        let of_kind = |f: fn(&DfKind) -> bool| -> Vec<Reg> {
+            steps
+                .iter()
+                .filter(|s| f(&nodes[s.node].kind))
+                .map(|s| s.out)
+                .collect()
+        };
+        let carried = of_kind(|k| matches!(k, DfKind::NextIteration));
+        let exits = fused.exits.iter().map(|&e| first[e]).collect();
+        Ok(Program {
+            fused: fused.clone(),
+            steps,
+            registers: registers as usize,
+            inputs: (0..args).map(|k| (first[k], fused.invariant[k])).collect(),
+            carried,
+            exits,
+        })
+    }
+
+    /// Runs the loop on `inputs` (all live); returns the exits' values.
+    pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
+        let mut regs: Vec<Option<RtValue>> = vec![None; self.registers];
+        let mut dead = vec![false; self.fused.nodes.len()];
+        for (&(reg, _), value) in self.inputs.iter().zip(inputs) {
+            regs[reg as usize] = Some(value);
+        }
+        let mut scratch: Vec<Tensor> = Vec::new();
+        let mut iteration: i64 = 0;
+        loop {
+            for step in &self.steps {
+                let result = self.step(step, iteration, &mut regs, &mut dead, &mut scratch);
+                if let Err(mut failure) = result {
+                    failure.inside(&self.fused.nodes[step.node], iteration);
+                    return Err(failure);
+                }
+            }
+            if self.carried.iter().all(|&r| regs[r as usize].is_none()) {
+                break;
+            }
+            iteration += 1;
+        }
+        self.exits
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| {
+                regs[r as usize].take().ok_or_else(|| {
+                    let msg = format!("the loop of frame {} ended without exit {k}", self.fused.frame);
+                    Failure::from(Error::internal("executor", msg))
+                })
+            })
+            .collect()
+    }
+
+    fn step(
+        &self,
+        step: &Step,
+        iteration: i64,
+        regs: &mut [Option<RtValue>],
+        dead: &mut [bool],
+        scratch: &mut Vec<Tensor>,
+    ) -> Result<(), Failure> {
+        let out = step.out as usize;
+        let control_dead = step.controls.iter().any(|&c| dead[c as usize]);
+        let reads = &step.reads;
+        // The merges decide their own death from which inputs are live.
+        let is_dead = match step.action {
+            Action::LoopMerge => {
+                let value = read(regs, reads[usize::from(iteration > 0)]);
+                let live = value.is_some() && !control_dead;
+                regs[out] = value.filter(|_| live);
+                dead[step.node] = !live;
+                return Ok(());
+            }
+            Action::Merge => {
+                let mut first = None;
+                for &r in reads {
+                    let v = read(regs, r);
+                    if first.is_none() {
+                        first = v;
+                    }
+                }
+                let live = first.is_some() && !control_dead;
+                regs[out] = first.filter(|_| live);
+                dead[step.node] = !live;
+                return Ok(());
+            }
+            _ => control_dead || reads.iter().any(|r| regs[r.reg as usize].is_none()),
+        };
+        dead[step.node] = is_dead;
+        if is_dead {
+            for r in &mut regs[out..out + step.outputs as usize] {
+                *r = None;
+            }
+            // Later readers of the inputs still see them; the values are dropped when the
+            // registers are written next.
+            return Ok(());
+        }
+        match &step.action {
+            Action::Const(t) => regs[out] = Some(RtValue::Tensor(t.clone())),
+            Action::Pass => regs[out] = read(regs, reads[0]),
+            Action::Switch(n) => {
+                let value = read(regs, reads[0]);
+                let selector = read(regs, reads[1]).ok_or_else(|| missing("switch"))?;
+                let chosen = selector_output(selector, *n)?;
+                for k in 0..*n {
+                    regs[out + k] = None;
+                }
+                regs[out + chosen] = value;
+            }
+            Action::Op(op, checked) => {
+                scratch.clear();
+                for (i, &r) in reads.iter().enumerate() {
+                    match read(regs, r) {
+                        Some(RtValue::Tensor(t)) => scratch.push(t),
+                        Some(other) => {
+                            let mut e = other.into_tensor().err().unwrap_or_else(|| missing("op"));
+                            e.message = format!("input {i}: {}", e.message);
+                            return Err(e.into());
+                        }
+                        None => return Err(missing(op.name()).into()),
+                    }
+                }
+                let outs = match checked {
+                    Some(c) if scratch.iter().map(Tensor::ty).eq(&c.inputs) => {
+                        op.compute_owned(scratch, &c.outputs)
+                    }
+                    _ => execute(op, scratch),
+                };
+                scratch.clear();
+                for (k, t) in outs?.into_iter().enumerate() {
+                    regs[out + k] = Some(RtValue::Tensor(t));
+                }
+            }
+            Action::Kernel | Action::Loop(_) => {
+                let inputs: SmallVec<[RtValue; 4]> = reads.iter().filter_map(|&r| read(regs, r)).collect();
+                let outs = match (&step.action, &self.fused.nodes[step.node].kind) {
+                    (Action::Loop(program), _) => program.run(inputs)?,
+                    (_, DfKind::Variable(v)) => v.run(inputs)?,
+                    (_, DfKind::Stack(s)) => s.run(inputs)?,
+                    _ => smallvec![],
+                };
+                for (k, v) in outs.into_iter().enumerate() {
+                    regs[out + k] = Some(v);
+                }
+            }
+            Action::NoOp => {}
+            Action::LoopMerge | Action::Merge => {}
+        }
+        Ok(())
+    }
+}
+
+/// A register's value: moved out at its last read in the iteration, else cloned.
+fn read(regs: &mut [Option<RtValue>], r: Read) -> Option<RtValue> {
+    let slot = &mut regs[r.reg as usize];
+    if r.take {
+        slot.take()
+    } else {
+        slot.clone()
+    }
+}
+
+fn missing(op: &'static str) -> Error {
+    Error::internal(op, "an input is missing")
+}
