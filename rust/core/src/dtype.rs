@@ -81,9 +81,16 @@ pub trait Element:
     Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static
 {
     const DTYPE: DType;
+    /// How many elements fit in a `Small` buffer.
+    const SMALL: usize;
     fn into_storage(data: Vec<Self>) -> Storage;
     fn slice(storage: &Storage) -> Option<&[Self]>;
     fn slice_mut(storage: &mut Storage) -> Option<&mut [Self]>;
+    /// A `Small` buffer of this type (every element the default).
+    fn small() -> Small;
+    /// The whole `Small` buffer (`SMALL` elements) when it holds this type.
+    fn small_slice(small: &Small) -> Option<&[Self]>;
+    fn small_slice_mut(small: &mut Small) -> Option<&mut [Self]>;
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
 }
@@ -92,8 +99,24 @@ macro_rules! element {
     ($t:ty, $variant:ident, $from:expr, $to:expr) => {
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
+            const SMALL: usize = SMALL_BYTES / std::mem::size_of::<$t>();
             fn into_storage(data: Vec<Self>) -> Storage {
                 Storage::$variant(data)
+            }
+            fn small() -> Small {
+                Small::$variant([<$t>::default(); SMALL_BYTES / std::mem::size_of::<$t>()])
+            }
+            fn small_slice(small: &Small) -> Option<&[Self]> {
+                match small {
+                    Small::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn small_slice_mut(small: &mut Small) -> Option<&mut [Self]> {
+                match small {
+                    Small::$variant(v) => Some(v),
+                    _ => None,
+                }
             }
             fn slice(storage: &Storage) -> Option<&[Self]> {
                 match storage {
@@ -126,6 +149,30 @@ element!(bool, Bool, |v: f64| v != 0.0, |x: bool| if x {
 } else {
     0.0
 });
+
+/// Bytes of elements a tensor holds inline, without a heap allocation or a shared count:
+/// scalars and tiny tensors (16 float32s) are copied instead of shared.
+pub const SMALL_BYTES: usize = 64;
+
+/// An inline element buffer (`SMALL_BYTES`); a tensor uses a prefix of it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Small {
+    F32([f32; SMALL_BYTES / 4]),
+    F64([f64; SMALL_BYTES / 8]),
+    I32([i32; SMALL_BYTES / 4]),
+    I64([i64; SMALL_BYTES / 8]),
+    Bool([bool; SMALL_BYTES]),
+}
+
+/// A tensor's elements, borrowed, by dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Elements<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+    Bool(&'a [bool]),
+}
 
 /// Contiguous, row-major element buffer. Immutable once inside a `Tensor` (shared by `Arc`).
 #[derive(Clone, Debug, PartialEq)]

@@ -31,7 +31,7 @@ pub mod tensor;
 pub mod trace;
 pub mod value;
 
-pub use dtype::{DType, Element, Storage};
+pub use dtype::{DType, Element, Elements, Storage};
 pub use error::{Error, ErrorKind, Result};
 pub use ops::{execute, Context, EagerContext};
 pub use ops::{Op, OpKind};

@@ -16,10 +16,21 @@ pub type Shape = SmallVec<[usize; 4]>;
 pub const DYN: usize = usize::MAX;
 
 /// Dtype and shape of a value: what shape rules consume and produce.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub dtype: DType,
     pub shape: Shape,
+}
+
+impl Clone for TensorType {
+    /// A copy of the dimensions (a memcpy, where the derived clone copies one by one: every
+    /// tensor clone pays it).
+    fn clone(&self) -> Self {
+        TensorType {
+            dtype: self.dtype,
+            shape: Shape::from_slice(&self.shape),
+        }
+    }
 }
 
 impl TensorType {

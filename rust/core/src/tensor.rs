@@ -1,14 +1,18 @@
-//! `Tensor`: an immutable, contiguous, row-major buffer shared by `Arc`, with a unique identity.
+//! `Tensor`: an immutable, contiguous, row-major buffer with a unique identity. Scalars and
+//! tiny tensors (up to `SMALL_BYTES`) hold their elements inline and are copied; larger ones
+//! share a buffer by `Arc`.
 //!
 //! Immutability is what lets the tape keep forward values without copying and lets numpy view
 //! a tensor's memory without a copy (read-only). The identity (`id`) is what tapes track: two
 //! handles to the same value share it; a value re-wrapped with `with_new_id` is a new tensor.
+//! Inline elements cost no allocation and no atomic count to create, clone or drop, which is
+//! most of what a loop over scalars or small vectors would otherwise spend.
 
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::dtype::{DType, Element, Storage};
+use crate::dtype::{DType, Element, Elements, Small, Storage};
 use crate::error::{Error, Result};
 use crate::shape::{numel, Shape, ShapeDisplay, TensorType};
 
@@ -22,11 +26,19 @@ pub fn next_id() -> TensorId {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Where a tensor's elements live.
+#[derive(Clone, Debug)]
+enum Data {
+    /// Inline, a prefix of the buffer (as many elements as the shape has).
+    Small(Small),
+    Shared(Arc<Storage>),
+}
+
 #[derive(Clone, Debug)]
 pub struct Tensor {
     id: TensorId,
     ty: TensorType,
-    storage: Arc<Storage>,
+    data: Data,
 }
 
 impl Tensor {
@@ -43,18 +55,22 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(Tensor::from_parts(Arc::new(storage), shape))
+        let dtype = storage.dtype();
+        let small = crate::with_dtype!(dtype, T, {
+            T::slice(&storage).and_then(|xs| small_of(xs.iter().copied(), xs.len()))
+        });
+        Ok(Tensor::with_data(
+            dtype,
+            shape,
+            small.map_or_else(|| Data::Shared(Arc::new(storage)), Data::Small),
+        ))
     }
 
-    fn from_parts(storage: Arc<Storage>, shape: Shape) -> Tensor {
-        let ty = TensorType {
-            dtype: storage.dtype(),
-            shape,
-        };
+    fn with_data(dtype: DType, shape: Shape, data: Data) -> Tensor {
         Tensor {
             id: next_id(),
-            ty,
-            storage,
+            ty: TensorType { dtype, shape },
+            data,
         }
     }
 
@@ -62,17 +78,53 @@ impl Tensor {
         Tensor::new(T::into_storage(data), shape)
     }
 
+    /// A tensor of `shape` whose elements are `elements` (as many as the shape holds), built
+    /// inline when they fit: no allocation.
+    pub fn collect<T: Element>(
+        shape: &[usize],
+        elements: impl Iterator<Item = T>,
+    ) -> Result<Tensor> {
+        let n = numel(shape);
+        if n > T::SMALL {
+            return Tensor::from_vec(elements.collect(), shape);
+        }
+        let mut small = T::small();
+        let mut count = 0;
+        if let Some(slots) = T::small_slice_mut(&mut small) {
+            for (slot, x) in slots[..n].iter_mut().zip(elements) {
+                *slot = x;
+                count += 1;
+            }
+        }
+        if count != n {
+            let msg = format!(
+                "{count} elements cannot have shape {}",
+                ShapeDisplay(shape)
+            );
+            return Err(Error::shape("tensor", msg));
+        }
+        Ok(Tensor::with_data(T::DTYPE, shape.into(), Data::Small(small)))
+    }
+
     pub fn scalar<T: Element>(value: T) -> Tensor {
-        Tensor::from_parts(Arc::new(T::into_storage(vec![value])), Shape::new())
+        let mut small = T::small();
+        if let Some(first) = T::small_slice_mut(&mut small).and_then(|s| s.first_mut()) {
+            *first = value;
+        }
+        Tensor::with_data(T::DTYPE, Shape::new(), Data::Small(small))
     }
 
     /// A tensor of `shape` whose every element is `value` converted to `dtype`.
     pub fn filled(dtype: DType, shape: &[usize], value: f64) -> Tensor {
-        let shape: Shape = shape.into();
-        Tensor::from_parts(
-            Arc::new(Storage::filled(dtype, numel(&shape), value)),
-            shape,
-        )
+        let n = numel(shape);
+        let small = crate::with_dtype!(dtype, T, {
+            small_of(std::iter::repeat_n(T::from_f64(value), n), n)
+        });
+        let data = small.map_or_else(
+            || Data::Shared(Arc::new(Storage::filled(dtype, n, value))),
+            Data::Small,
+        );
+        Tensor::with_data(dtype, shape.into(), data)
     }
 
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
@@ -86,6 +138,11 @@ impl Tensor {
     /// An ndarray result as a tensor (copied only if it is not already row-major).
     pub fn from_array<T: Element>(array: ArrayD<T>) -> Tensor {
         let shape: Shape = array.shape().into();
+        if array.len() <= T::SMALL {
+            if let Some(small) = small_of(array.iter().copied(), array.len()) {
+                return Tensor::with_data(T::DTYPE, shape, Data::Small(small));
+            }
+        }
         let data = if array.is_standard_layout() {
             let n = array.len();
             let (mut data, offset) = array.into_raw_vec_and_offset();
@@ -98,7 +155,7 @@ impl Tensor {
         } else {
             array.iter().copied().collect()
         };
-        Tensor::from_parts(Arc::new(T::into_storage(data)), shape)
+        Tensor::with_data(T::DTYPE, shape, Data::Shared(Arc::new(T::into_storage(data))))
     }
 
     /// The same elements under a new identity (so a tape sees a distinct value).
@@ -106,7 +163,7 @@ impl Tensor {
         Tensor {
             id: next_id(),
             ty: self.ty.clone(),
-            storage: self.storage.clone(),
+            data: self.data.clone(),
         }
     }
 
@@ -123,7 +180,11 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(Tensor::from_parts(self.storage.clone(), shape.into()))
+        Ok(Tensor::with_data(
+            self.dtype(),
+            shape.into(),
+            self.data.clone(),
+        ))
     }
 
     pub fn id(&self) -> TensorId {
@@ -147,16 +208,38 @@ impl Tensor {
     }
 
     pub fn numel(&self) -> usize {
-        self.storage.len()
+        match &self.data {
+            Data::Small(_) => numel(&self.ty.shape),
+            Data::Shared(s) => s.len(),
+        }
     }
 
-    pub fn storage(&self) -> &Storage {
-        &self.storage
+    /// Whether the elements live inline (see the module doc).
+    pub fn is_small(&self) -> bool {
+        matches!(self.data, Data::Small(_))
+    }
+
+    /// The elements, borrowed, by dtype.
+    pub fn elements(&self) -> Elements<'_> {
+        match self.dtype() {
+            DType::F32 => Elements::F32(self.as_slice::<f32>().unwrap_or_default()),
+            DType::F64 => Elements::F64(self.as_slice::<f64>().unwrap_or_default()),
+            DType::I32 => Elements::I32(self.as_slice::<i32>().unwrap_or_default()),
+            DType::I64 => Elements::I64(self.as_slice::<i64>().unwrap_or_default()),
+            DType::Bool => Elements::Bool(self.as_slice::<bool>().unwrap_or_default()),
+        }
     }
 
     /// The elements as a slice of `T`; a dtype mismatch is an internal error.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        T::slice(&self.storage).ok_or_else(|| {
+        let slice = match &self.data {
+            Data::Small(small) => {
+                let n = numel(&self.ty.shape);
+                T::small_slice(small).and_then(|s| s.get(..n))
+            }
+            Data::Shared(storage) => T::slice(storage),
+        };
+        slice.ok_or_else(|| {
             Error::internal(
                 "tensor",
                 format!("expected {} storage, found {}", T::DTYPE, self.dtype()),
@@ -165,9 +248,15 @@ impl Tensor {
     }
 
     /// The elements, writable, when this tensor holds the only reference to its storage
-    /// (nothing else can see a write) and they are `T`s.
+    /// (nothing else can see a write; always for inline elements) and they are `T`s.
     pub fn unique_slice_mut<T: Element>(&mut self) -> Option<&mut [T]> {
-        Arc::get_mut(&mut self.storage).and_then(T::slice_mut)
+        match &mut self.data {
+            Data::Small(small) => {
+                let n = numel(&self.ty.shape);
+                T::small_slice_mut(small).and_then(|s| s.get_mut(..n))
+            }
+            Data::Shared(storage) => Arc::get_mut(storage).and_then(T::slice_mut),
+        }
     }
 
     /// The same storage and type under a fresh identity: what a kernel that wrote into a
@@ -189,7 +278,7 @@ impl Tensor {
     /// Every element converted to f64 (tests and printing).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         crate::with_dtype!(self.dtype(), T, {
-            T::slice(&self.storage)
+            self.as_slice::<T>()
                 .map(|s| s.iter().map(|x| x.to_f64()).collect())
                 .unwrap_or_default()
         })
@@ -208,6 +297,18 @@ impl Tensor {
         }
         Ok(self.to_f64_vec()[0])
     }
+}
+
+/// `n` elements in a `Small` buffer, when they fit.
+fn small_of<T: Element>(elements: impl Iterator<Item = T>, n: usize) -> Option<Small> {
+    if n > T::SMALL {
+        return None;
+    }
+    let mut small = T::small();
+    if let Some(slots) = T::small_slice_mut(&mut small) {
+        slots.iter_mut().zip(elements).for_each(|(slot, x)| *slot = x);
+    }
+    Some(small)
 }
 
 /// A Python-style scalar before it meets a tensor: it adapts to the tensor's dtype (as in JAX).
@@ -323,6 +424,32 @@ mod tests {
         assert!(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).is_ok());
         let err = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[2, 2]).unwrap_err();
         assert_eq!(err.kind, crate::ErrorKind::Shape);
+    }
+
+    #[test]
+    fn scalars_and_tiny_tensors_live_inline_and_are_copied() {
+        let fits = Tensor::from_vec((0..16).map(|k| k as f32).collect(), &[4, 4]).unwrap();
+        let big = Tensor::from_vec((0..17).map(|k| k as f32).collect(), &[17]).unwrap();
+        assert!(fits.is_small() && !big.is_small());
+        assert!(Tensor::scalar(true).is_small() && Tensor::zeros(DType::F64, &[8]).is_small());
+        assert!(!Tensor::zeros(DType::F64, &[9]).is_small());
+        assert_eq!(fits.as_slice::<f32>().unwrap().len(), 16);
+        assert_eq!(fits.reshaped(&[16]).unwrap().to_f64_vec(), fits.to_f64_vec());
+        // A copy is written without touching the original.
+        let mut copy = fits.clone();
+        copy.unique_slice_mut::<f32>().unwrap()[0] = 7.0;
+        assert_eq!(fits.as_slice::<f32>().unwrap()[0], 0.0);
+        assert_eq!(copy.as_slice::<f32>().unwrap()[0], 7.0);
+        // A shared buffer is written only when held alone.
+        let mut shared = big.clone();
+        assert!(shared.unique_slice_mut::<f32>().is_none());
+        drop(big);
+        assert!(shared.unique_slice_mut::<f32>().is_some());
+        let made = Tensor::collect(&[2, 3], (0..6).map(|k| k as i64)).unwrap();
+        assert!(made.is_small() && made.as_slice::<i64>().unwrap() == [0, 1, 2, 3, 4, 5]);
+        assert!(Tensor::collect(&[2, 3], 0..5i64).is_err());
+        let large = Tensor::collect(&[100], (0..100).map(|k| k as f64)).unwrap();
+        assert!(!large.is_small() && large.to_f64_vec()[99] == 99.0);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::fmt::{self, Write};
 
-use crate::dtype::{DType, Storage};
+use crate::dtype::{DType, Elements};
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 use crate::shape::{TensorType, DYN};
@@ -128,15 +128,15 @@ pub fn scalar_literal(v: f64, dtype: DType) -> String {
 
 /// The elements of a constant as literals, row-major.
 fn element_literals(t: &Tensor) -> Vec<String> {
-    match t.storage() {
-        Storage::F32(v) => v
+    match t.elements() {
+        Elements::F32(v) => v
             .iter()
             .map(|&x| float_literal(f64::from(x), DType::F32))
             .collect(),
-        Storage::F64(v) => v.iter().map(|&x| float_literal(x, DType::F64)).collect(),
-        Storage::I32(v) => v.iter().map(i32::to_string).collect(),
-        Storage::I64(v) => v.iter().map(i64::to_string).collect(),
-        Storage::Bool(v) => v.iter().map(bool::to_string).collect(),
+        Elements::F64(v) => v.iter().map(|&x| float_literal(x, DType::F64)).collect(),
+        Elements::I32(v) => v.iter().map(i32::to_string).collect(),
+        Elements::I64(v) => v.iter().map(i64::to_string).collect(),
+        Elements::Bool(v) => v.iter().map(bool::to_string).collect(),
     }
 }
 

@@ -21,10 +21,11 @@ use smallvec::{smallvec, SmallVec};
 
 use super::kernel::{selector_output, Failure, Kernel};
 use super::plan::{checked_types, CheckedTypes};
-use crate::dataflow::{DfKind, FusedLoop};
+use crate::dataflow::{DfKind, DfNode, FusedLoop};
 use crate::error::{Error, Result};
 use crate::ops::{execute, Op};
 use crate::runtime_values::RtValue;
+use crate::shape::DYN;
 use crate::tensor::Tensor;
 
 type Reg = u32;
@@ -46,7 +47,13 @@ enum Action {
     /// A branch merge: its first live input.
     Merge,
     Switch(usize),
-    Op(Op, Option<Box<CheckedTypes>>),
+    /// An op, with its static types when they are known. `trusted`: its inputs always have
+    /// exactly those types (see `Program::compile`), so they are not compared at run time.
+    Op {
+        op: Op,
+        checked: Option<Box<CheckedTypes>>,
+        trusted: bool,
+    },
     /// A node run through `Kernel` (variables and stacks).
     Kernel,
     NoOp,
@@ -100,7 +107,11 @@ impl Program {
                 DfKind::Merge { loop_merge: true } => Action::LoopMerge,
                 DfKind::Merge { loop_merge: false } => Action::Merge,
                 DfKind::Switch { outputs } => Action::Switch(*outputs),
-                DfKind::Op(op) => Action::Op(op.clone(), checked_types(nodes, id)),
+                DfKind::Op(op) => Action::Op {
+                    op: op.clone(),
+                    checked: checked_types(nodes, id),
+                    trusted: false,
+                },
                 DfKind::Variable(_) | DfKind::Stack(_) => Action::Kernel,
                 DfKind::NoOp => Action::NoOp,
                 DfKind::Loop(inner) => Action::Loop(Arc::new(Program::compile(inner)?)),
@@ -138,6 +149,7 @@ impl Program {
                 seen[r] = true;
             }
         }
+        trust(&mut steps, nodes, registers as usize, args);
         let of_kind = |f: fn(&DfKind) -> bool| -> Vec<Reg> {
             steps
                 .iter()
@@ -159,6 +171,13 @@ impl Program {
 
     /// Runs the loop on `inputs` (all live); returns the exits' values.
     pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
+        // Trusted steps rely on the inputs having their static types.
+        let trust = self
+            .fused
+            .nodes
+            .iter()
+            .zip(&inputs)
+            .all(|(arg, v)| v.mismatch(&arg.outputs[0]).is_none());
         let mut regs: Vec<Option<RtValue>> = vec![None; self.registers];
         let mut dead = vec![false; self.fused.nodes.len()];
         for (&(reg, _), value) in self.inputs.iter().zip(inputs) {
@@ -168,7 +187,7 @@ impl Program {
         let mut iteration: i64 = 0;
         loop {
             for step in &self.steps {
-                let result = self.step(step, iteration, &mut regs, &mut dead, &mut scratch);
+                let result = self.step(step, iteration, trust, &mut regs, &mut dead, &mut scratch);
                 if let Err(mut failure) = result {
                     failure.inside(&self.fused.nodes[step.node], iteration);
                     return Err(failure);
@@ -195,6 +214,7 @@ impl Program {
         &self,
         step: &Step,
         iteration: i64,
+        trust: bool,
         regs: &mut [Option<RtValue>],
         dead: &mut [bool],
         scratch: &mut Vec<Tensor>,
@@ -247,7 +267,11 @@ impl Program {
                 }
                 regs[out + chosen] = value;
             }
-            Action::Op(op, checked) => {
+            Action::Op {
+                op,
+                checked,
+                trusted,
+            } => {
                 scratch.clear();
                 for (i, &r) in reads.iter().enumerate() {
                     match read(regs, r) {
@@ -261,7 +285,7 @@ impl Program {
                     }
                 }
                 let outs = match checked {
-                    Some(c) if scratch.iter().map(Tensor::ty).eq(&c.inputs) => {
+                    Some(c) if (trust && *trusted) || scratch.iter().map(Tensor::ty).eq(&c.inputs) => {
                         op.compute_owned(scratch, &c.outputs)
                     }
                     _ => execute(op, scratch),
@@ -297,6 +321,46 @@ fn read(regs: &mut [Option<RtValue>], r: Read) -> Option<RtValue> {
         slot.take()
     } else {
         slot.clone()
+    }
+}
+
+/// Marks the op steps whose inputs always have their static types, so that they skip the
+/// comparison. A value has its static type when it is a constant, an input of the loop
+/// (checked when the run starts), or the output of a trusted op, passed on by identities, switches and merges; a
+/// kernel's output (a stack pop, a variable read) is compared. Loops carry values around, so
+/// trust is withdrawn until nothing changes.
+fn trust(steps: &mut [Step], nodes: &[DfNode], registers: usize, args: usize) {
+    let mut reg_trusted = vec![true; registers];
+    // An input is checked against its static type when the run starts (`run`): exact only
+    // where every dimension is known.
+    for (k, arg) in nodes[..args].iter().enumerate() {
+        reg_trusted[k] = arg.outputs[0].as_tensor().is_some_and(|t| !t.shape.contains(&DYN));
+    }
+    loop {
+        let mut changed = false;
+        for step in steps.iter() {
+            let inputs_trusted = step.reads.iter().all(|r| reg_trusted[r.reg as usize]);
+            let trusted = match &step.action {
+                Action::Kernel | Action::Loop(_) => false,
+                Action::Op { checked, .. } => inputs_trusted && checked.is_some(),
+                _ => inputs_trusted,
+            };
+            for r in step.out..step.out + step.outputs {
+                if !trusted && reg_trusted[r as usize] {
+                    reg_trusted[r as usize] = false;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for step in steps.iter_mut() {
+        let inputs_trusted = step.reads.iter().all(|r| reg_trusted[r.reg as usize]);
+        if let Action::Op { trusted, .. } = &mut step.action {
+            *trusted = inputs_trusted;
+        }
     }
 }
 

@@ -462,7 +462,10 @@ fn a_frame_completes_when_its_last_enter_arrives_after_its_work() {
 #[test]
 fn elementwise_ops_write_into_uniquely_held_inputs_only() {
     use crate::ops::{binary, unary, Op};
-    let a = || Tensor::from_vec(vec![1.0f64, -2.0, 3.0], &[3]).unwrap();
+    // Larger than the inline buffer: its elements are shared by `Arc`.
+    let values: Vec<f64> = (0..40).map(|k| f64::from(k) - 2.5).collect();
+    let a = || Tensor::from_vec(values.clone(), &[40]).unwrap();
+    assert!(!a().is_small());
     let b = Tensor::scalar(0.5f64);
     let mul = Op::from(binary::Mul);
     let out = [a().ty().clone()];
@@ -490,7 +493,7 @@ fn elementwise_ops_write_into_uniquely_held_inputs_only() {
         .unwrap()
         .remove(0);
     assert_eq!(got.to_f64_vec(), want);
-    assert_eq!(keep.to_f64_vec(), [1.0, -2.0, 3.0]);
+    assert_eq!(keep.to_f64_vec(), values);
     let sin = Op::from(unary::Sin);
     let got = sin.compute_owned(&mut vec![a()], &out).unwrap().remove(0);
     assert_eq!(

@@ -1,7 +1,7 @@
 //! The IR's data types: values, ports, nodes and functions (see the module doc of `graph` for
 //! their semantics). Plain data with structural equality; building and checking live elsewhere.
 
-use crate::dtype::{DType, Storage};
+use crate::dtype::{DType, Elements};
 use crate::error::{Error, ErrorKind, Result};
 pub use crate::location::Location;
 use crate::ops::Op;
@@ -97,11 +97,11 @@ impl PartialEq for Constant {
         }
         let (a, b) = (&self.0, &other.0);
         a.ty() == b.ty()
-            && match (a.storage(), b.storage()) {
-                (Storage::F32(x), Storage::F32(y)) => {
+            && match (a.elements(), b.elements()) {
+                (Elements::F32(x), Elements::F32(y)) => {
                     floats(x, y, |v| (v.is_nan(), u64::from(v.to_bits())))
                 }
-                (Storage::F64(x), Storage::F64(y)) => floats(x, y, |v| (v.is_nan(), v.to_bits())),
+                (Elements::F64(x), Elements::F64(y)) => floats(x, y, |v| (v.is_nan(), v.to_bits())),
                 (x, y) => x == y,
             }
     }

@@ -31,7 +31,7 @@ use std::fmt::{self, Write};
 
 use super::ir::{Constant, Function, Node, NodeId, NodeKind, Port, ValueType};
 use super::library::{Graph, Library};
-use crate::dtype::Storage;
+use crate::dtype::Elements;
 use crate::ops::attrs::{dtype_short_name, write_list, write_size};
 use crate::shape::TensorType;
 
@@ -259,13 +259,13 @@ pub(crate) fn const_text(c: &Constant) -> String {
         let items: Vec<String> = v.iter().map(item).collect();
         format!("[{}]", items.join(", "))
     }
-    match c.0.storage() {
+    match c.0.elements() {
         // `{:?}` of an f32 is the shortest text that reads back as the same f32.
-        Storage::F32(v) => list(v, |x| format!("{x:?}")),
-        Storage::F64(v) => list(v, |x| format!("{x:?}")),
-        Storage::I32(v) => list(v, ToString::to_string),
-        Storage::I64(v) => list(v, ToString::to_string),
-        Storage::Bool(v) => list(v, ToString::to_string),
+        Elements::F32(v) => list(v, |x| format!("{x:?}")),
+        Elements::F64(v) => list(v, |x| format!("{x:?}")),
+        Elements::I32(v) => list(v, ToString::to_string),
+        Elements::I64(v) => list(v, ToString::to_string),
+        Elements::Bool(v) => list(v, ToString::to_string),
     }
 }
 

@@ -26,7 +26,7 @@ use super::cases::{self, graph};
 use super::emit_module;
 use super::ops_tests::{one_op_graph, op_cases, values};
 use super::traced;
-use crate::dtype::Storage;
+use crate::dtype::Elements;
 use crate::graph::Graph;
 use crate::interpret::{run_graph, RtValue};
 use crate::ops::attrs::dtype_short_name;
@@ -174,12 +174,12 @@ pub(crate) fn all_run_cases() -> Vec<RunCase> {
 
 /// `{"dtype": "f32", "shape": [2], "data": [..]}`.
 fn tensor_json(t: &Tensor) -> String {
-    let data: Vec<String> = match t.storage() {
-        Storage::F32(v) => v.iter().map(|x| format!("{:?}", f64::from(*x))).collect(),
-        Storage::F64(v) => v.iter().map(|x| format!("{x:?}")).collect(),
-        Storage::I32(v) => v.iter().map(i32::to_string).collect(),
-        Storage::I64(v) => v.iter().map(i64::to_string).collect(),
-        Storage::Bool(v) => v.iter().map(bool::to_string).collect(),
+    let data: Vec<String> = match t.elements() {
+        Elements::F32(v) => v.iter().map(|x| format!("{:?}", f64::from(*x))).collect(),
+        Elements::F64(v) => v.iter().map(|x| format!("{x:?}")).collect(),
+        Elements::I32(v) => v.iter().map(i32::to_string).collect(),
+        Elements::I64(v) => v.iter().map(i64::to_string).collect(),
+        Elements::Bool(v) => v.iter().map(bool::to_string).collect(),
     };
     format!(
         "{{\"dtype\": \"{}\", \"shape\": {:?}, \"data\": [{}]}}",

@@ -15,12 +15,10 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 /// `f` applied to every element.
 pub fn map<T: Element, U: Element>(x: &Tensor, f: impl Fn(T) -> U + Sync + Send) -> Result<Tensor> {
     let xs = x.as_slice::<T>()?;
-    let data: Vec<U> = if xs.len() >= PARALLEL_THRESHOLD {
-        xs.par_iter().map(|&v| f(v)).collect()
-    } else {
-        xs.iter().map(|&v| f(v)).collect()
-    };
-    Tensor::from_vec(data, x.shape())
+    if xs.len() < PARALLEL_THRESHOLD {
+        return Tensor::collect(x.shape(), xs.iter().map(|&v| f(v)));
+    }
+    Tensor::from_vec(xs.par_iter().map(|&v| f(v)).collect(), x.shape())
 }
 
 /// `map` written into the buffer of `inputs[0]` when it holds that buffer alone and is of type
@@ -91,28 +89,25 @@ pub fn zip<T: Element, U: Element>(
     let n = xs.len().max(ys.len());
     let parallel = n >= PARALLEL_THRESHOLD;
     let data: Vec<U> = if a.shape() == b.shape() {
-        if parallel {
-            xs.par_iter()
-                .zip(ys.par_iter())
-                .map(|(&x, &y)| f(x, y))
-                .collect()
-        } else {
-            xs.iter().zip(ys).map(|(&x, &y)| f(x, y)).collect()
+        if !parallel {
+            return Tensor::collect(out_shape, xs.iter().zip(ys).map(|(&x, &y)| f(x, y)));
         }
+        xs.par_iter()
+            .zip(ys.par_iter())
+            .map(|(&x, &y)| f(x, y))
+            .collect()
     } else if ys.len() == 1 && a.shape() == out_shape {
         let y = ys[0];
-        if parallel {
-            xs.par_iter().map(|&x| f(x, y)).collect()
-        } else {
-            xs.iter().map(|&x| f(x, y)).collect()
+        if !parallel {
+            return Tensor::collect(out_shape, xs.iter().map(|&x| f(x, y)));
         }
+        xs.par_iter().map(|&x| f(x, y)).collect()
     } else if xs.len() == 1 && b.shape() == out_shape {
         let x = xs[0];
-        if parallel {
-            ys.par_iter().map(|&y| f(x, y)).collect()
-        } else {
-            ys.iter().map(|&y| f(x, y)).collect()
+        if !parallel {
+            return Tensor::collect(out_shape, ys.iter().map(|&y| f(x, y)));
         }
+        ys.par_iter().map(|&y| f(x, y)).collect()
     } else {
         let shape = IxDyn(out_shape);
         let av = a.view::<T>()?;
