@@ -29,14 +29,16 @@ test-rust:
 	cargo test -p gradloop --quiet
 	cargo run -p gradloop --quiet --example loop_gradient > /dev/null
 
-# The graph-mode suites again with graphs run on the reference interpreter (the first pass runs
-# them on the frame executor, as users do).
+# The graph-mode suites again with graphs run on the executor with every loop a frame of tokens,
+# and on the reference interpreter (the first pass runs them on the frame executor with cheap
+# loops fused, as users do).
 GRAPH_SUITES = tests/test_graph_mode.py tests/test_mode_agreement.py tests/test_control_flow.py \
 	tests/test_autodiff_api.py tests/test_trace_core.py tests/test_op_gradients.py \
 	tests/test_variables.py tests/test_errors.py
 
 test-python: dev vulkan-driver
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q --graph-runner=frames $(GRAPH_SUITES)
 	$(PY) -m pytest -q --graph-runner=interpreter $(GRAPH_SUITES)
 
 # Mesa's software Vulkan for the vulkan-spirv tests: installed once when missing, else a no-op.

@@ -1,5 +1,7 @@
-"""`--graph-runner`: what runs `@gl.function` graphs in this session, the frame executor (the
-default) or the reference interpreter. `make test` runs the graph-mode suites on both."""
+"""`--graph-runner`: what runs `@gl.function` graphs in this session: the frame executor (the
+default; loops of cheap nodes fused into sequential programs), the executor with every loop a
+frame of tokens (`frames`), or the reference interpreter. `make test` runs the graph-mode suites
+on all three."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--graph-runner",
         default="executor",
-        choices=("executor", "interpreter"),
-        help="what runs graph functions: the frame executor or the reference interpreter",
+        choices=("executor", "frames", "interpreter"),
+        help="what runs graph functions: the frame executor (loops fused or as frames) or the "
+        "reference interpreter",
     )
 
 

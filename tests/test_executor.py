@@ -81,7 +81,7 @@ def test_an_op_in_the_untaken_branch_never_runs(runner):
 
     staged = gl.function(f)
     x, bad = gl.tensor(np.array([1.0, 2.0, 3.0])), gl.tensor(np.array([5]))
-    for name in ("executor", "interpreter"):
+    for name in ("executor", "frames", "interpreter"):
         out = runner(name, staged, x, bad, gl.tensor(False))
         np.testing.assert_array_equal(np.asarray(out), [2.0])
         with pytest.raises(errors.IndexError, match="out of bounds"):
@@ -123,7 +123,7 @@ def test_parallel_iterations_do_not_change_values_or_gradients(parallel, runner)
     x = gl.tensor(np.array([0.3, -0.5, 0.9]))
     want_value, want_grad = f(x), gl.grad(f)(x)
     staged, staged_grad = gl.function(f), gl.function(gl.grad(f))
-    for name in ("executor", "interpreter"):
+    for name in ("executor", "frames", "interpreter"):
         np.testing.assert_allclose(float(runner(name, staged, x)), float(want_value), rtol=1e-12)
         got = np.asarray(runner(name, staged_grad, x))
         np.testing.assert_allclose(got, np.asarray(want_grad), rtol=1e-10, atol=1e-12)
@@ -133,8 +133,8 @@ def test_data_dependent_trip_counts_agree_with_eager(runner):
     staged = gl.function(collatz_steps)
     for n in (1, 6, 27, 97):
         want = int(collatz_steps(gl.tensor(n)))
-        assert int(runner("executor", staged, gl.tensor(n))) == want
-        assert int(runner("interpreter", staged, gl.tensor(n))) == want
+        for name in ("executor", "frames", "interpreter"):
+            assert int(runner(name, staged, gl.tensor(n))) == want, name
 
 
 def test_errors_name_the_iteration_and_the_users_line(runner):
@@ -148,12 +148,12 @@ def test_errors_name_the_iteration_and_the_users_line(runner):
     x = gl.tensor(np.array([1.0, 2.0, 3.0]))
     idx = gl.tensor(np.array([0, 2, 9, 1]))  # index 9 fails in iteration 2
     messages = []
-    for name in ("executor", "interpreter"):
+    for name in ("executor", "frames", "interpreter"):
         with pytest.raises(errors.IndexError) as info:
             runner(name, staged, x, idx)
         messages.append(str(info.value))
     assert "in iteration 2" in messages[0] and "test_executor.py" in messages[0], messages[0]
-    assert messages[0] == messages[1]
+    assert messages[0] == messages[1] == messages[2]
 
 
 def test_gradloop_num_threads_sets_the_executors_threads():

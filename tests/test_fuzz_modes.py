@@ -101,7 +101,7 @@ def on_runner(name: str):
 def check(spec, compiled: bool = True) -> None:
     program = Program(spec)
     eager = outputs(program, lambda f: f)
-    stages = {"executor": on_runner("executor"), "interpreter": on_runner("interpreter")}
+    stages = {name: on_runner(name) for name in ("executor", "frames", "interpreter")}
     if compiled:
         stages["compiled"] = gl.jit
     for mode, stage in stages.items():

@@ -97,13 +97,14 @@ impl Tensor {
             }
         }
         if count != n {
-            let msg = format!(
-                "{count} elements cannot have shape {}",
-                ShapeDisplay(shape)
-            );
+            let msg = format!("{count} elements cannot have shape {}", ShapeDisplay(shape));
             return Err(Error::shape("tensor", msg));
         }
-        Ok(Tensor::with_data(T::DTYPE, shape.into(), Data::Small(small)))
+        Ok(Tensor::with_data(
+            T::DTYPE,
+            shape.into(),
+            Data::Small(small),
+        ))
     }
 
     pub fn scalar<T: Element>(value: T) -> Tensor {
@@ -155,7 +156,11 @@ impl Tensor {
         } else {
             array.iter().copied().collect()
         };
-        Tensor::with_data(T::DTYPE, shape, Data::Shared(Arc::new(T::into_storage(data))))
+        Tensor::with_data(
+            T::DTYPE,
+            shape,
+            Data::Shared(Arc::new(T::into_storage(data))),
+        )
     }
 
     /// The same elements under a new identity (so a tape sees a distinct value).
@@ -306,7 +311,10 @@ fn small_of<T: Element>(elements: impl Iterator<Item = T>, n: usize) -> Option<S
     }
     let mut small = T::small();
     if let Some(slots) = T::small_slice_mut(&mut small) {
-        slots.iter_mut().zip(elements).for_each(|(slot, x)| *slot = x);
+        slots
+            .iter_mut()
+            .zip(elements)
+            .for_each(|(slot, x)| *slot = x);
     }
     Some(small)
 }
@@ -434,7 +442,10 @@ mod tests {
         assert!(Tensor::scalar(true).is_small() && Tensor::zeros(DType::F64, &[8]).is_small());
         assert!(!Tensor::zeros(DType::F64, &[9]).is_small());
         assert_eq!(fits.as_slice::<f32>().unwrap().len(), 16);
-        assert_eq!(fits.reshaped(&[16]).unwrap().to_f64_vec(), fits.to_f64_vec());
+        assert_eq!(
+            fits.reshaped(&[16]).unwrap().to_f64_vec(),
+            fits.to_f64_vec()
+        );
         // A copy is written without touching the original.
         let mut copy = fits.clone();
         copy.unique_slice_mut::<f32>().unwrap()[0] = 7.0;

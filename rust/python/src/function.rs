@@ -2,11 +2,11 @@
 //! interpreter), `Graph` (its graph: text form, verification, node counts, passes) and
 //! `LoweredGraph` (the dataflow form the executor runs).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use gradloop::dataflow::DataflowGraph;
-use gradloop::executor::Executor;
+use gradloop::executor::{Executor, Loops};
 use gradloop::graph::{verify, Function, Graph};
 use gradloop::interpret::{run_graph, RtValue};
 use gradloop::trace::{Captured, Traced};
@@ -148,38 +148,36 @@ impl PyLoweredGraph {
     }
 }
 
-/// Whether graph functions run on the reference interpreter instead of the frame executor.
-static ON_INTERPRETER: AtomicBool = AtomicBool::new(false);
+/// What runs graph functions: the executor with cheap loops fused (0), the executor with every
+/// loop a frame of tokens (1), or the reference interpreter (2).
+static RUNNER: AtomicU8 = AtomicU8::new(0);
 
-/// Chooses what runs graph functions: "executor" (the default) or "interpreter" (the
-/// reference semantics, strict and sequential).
+const RUNNERS: [&str; 3] = ["executor", "frames", "interpreter"];
+
+/// Chooses what runs graph functions: "executor" (the default: loops of cheap nodes fused into
+/// sequential programs), "frames" (the executor, every loop a frame of tokens) or
+/// "interpreter" (the reference semantics, strict and sequential).
 #[pyfunction]
 pub fn set_graph_runner(py: Python<'_>, name: &str) -> PyResult<()> {
-    let on_interpreter = match name {
-        "executor" => false,
-        "interpreter" => true,
-        other => {
-            let msg = format!("the graph runner is \"executor\" or \"interpreter\", not {other:?}");
-            return Err(new_err(
-                py,
-                ErrorKind::InvalidArgument,
-                "set_graph_runner",
-                msg,
-            ));
-        }
+    let Some(index) = RUNNERS.iter().position(|&r| r == name) else {
+        let msg = format!(
+            "the graph runner is \"executor\", \"frames\" or \"interpreter\", not {name:?}"
+        );
+        return Err(new_err(
+            py,
+            ErrorKind::InvalidArgument,
+            "set_graph_runner",
+            msg,
+        ));
     };
-    ON_INTERPRETER.store(on_interpreter, Ordering::Relaxed);
+    RUNNER.store(index as u8, Ordering::Relaxed);
     Ok(())
 }
 
-/// What runs graph functions now: "executor" or "interpreter".
+/// What runs graph functions now: "executor", "frames" or "interpreter".
 #[pyfunction]
 pub fn graph_runner() -> &'static str {
-    if ON_INTERPRETER.load(Ordering::Relaxed) {
-        "interpreter"
-    } else {
-        "executor"
-    }
+    RUNNERS[usize::from(RUNNER.load(Ordering::Relaxed)).min(RUNNERS.len() - 1)]
 }
 
 /// Threads the executor runs on (`GRADLOOP_NUM_THREADS`, else the machine's cores).
@@ -194,8 +192,9 @@ pub struct PyConcreteFunction {
     graph: Arc<Graph>,
     num_params: usize,
     captured_inputs: Vec<Captured>,
-    /// Lowered and planned at the first call on the executor, then reused.
-    executor: OnceLock<gradloop::Result<Arc<Executor>>>,
+    /// Lowered and planned at the first call on the executor, then reused: loops fused, and
+    /// loops as frames.
+    executors: [OnceLock<gradloop::Result<Arc<Executor>>>; 2],
 }
 
 impl PyConcreteFunction {
@@ -204,15 +203,14 @@ impl PyConcreteFunction {
             graph: Arc::new(traced.graph),
             num_params: traced.num_params,
             captured_inputs: traced.captured_inputs,
-            executor: OnceLock::new(),
+            executors: [OnceLock::new(), OnceLock::new()],
         }
     }
 
-    fn executor(&self, py: Python<'_>) -> PyResult<Arc<Executor>> {
+    fn executor(&self, py: Python<'_>, loops: Loops) -> PyResult<Arc<Executor>> {
         let graph = &self.graph;
-        let built = self
-            .executor
-            .get_or_init(|| py.detach(|| Executor::new(graph).map(Arc::new)));
+        let built = self.executors[usize::from(loops == Loops::Frames)]
+            .get_or_init(|| py.detach(|| Executor::with_loops(graph, loops).map(Arc::new)));
         built.clone().py(py)
     }
 }
@@ -375,12 +373,20 @@ impl PyConcreteFunction {
         }
         values.extend(self.captured_inputs.iter().map(Captured::runtime_value));
         // Graph execution may run long: always release the GIL.
-        let results = if ON_INTERPRETER.load(Ordering::Relaxed) {
-            let graph = self.graph.clone();
-            runtime::call(py, usize::MAX, move || run_graph(&graph, values))?
-        } else {
-            let executor = self.executor(py)?;
-            runtime::call(py, usize::MAX, move || executor.run(values))?
+        let loops = match graph_runner() {
+            "interpreter" => None,
+            "frames" => Some(Loops::Frames),
+            _ => Some(Loops::Fused),
+        };
+        let results = match loops {
+            None => {
+                let graph = self.graph.clone();
+                runtime::call(py, usize::MAX, move || run_graph(&graph, values))?
+            }
+            Some(loops) => {
+                let executor = self.executor(py, loops)?;
+                runtime::call(py, usize::MAX, move || executor.run(values))?
+            }
         };
         results
             .into_iter()

@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use super::{verify, DataflowGraph, DfKind, DfNode, FusedLoop};
+use super::{verify, DataflowGraph, DfKind, DfNode, FusedFrame};
 use crate::error::Result;
 use crate::graph::{NodeId, Port};
 
@@ -65,7 +65,9 @@ fn plan_fusion(
         .filter(|&id| live(&id) && g.nodes[id].frame == frame)
         .collect();
     let enters: Vec<NodeId> = (0..g.nodes.len())
-        .filter(|&id| live(&id) && matches!(g.nodes[id].kind, DfKind::Enter { frame: f, .. } if f == frame))
+        .filter(|&id| {
+            live(&id) && matches!(g.nodes[id].kind, DfKind::Enter { frame: f, .. } if f == frame)
+        })
         .collect();
     if members.is_empty() || enters.is_empty() {
         return None;
@@ -96,7 +98,14 @@ fn plan_fusion(
     for &id in &members {
         for (slot, p) in g.nodes[id].inputs.iter().enumerate() {
             let from = &g.nodes[p.node].kind;
-            let carried = matches!(from, DfKind::NextIteration | DfKind::Enter { constant: false, .. });
+            let carried = matches!(
+                from,
+                DfKind::NextIteration
+                    | DfKind::Enter {
+                        constant: false,
+                        ..
+                    }
+            );
             let merge = matches!(g.nodes[id].kind, DfKind::Merge { loop_merge: true });
             if carried && !(merge && slot == usize::from(matches!(from, DfKind::NextIteration))) {
                 return None;
@@ -147,15 +156,19 @@ fn plan_fusion(
         }
     }
     let node = DfNode {
-        kind: DfKind::Loop(Arc::new(FusedLoop {
+        kind: DfKind::Loop(Arc::new(FusedFrame {
             frame,
+            repeats: true,
             invariant,
             nodes,
-            exits: exits.iter().map(|e| local[e]).collect(),
+            results: exits.iter().map(|e| Port::new(local[e], 0)).collect(),
         })),
         inputs: enters.iter().map(|&e| g.nodes[e].inputs[0]).collect(),
         control_inputs,
-        outputs: exits.iter().map(|&e| g.nodes[e].outputs[0].clone()).collect(),
+        outputs: exits
+            .iter()
+            .map(|&e| g.nodes[e].outputs[0].clone())
+            .collect(),
         frame: g.frames[frame].parent,
         origin: g.nodes[enters[0]].origin.clone(),
     };
@@ -164,6 +177,67 @@ fn plan_fusion(
         enters,
         exits,
         node,
+    })
+}
+
+/// The root frame of `graph` (after `fuse_frames`) as one program, when `cheap` accepts every
+/// node it needs: a run is then one pass over it, without tokens or a queue.
+pub fn fuse_root(
+    graph: &DataflowGraph,
+    cheap: impl Fn(&DataflowGraph, NodeId) -> bool,
+) -> Option<FusedFrame> {
+    let needed = graph.needed();
+    let is_arg = |id: NodeId| matches!(graph.nodes[id].kind, DfKind::Arg(_));
+    let members: Vec<NodeId> = (0..graph.nodes.len())
+        .filter(|&id| needed[id] && graph.nodes[id].frame == 0 && !is_arg(id))
+        .collect();
+    if !members.iter().all(|&id| cheap(graph, id)) {
+        return None;
+    }
+    let order = schedule(graph, &members)?;
+    let mut local: HashMap<NodeId, usize> = HashMap::new();
+    let mut nodes: Vec<DfNode> = graph
+        .params
+        .iter()
+        .enumerate()
+        .map(|(k, ty)| DfNode {
+            kind: DfKind::Arg(k),
+            inputs: Vec::new(),
+            control_inputs: Vec::new(),
+            outputs: vec![ty.clone()],
+            frame: 0,
+            origin: None,
+        })
+        .collect();
+    for (id, node) in graph.nodes.iter().enumerate() {
+        if let (true, DfKind::Arg(k)) = (needed[id], &node.kind) {
+            local.insert(id, *k);
+        }
+    }
+    for &id in &order {
+        local.insert(id, nodes.len());
+        nodes.push(graph.nodes[id].clone());
+    }
+    let args = graph.params.len();
+    for node in &mut nodes[args..] {
+        for p in &mut node.inputs {
+            p.node = *local.get(&p.node)?;
+        }
+        for c in &mut node.control_inputs {
+            *c = *local.get(c)?;
+        }
+    }
+    let results = graph
+        .results
+        .iter()
+        .map(|p| Some(Port::new(*local.get(&p.node)?, p.output)))
+        .collect::<Option<_>>()?;
+    Some(FusedFrame {
+        frame: 0,
+        repeats: false,
+        invariant: vec![false; args],
+        nodes,
+        results,
     })
 }
 
@@ -190,7 +264,11 @@ fn schedule(g: &DataflowGraph, members: &[NodeId]) -> Option<Vec<NodeId>> {
             readers.entry(s).or_default().push(id);
         }
     }
-    let mut ready: VecDeque<NodeId> = members.iter().copied().filter(|&id| loop_merge(id)).collect();
+    let mut ready: VecDeque<NodeId> = members
+        .iter()
+        .copied()
+        .filter(|&id| loop_merge(id))
+        .collect();
     ready.extend(
         members
             .iter()

@@ -40,7 +40,7 @@ use crate::graph::{Constant, NodeId, Port, StackOp, ValueType, VariableOp};
 use crate::ops::Op;
 
 pub use build::{Builder, FunctionLowered, Lower, LowerNode, Lowered, Scope};
-pub use fuse::fuse_frames;
+pub use fuse::{fuse_frames, fuse_root};
 pub use hoist::hoist_loop_constants;
 pub use lower_graph::lower;
 pub use verify::verify;
@@ -95,7 +95,7 @@ pub enum DfKind {
     Stack(StackOp),
     /// A loop's frame run as one node (`fuse_frames`): its inputs are the loop's entries, its
     /// outputs the loop's exits; dead when any input is.
-    Loop(Arc<FusedLoop>),
+    Loop(Arc<FusedFrame>),
 }
 
 impl DfKind {
@@ -127,21 +127,23 @@ impl DfKind {
     }
 }
 
-/// The nodes of one loop frame as a sequential program (see `fuse_frames`).
+/// The nodes of one frame as a sequential program (see `fuse_frames` and `fuse_root`).
 ///
-/// `nodes` starts with one `arg` per input (the frame's entries), then the frame's nodes in
-/// an order where each follows its inputs and control inputs, except that a loop merge reads
-/// its `next_iteration` from the previous iteration; loop merges come first. Ports and
-/// control inputs index `nodes`.
+/// `nodes` starts with one `arg` per input (a loop's entries, the root's parameters), then the
+/// frame's nodes in an order where each follows its inputs and control inputs, except that a
+/// loop merge reads its `next_iteration` from the previous iteration; loop merges come first.
+/// Ports and control inputs index `nodes`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FusedLoop {
+pub struct FusedFrame {
     /// The frame it replaces.
     pub frame: FrameId,
+    /// Whether the nodes run once per iteration of a loop (else once: the root).
+    pub repeats: bool,
     /// Per input: whether it is a constant entry (an invariant every iteration reads).
     pub invariant: Vec<bool>,
     pub nodes: Vec<DfNode>,
-    /// The loop's `exit` nodes, one per output.
-    pub exits: Vec<NodeId>,
+    /// What it returns: a loop's exits, the root's results.
+    pub results: Vec<Port>,
 }
 
 /// Where a lowered node came from, for errors: the site of the original node

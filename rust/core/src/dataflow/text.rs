@@ -1,6 +1,9 @@
 //! The lowered graph's text: one line per node, in node order (a loop's `merge` names its
 //! `next_iteration`, a later node), each tagged with its frame when it runs inside a loop.
 //!
+//! A fused loop's nodes follow its line, indented and numbered within the loop (its inputs
+//! first, as `arg`s).
+//!
 //! ```text
 //! dataflow @count(i64[]) -> (i64[])
 //!   frame 1 in 0 {parallel_iterations=10}
@@ -34,17 +37,7 @@ impl fmt::Display for DataflowGraph {
                 frame.parent, frame.parallel_iterations
             )?;
         }
-        for (id, node) in self.nodes.iter().enumerate() {
-            writeln!(
-                f,
-                "  {}",
-                NodeLine {
-                    graph: self,
-                    id,
-                    node
-                }
-            )?;
-        }
+        write_nodes(f, self, "  ")?;
         let results: Vec<String> = self.results.iter().map(|&p| port(self, p)).collect();
         write!(f, "  return {}", results.join(", "))?;
         if !self.targets.is_empty() {
@@ -53,6 +46,25 @@ impl fmt::Display for DataflowGraph {
         }
         writeln!(f)
     }
+}
+
+/// One line per node, a fused loop's nodes indented below it.
+fn write_nodes(f: &mut fmt::Formatter<'_>, graph: &DataflowGraph, indent: &str) -> fmt::Result {
+    for (id, node) in graph.nodes.iter().enumerate() {
+        writeln!(f, "{indent}{}", NodeLine { graph, id, node })?;
+        if let DfKind::Loop(l) = &node.kind {
+            let body = DataflowGraph {
+                name: String::new(),
+                params: Vec::new(),
+                nodes: l.nodes.clone(),
+                frames: Vec::new(),
+                results: Vec::new(),
+                targets: Vec::new(),
+            };
+            write_nodes(f, &body, &format!("{indent}    "))?;
+        }
+    }
+    Ok(())
 }
 
 fn port(graph: &DataflowGraph, p: Port) -> String {

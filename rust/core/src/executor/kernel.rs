@@ -8,11 +8,12 @@ use std::sync::Arc;
 use super::plan::{checked_types, NodePlan};
 use super::state::{Outcome, Prepared};
 use crate::dataflow::{DataflowGraph, DfKind, DfNode, Origin};
-use crate::graph::NodeId;
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::NodeId;
 use crate::ops::{execute, Op};
 use crate::runtime_values::RtValue;
+use crate::shape::TensorType;
 use crate::tensor::Tensor;
 
 /// How the executor runs a node that stays a node after lowering (variables, stacks).
@@ -38,23 +39,20 @@ pub fn input_reader(
 /// handing it to another thread would cost more than it does.
 const INLINE_WORK: usize = 1 << 15;
 
-/// Whether `op` on `inputs` is worth running outside the run's lock, beside other work.
-pub(crate) fn is_heavy<'t>(op: &Op, inputs: impl Iterator<Item = &'t Tensor>) -> bool {
-    work(op, inputs.map(Tensor::shape)) >= INLINE_WORK
-}
-
-/// An estimate of `op`'s work on inputs of `shapes`: elements read, or a matrix product's
-/// multiply-adds.
-fn work<'s>(op: &Op, mut shapes: impl Iterator<Item = &'s [usize]>) -> usize {
-    let numel = |s: &[usize]| s.iter().product::<usize>();
-    if op.name() == "matmul" {
-        match (shapes.next(), shapes.next()) {
-            (Some(a), Some(b)) => numel(a) * b.last().copied().unwrap_or(1),
-            _ => 0,
-        }
-    } else {
-        shapes.map(numel).sum()
-    }
+/// Whether `op` on `inputs` (producing `outputs`, when known) is worth running outside the
+/// run's lock, beside other work.
+pub(crate) fn is_heavy<'t>(
+    op: &Op,
+    inputs: impl Iterator<Item = &'t Tensor>,
+    outputs: Option<&[TensorType]>,
+) -> bool {
+    let inputs: SmallVec<[&[usize]; 4]> = inputs.map(Tensor::shape).collect();
+    let outputs: SmallVec<[&[usize]; 2]> = outputs
+        .unwrap_or_default()
+        .iter()
+        .map(|t| &t.shape[..])
+        .collect();
+    op.work(&inputs, &outputs) >= INLINE_WORK
 }
 
 /// Whether node `id` is cheap enough to run inside a fused loop (`dataflow::fuse_frames`):
@@ -62,8 +60,11 @@ fn work<'s>(op: &Op, mut shapes: impl Iterator<Item = &'s [usize]>) -> usize {
 /// any other node but an argument or an unfused loop's entry.
 pub(crate) fn is_cheap(graph: &DataflowGraph, id: NodeId) -> bool {
     match &graph.nodes[id].kind {
-        DfKind::Op(op) => checked_types(&graph.nodes, id)
-            .is_some_and(|c| work(op, c.inputs.iter().map(|t| &t.shape[..])) < INLINE_WORK),
+        DfKind::Op(op) => checked_types(&graph.nodes, id).is_some_and(|c| {
+            let inputs: SmallVec<[&[usize]; 4]> = c.inputs.iter().map(|t| &t.shape[..]).collect();
+            let outputs: SmallVec<[&[usize]; 2]> = c.outputs.iter().map(|t| &t.shape[..]).collect();
+            op.work(&inputs, &outputs) < INLINE_WORK
+        }),
         DfKind::Arg(_) | DfKind::Enter { .. } => false,
         _ => true,
     }
@@ -78,12 +79,13 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// Notes that the failure happened in `iteration` of the fused loop holding `node`.
-    pub fn inside(&mut self, node: &DfNode, iteration: i64) {
-        self.inner
-            .get_or_insert_with(|| (node.origin.clone(), SmallVec::new()))
-            .1
-            .push(iteration);
+    /// Notes that the failure happened at `node` of a fused frame, in `iteration` when the
+    /// frame is a loop's.
+    pub fn inside(&mut self, node: &DfNode, iteration: Option<i64>) {
+        let (_, iterations) = self
+            .inner
+            .get_or_insert_with(|| (node.origin.clone(), SmallVec::new()));
+        iterations.extend(iteration);
     }
 }
 

@@ -28,14 +28,15 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use kernel::{is_cheap, run_node, Failure};
 pub use kernel::{input_reader, Kernel};
+use kernel::{is_cheap, run_node, Failure};
 use plan::Plan;
-use state::{Prepared, RunState, Task};
+use program::Program;
+use state::{locate, Prepared, RunState, Task};
 
-use crate::dataflow::{fuse_frames, lower, DataflowGraph, DfKind};
+use crate::dataflow::{fuse_frames, fuse_root, lower, DataflowGraph, DfKind};
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::interpret::check_params;
@@ -67,6 +68,9 @@ pub fn optimize(graph: &Graph) -> Result<Graph> {
 #[derive(Debug)]
 pub struct Executor {
     plan: Plan,
+    /// The whole graph as one program, when every node it needs is cheap (fused loops
+    /// included): a run is one pass on the calling thread.
+    root: Option<Program>,
     threads: usize,
 }
 
@@ -85,21 +89,38 @@ impl Executor {
         Executor::with_loops(graph, Loops::Fused)
     }
 
-    /// `new`, choosing how loops run.
+    /// `new`, choosing how loops run. Fused, a graph whose every node is cheap runs as one
+    /// program too.
     pub fn with_loops(graph: &Graph, loops: Loops) -> Result<Executor> {
         let lowered = lower(&optimize(graph)?)?;
         match loops {
-            Loops::Fused => Executor::from_dataflow(fuse_frames(&lowered, is_cheap)?),
+            Loops::Fused => {
+                let fused = fuse_frames(&lowered, is_cheap)?;
+                let root = match fuse_root(&fused, is_cheap) {
+                    Some(frame) => Some(Program::compile(&Arc::new(frame))?),
+                    None => None,
+                };
+                Ok(Executor {
+                    root,
+                    ..Executor::from_dataflow(fused)?
+                })
+            }
             Loops::Frames => Executor::from_dataflow(lowered),
         }
     }
 
-    /// Plans an already lowered graph.
+    /// Plans an already lowered graph (run with tokens: nothing more is fused).
     pub fn from_dataflow(graph: DataflowGraph) -> Result<Executor> {
         Ok(Executor {
             plan: Plan::build(graph)?,
+            root: None,
             threads: default_threads(),
         })
+    }
+
+    /// Whether a run is one pass of a program (every node cheap) rather than tokens.
+    pub fn is_one_program(&self) -> bool {
+        self.root.is_some()
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).
@@ -117,6 +138,15 @@ impl Executor {
     pub fn run(&self, args: Vec<RtValue>) -> Result<Vec<RtValue>> {
         let g = &self.plan.graph;
         check_params(&g.name, &g.params, &args)?;
+        if let Some(root) = &self.root {
+            return match root.run(args.into()) {
+                Ok(results) => Ok(results.into_vec()),
+                Err(Failure { error, inner }) => {
+                    let (origin, iterations) = inner.unwrap_or_default();
+                    Err(locate(error, origin, &iterations, || None))
+                }
+            };
+        }
         let mut state = RunState::new(&self.plan, args);
         if self.threads <= 1 {
             drain(&mut state);
@@ -161,7 +191,10 @@ fn drain(state: &mut RunState<'_>) {
     while let Some(task) = state.ready.pop_front() {
         let plan = state.plan;
         if let Some(heavy) = state.step(task) {
-            let (node, np) = (&plan.graph.nodes[task.node as usize], &plan.nodes[task.node as usize]);
+            let (node, np) = (
+                &plan.graph.nodes[task.node as usize],
+                &plan.nodes[task.node as usize],
+            );
             settle(state, task, run_node(node, np, heavy));
         }
     }
@@ -198,7 +231,10 @@ fn worker<'s>(
             }
         };
         let plan = state.plan;
-        let (node, np) = (&plan.graph.nodes[task.node as usize], &plan.nodes[task.node as usize]);
+        let (node, np) = (
+            &plan.graph.nodes[task.node as usize],
+            &plan.nodes[task.node as usize],
+        );
         if !state.ready.is_empty() && state.workers < threads {
             state.workers += 1;
             scope.spawn(move |s| worker(shared, threads, s, None));

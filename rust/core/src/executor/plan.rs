@@ -165,13 +165,7 @@ pub(crate) fn checked_types(nodes: &[DfNode], id: NodeId) -> Option<Box<CheckedT
     let inputs = node
         .inputs
         .iter()
-        .map(|p| {
-            nodes
-                .get(p.node)?
-                .outputs
-                .get(p.output)
-                .and_then(tensor)
-        })
+        .map(|p| nodes.get(p.node)?.outputs.get(p.output).and_then(tensor))
         .collect::<Option<Vec<_>>>()?;
     let outputs = node.outputs.iter().map(tensor).collect::<Option<Types>>()?;
     Some(Box::new(CheckedTypes { inputs, outputs }))

@@ -21,7 +21,7 @@ use smallvec::{smallvec, SmallVec};
 
 use super::kernel::{selector_output, Failure, Kernel};
 use super::plan::{checked_types, CheckedTypes};
-use crate::dataflow::{DfKind, DfNode, FusedLoop};
+use crate::dataflow::{DfKind, DfNode, FusedFrame};
 use crate::error::{Error, Result};
 use crate::ops::{execute, Op};
 use crate::runtime_values::RtValue;
@@ -76,20 +76,20 @@ struct Step {
 /// A compiled fused loop, shared by every run of the plan.
 #[derive(Debug)]
 pub(crate) struct Program {
-    fused: Arc<FusedLoop>,
+    fused: Arc<FusedFrame>,
     steps: Vec<Step>,
     registers: usize,
     /// Per input: its register, and whether it is an invariant.
     inputs: Vec<(Reg, bool)>,
     /// The registers `next_iteration` writes: the loop goes on while one is full.
     carried: Vec<Reg>,
-    /// The registers the exits write, one per output.
-    exits: Vec<Reg>,
+    /// The registers of the results (a loop's exits), one per output.
+    results: Vec<Reg>,
 }
 
 impl Program {
     /// Compiles `fused` (nested loops too).
-    pub fn compile(fused: &Arc<FusedLoop>) -> Result<Program> {
+    pub fn compile(fused: &Arc<FusedFrame>) -> Result<Program> {
         let nodes = &fused.nodes;
         let mut first = Vec::with_capacity(nodes.len());
         let mut registers = 0u32;
@@ -136,10 +136,13 @@ impl Program {
                 outputs: node.outputs.len() as u32,
             });
         }
-        // The last read of a register in an iteration takes it; an invariant's is kept.
+        let results: Vec<Reg> = fused.results.iter().map(reg).collect();
+        // The last read of a register in an iteration takes it; an invariant's is kept, and
+        // so is a result's (read once the pass is over).
         let invariant: Vec<Reg> = (0..args)
             .filter(|&k| fused.invariant[k])
             .map(|k| first[k])
+            .chain(results.iter().copied())
             .collect();
         let mut seen = vec![false; registers as usize];
         for step in steps.iter_mut().rev() {
@@ -158,18 +161,17 @@ impl Program {
                 .collect()
         };
         let carried = of_kind(|k| matches!(k, DfKind::NextIteration));
-        let exits = fused.exits.iter().map(|&e| first[e]).collect();
         Ok(Program {
             fused: fused.clone(),
             steps,
             registers: registers as usize,
             inputs: (0..args).map(|k| (first[k], fused.invariant[k])).collect(),
             carried,
-            exits,
+            results,
         })
     }
 
-    /// Runs the loop on `inputs` (all live); returns the exits' values.
+    /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
     pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
         // Trusted steps rely on the inputs having their static types.
         let trust = self
@@ -189,21 +191,28 @@ impl Program {
             for step in &self.steps {
                 let result = self.step(step, iteration, trust, &mut regs, &mut dead, &mut scratch);
                 if let Err(mut failure) = result {
-                    failure.inside(&self.fused.nodes[step.node], iteration);
+                    failure.inside(
+                        &self.fused.nodes[step.node],
+                        self.fused.repeats.then_some(iteration),
+                    );
                     return Err(failure);
                 }
             }
-            if self.carried.iter().all(|&r| regs[r as usize].is_none()) {
+            if !self.fused.repeats || self.carried.iter().all(|&r| regs[r as usize].is_none()) {
                 break;
             }
             iteration += 1;
         }
-        self.exits
+        // A register returned twice is cloned for all but its last use.
+        let last = |k: usize| !self.results[k + 1..].contains(&self.results[k]);
+        self.results
             .iter()
             .enumerate()
             .map(|(k, &r)| {
-                regs[r as usize].take().ok_or_else(|| {
-                    let msg = format!("the loop of frame {} ended without exit {k}", self.fused.frame);
+                let slot = &mut regs[r as usize];
+                let value = if last(k) { slot.take() } else { slot.clone() };
+                value.ok_or_else(|| {
+                    let msg = format!("frame {}: result {k} is dead", self.fused.frame);
                     Failure::from(Error::internal("executor", msg))
                 })
             })
@@ -285,7 +294,9 @@ impl Program {
                     }
                 }
                 let outs = match checked {
-                    Some(c) if (trust && *trusted) || scratch.iter().map(Tensor::ty).eq(&c.inputs) => {
+                    Some(c)
+                        if (trust && *trusted) || scratch.iter().map(Tensor::ty).eq(&c.inputs) =>
+                    {
                         op.compute_owned(scratch, &c.outputs)
                     }
                     _ => execute(op, scratch),
@@ -296,7 +307,8 @@ impl Program {
                 }
             }
             Action::Kernel | Action::Loop(_) => {
-                let inputs: SmallVec<[RtValue; 4]> = reads.iter().filter_map(|&r| read(regs, r)).collect();
+                let inputs: SmallVec<[RtValue; 4]> =
+                    reads.iter().filter_map(|&r| read(regs, r)).collect();
                 let outs = match (&step.action, &self.fused.nodes[step.node].kind) {
                     (Action::Loop(program), _) => program.run(inputs)?,
                     (_, DfKind::Variable(v)) => v.run(inputs)?,
@@ -334,7 +346,9 @@ fn trust(steps: &mut [Step], nodes: &[DfNode], registers: usize, args: usize) {
     // An input is checked against its static type when the run starts (`run`): exact only
     // where every dimension is known.
     for (k, arg) in nodes[..args].iter().enumerate() {
-        reg_trusted[k] = arg.outputs[0].as_tensor().is_some_and(|t| !t.shape.contains(&DYN));
+        reg_trusted[k] = arg.outputs[0]
+            .as_tensor()
+            .is_some_and(|t| !t.shape.contains(&DYN));
     }
     loop {
         let mut changed = false;

@@ -238,7 +238,12 @@ impl<'p> RunState<'p> {
             }
             DfKind::Op(op) => {
                 let slots = &mut it.slots[base..base + n];
-                if is_heavy(op, slots.iter().flatten().filter_map(RtValue::as_tensor)) {
+                let outputs = np.checked.as_ref().map(|c| &c.outputs[..]);
+                if is_heavy(
+                    op,
+                    slots.iter().flatten().filter_map(RtValue::as_tensor),
+                    outputs,
+                ) {
                     let inputs = slots.iter_mut().filter_map(Option::take).collect();
                     return Some(Prepared { inputs });
                 }
@@ -568,35 +573,23 @@ impl<'p> RunState<'p> {
         self.ready.clear();
     }
 
-    /// Adds the node's site and the sites it was lowered through, with the iteration of each
-    /// loop, as the interpreter writes them: first the iterations `inner` of the fused loops
-    /// around the failing node (innermost first), then those of `task`'s frames.
+    /// `locate`, with the iterations of `task`'s frames after those of `inner`.
     fn located(
         &mut self,
-        mut e: Error,
+        e: Error,
         origin: Option<Arc<Origin>>,
         inner: &[i64],
         task: Task,
     ) -> Error {
         let (mut inst, mut iter) = (task.frame, task.iter);
-        let mut inner = inner.iter();
-        let mut at = origin;
-        let mut first = true;
-        while let Some(o) = at {
-            if o.is_loop && !first {
-                if let Some(k) = inner.next() {
-                    e.message.push_str(&format!("\n  in iteration {k}"));
-                } else if inst != ROOT {
-                    e.message.push_str(&format!("\n  in iteration {iter}"));
-                    (inst, iter) = self.frame(inst).parent;
-                }
+        locate(e, origin, inner, || {
+            if inst == ROOT {
+                return None;
             }
-            e.message.push_str("\n  ");
-            e.message.push_str(&o.site);
-            first = false;
-            at = o.parent.clone();
-        }
-        e
+            let here = iter;
+            (inst, iter) = self.frame(inst).parent;
+            Some(here)
+        })
     }
 
     /// The results, once the run has no more work.
@@ -621,4 +614,30 @@ impl<'p> RunState<'p> {
             })
             .collect()
     }
+}
+
+/// Adds the failing node's site and the sites it was lowered through, with the iteration of
+/// each loop, as the interpreter writes them: first the iterations `inner` of the fused loops
+/// around the node (innermost first), then those `outer` gives, innermost first.
+pub(crate) fn locate(
+    mut e: Error,
+    origin: Option<Arc<Origin>>,
+    inner: &[i64],
+    mut outer: impl FnMut() -> Option<i64>,
+) -> Error {
+    let mut inner = inner.iter().copied();
+    let mut at = origin;
+    let mut first = true;
+    while let Some(o) = at {
+        if o.is_loop && !first {
+            if let Some(k) = inner.next().or_else(&mut outer) {
+                e.message.push_str(&format!("\n  in iteration {k}"));
+            }
+        }
+        e.message.push_str("\n  ");
+        e.message.push_str(&o.site);
+        first = false;
+        at = o.parent.clone();
+    }
+    e
 }

@@ -1,7 +1,7 @@
 //! The executor against the reference interpreter (values, variables, errors), and the lazy
 //! semantics only the executor has.
 
-use super::Executor;
+use super::{Executor, Loops};
 use crate::dataflow::lower;
 use crate::dtype::DType;
 use crate::graph::{examples, parse_graph, Graph, ValueType};
@@ -69,23 +69,34 @@ fn same(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
         })
 }
 
-/// Runs `graph` on the interpreter and on the executor with 1 and 2 threads: same results,
-/// same variables.
+/// The executor of `graph` with loops fused and with every loop a frame of tokens, each on
+/// 1, 2 and 4 threads.
+fn executors(graph: &Graph) -> Vec<(String, Executor)> {
+    let mut all = Vec::new();
+    for loops in [Loops::Fused, Loops::Frames] {
+        for threads in [1, 2, 4] {
+            let exec = Executor::with_loops(graph, loops)
+                .unwrap_or_else(|e| panic!("{loops:?}: {e}"))
+                .with_threads(threads);
+            all.push((format!("{loops:?} loops, {threads} threads"), exec));
+        }
+    }
+    all
+}
+
+/// Runs `graph` on the interpreter and on every executor: same results, same variables.
 fn check_against_interpreter(name: &str, graph: &Graph) {
     let params = graph.entry_function().unwrap().params.clone();
     for seed in [0.0, 1.3] {
         let args = args_for(&params, seed);
         let want = run_graph(graph, args.clone()).map(|r| observe(&args, &r));
-        for threads in [1, 2] {
+        for (how, exec) in executors(graph) {
             let args = args_for(&params, seed);
-            let exec = Executor::new(graph)
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
-                .with_threads(threads);
             let got = exec.run(args.clone()).map(|r| observe(&args, &r));
             match (&want, &got) {
-                (Ok(w), Ok(g)) => assert!(same(w, g), "{name} ({threads} threads): {g:?} != {w:?}"),
-                (Err(w), Err(g)) => assert_eq!(w.message, g.message, "{name}"),
-                _ => panic!("{name} ({threads} threads): interpreter {want:?}, executor {got:?}"),
+                (Ok(w), Ok(g)) => assert!(same(w, g), "{name} ({how}): {g:?} != {w:?}"),
+                (Err(w), Err(g)) => assert_eq!(w.message, g.message, "{name} ({how})"),
+                _ => panic!("{name} ({how}): interpreter {want:?}, executor {got:?}"),
             }
         }
     }
@@ -232,15 +243,11 @@ fn nested_loops_branches_stacks_and_cases_match_the_interpreter() {
             RtValue::from(Tensor::scalar(index)),
         ];
         let want = run_graph(&graph, args.clone()).unwrap();
-        for threads in [1, 2, 4] {
-            let got = Executor::new(&graph)
-                .unwrap()
-                .with_threads(threads)
-                .run(args.clone())
-                .unwrap();
+        for (how, exec) in executors(&graph) {
+            let got = exec.run(args.clone()).unwrap();
             assert!(
                 same(&observe(&[], &want), &observe(&[], &got)),
-                "n={n} index={index} threads={threads}"
+                "n={n} index={index} ({how})"
             );
         }
     }
@@ -339,16 +346,116 @@ fn errors_name_the_node_the_iteration_and_the_loop_as_the_interpreter_does() {
     let args = vec![RtValue::from(Tensor::scalar(1.0f64))];
     let want = run_graph(&graph, args.clone()).unwrap_err();
     assert!(want.message.contains("in iteration 2"), "{want}");
-    for threads in [1, 2] {
-        let got = Executor::new(&graph)
-            .unwrap()
-            .with_threads(threads)
-            .run(args.clone())
-            .unwrap_err();
-        assert_eq!(got.kind, want.kind);
-        assert_eq!(got.message, want.message);
+    for (how, exec) in executors(&graph) {
+        let got = exec.run(args.clone()).unwrap_err();
+        assert_eq!(got.kind, want.kind, "{how}");
+        assert_eq!(got.message, want.message, "{how}");
     }
 }
+
+/// A stack of five threaded through two loops; the inner one pops twice per outer trip, so
+/// the pop fails in iteration 1 of the inner loop, in iteration 2 of the outer one.
+const FAILS_IN_NESTED_ITERATION: &str = r#"graph @main
+func @main(%0: f64[]) -> (f64[]) {
+  %1 = stack_new() {element=f64[]} : stack<f64[]>
+  %2 = stack_push(%1, %0) : stack<f64[]>
+  %3 = stack_push(%2, %0) : stack<f64[]>
+  %4 = stack_push(%3, %0) : stack<f64[]>
+  %5 = stack_push(%4, %0) : stack<f64[]>
+  %6 = stack_push(%5, %0) : stack<f64[]>
+  %7 = const() {value=[0]} : i64[]
+  %8 = while(%7, %0, %6) {cond=@outer_more, body=@outer, parallel_iterations=10} : (i64[], f64[], stack<f64[]>) loc("model.py":20)
+  return %8#1
+}
+func @outer_more(%0: i64[], %1: f64[], %2: stack<f64[]>) -> (bool[]) {
+  %3 = const() {value=[5]} : i64[]
+  %4 = less(%0, %3) : bool[]
+  return %4
+}
+func @outer(%0: i64[], %1: f64[], %2: stack<f64[]>) -> (i64[], f64[], stack<f64[]>) {
+  %3 = const() {value=[0]} : i64[]
+  %4 = while(%3, %1, %2) {cond=@inner_more, body=@inner, parallel_iterations=10} : (i64[], f64[], stack<f64[]>) loc("model.py":22)
+  %5 = const() {value=[1]} : i64[]
+  %6 = add(%0, %5) : i64[]
+  return %6, %4#1, %4#2
+}
+func @inner_more(%0: i64[], %1: f64[], %2: stack<f64[]>) -> (bool[]) {
+  %3 = const() {value=[2]} : i64[]
+  %4 = less(%0, %3) : bool[]
+  return %4
+}
+func @inner(%0: i64[], %1: f64[], %2: stack<f64[]>) -> (i64[], f64[], stack<f64[]>) {
+  %3 = stack_pop(%2) : (stack<f64[]>, f64[]) loc("model.py":24)
+  %4 = add(%1, %3#1) : f64[]
+  %5 = const() {value=[1]} : i64[]
+  %6 = add(%0, %5) : i64[]
+  return %6, %4, %3#0
+}"#;
+
+#[test]
+fn errors_in_fused_loop_nests_name_every_iteration_as_the_interpreter_does() {
+    let graph = parse_graph(FAILS_IN_NESTED_ITERATION).unwrap();
+    let fused = Executor::new(&graph).unwrap();
+    assert_eq!(
+        fused.graph().count("loop"),
+        1,
+        "one node for the nest:\n{}",
+        fused.graph()
+    );
+    assert_eq!(fused.graph().count("enter"), 0, "{}", fused.graph());
+    let args = vec![RtValue::from(Tensor::scalar(1.0f64))];
+    let want = run_graph(&graph, args.clone()).unwrap_err();
+    assert!(want.message.contains("in iteration 1\n"), "{want}");
+    assert!(want.message.contains("in iteration 2\n"), "{want}");
+    for (how, exec) in executors(&graph) {
+        let got = exec.run(args.clone()).unwrap_err();
+        assert_eq!(got.kind, want.kind, "{how}");
+        assert_eq!(got.message, want.message, "{how}");
+    }
+}
+
+#[test]
+fn cheap_loops_fuse_and_loops_of_large_products_stay_frames() {
+    let count = parse_graph(COUNT).unwrap();
+    let fused = Executor::new(&count).unwrap();
+    let text = fused.graph().to_string();
+    assert_eq!(fused.graph().count("loop"), 1, "{text}");
+    for name in ["switch", "merge", "enter", "exit", "next_iteration"] {
+        assert_eq!(fused.graph().count(name), 0, "{name} in\n{text}");
+    }
+    let frames = Executor::with_loops(&count, Loops::Frames).unwrap();
+    assert_eq!(frames.graph().count("loop"), 0);
+    assert!(frames.graph().count("enter") > 0);
+    assert!(fused.is_one_program(), "every node is cheap: one pass");
+    assert!(!frames.is_one_program());
+    let product = parse_graph(MATMUL_LOOP).unwrap();
+    let exec = Executor::new(&product).unwrap();
+    assert_eq!(exec.graph().count("loop"), 0, "{}", exec.graph());
+    assert!(!exec.is_one_program());
+    assert_eq!(exec.graph().count("matmul"), 1);
+    check_against_interpreter("count", &count);
+    check_against_interpreter("matmul loop", &product);
+}
+
+/// A loop of 256x256 products: worth threads, so it stays a frame.
+const MATMUL_LOOP: &str = r#"graph @main
+func @main(%0: f32[256,256], %1: i64[]) -> (f32[256,256]) {
+  %2 = const() {value=[0]} : i64[]
+  %3 = while(%2, %0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i64[], f32[256,256], i64[])
+  return %3#1
+}
+func @more(%0: i64[], %1: f32[256,256], %2: i64[]) -> (bool[]) {
+  %3 = less(%0, %2) : bool[]
+  return %3
+}
+func @step(%0: i64[], %1: f32[256,256], %2: i64[]) -> (i64[], f32[256,256], i64[]) {
+  %3 = const() {value=[1]} : i64[]
+  %4 = add(%0, %3) : i64[]
+  %5 = matmul(%1, %1) {transpose_a=false, transpose_b=false} : f32[256,256]
+  %6 = const() {value=[0.001]} : f32[]
+  %7 = mul(%5, %6) : f32[256,256]
+  return %4, %7, %2
+}"#;
 
 /// `%2#1` is the loop's invariant: what reads it need not wait for the loop.
 const INVARIANT_READER: &str = r#"graph @main
@@ -451,12 +558,14 @@ fn a_frame_completes_when_its_last_enter_arrives_after_its_work() {
         RtValue::from(Tensor::scalar(0.3f64)),
         RtValue::from(Tensor::scalar(4i64)),
     ];
-    let out = Executor::new(&graph)
-        .unwrap()
-        .with_threads(1)
-        .run(args)
-        .unwrap();
-    assert_eq!(out[1].as_tensor().unwrap().item_f64().unwrap(), 4.0);
+    for (how, exec) in executors(&graph) {
+        let out = exec.run(args.clone()).unwrap();
+        assert_eq!(
+            out[1].as_tensor().unwrap().item_f64().unwrap(),
+            4.0,
+            "{how}"
+        );
+    }
 }
 
 #[test]

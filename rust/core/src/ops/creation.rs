@@ -33,6 +33,10 @@ pub struct Fill {
 op_attrs!(Fill = "fill" { dtype, shape, value });
 
 impl OpDef for Fill {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("fill", inputs, 0)?;
         Ok(smallvec![TensorType::new(self.dtype, &self.shape)])
@@ -97,6 +101,10 @@ pub struct FillLike {
 op_attrs!(FillLike = "fill_like" { value });
 
 impl OpDef for FillLike {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         same_type("fill_like", inputs)
     }
@@ -158,6 +166,10 @@ pub struct Arange {
 op_attrs!(Arange = "arange" { dtype, start, step, len });
 
 impl OpDef for Arange {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("arange", inputs, 0)?;
         check_dtype("arange", Accepts::Numeric, &TensorType::scalar(self.dtype))?;

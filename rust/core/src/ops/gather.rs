@@ -160,6 +160,10 @@ pub struct Take {
 op_attrs!(Take = "take" { axis });
 
 impl OpDef for Take {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("take", inputs, 2)?;
         let (x, idx) = (&inputs[0], &inputs[1]);

@@ -116,6 +116,10 @@ pub struct DynamicSlice {
 op_attrs!(DynamicSlice = "dynamic_slice" { sizes });
 
 impl OpDef for DynamicSlice {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         let op = "dynamic_slice";
         let Some((x, starts)) = inputs.split_first() else {

@@ -33,6 +33,10 @@ pub struct Reshape {
 op_attrs!(Reshape = "reshape" { shape });
 
 impl OpDef for Reshape {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("reshape", inputs, 1)?;
         let x = &inputs[0];
@@ -142,6 +146,10 @@ pub struct BroadcastTo {
 op_attrs!(BroadcastTo = "broadcast_to" { shape });
 
 impl OpDef for BroadcastTo {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("broadcast_to", inputs, 1)?;
         let x = &inputs[0];

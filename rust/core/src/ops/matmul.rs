@@ -299,6 +299,23 @@ fn run<T: Kernel>(plan: &Plan, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 impl OpDef for MatMul {
+    /// Multiply-adds: the first operand's elements times the second's columns (batches
+    /// included).
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        let _ = outputs;
+        match inputs {
+            [a, b, ..] => {
+                let columns = if self.transpose_b {
+                    b.iter().rev().nth(1)
+                } else {
+                    b.last()
+                };
+                a.iter().product::<usize>() * columns.copied().unwrap_or(1)
+            }
+            _ => 0,
+        }
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("matmul", inputs, 2)?;
         let (a, b) = (&inputs[0], &inputs[1]);

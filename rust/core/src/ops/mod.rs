@@ -161,6 +161,14 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         self.compute(inputs, outputs)
     }
 
+    /// An estimate of the kernel's work on inputs and outputs of these shapes, in elements
+    /// (or multiply-adds): what an executor weighs to decide whether a node is worth another
+    /// thread. By default every input element is read once. `outputs` is empty when unknown.
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        let _ = outputs;
+        inputs.iter().map(|s| s.iter().product::<usize>()).sum()
+    }
+
     /// What the gradient rule needs from the forward pass.
     fn saves(&self) -> Saves;
 
@@ -194,6 +202,17 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         grads: &[Option<V>],
         needs: &[bool],
     ) -> Result<Grads<V>>;
+}
+
+/// The work of an op that writes its outputs from as many input elements (a slice, a
+/// gather, a reshape): the outputs' size, or the inputs' when the outputs are unknown.
+pub fn output_work(inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+    let size = |shapes: &[&[usize]]| shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+    if outputs.is_empty() {
+        size(inputs)
+    } else {
+        size(outputs)
+    }
 }
 
 /// Checks the number of inputs an op received.
@@ -259,6 +278,9 @@ macro_rules! op_table {
             }
             pub fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 match self { $( Op::$variant(o) => o.compute(inputs, outputs), )* }
+            }
+            pub fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+                match self { $( Op::$variant(o) => o.work(inputs, outputs), )* }
             }
             pub fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 match self { $( Op::$variant(o) => o.compute_owned(inputs, outputs), )* }

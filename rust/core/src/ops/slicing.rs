@@ -56,6 +56,10 @@ impl Slice {
 }
 
 impl OpDef for Slice {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("slice", inputs, 1)?;
         let x = &inputs[0];
@@ -188,6 +192,10 @@ impl Pad {
 }
 
 impl OpDef for Pad {
+    fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
+        super::output_work(inputs, outputs)
+    }
+
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         expect_arity("pad", inputs, 1)?;
         let x = &inputs[0];
