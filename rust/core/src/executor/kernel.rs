@@ -153,7 +153,7 @@ pub(crate) fn run_node(node: &DfNode, np: &NodePlan, p: Prepared) -> Result<Outc
             let (Some(value), Some(selector)) = (it.next(), it.next()) else {
                 return Err(Error::internal("switch", "takes (data, selector)").into());
             };
-            let output = selector_output(selector, *outputs)?;
+            let output = selector_output(&selector, *outputs)?;
             Ok(Outcome::Routed { output, value })
         }
         DfKind::NoOp => Ok(Outcome::Values(SmallVec::new())),
@@ -168,8 +168,17 @@ pub(crate) fn run_node(node: &DfNode, np: &NodePlan, p: Prepared) -> Result<Outc
 
 /// The output a switch's selector picks: a bool picks 1 (true) or 0; an i32 index in range
 /// picks itself, out of range (negative too) the last.
-pub(crate) fn selector_output(selector: RtValue, outputs: usize) -> Result<usize> {
-    let t = selector.into_tensor()?;
+pub(crate) fn selector_output(selector: &RtValue, outputs: usize) -> Result<usize> {
+    let t = match selector {
+        RtValue::Tensor(t) => t,
+        other => {
+            return Err(other
+                .clone()
+                .into_tensor()
+                .err()
+                .unwrap_or_else(|| Error::internal("switch", "the selector is not a tensor")))
+        }
+    };
     if !t.shape().is_empty() {
         let msg = format!(
             "the predicate or index must be a scalar, got shape {:?}",

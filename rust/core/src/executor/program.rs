@@ -268,9 +268,14 @@ impl Program {
             Action::Const(t) => regs[out] = Some(RtValue::Tensor(t.clone())),
             Action::Pass => regs[out] = read(regs, reads[0]),
             Action::Switch(n) => {
+                // The data first: a branch's predicate switches itself. The selector is only
+                // looked at (several switches share one predicate).
                 let value = read(regs, reads[0]);
-                let selector = read(regs, reads[1]).ok_or_else(|| missing("switch"))?;
-                let chosen = selector_output(selector, *n)?;
+                let selector = regs[reads[1].reg as usize].as_ref();
+                let chosen = selector_output(selector.ok_or_else(|| missing("switch"))?, *n)?;
+                if reads[1].take {
+                    regs[reads[1].reg as usize] = None;
+                }
                 for k in 0..*n {
                     regs[out + k] = None;
                 }

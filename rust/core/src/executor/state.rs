@@ -220,7 +220,7 @@ impl<'p> RunState<'p> {
                     .zip(selector)
                     .ok_or_else(|| Error::internal("switch", "an input is missing"))
                     .and_then(|(value, selector)| {
-                        selector_output(selector, *outputs).map(|output| (output, value))
+                        selector_output(&selector, *outputs).map(|output| (output, value))
                     });
                 match routed {
                     Ok((output, value)) => self.complete(task, Outcome::Routed { output, value }),
