@@ -70,22 +70,30 @@ pub(crate) fn is_cheap(graph: &DataflowGraph, id: NodeId) -> bool {
     }
 }
 
-/// An error, and where it happened when that was inside a fused loop: the failing node's
-/// origin and its iteration in each fused loop, innermost first.
+/// An error, and where it happened when that was inside a fused frame.
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub error: Error,
-    pub inner: Option<(Option<Arc<Origin>>, SmallVec<[i64; 2]>)>,
+    pub inner: Option<Inside>,
+}
+
+/// Where in a fused frame a failure happened: the failing node's origin and its iteration in
+/// each fused loop around it, innermost first.
+#[derive(Debug, Default)]
+pub(crate) struct Inside {
+    pub origin: Option<Arc<Origin>>,
+    pub iterations: SmallVec<[i64; 2]>,
 }
 
 impl Failure {
     /// Notes that the failure happened at `node` of a fused frame, in `iteration` when the
     /// frame is a loop's.
     pub fn inside(&mut self, node: &DfNode, iteration: Option<i64>) {
-        let (_, iterations) = self
-            .inner
-            .get_or_insert_with(|| (node.origin.clone(), SmallVec::new()));
-        iterations.extend(iteration);
+        let inside = self.inner.get_or_insert_with(|| Inside {
+            origin: node.origin.clone(),
+            iterations: SmallVec::new(),
+        });
+        inside.iterations.extend(iteration);
     }
 }
 

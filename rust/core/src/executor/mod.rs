@@ -142,8 +142,8 @@ impl Executor {
             return match root.run(args.into()) {
                 Ok(results) => Ok(results.into_vec()),
                 Err(Failure { error, inner }) => {
-                    let (origin, iterations) = inner.unwrap_or_default();
-                    Err(locate(error, origin, &iterations, || None))
+                    let inside = inner.unwrap_or_default();
+                    Err(locate(error, inside.origin, &inside.iterations, || None))
                 }
             };
         }

@@ -562,7 +562,7 @@ impl<'p> RunState<'p> {
     pub fn fail(&mut self, task: Task, failure: Failure) {
         if self.error.is_none() {
             let (origin, inner) = match failure.inner {
-                Some((origin, iterations)) => (origin, iterations),
+                Some(inside) => (inside.origin, inside.iterations),
                 None => (
                     self.plan.graph.nodes[task.node as usize].origin.clone(),
                     SmallVec::new(),
