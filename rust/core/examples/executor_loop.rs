@@ -2,12 +2,13 @@
 //! sin(x)` on float32[16]) run on the executor and on the reference interpreter.
 //!
 //! `cargo run --release -p gradloop --example executor_loop [iterations [runner]]` prints
-//! ns/iteration of each (medians of 5 runs); `runner` (interpreter, executor, executor-1) picks
-//! one.
+//! ns/iteration of each (medians of 5 runs); `runner` picks one: `interpreter`, `executor` (the
+//! loop fused into one program), `frames` (the loop a frame of tokens), `frames-1` (the same on
+//! one thread); `show` prints the executor's graph.
 
 use std::time::Instant;
 
-use gradloop::executor::Executor;
+use gradloop::executor::{Executor, Loops};
 use gradloop::graph::parse_graph;
 use gradloop::interpret::{Interpreter, RtValue};
 use gradloop::Tensor;
@@ -52,7 +53,8 @@ fn main() -> gradloop::Result<()> {
     let args = || vec![RtValue::from(x.clone()), RtValue::from(Tensor::scalar(n))];
     let interpreter = Interpreter::new(&graph.library);
     let executor = Executor::new(&graph)?;
-    let single = Executor::new(&graph)?.with_threads(1);
+    let frames = Executor::with_loops(&graph, Loops::Frames)?;
+    let single = Executor::with_loops(&graph, Loops::Frames)?.with_threads(1);
     let time = |f: &dyn Fn() -> gradloop::Result<Vec<RtValue>>| -> gradloop::Result<f64> {
         let mut samples = Vec::new();
         for _ in 0..5 {
@@ -68,10 +70,11 @@ fn main() -> gradloop::Result<()> {
         println!("{}", executor.graph());
         return Ok(());
     }
-    let runs: [(&str, &Run); 3] = [
+    let runs: [(&str, &Run); 4] = [
         ("interpreter", &|| interpreter.run(&graph.entry, args())),
         ("executor", &|| executor.run(args())),
-        ("executor-1", &|| single.run(args())),
+        ("frames", &|| frames.run(args())),
+        ("frames-1", &|| single.run(args())),
     ];
     for (name, run) in runs {
         if only.is_empty() || only == name {
