@@ -1,4 +1,5 @@
-"""gradloop benchmarks: eager per-op overhead and an MLP training step, each against numpy.
+"""gradloop benchmarks: eager per-op overhead, an MLP training step and the elementwise math
+kernels, each against numpy.
 
 Usage: python benches/run.py [--quick] [--repeats N]
 
@@ -25,6 +26,7 @@ import numpy as np
 import gradloop as gl
 
 CHAIN_OPS = 1000  # (a): ops per chain, alternating add, mul, sin
+KERNEL_ELEMENTS = 1 << 20  # (c): float32 elements per elementwise kernel call
 MLP_SIZES = (784, 512, 512, 10)  # (b)
 BATCH = 64
 LEARNING_RATE = 0.01
@@ -188,8 +190,40 @@ def bench_mlp(number: int, repeats: int) -> tuple[dict[str, list[float]], float,
 # --- report ------------------------------------------------------------------------------------
 
 
+def math_kernels() -> dict[str, tuple[Callable, Callable]]:
+    """(c): each transcendental kernel as (gradloop, numpy) calls on one float32 input."""
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    return {
+        "exp": (gl.exp, np.exp),
+        "log": (gl.log, np.log),
+        "tanh": (gl.tanh, np.tanh),
+        "sin": (gl.sin, np.sin),
+        "cos": (gl.cos, np.cos),
+        "sigmoid": (gl.sigmoid, sigmoid),
+        "sqrt": (gl.sqrt, np.sqrt),
+        "pow": (lambda v: gl.pow(v, v), lambda v: np.power(v, v)),
+    }
+
+
+def bench_kernels(number: int, repeats: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Seconds per call of each math kernel on KERNEL_ELEMENTS float32 values in (0.1, 2),
+    gradloop and numpy interleaved; values checked against numpy first."""
+    x = np.linspace(0.1, 2.0, KERNEL_ELEMENTS, dtype=np.float32)
+    t = gl.tensor(x)
+    out = {}
+    for name, (ours, theirs) in math_kernels().items():
+        np.testing.assert_allclose(np.asarray(ours(t)), theirs(x), rtol=2e-6, err_msg=name)
+        times = paired({"gl": lambda f=ours: f(t), "np": lambda f=theirs: f(x)}, number, repeats)
+        out[name] = (times["gl"], times["np"])
+    return out
+
+
 def fmt_ns(s: Stat) -> tuple[str, str]:
     return f"{s.median * 1e9:,.0f} ns", f"{s.q1 * 1e9:,.0f} - {s.q3 * 1e9:,.0f}"
+
+
+def fmt_ns_fine(s: Stat) -> tuple[str, str]:
+    return f"{s.median * 1e9:.2f} ns", f"{s.q1 * 1e9:.2f} - {s.q3 * 1e9:.2f}"
 
 
 def fmt_ms(s: Stat) -> tuple[str, str]:
@@ -304,6 +338,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
         ]
     )
+
+    kernels = bench_kernels(2 if args.quick else 10, repeats)
+    print(f"\n(c) elementwise math on float32[{KERNEL_ELEMENTS}] in (0.1, 2), ns per element")
+    rows = []
+    per = lambda xs: [v / KERNEL_ELEMENTS for v in xs]  # noqa: E731
+    for name, (ours, theirs) in kernels.items():
+        rows.append((f"{name}: gradloop", *fmt_ns_fine(Stat.of(per(ours))), ""))
+        rows.append((f"{name}: numpy", *fmt_ns_fine(Stat.of(per(theirs))), ""))
+        rows.append((f"{name}: gradloop / numpy", *fmt_x(Stat.of(ratios(ours, theirs))), ""))
+    print_table(rows)
     return 0
 
 
