@@ -14,22 +14,13 @@ import pytest
 
 import gradloop as gl
 from gradloop import errors
+from runners import run_on
 
 
 @pytest.fixture
 def runner():
     """Runs a callable with graphs on the named runner, restoring the session's afterwards."""
-    before = gl._core.graph_runner()
-
-    def run(name, fn, *args):
-        gl._core.set_graph_runner(name)
-        try:
-            return fn(*args)
-        finally:
-            gl._core.set_graph_runner(before)
-
-    yield run
-    gl._core.set_graph_runner(before)
+    return run_on
 
 
 def collatz_steps(n):

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, seed, settings
 import gradloop as gl
 from gradcheck import numerical_gradient
 from program_fuzz import Program, assigns_in_nested_loop, depth, is_pure, programs
+from runners import run_on
 
 EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "120"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
@@ -84,16 +85,7 @@ def on_runner(name: str):
 
     def stage(fn):
         staged = gl.function(fn)
-
-        def call(*args):
-            before = gl._core.graph_runner()
-            gl._core.set_graph_runner(name)
-            try:
-                return staged(*args)
-            finally:
-                gl._core.set_graph_runner(before)
-
-        return call
+        return lambda *args: run_on(name, staged, *args)
 
     return stage
 
