@@ -33,17 +33,22 @@ the last partial word of a bool input as false.
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
+import contextlib
 import hashlib
 import importlib.metadata
 import os
 import pathlib
+import sys
+import threading
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _core, _runtime, _validate, _vm_repair, errors
+from . import _compiler, _core, _runtime, _validate, _vm_repair, errors
 from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
@@ -83,7 +88,11 @@ def _flags(
         # `host` for what runs here; a generic CPU for artifacts meant for other machines.
         flags.append(f"--iree-llvmcpu-target-cpu={'generic' if portable else 'host'}")
         if uses_f64:
-            flags += ["--iree-input-demote-f64-to-f32=false", "--iree-llvmcpu-link-embedded=false"]
+            flags.append("--iree-input-demote-f64-to-f32=false")
+        if uses_f64 or not portable:
+            # A system shared library instead of IREE's embedded ELF: f64 transcendentals link
+            # against libm, and linking takes about 40 ms less per module (what `jit` waits for).
+            flags.append("--iree-llvmcpu-link-embedded=false")
     elif uses_f64:
         if target == "vulkan-spirv":
             raise errors.CompileError(
@@ -292,18 +301,46 @@ def _to_cf(mlir: str) -> str:
 
 
 def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
-    """The `.vmfb` of `mlir`, compiled in two steps: to IREE's VM IR, which
-    `_vm_repair.repair` repairs, then to bytecode."""
-    from iree import compiler
-
+    """The `.vmfb` of `mlir`, compiled in process (`_compiler`) in two steps: to IREE's VM IR,
+    which `_vm_repair.repair` repairs, then to bytecode."""
     try:
-        vm = compiler.compile_str(mlir, extra_args=[*flags, "--compile-to=vm"])
-        repaired = _vm_repair.repair(vm.decode())
-        return compiler.compile_str(repaired, extra_args=["--compile-from=vm"])
-    except compiler.CompilerToolError as e:
+        vm = _compiler.compile_to_vm(mlir, flags)
+        return _compiler.vm_to_bytecode(_vm_repair.repair(vm))
+    except _compiler.CompilerFailure as e:
         raise errors.CompileError(
             _validate.at_user(f"iree-compile failed: {_first_line(str(e))}\n{e}")
         ) from None
+
+
+#: Seconds a compile runs before `_progress` says so.
+PROGRESS_AFTER_S = 1.0
+
+
+@contextlib.contextmanager
+def _progress(what: str) -> Iterator[None]:
+    """A line on stderr for a compile that takes longer than `PROGRESS_AFTER_S`, and one when
+    it ends; nothing when stderr is not a terminal (logs, CI, pipes)."""
+    stream = sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    start = time.perf_counter()
+    shown = threading.Event()
+
+    def show() -> None:
+        shown.set()
+        print(f"gradloop: compiling {what} with IREE ...", file=stream, flush=True)
+
+    timer = threading.Timer(PROGRESS_AFTER_S, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if shown.is_set():
+            took = time.perf_counter() - start
+            print(f"gradloop: compiled {what} in {took:.1f} s", file=stream, flush=True)
 
 
 class _Compiled:
@@ -319,9 +356,10 @@ class _Compiled:
         self._checked = False
 
     def _load(self, forms: tuple[_Form, ...] | None) -> None:
-        self.mlir, vmfb, self._later_forms = _compile_concrete(
-            self.concrete, self.target, embed_captures=False, forms=forms, tried=self._tried
-        )
+        with _progress(f"{self.concrete.graph.entry} for {self.target}"):
+            self.mlir, vmfb, self._later_forms = _compile_concrete(
+                self.concrete, self.target, embed_captures=False, forms=forms, tried=self._tried
+            )
         self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
 
     def _run(self, inputs: list[np.ndarray]) -> Any:
@@ -422,42 +460,140 @@ def _agree(outputs: list[np.ndarray], reference: list[np.ndarray]) -> bool:
     return True
 
 
-class Jit:
-    """`gl.jit(fn, target)`: compiled once per input signature, cached (see the module doc)."""
+class _Tiered:
+    """One signature under `gl.jit(fn, tiered=True)`: IREE compiles it on a background thread
+    while calls run on the frame executor; once the module is ready (checked at each call,
+    without waiting) calls run compiled, the first of them checked against the interpreter as
+    always. A signature that does not compile keeps running on the executor, with a
+    `TieredCompileWarning`."""
 
-    def __init__(self, fn: Callable[..., Any], target: str = "llvm-cpu") -> None:
+    def __init__(self, concrete: Any, target: str) -> None:
+        self.concrete = concrete
+        self.target = target
+        self._pending: concurrent.futures.Future[_Compiled] | None = _background().submit(
+            _Compiled, concrete, target
+        )
+        self.compiled: _Compiled | None = None
+
+    def ready(self) -> bool:
+        """Whether calls run compiled now (False while IREE compiles or after it failed)."""
+        pending = self._pending
+        if pending is not None and pending.done():
+            self._pending = None
+            try:
+                self.compiled = pending.result()
+            except errors.CompileError as e:
+                warnings.warn(
+                    errors.TieredCompileWarning(
+                        f"{self.concrete.graph.entry} ({self.target}) runs on the frame "
+                        f"executor: {e}"
+                    ),
+                    stacklevel=4,
+                )
+        return self.compiled is not None
+
+    def wait(self) -> None:
+        """Blocks until the background compile is over (for tests and benchmarks)."""
+        if self._pending is not None:
+            concurrent.futures.wait([self._pending])
+
+    def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
+        if self.ready():
+            assert self.compiled is not None
+            return self.compiled(tensors)
+        return list(self.concrete(tensors))
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _background() -> concurrent.futures.ThreadPoolExecutor:
+    """One thread compiles in the background: compiles are serialised anyway (`_compiler`), and
+    the pool is joined at exit, so no compile is cut off inside IREE."""
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gradloop-compile")
+    return _pool
+
+
+class Jit:
+    """`gl.jit(fn, target, tiered)`: compiled once per input signature, cached (see the module
+    doc)."""
+
+    def __init__(
+        self, fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False
+    ) -> None:
         self._function = _function(fn)
         self._target = target
-        self._compiled: dict[int, _Compiled] = {}
-        if target not in TARGETS:
-            _flags(target, uses_f64=False)  # raises the unknown-target error
+        self._tiered = tiered
+        self._compiled: dict[int, _Compiled | _Tiered] = {}
+        # raises the unknown-target error; starts loading the compiler while the caller goes on
+        _compiler.warm_up(_flags(target, uses_f64=False))
 
     @property
     def target(self) -> str:
         return self._target
 
-    def _module(self, concrete: Any) -> _Compiled:
+    @property
+    def tiered(self) -> bool:
+        return self._tiered
+
+    def _module(self, concrete: Any, tiered: bool) -> _Compiled | _Tiered:
         found = self._compiled.get(id(concrete))
         if found is None or found.concrete is not concrete:
-            found = self._compiled[id(concrete)] = _Compiled(concrete, self._target)
+            module = _Tiered if tiered else _Compiled
+            found = self._compiled[id(concrete)] = module(concrete, self._target)
         return found
 
-    def mlir(self, *args: Any, **kwargs: Any) -> str:
-        """The MLIR this call signature compiles (compiling it if it was not yet)."""
+    def _signature(self, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
         structure, leaves = self._function._flatten(args, kwargs)
-        return self._module(self._function._concrete(structure, leaves).fn).mlir
+        return self._function._concrete(structure, leaves), leaves
+
+    def mlir(self, *args: Any, **kwargs: Any) -> str:
+        """The MLIR this call signature compiles (compiling it if it was not yet; waiting for
+        it under `tiered=True`)."""
+        entry, _ = self._signature(args, kwargs)
+        module = self._module(entry.fn, self._tiered)
+        if isinstance(module, _Tiered):
+            module.wait()
+            if not module.ready():
+                raise errors.CompileError(
+                    f"{entry.fn.graph.entry} did not compile for {self._target}"
+                )
+            assert module.compiled is not None
+            return module.compiled.mlir
+        return module.mlir
+
+    def compiled(self, *args: Any, **kwargs: Any) -> bool:
+        """Whether a call with these arguments runs the compiled module now: always under the
+        default (the call waits for it); under `tiered=True`, once the background compile of
+        this signature is done."""
+        entry, _ = self._signature(args, kwargs)
+        module = self._module(entry.fn, self._tiered)
+        return module.ready() if isinstance(module, _Tiered) else True
+
+    def wait(self, *args: Any, **kwargs: Any) -> None:
+        """Under `tiered=True`, blocks until the background compile of this signature is over
+        (it starts it if no call did yet); a no-op otherwise."""
+        entry, _ = self._signature(args, kwargs)
+        module = self._module(entry.fn, self._tiered)
+        if isinstance(module, _Tiered):
+            module.wait()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        structure, leaves = self._function._flatten(args, kwargs)
-        concrete_entry = self._function._concrete(structure, leaves)
-        compiled = self._module(concrete_entry.fn)
-        results = compiled([x for x in leaves if isinstance(x, _core.Tensor)])
-        return concrete_entry.outputs(results)
+        entry, leaves = self._signature(args, kwargs)
+        module = self._module(entry.fn, self._tiered)
+        results = module([x for x in leaves if isinstance(x, _core.Tensor)])
+        return entry.outputs(results)
 
 
-def jit(fn: Callable[..., Any], target: str = "llvm-cpu") -> Jit:
-    """`fn` compiled with IREE for `target` ("llvm-cpu", "vulkan-spirv" or "cuda")."""
-    return Jit(fn, target)
+def jit(fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False) -> Jit:
+    """`fn` compiled with IREE for `target` ("llvm-cpu", "vulkan-spirv" or "cuda").
+
+    The first call of each input signature waits for its module. With `tiered=True` it
+    does not: IREE compiles in the background while calls run on the frame executor, and
+    calls run compiled once the module is ready (`Jit.compiled(*args)` says which)."""
+    return Jit(fn, target, tiered)
 
 
 def export(

@@ -81,3 +81,9 @@ class FormWarning(RuntimeWarning):
 
 class RetracingWarning(UserWarning):
     """A `gl.function` traced again for many input signatures (each trace costs time)."""
+
+
+class TieredCompileWarning(RuntimeWarning):
+    """`gl.jit(fn, tiered=True)`: IREE could not compile a signature in the background, so its
+    calls keep running on the frame executor (same results, not compiled); the message holds
+    the `CompileError` the default `gl.jit` would raise."""
