@@ -684,3 +684,52 @@ def test_rounding_has_a_zero_gradient(fn) -> None:
         y = gl.sum(fn(x) * x)
     # d/dx (round(x) * x) = round(x): rounding itself contributes zero.
     np.testing.assert_array_equal(np.asarray(tape.gradient(y, x)), np.asarray(fn(x)))
+
+
+# The transcendental kernels run vectorised (8 f32 / 4 f64 lanes, rust/core/src/ops/lanes.rs),
+# with the scalar kernel for the lanes the vector form does not serve: special values, subnormal
+# logarithms, huge trigonometric arguments, and sizes on both sides of the parallel threshold
+# (1 << 15) and of a lane block.
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1e-40, 1e-310, 88.8, -104.0, 709.8]
+SPECIAL += [-746.0, 1e-8, -1e-8, 3.0e4, 6.0e5, 3.0e7, -1e30, 1e300, 0.5, 2.0]
+VECTORISED = {
+    "exp": np.exp,
+    "log": np.log,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+@pytest.mark.parametrize("size", [1, 7, 9, 1 << 15, (1 << 15) + 13])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", sorted(VECTORISED))
+def test_vectorised_kernels_match_numpy_on_special_values_and_sizes(name, dtype, size) -> None:
+    np_dtype = np.float32 if dtype == gl.float32 else np.float64
+    x = np.linspace(-30, 30, size).astype(np_dtype)
+    with np.errstate(all="ignore"):
+        special = np.array(SPECIAL).astype(np_dtype)[:size]
+        x[: special.size] = special
+        # the float64 value of the input, rounded to its dtype: the best answer there is
+        want = VECTORISED[name](x.astype(np.float64)).astype(np_dtype).astype(np.float64)
+    got = np.asarray(getattr(gl, name)(gl.tensor(x))).astype(np.float64)
+    eps = np.finfo(np_dtype).eps
+    # sine and cosine near their zeros are compared absolutely (their scale is 1)
+    atol = 2 * eps if name in ("sin", "cos") else np.finfo(np_dtype).tiny
+    np.testing.assert_allclose(got, want, rtol=4 * eps, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_vectorised_pow_follows_numpy_on_every_kind_of_base(dtype) -> None:
+    np_dtype = np.float32 if dtype == gl.float32 else np.float64
+    bases = [0.0, -0.0, 2.0, -2.0, -2.0, 0.5, np.inf, np.nan, 1.0, 1.0, -8.0, 10.0, 3.7, 1e-3]
+    exps = [0.0, 3.0, -1.0, 3.0, 0.5, np.inf, 2.0, 0.0, np.nan, np.inf, 1 / 3, -30.0, 2.2, 0.7]
+    a, b = np.array(bases, np_dtype), np.array(exps, np_dtype)
+    rtol = 4 * np.finfo(np_dtype).eps
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(np.asarray(gl.pow(gl.tensor(a), gl.tensor(b))), a**b, rtol=rtol)
+        big = np.linspace(0.01, 50, (1 << 15) + 5).astype(np_dtype)
+        for e in (np_dtype(2.5), np.linspace(-2, 2, big.size).astype(np_dtype)):
+            got = np.asarray(gl.pow(gl.tensor(big), gl.tensor(e)))
+            np.testing.assert_allclose(got, big**e, rtol=rtol)

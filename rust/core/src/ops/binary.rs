@@ -43,6 +43,7 @@ macro_rules! binary_op {
         $(#[$doc:meta])*
         $name:ident, $opname:literal, $builder:ident, $accepts:ident -> $out:ident,
         kernel: |$x:ident, $y:ident| $kernel:expr,
+        $(lanes: $lanes:ident,)?
         saves: $saves:expr,
         grad: |$ctx:ident, $saved:ident, $g:ident, $needs:ident| $grad:expr,
         mlir: |$e:ident, $ea:ident, $eb:ident, $eo:ident| $emit:expr
@@ -62,13 +63,14 @@ macro_rules! binary_op {
 
             fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 let (a, b, shape) = (&inputs[0], &inputs[1], &outputs[0].shape);
-                let out = binary_op!(@dispatch $accepts -> $out, $opname, a, b, shape, |$x, $y| $kernel)?;
+                let out = binary_op!(@compute [$($lanes)?] $accepts -> $out, $opname, a, b, shape, |$x, $y| $kernel)?;
                 Ok(smallvec![out])
             }
 
             fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 let out = &outputs[0];
-                let written: Option<Tensor> = binary_op!(@into $accepts -> $out, inputs, out, |$x, $y| $kernel);
+                let written: Option<Tensor> =
+                    binary_op!(@compute_into [$($lanes)?] $accepts -> $out, inputs, out, |$x, $y| $kernel);
                 match written {
                     Some(t) => Ok(smallvec![t]),
                     None => self.compute(inputs, outputs),
@@ -113,6 +115,19 @@ macro_rules! binary_op {
         pub fn $builder<V: Value>(ctx: &mut dyn Context<V>, a: &V, b: &V) -> Result<V> {
             build::apply1(ctx, $name, &[a.clone(), b.clone()])
         }
+    };
+    (@compute [] $accepts:ident -> $out:ident, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        binary_op!(@dispatch $accepts -> $out, $opname, $a, $b, $shape, |$x, $y| $kernel)
+    };
+    (@compute [pow] Float -> Same, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_float!($a.dtype(), T, { kernels::pow_lanes::<T>($a, $b, $shape, |$x: T, $y: T| $kernel) },
+            Err(kernel_dtype_bug($opname, $a.dtype())))
+    };
+    (@compute_into [] $accepts:ident -> $out:ident, $inputs:ident, $outty:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        binary_op!(@into $accepts -> $out, $inputs, $outty, |$x, $y| $kernel)
+    };
+    (@compute_into [pow] Float -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_float!($out.dtype, T, { kernels::pow_lanes_into::<T>($inputs, $out, |$x: T, $y: T| $kernel) }, None)
     };
     (@outdtype Same) => { None };
     (@into Float -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
@@ -212,6 +227,7 @@ binary_op! {
     /// a ** b (float only).
     Pow, "pow", pow, Float -> Same,
     kernel: |x, y| x.powf(y),
+    lanes: pow,
     saves: Saves::Values { inputs: 0b11, outputs: 1 },
     grad: |ctx, saved, g, needs| {
         let (a, b) = (saved.input(0)?, saved.input(1)?);

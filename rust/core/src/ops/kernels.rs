@@ -4,6 +4,9 @@
 use ndarray::{IxDyn, Zip};
 use rayon::prelude::*;
 
+use smallvec::SmallVec;
+
+use super::lanes::{Fun, Lanes};
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::shape::TensorType;
@@ -19,6 +22,80 @@ pub fn map<T: Element, U: Element>(x: &Tensor, f: impl Fn(T) -> U + Sync + Send)
         return Tensor::collect(x.shape(), xs.iter().map(|&v| f(v)));
     }
     Tensor::from_vec(xs.par_iter().map(|&v| f(v)).collect(), x.shape())
+}
+
+/// `map` of a float function `lanes` vectorises (`fun`); `scalar` is the op's kernel, for the
+/// lanes the vector form does not serve.
+pub fn map_lanes<T: Element + Lanes>(
+    x: &Tensor,
+    fun: Fun,
+    scalar: impl Fn(T) -> T + Sync,
+) -> Result<Tensor> {
+    let xs = x.as_slice::<T>()?;
+    if xs.len() <= INLINE_LANES {
+        let mut ys: SmallVec<[T; INLINE_LANES]> = SmallVec::from_slice(xs);
+        T::map(fun, &mut ys, None, &scalar);
+        return Tensor::collect(x.shape(), ys.into_iter());
+    }
+    let mut ys = vec![T::default(); xs.len()];
+    T::map(fun, &mut ys, Some(xs), &scalar);
+    Tensor::from_vec(ys, x.shape())
+}
+
+/// Up to this many elements `map_lanes` works on the stack.
+const INLINE_LANES: usize = 16;
+
+/// `map_lanes` written into the buffer of `inputs[0]` when it holds that buffer alone and is
+/// of type `out`; `None` otherwise (see `map_into`).
+pub fn map_lanes_into<T: Element + Lanes>(
+    inputs: &mut Vec<Tensor>,
+    out: &TensorType,
+    fun: Fun,
+    scalar: impl Fn(T) -> T + Sync,
+) -> Option<Tensor> {
+    let x = inputs.first_mut().filter(|x| x.ty() == out)?;
+    T::map(fun, x.unique_slice_mut::<T>()?, None, &scalar);
+    Some(inputs.swap_remove(0).renewed())
+}
+
+/// `zip` of `pow` through `Lanes::pow` when `a` has the result's shape and `b` has it too or
+/// one element (the common cases: `x ** 2.0`, `x ** y`); the broadcasting `zip` otherwise.
+pub fn pow_lanes<T: Element + Lanes>(
+    a: &Tensor,
+    b: &Tensor,
+    shape: &[usize],
+    scalar: impl Fn(T, T) -> T + Sync + Send,
+) -> Result<Tensor> {
+    if a.shape() != shape || (b.numel() != 1 && b.shape() != shape) {
+        return zip::<T, T>(a, b, shape, scalar);
+    }
+    let (xs, ys) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+    if xs.len() <= INLINE_LANES {
+        let mut zs: SmallVec<[T; INLINE_LANES]> = SmallVec::from_slice(xs);
+        T::pow(&mut zs, ys, &scalar);
+        return Tensor::collect(a.shape(), zs.into_iter());
+    }
+    let mut zs = xs.to_vec();
+    T::pow(&mut zs, ys, &scalar);
+    Tensor::from_vec(zs, a.shape())
+}
+
+/// `pow_lanes` written into the buffer of `inputs[0]` when it holds that buffer alone, is of
+/// type `out`, and `inputs[1]` has its shape or one element; `None` otherwise.
+pub fn pow_lanes_into<T: Element + Lanes>(
+    inputs: &mut Vec<Tensor>,
+    out: &TensorType,
+    scalar: impl Fn(T, T) -> T + Sync,
+) -> Option<Tensor> {
+    let [a, b] = inputs.as_mut_slice() else {
+        return None;
+    };
+    if a.ty() != out || (b.numel() != 1 && b.shape() != a.shape()) {
+        return None;
+    }
+    let ys = b.as_slice::<T>().ok()?;
+    T::pow(a.unique_slice_mut::<T>()?, ys, &scalar);
+    Some(inputs.swap_remove(0).renewed())
 }
 
 /// `map` written into the buffer of `inputs[0]` when it holds that buffer alone and is of type

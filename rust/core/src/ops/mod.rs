@@ -33,6 +33,7 @@ pub(crate) mod gradcheck;
 pub mod index;
 pub mod indexing;
 pub mod kernels;
+pub mod lanes;
 pub mod layout;
 pub mod matmul;
 pub mod permute;

@@ -13,6 +13,7 @@
 
 use super::attrs::op_attrs;
 use super::kernels::Arith;
+use super::lanes::Fun;
 
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
@@ -36,6 +37,7 @@ macro_rules! unary_op {
         $(#[$doc:meta])*
         $name:ident, $opname:literal, $builder:ident, $accepts:ident,
         kernel: |$x:ident: $T:ident| $kernel:expr,
+        $(lanes: $fun:ident,)?
         saves: $saves:expr,
         grad: |$ctx:ident, $saved:ident, $g:ident| $grad:expr,
         mlir: |$e:ident, $mx:ident| $emit:expr
@@ -56,13 +58,14 @@ macro_rules! unary_op {
 
             fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 let input = &inputs[0];
-                let out = unary_op!(@dispatch $accepts, input, $opname, |$x: $T| $kernel)?;
+                let out = unary_op!(@compute [$($fun)?] $accepts, input, $opname, |$x: $T| $kernel)?;
                 Ok(smallvec::smallvec![out])
             }
 
             fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 let out = &outputs[0];
-                let written: Option<Tensor> = unary_op!(@into $accepts, inputs, out, |$x: $T| $kernel);
+                let written: Option<Tensor> =
+                    unary_op!(@compute_into [$($fun)?] $accepts, inputs, out, |$x: $T| $kernel);
                 match written {
                     Some(t) => Ok(smallvec::smallvec![t]),
                     None => self.compute(inputs, outputs),
@@ -103,6 +106,19 @@ macro_rules! unary_op {
         pub fn $builder<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
             build::apply1(ctx, $name, std::slice::from_ref(x))
         }
+    };
+    (@compute [] $accepts:ident, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
+        unary_op!(@dispatch $accepts, $input, $opname, |$x: $T| $kernel)
+    };
+    (@compute [$fun:ident] Float, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_float!($input.dtype(), $T, { kernels::map_lanes::<$T>($input, Fun::$fun, |$x: $T| $kernel) },
+            Err(kernel_dtype_bug($opname, $input.dtype())))
+    };
+    (@compute_into [] $accepts:ident, $inputs:ident, $out:ident, |$x:ident: $T:ident| $kernel:expr) => {
+        unary_op!(@into $accepts, $inputs, $out, |$x: $T| $kernel)
+    };
+    (@compute_into [$fun:ident] Float, $inputs:ident, $out:ident, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_float!($out.dtype, $T, { kernels::map_lanes_into::<$T>($inputs, $out, Fun::$fun, |$x: $T| $kernel) }, None)
     };
     (@dispatch Float, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
         crate::with_float!($input.dtype(), $T, { kernels::map::<$T, $T>($input, |$x: $T| $kernel) },
@@ -152,6 +168,7 @@ unary_op! {
     /// e^x.
     Exp, "exp", exp, Float,
     kernel: |x: T| x.exp(),
+    lanes: Exp,
     saves: Saves::OUTPUT,
     grad: |ctx, saved, g| Ok(Some(build::mul(ctx, g, saved.output(0)?)?)),
     mlir: |e, x| Ok(e.elementwise("stablehlo.exponential", &[x], &x.ty)),
@@ -162,6 +179,7 @@ unary_op! {
     /// Natural logarithm.
     Log, "log", log, Float,
     kernel: |x: T| x.ln(),
+    lanes: Log,
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| Ok(Some(build::div(ctx, g, saved.input(0)?)?)),
     mlir: |e, x| Ok(e.elementwise("stablehlo.log", &[x], &x.ty)),
@@ -172,6 +190,7 @@ unary_op! {
     /// Sine.
     Sin, "sin", sin, Float,
     kernel: |x: T| x.sin(),
+    lanes: Sin,
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| {
         let c = cos(ctx, saved.input(0)?)?;
@@ -185,6 +204,7 @@ unary_op! {
     /// Cosine.
     Cos, "cos", cos, Float,
     kernel: |x: T| x.cos(),
+    lanes: Cos,
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| {
         let s = sin(ctx, saved.input(0)?)?;
@@ -199,6 +219,7 @@ unary_op! {
     /// Hyperbolic tangent.
     Tanh, "tanh", tanh, Float,
     kernel: |x: T| x.tanh(),
+    lanes: Tanh,
     saves: Saves::OUTPUT,
     grad: |ctx, saved, g| {
         let y = saved.output(0)?;
@@ -222,6 +243,7 @@ unary_op! {
             e / (T::one() + e)
         }
     },
+    lanes: Sigmoid,
     saves: Saves::OUTPUT,
     grad: |ctx, saved, g| {
         let y = saved.output(0)?;
@@ -339,10 +361,15 @@ mod tests {
     fn kernels_match_std() {
         let x = t(vec![-1.5, 0.0, 0.25, 2.0]);
         let mut ctx = EagerContext;
-        assert_eq!(
-            sin(&mut ctx, &x).unwrap().to_f64_vec(),
-            x.to_f64_vec().iter().map(|v| v.sin()).collect::<Vec<_>>()
-        );
+        // vectorised (ops/lanes.rs): within a few ulp of libm, not bit for bit
+        let got = sin(&mut ctx, &x).unwrap().to_f64_vec();
+        for (g, v) in got.iter().zip(x.to_f64_vec()) {
+            assert!(
+                (g - v.sin()).abs() <= 4.0 * f64::EPSILON * v.sin().abs(),
+                "{g} vs {}",
+                v.sin()
+            );
+        }
         assert_eq!(
             relu(&mut ctx, &x).unwrap().to_f64_vec(),
             vec![0.0, 0.0, 0.25, 2.0]
