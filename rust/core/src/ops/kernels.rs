@@ -12,13 +12,19 @@ use crate::error::{Error, Result};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 
-/// Below this many elements a kernel stays on one thread: splitting costs more than it saves.
+/// Below this many elements a kernel of tens of instructions per element (the transcendentals,
+/// matrix-vector rows) stays on one thread: splitting costs more than it saves.
 pub const PARALLEL_THRESHOLD: usize = 1 << 15;
+
+/// The same for kernels of a few instructions per element (add, mul, relu, select, ...): they
+/// stream memory at several elements per ns, so below this size waking a second thread costs
+/// more than the half of the work it takes over.
+pub const CHEAP_PARALLEL_THRESHOLD: usize = 1 << 18;
 
 /// `f` applied to every element.
 pub fn map<T: Element, U: Element>(x: &Tensor, f: impl Fn(T) -> U + Sync + Send) -> Result<Tensor> {
     let xs = x.as_slice::<T>()?;
-    if xs.len() < PARALLEL_THRESHOLD {
+    if xs.len() < CHEAP_PARALLEL_THRESHOLD {
         return Tensor::collect(x.shape(), xs.iter().map(|&v| f(v)));
     }
     Tensor::from_vec(xs.par_iter().map(|&v| f(v)).collect(), x.shape())
@@ -107,7 +113,7 @@ pub fn map_into<T: Element>(
 ) -> Option<Tensor> {
     let x = inputs.first_mut().filter(|x| x.ty() == out)?;
     let xs = x.unique_slice_mut::<T>()?;
-    if xs.len() >= PARALLEL_THRESHOLD {
+    if xs.len() >= CHEAP_PARALLEL_THRESHOLD {
         xs.par_iter_mut().for_each(|v| *v = f(*v));
     } else {
         xs.iter_mut().for_each(|v| *v = f(*v));
@@ -126,7 +132,7 @@ pub fn zip_into<T: Element>(
     fn apply<T: Element>(xs: &mut [T], ys: &[T], g: impl Fn(T, T) -> T + Sync + Send) {
         if let [y] = ys {
             xs.iter_mut().for_each(|x| *x = g(*x, *y));
-        } else if xs.len() >= PARALLEL_THRESHOLD {
+        } else if xs.len() >= CHEAP_PARALLEL_THRESHOLD {
             xs.par_iter_mut()
                 .zip(ys.par_iter())
                 .for_each(|(x, &y)| *x = g(*x, y));
@@ -164,7 +170,7 @@ pub fn zip<T: Element, U: Element>(
 ) -> Result<Tensor> {
     let (xs, ys) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
     let n = xs.len().max(ys.len());
-    let parallel = n >= PARALLEL_THRESHOLD;
+    let parallel = n >= CHEAP_PARALLEL_THRESHOLD;
     let data: Vec<U> = if a.shape() == b.shape() {
         if !parallel {
             return Tensor::collect(out_shape, xs.iter().zip(ys).map(|(&x, &y)| f(x, y)));
@@ -226,7 +232,7 @@ pub fn zip3<A: Element, B: Element, C: Element, U: Element>(
         .broadcast(shape)
         .ok_or_else(|| broadcast_bug(c, out_shape))?;
     let zipped = Zip::from(&av).and(&bv).and(&cv);
-    let out = if av.len() >= PARALLEL_THRESHOLD {
+    let out = if av.len() >= CHEAP_PARALLEL_THRESHOLD {
         zipped.par_map_collect(|&x, &y, &z| f(x, y, z))
     } else {
         zipped.map_collect(|&x, &y, &z| f(x, y, z))
