@@ -427,3 +427,35 @@ def test_bad_targets_are_clear_errors() -> None:
         gl.jit(lambda x: x, target="tpu")
     with pytest.raises(gl.errors.CompileError, match="float32"):
         gl.jit(lambda x: x * 2.0, target="vulkan-spirv")(f64(1.0))
+
+
+def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
+    """llvm-cpu modules with loops run on `local-sync` (a trip synchronises with the host), and
+    loop-free ones and those with dense ops on `local-task`'s pool; values agree either way."""
+    from gradloop import compiled
+
+    rng = np.random.default_rng(3)
+    a = gl.tensor(rng.standard_normal((256, 256)) / 16)
+
+    def dense(x):
+        return gl.tanh(x @ a) @ a
+
+    def small_loop(x):
+        return gl.while_loop(lambda i, v: i < 5, lambda i, v: (i + 1, gl.sin(v) * 1.5), (0, x))[1]
+
+    def dense_loop(x):
+        return gl.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, gl.tanh(v @ a)), (0, x))[1]
+
+    x = gl.tensor(rng.standard_normal((256, 256)))
+    for fn, driver in (
+        (dense, "local-task"),
+        (small_loop, "local-sync"),
+        (dense_loop, "local-task"),
+    ):
+        jitted = gl.jit(fn)
+        np.testing.assert_allclose(np.asarray(jitted(x)), np.asarray(fn(x)), rtol=1e-9, atol=1e-12)
+        (module,) = jitted._compiled.values()
+        assert module.driver == driver, fn.__name__
+    facts = {"loops": True, "heaviest_op": compiled.DENSE_WORK - 1}
+    assert compiled.driver("llvm-cpu", facts) == "local-sync"
+    assert compiled.driver("vulkan-spirv", {"loops": False, "heaviest_op": 0}) == "vulkan"

@@ -53,11 +53,25 @@ from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
 
-#: Compiler target -> the IREE runtime driver `jit` runs it on. CPU modules run on `local-sync`
-#: (on the calling thread): a data-dependent loop steps through IREE's VM once per iteration,
-#: and `local-task` hands every step to its worker pool, several times slower per iteration
-#: (benches/driver_overhead.py measures both).
+#: Compiler target -> the IREE runtime driver `jit` runs it on by default (`driver` chooses per
+#: module on llvm-cpu).
 TARGETS = {"llvm-cpu": "local-sync", "vulkan-spirv": "vulkan", "cuda": "cuda"}
+
+#: Work of one op (`OpDef::work`: elements, or multiply-adds for products) from which a CPU
+#: module with loops runs on `local-task`'s worker pool: gemm itself goes parallel there.
+DENSE_WORK = 1 << 22
+
+
+def driver(target: str, facts: dict[str, Any]) -> str:
+    """The runtime driver for a module of `target` with the emitter's `facts`. On llvm-cpu:
+    `local-sync` (dispatches on the calling thread) for modules with loops, whose every trip
+    steps through IREE's VM and synchronises with the host (`local-task` hands each step to its
+    pool, several times slower per trip: benches/driver_overhead.py); `local-task` (dispatches
+    spread over the cores) for loop-free modules and those with ops of `DENSE_WORK` or more,
+    whose dispatches outweigh the hand-offs (the MLP step: 1.0 vs 1.5 ms)."""
+    if target == "llvm-cpu" and (not facts["loops"] or facts["heaviest_op"] >= DENSE_WORK):
+        return "local-task"
+    return TARGETS[target]
 
 
 # Bool tensors live in bytes: see the module doc.
@@ -237,11 +251,11 @@ def _compile_concrete(
     portable: bool = False,
     forms: tuple[_Form, ...] | None = None,
     tried: set[_Form] | None = None,
-) -> tuple[str, bytes, tuple[_Form, ...]]:
-    """The MLIR and `.vmfb` of `concrete` in the first of `forms` (its target's by default)
-    that compiles, and the forms after it. The emitter's facts say which choices change the
-    module (no tensor stacks: lists are buffers; no branch results through barriers; no
-    regions: no CFG to lower to); a form that reads the same as one `tried` is skipped."""
+) -> tuple[str, bytes, dict[str, Any], tuple[_Form, ...]]:
+    """The MLIR, `.vmfb` and emitter's facts of `concrete` in the first of `forms` (its
+    target's by default) that compiles, and the forms after it. The facts say which choices
+    change the module (no tensor stacks: lists are buffers; no branch results through barriers;
+    no regions: no CFG to lower to); a form that reads the same as one `tried` is skipped."""
     forms = _forms(target) if forms is None else forms
     tried = set() if tried is None else tried
     failure: errors.CompileError | None = None
@@ -264,7 +278,7 @@ def _compile_concrete(
             vmfb = compile_mlir(
                 mlir, target, portable, form.cf, form.workaround_flags, "float64" in facts["dtypes"]
             )
-            return mlir, vmfb, forms[k + 1 :]
+            return mlir, vmfb, facts, forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
     if failure is None:
@@ -357,10 +371,11 @@ class _Compiled:
 
     def _load(self, forms: tuple[_Form, ...] | None) -> None:
         with _progress(f"{self.concrete.graph.entry} for {self.target}"):
-            self.mlir, vmfb, self._later_forms = _compile_concrete(
+            self.mlir, vmfb, facts, self._later_forms = _compile_concrete(
                 self.concrete, self.target, embed_captures=False, forms=forms, tried=self._tried
             )
-        self.entry = _runtime.Function(vmfb, TARGETS[self.target], self.concrete.graph.entry)
+        self.driver = driver(self.target, facts)
+        self.entry = _runtime.Function(vmfb, self.driver, self.concrete.graph.entry)
 
     def _run(self, inputs: list[np.ndarray]) -> Any:
         while True:
@@ -609,7 +624,7 @@ def export(
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
     concrete = _function(fn).concrete_function(*args)
-    mlir, vmfb, _ = _compile_concrete(concrete, target, embed_captures=True, portable=True)
+    mlir, vmfb, _, _ = _compile_concrete(concrete, target, embed_captures=True, portable=True)
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".mlir").write_text(mlir)

@@ -284,7 +284,8 @@ impl PyConcreteFunction {
 
     /// `to_mlir`'s text and what compile policy needs to know of it, so that it never reads
     /// the text: `{"dtypes": [numpy names], "tensor_stacks": bool, "regions": bool,
-    /// "yield_barriers": the barriers actually put}` (`gradloop::mlir::ModuleFacts`).
+    /// "yield_barriers": the barriers actually put, "loops": bool, "heaviest_op": the largest
+    /// work of one op}` (`gradloop::mlir::ModuleFacts`).
     #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none"))]
     fn mlir_module<'py>(
         &self,
@@ -300,6 +301,8 @@ impl PyConcreteFunction {
         dict.set_item("tensor_stacks", facts.tensor_stacks)?;
         dict.set_item("regions", facts.regions)?;
         dict.set_item("yield_barriers", facts.yield_barriers.name())?;
+        dict.set_item("loops", facts.loops)?;
+        dict.set_item("heaviest_op", facts.heaviest_op)?;
         Ok((text, dict))
     }
 

@@ -79,6 +79,11 @@ pub struct ModuleFacts {
     /// The barriers `EmitOptions::yield_barriers` actually put on branch results (`None`: the
     /// option changed nothing).
     pub yield_barriers: YieldBarriers,
+    /// A `While` loop: its trips step through IREE's VM, which synchronises with the host.
+    pub loops: bool,
+    /// The largest work of any one op (`OpDef::work` on its static shapes: elements, or
+    /// multiply-adds for products): whether a dispatch is worth spreading over threads.
+    pub heaviest_op: usize,
 }
 
 /// The graph as MLIR text: a module with the entry function as a public `func.func` (see the
@@ -125,6 +130,22 @@ fn graph_facts(graph: &Graph) -> ModuleFacts {
         for ty in types {
             facts.dtypes.insert(ty.inner().dtype);
             facts.tensor_stacks |= matches!(ty, ValueType::Stack(t) if t.ndim() > 0);
+        }
+        for node in &f.nodes {
+            facts.loops |= matches!(node.kind, NodeKind::While(_));
+            if let NodeKind::Op(op) = &node.kind {
+                let shape = |t: &ValueType| t.inner().shape.to_vec();
+                let inputs: Vec<Vec<usize>> = node
+                    .inputs
+                    .iter()
+                    .filter_map(|p| f.port_type(*p).ok())
+                    .map(shape)
+                    .collect();
+                let outputs: Vec<Vec<usize>> = node.outputs.iter().map(shape).collect();
+                let inputs: Vec<&[usize]> = inputs.iter().map(|s| &s[..]).collect();
+                let outputs: Vec<&[usize]> = outputs.iter().map(|s| &s[..]).collect();
+                facts.heaviest_op = facts.heaviest_op.max(op.work(&inputs, &outputs));
+            }
         }
         facts.regions |= f.nodes.iter().any(|n| {
             matches!(
