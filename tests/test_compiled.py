@@ -459,3 +459,37 @@ def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
     facts = {"loops": True, "heaviest_op": compiled.DENSE_WORK - 1}
     assert compiled.driver("llvm-cpu", facts) == "local-sync"
     assert compiled.driver("vulkan-spirv", {"loops": False, "heaviest_op": 0}) == "vulkan"
+
+
+def data_loop(x, limit):
+    """A loop whose condition reads the tensor state (a reduction) and carries an int, a float
+    scalar and a tensor."""
+
+    def cond(i, s, v):
+        return gl.logical_and(gl.sum(v * v) < limit, i < 1000)
+
+    def body(i, s, v):
+        return i + 1, s + gl.sum(v), gl.cos(v) * 1.1 + 0.05 * gl.cast(i, v.dtype)
+
+    return gl.while_loop(cond, body, (gl.tensor(0, dtype=gl.int32), gl.zeros((), x.dtype), x))
+
+
+@pytest.mark.parametrize("limit", [0.0, 1.0, 4.0, 30.0, 60.0, 1e9])
+def test_unrolled_loops_stop_on_the_same_iteration_as_eager(limit) -> None:
+    """Loops of cheap ops run several predicated iterations per trip of the compiled loop; the
+    iterations past the condition's end are discarded, whatever trip they fall in."""
+    x = gl.tensor(np.array([0.3, -0.2, 0.9]))
+    fn = gl.jit(data_loop)
+    limit = gl.tensor(np.float64(limit))
+    got = fn(x, limit)
+    assert "stablehlo.select" in fn.mlir(x, limit)  # written unrolled
+    want = data_loop(x, limit)
+    assert int(got[0]) == int(want[0])
+    for g, w in zip(got[1:], want[1:], strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 31, 32, 33, 64, 100])
+def test_unrolled_counting_loops_run_exactly_n_iterations(n) -> None:
+    x = f64(0.1, 0.2)
+    assert_compiled_matches_eager(loop, x, gl.tensor(n))

@@ -325,11 +325,17 @@ class ConcreteFunction:
         "repeats", "constants" (constants among them) or "all" (every tensor a branch yields)."""
 
     def mlir_module(
-        self, embed_captures: bool = False, list_stacks: bool = False, yield_barriers: str = "none"
+        self,
+        embed_captures: bool = False,
+        list_stacks: bool = False,
+        yield_barriers: str = "none",
+        unroll_loops: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """`to_mlir`'s text and what compile policy needs to know of it, so that it never
         reads the text: `{"dtypes": [numpy names], "tensor_stacks": bool, "regions": bool,
-        "yield_barriers": the barriers actually put ("none" when the option changed nothing)}`."""
+        "yield_barriers": the barriers actually put ("none" when the option changed nothing),
+        "loops": bool, "unrolled_loops": bool, "heaviest_op": the largest work of one op}`.
+        `unroll_loops` runs loops of cheap ops several predicated iterations per trip."""
 
     @property
     def assigned_variables(self) -> list[int]:

@@ -199,15 +199,16 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
     or growable buffers (copied on every trip); which branch results go through barriers
-    (`_YIELD_BARRIERS`); `scf`
-    as it is or lowered to `cf`; compiled with IREE's defaults, or with one of
-    `_WORKAROUND_FLAGS` (last: some branch-heavy modules fail as they run in every other
-    form)."""
+    (`_YIELD_BARRIERS`); `scf` as it is or lowered to `cf`; compiled with IREE's defaults, or
+    with one of `_WORKAROUND_FLAGS` (last: some branch-heavy modules fail as they run in every
+    other form); loops of cheap ops unrolled (several predicated iterations per trip, which
+    divides IREE's cost per trip) or not."""
 
     list_stacks: bool
     yield_barriers: str
     cf: bool
     workaround_flags: tuple[str, ...] = ()
+    unroll_loops: bool = False
 
 
 #: Which branch results go through barriers, in the order tried. IREE 3.13 returned wrong
@@ -236,11 +237,12 @@ def _forms(target: str) -> tuple[_Form, ...]:
     ("transient buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
     stacks = (True, False) if target == "llvm-cpu" else (False,)
     return tuple(
-        _Form(lists, barriers, cf, flags)
+        _Form(lists, barriers, cf, flags, unroll)
         for flags in _WORKAROUND_FLAGS
         for lists in stacks
         for barriers in _YIELD_BARRIERS
         for cf in (False, True)
+        for unroll in (True, False)
     )
 
 
@@ -264,12 +266,14 @@ def _compile_concrete(
             embed_captures=embed_captures,
             list_stacks=form.list_stacks,
             yield_barriers=form.yield_barriers,
+            unroll_loops=form.unroll_loops,
         )
         written = _Form(
             form.list_stacks and facts["tensor_stacks"],
             facts["yield_barriers"],
             form.cf and facts["regions"],
             form.workaround_flags,
+            facts["unrolled_loops"],
         )
         if written in tried:
             continue

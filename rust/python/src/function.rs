@@ -222,6 +222,7 @@ impl PyConcreteFunction {
         embed_captures: bool,
         list_stacks: bool,
         yield_barriers: &str,
+        unroll_loops: bool,
     ) -> PyResult<(String, gradloop::mlir::ModuleFacts)> {
         let yield_barriers =
             gradloop::mlir::YieldBarriers::from_name(yield_barriers).ok_or_else(|| {
@@ -238,6 +239,7 @@ impl PyConcreteFunction {
         let options = gradloop::mlir::EmitOptions {
             list_stacks,
             yield_barriers,
+            unroll_loops,
         };
         if !embed_captures {
             return gradloop::mlir::emit_module_facts(&self.graph, options).py(py);
@@ -278,23 +280,31 @@ impl PyConcreteFunction {
         yield_barriers: &str,
     ) -> PyResult<String> {
         Ok(self
-            .emit(py, embed_captures, list_stacks, yield_barriers)?
+            .emit(py, embed_captures, list_stacks, yield_barriers, false)?
             .0)
     }
 
     /// `to_mlir`'s text and what compile policy needs to know of it, so that it never reads
     /// the text: `{"dtypes": [numpy names], "tensor_stacks": bool, "regions": bool,
-    /// "yield_barriers": the barriers actually put, "loops": bool, "heaviest_op": the largest
-    /// work of one op}` (`gradloop::mlir::ModuleFacts`).
-    #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none"))]
+    /// "yield_barriers": the barriers actually put, "loops": bool, "unrolled_loops": bool,
+    /// "heaviest_op": the largest work of one op}` (`gradloop::mlir::ModuleFacts`).
+    /// `unroll_loops` runs loops of cheap ops several iterations per trip.
+    #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none", unroll_loops=false))]
     fn mlir_module<'py>(
         &self,
         py: Python<'py>,
         embed_captures: bool,
         list_stacks: bool,
         yield_barriers: &str,
+        unroll_loops: bool,
     ) -> PyResult<(String, Bound<'py, PyDict>)> {
-        let (text, facts) = self.emit(py, embed_captures, list_stacks, yield_barriers)?;
+        let (text, facts) = self.emit(
+            py,
+            embed_captures,
+            list_stacks,
+            yield_barriers,
+            unroll_loops,
+        )?;
         let dict = PyDict::new(py);
         let dtypes: Vec<&str> = facts.dtypes.iter().map(|d| d.name()).collect();
         dict.set_item("dtypes", dtypes)?;
@@ -302,6 +312,7 @@ impl PyConcreteFunction {
         dict.set_item("regions", facts.regions)?;
         dict.set_item("yield_barriers", facts.yield_barriers.name())?;
         dict.set_item("loops", facts.loops)?;
+        dict.set_item("unrolled_loops", facts.unrolled_loops)?;
         dict.set_item("heaviest_op", facts.heaviest_op)?;
         Ok((text, dict))
     }

@@ -26,6 +26,7 @@ use crate::graph::{
 use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, ValueType, While};
 use crate::interpret::nodes::{check_results, scalar};
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::function::one;
 use crate::mlir::function::{flat_names, flat_types_of};
 use crate::mlir::loop_vars;
 use crate::mlir::regions::Terminator;
@@ -208,6 +209,8 @@ impl EmitMlir for While {
             None => None,
         };
         let counted = usize::from(limits.is_some());
+        let per_trip = iterations_per_trip(l, self, &ctypes)?;
+        l.unrolled_loops |= per_trip > 1;
         let (prefix, names) = l.result_names(&flat);
         let before: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
         let after: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
@@ -260,8 +263,19 @@ impl EmitMlir for While {
                 }
             }
             let args = vars.clone();
-            let next = l.inline(body, vars)?;
-            let next = l.coerce_all(next, types)?;
+            let mut next = l.inline(body, vars)?;
+            next = l.coerce_all(next, types)?;
+            // Iterations after the first of a trip, each kept only where the condition holds
+            // (a pure function of the vars: once false it stays false within the trip).
+            for _ in 1..per_trip {
+                let go = l.inline(cond, next.clone())?;
+                let [go] = one(l, go)?;
+                let stepped = l.inline(body, next.clone())?;
+                let stepped = l.coerce_all(stepped, types)?;
+                next = (stepped.into_iter().zip(next))
+                    .map(|(s, k)| l.select(&go, s, k))
+                    .collect::<Result<_>>()?;
+            }
             let next = l.loop_barrier(&args, next, &exposed)?;
             Ok(next
                 .into_iter()
@@ -276,6 +290,49 @@ impl EmitMlir for While {
         l.with_fixed(&fixed, results)
     }
 }
+
+/// Iterations one trip of the emitted `scf.while` runs: for a loop whose condition and body
+/// are ops only (no stacks, no `maximum_iterations`; with `EmitOptions::unroll_loops`), as
+/// many as fit `UNROLL_BUDGET` of work (`OpDef::work` summed over the ops), a power of two up
+/// to `UNROLL`; 1 otherwise.
+///
+/// Each trip of an IREE loop costs microseconds on the host (fences, a queue submission,
+/// transient buffers), whatever its dispatch computes; extra iterations predicated on the
+/// condition (`arith.select` / `stablehlo.select` between the stepped and the kept vars) fuse
+/// into the trip's dispatch and divide that cost. At most all but one of a trip's iterations
+/// are thrown away, on the last trip; the budget bounds that waste and the dispatch's size
+/// (compile time grows with it).
+fn iterations_per_trip(l: &Lowering<'_>, w: &While, ctypes: &[ValueType]) -> Result<usize> {
+    if !l.e.options.unroll_loops
+        || w.maximum_iterations.is_some()
+        || ctypes.iter().any(|t| matches!(t, ValueType::Stack(_)))
+    {
+        return Ok(1);
+    }
+    let mut work = 1usize;
+    for name in [&w.cond, &w.body] {
+        let f = l.library.get(name)?;
+        for node in &f.nodes {
+            match &node.kind {
+                NodeKind::Arg(_) | NodeKind::Const(_) => {}
+                NodeKind::Op(_) => match f.op_work(node) {
+                    Some(w) => work = work.saturating_add(w),
+                    None => return Ok(1),
+                },
+                _ => return Ok(1),
+            }
+        }
+    }
+    let fits = (UNROLL_BUDGET / work).clamp(1, UNROLL);
+    Ok(1 << fits.ilog2())
+}
+
+/// The most iterations per trip of an unrolled loop (`iterations_per_trip`).
+const UNROLL: usize = 32;
+
+/// Work (elements, or multiply-adds) one trip of an unrolled loop may hold: a trip's fixed cost
+/// in IREE is that of a few thousand elements of arithmetic.
+const UNROLL_BUDGET: usize = 1 << 12;
 
 impl Differentiate for While {
     fn gradient(

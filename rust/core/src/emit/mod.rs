@@ -23,6 +23,9 @@ pub struct EmitOptions {
     /// Which branch results go through optimization barriers (`Terminator::BranchYield` in
     /// `control.rs`).
     pub yield_barriers: YieldBarriers,
+    /// Loops of cheap ops run several iterations per trip of the `scf.while`, predicated
+    /// (`control::while_loop::iterations_per_trip`).
+    pub unroll_loops: bool,
 }
 
 /// Branch results that go through their own `stablehlo.optimization_barrier` (IREE 3.13 fails

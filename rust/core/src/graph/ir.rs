@@ -254,6 +254,25 @@ pub struct Function {
 }
 
 impl Function {
+    /// The work of an op node of this function (`OpDef::work` on its static shapes); `None`
+    /// for other nodes and where a shape is not known when tracing (`shape::DYN`).
+    pub fn op_work(&self, node: &Node) -> Option<usize> {
+        let NodeKind::Op(op) = &node.kind else {
+            return None;
+        };
+        let known = |t: &ValueType| {
+            let shape = &t.inner().shape;
+            (!shape.contains(&crate::shape::DYN)).then(|| shape.to_vec())
+        };
+        let inputs: Vec<Vec<usize>> = (node.inputs.iter())
+            .map(|p| self.port_type(*p).ok().and_then(known))
+            .collect::<Option<_>>()?;
+        let outputs: Vec<Vec<usize>> = node.outputs.iter().map(known).collect::<Option<_>>()?;
+        let inputs: Vec<&[usize]> = inputs.iter().map(|s| &s[..]).collect();
+        let outputs: Vec<&[usize]> = outputs.iter().map(|s| &s[..]).collect();
+        Some(op.work(&inputs, &outputs))
+    }
+
     /// The type of `port`, or a `Graph` error when it names no output.
     pub fn port_type(&self, port: Port) -> Result<&ValueType> {
         self.nodes

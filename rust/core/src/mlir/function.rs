@@ -157,6 +157,8 @@ pub(crate) struct Lowering<'g> {
     pub fresh_stacks: HashSet<String>,
     /// Buffers with room for every push still to come (see `stack_bounds.rs`).
     pub reserved: HashSet<String>,
+    /// Whether a loop was written with several iterations per trip.
+    pub unrolled_loops: bool,
 }
 
 impl<'g> Lowering<'g> {
@@ -168,6 +170,7 @@ impl<'g> Lowering<'g> {
             narrowed: HashMap::new(),
             fresh_stacks: HashSet::new(),
             reserved: HashSet::new(),
+            unrolled_loops: false,
         }
     }
 
@@ -459,6 +462,47 @@ impl<'g> Lowering<'g> {
                 let r = self.e.fresh();
                 let names = (0..n).map(|i| format!("{r}#{i}")).collect();
                 (format!("{r}:{n} = "), names)
+            }
+        }
+    }
+
+    /// `on_true` where the rank-0 bool `pred` holds, else `on_false` (values of one type):
+    /// `stablehlo.select` on tensors (the predicate broadcast; it stays on the device when it
+    /// is a tensor), `arith.select` on scalars.
+    pub fn select(&mut self, pred: &Bound, on_true: Bound, on_false: Bound) -> Result<Bound> {
+        match (&on_true, &on_false) {
+            (Bound::Tensor(a), Bound::Tensor(b)) => {
+                let p = self.tensor_input(pred)?;
+                let ops = self
+                    .e
+                    .broadcast_operands(&[p, a.clone(), b.clone()], &a.ty.shape)?;
+                let ty = TypeText(&a.ty);
+                let body = format!(
+                    "stablehlo.select {}, {}, {} : {}, {ty}",
+                    ops[0].name,
+                    ops[1].name,
+                    ops[2].name,
+                    TypeText(&ops[0].ty)
+                );
+                Ok(Bound::Tensor(self.e.op(&body, &a.ty)))
+            }
+            (Bound::Stack { .. }, _) | (_, Bound::Stack { .. }) => {
+                Err(self.e.bug("a select between stacks"))
+            }
+            _ => {
+                let ty = on_true
+                    .tensor_type()
+                    .cloned()
+                    .ok_or_else(|| self.e.bug("a select without a type"))?;
+                let p = self.scalar_input(pred)?;
+                let (a, b) = (self.scalar_input(&on_true)?, self.scalar_input(&on_false)?);
+                let name = self.e.fresh();
+                let loc = self.e.loc();
+                let scalar = super::emitter::element_type(ty.dtype);
+                self.e.line(&format!(
+                    "{name} = arith.select {p}, {a}, {b} : {scalar} {loc}"
+                ));
+                Ok(Bound::Scalar(MlirValue { name, ty }))
             }
         }
     }

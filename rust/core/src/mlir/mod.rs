@@ -81,6 +81,8 @@ pub struct ModuleFacts {
     pub yield_barriers: YieldBarriers,
     /// A `While` loop: its trips step through IREE's VM, which synchronises with the host.
     pub loops: bool,
+    /// A loop was written with several iterations per trip (`EmitOptions::unroll_loops`).
+    pub unrolled_loops: bool,
     /// The largest work of any one op (`OpDef::work` on its static shapes: elements, or
     /// multiply-adds for products): whether a dispatch is worth spreading over threads.
     pub heaviest_op: usize,
@@ -133,18 +135,10 @@ fn graph_facts(graph: &Graph) -> ModuleFacts {
         }
         for node in &f.nodes {
             facts.loops |= matches!(node.kind, NodeKind::While(_));
-            if let NodeKind::Op(op) = &node.kind {
-                let shape = |t: &ValueType| t.inner().shape.to_vec();
-                let inputs: Vec<Vec<usize>> = node
-                    .inputs
-                    .iter()
-                    .filter_map(|p| f.port_type(*p).ok())
-                    .map(shape)
-                    .collect();
-                let outputs: Vec<Vec<usize>> = node.outputs.iter().map(shape).collect();
-                let inputs: Vec<&[usize]> = inputs.iter().map(|s| &s[..]).collect();
-                let outputs: Vec<&[usize]> = outputs.iter().map(|s| &s[..]).collect();
-                facts.heaviest_op = facts.heaviest_op.max(op.work(&inputs, &outputs));
+            if matches!(node.kind, NodeKind::Op(_)) {
+                // an op of unknown size counts as heavy
+                let work = f.op_work(node).unwrap_or(usize::MAX);
+                facts.heaviest_op = facts.heaviest_op.max(work);
             }
         }
         facts.regions |= f.nodes.iter().any(|n| {
@@ -176,5 +170,6 @@ fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<(String,
     }
     let mut facts = graph_facts(graph);
     facts.yield_barriers = lowering.e.yield_barriers;
+    facts.unrolled_loops = lowering.unrolled_loops;
     Ok((lowering.e.finish(), facts))
 }

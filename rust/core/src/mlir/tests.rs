@@ -476,3 +476,36 @@ fn yield_barriers_put_the_chosen_branch_results_through_barriers() {
     assert_eq!(barriers(YieldBarriers::All).2, 8);
     assert_eq!(barriers(YieldBarriers::All).1, YieldBarriers::All);
 }
+
+#[test]
+fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
+    let loop_of = |attrs: &str, width: usize| {
+        let text = format!(
+            "graph @f\n\nfunc @f(%0: f32[{width}]) -> (f32[{width}]) {{\n  \
+             %1 = while(%0) {{cond=@c, body=@b{attrs}, parallel_iterations=1}} : f32[{width}]\n  \
+             return %1\n}}\n\nfunc @c(%0: f32[{width}]) -> (bool[]) {{\n  \
+             %1 = sum(%0) {{axes=[0], keepdims=false}} : f32[]\n  \
+             %2 = const() {{value=[10.0]}} : f32[]\n  %3 = less(%1, %2) : bool[]\n  return %3\n}}\n\n\
+             func @b(%0: f32[{width}]) -> (f32[{width}]) {{\n  %1 = sin(%0) : f32[{width}]\n  \
+             %2 = add(%0, %1) : f32[{width}]\n  return %2\n}}\n"
+        );
+        let options = EmitOptions {
+            unroll_loops: true,
+            ..Default::default()
+        };
+        emit_module_facts(&graph(&text), options).unwrap()
+    };
+    // 4 elements: 4 + 4 + 4 of work per iteration and 4 of condition, so 32 iterations a trip,
+    // each after the first kept only where the condition (on the device) holds.
+    let (text, facts) = loop_of("", 4);
+    assert!(facts.unrolled_loops && facts.loops);
+    assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
+    assert_eq!(text.matches("stablehlo.select").count(), 31, "{text}");
+    // A body of 1024-element ops fits one iteration per budget: not unrolled.
+    let (text, facts) = loop_of("", 1024);
+    assert!(!facts.unrolled_loops);
+    assert_eq!(text.matches("stablehlo.sine").count(), 1);
+    // maximum_iterations counts trips: not unrolled.
+    let (_, facts) = loop_of(", maximum_iterations=100", 4);
+    assert!(!facts.unrolled_loops);
+}
