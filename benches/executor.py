@@ -6,7 +6,9 @@ Usage: python benches/executor.py [--quick] [--repeats N] [--no-jit]
 W5  `while i < n: x = 0.999 x + 0.001 sin(x)` on float32[16], n passed at run time: ns/iteration.
 W6  gradient of an RNN `h = tanh(h @ W + x_t @ U)`, H = D = 64, stopping when the running sum of
     |h| passes a threshold (1000 steps; no maximum_iterations), w.r.t. W and U: us/step.
-W7  steady-state call of a small function (a loop of 10 trips with a cond inside): us/call.
+W7  steady-state call of a small function (a loop of 10 trips with a cond inside): us/call;
+    and the first `gl.jit` call of it in a fresh process with an empty cache, waiting for the
+    module (the default) and `tiered=True` (the frame executor runs it while IREE compiles).
 W8  64 independent iterations of 4 chained 256x256 float32 matmuls, summed:
     parallel_iterations 1 vs 10 on the executor, ms and cpu time / wall time; the same with
     120x120 matmuls (each small enough to run on one thread, so only iterations overlap).
@@ -101,6 +103,35 @@ def w7(x: gl.Tensor) -> gl.Tensor:
         return i + 1, v
 
     return gl.while_loop(lambda i, v: i < 10, body, (gl.tensor(0, dtype=gl.int32), x))[1]
+
+
+_FIRST_CALL = """
+import time, numpy as np, gradloop as gl
+from executor import w7
+x = gl.tensor(np.array([0.3, -0.2, 0.1]))
+start = time.perf_counter()
+fn = gl.jit(w7, tiered={tiered})
+fn(x)
+print(time.perf_counter() - start)
+"""
+
+
+def first_call(tiered: bool) -> float:
+    """Seconds from `gl.jit(w7)` to its first result, in a fresh process with an empty compile
+    cache (imports excluded): trace, compile (or, tiered, the executor) and run."""
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "GRADLOOP_CACHE_DIR": cache}
+        here = os.path.dirname(os.path.abspath(__file__))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+        code = _FIRST_CALL.format(tiered=tiered)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        )
+        return float(out.stdout.split()[-1])
 
 
 # W8 ---------------------------------------------------------------------------------------
@@ -221,6 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.append(("   eager, us", *stat(t["eager"], 1e6), ""))
     if jit:
         rows.append(("   gl.jit, us", *stat(t["jit"], 1e6), ""))
+
+    if jit:
+        for tiered in (False, True):
+            firsts = [first_call(tiered) for _ in range(max(3, repeats // 2))]
+            label = "tiered=True" if tiered else "waiting (default)"
+            target = "target 40" if tiered else "target 150"
+            rows.append((f"   gl.jit first call, {label}, ms", *stat(firsts, 1e3), target))
 
     # W8
     rng = np.random.default_rng(1)
