@@ -13,7 +13,6 @@ library (`embedding_api.h`) and are declared here.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import threading
 from typing import Any
@@ -59,40 +58,24 @@ def _load() -> Any:
     return _api
 
 
-#: A module with one dispatch: compiling it initialises what every later compile shares (LLVM's
-#: targets, the linker), about 55 ms of a first compile on this kind of machine.
-_WARM_UP_MODULE = """
-func.func @warm_up(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = stablehlo.add %x, %x : tensor<4xf32>
-  return %0 : tensor<4xf32>
-}
-"""
 _warmed = False
 
 
-def warm_up(flags: list[str]) -> None:
-    """Loads the compiler and compiles a tiny module with `flags` on a background thread (once
-    per process), so that the first real compile does not pay for either."""
+def warm_up() -> None:
+    """Loads the compiler on a background thread (once per process), so that the first compile
+    does not wait for it. It compiles nothing: a compile beside the caller's first one would
+    take a core from it (measured: a warm-up compile made an immediate first call 40 ms
+    slower, and one 0.5 s later 50 ms faster)."""
     global _warmed
-    if _warmed:
+    if _warmed or _api is not None:
         return
     _warmed = True
-
-    def run() -> None:
-        with contextlib.suppress(CompilerFailure):  # the real compile reports what is wrong
-            _compile(_WARM_UP_MODULE.encode(), flags, "vm", "", bytecode=False, exclusive=False)
-
     # Not a daemon: interpreter shutdown waits for it rather than cutting it off inside IREE.
-    threading.Thread(target=run, name="gradloop-compiler-warm-up").start()
+    threading.Thread(target=_load, name="gradloop-compiler-load").start()
 
 
 def _compile(
-    text: bytes,
-    flags: list[str],
-    to_phase: str,
-    from_phase: str,
-    bytecode: bool,
-    exclusive: bool = True,
+    text: bytes, flags: list[str], to_phase: str, from_phase: str, bytecode: bool
 ) -> bytes:
     api = _load()
     lib = api._dylib
@@ -108,7 +91,7 @@ def _compile(
         lines.sort(key=lambda line: not line.startswith("error:"))
         return CompilerFailure("\n".join(lines) or f"error: {stage} failed")
 
-    with _lock if exclusive else contextlib.nullcontext():
+    with _lock:
         session = api.Session()
         try:
             try:

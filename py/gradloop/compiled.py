@@ -546,8 +546,8 @@ class Jit:
         self._target = target
         self._tiered = tiered
         self._compiled: dict[int, _Compiled | _Tiered] = {}
-        # raises the unknown-target error; starts loading the compiler while the caller goes on
-        _compiler.warm_up(_flags(target, uses_f64=False))
+        _flags(target, uses_f64=False)  # raises the unknown-target error
+        _compiler.warm_up()  # loads the compiler while the caller goes on
 
     @property
     def target(self) -> str:
