@@ -280,7 +280,7 @@ def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
             loaded.append(args)
             super().__init__(*args)
 
-        def __call__(self, *inputs):
+        def __call__(self, *inputs, copy=True):
             raise IndexError("c/runtime/src/iree/vm/list.c:98: OUT_OF_RANGE; index 3")
 
     monkeypatch.setattr(compiled._runtime, "Function", Failing)
@@ -301,11 +301,11 @@ def test_a_form_that_fails_at_run_time_gives_way_to_the_next_with_a_warning(monk
     class FailsOnce(compiled._runtime.Function):
         failed = False
 
-        def __call__(self, *inputs):
+        def __call__(self, *inputs, copy=True):
             if not FailsOnce.failed:
                 FailsOnce.failed = True
                 raise ValueError("c/runtime/src/iree/vm/ref.h:223: INVALID_ARGUMENT; ref is null")
-            return super().__call__(*inputs)
+            return super().__call__(*inputs, copy=copy)
 
     monkeypatch.setattr(compiled._runtime, "Function", FailsOnce)
     jitted = gl.jit(double_sin)
@@ -324,8 +324,8 @@ def test_a_form_that_returns_wrong_numbers_gives_way_to_the_next(monkeypatch) ->
     class WrongOnce(compiled._runtime.Function):
         wrong = False
 
-        def __call__(self, *inputs):
-            results = super().__call__(*inputs)
+        def __call__(self, *inputs, copy=True):
+            results = super().__call__(*inputs, copy=copy)
             if not WrongOnce.wrong:
                 WrongOnce.wrong = True
                 return [np.asarray(r) + 1e-3 for r in results]
@@ -342,8 +342,8 @@ def test_wrong_numbers_in_every_form_are_an_error_and_change_no_variable(monkeyp
     from gradloop import compiled
 
     class AlwaysWrong(compiled._runtime.Function):
-        def __call__(self, *inputs):
-            return [np.asarray(r) * 2.0 for r in super().__call__(*inputs)]
+        def __call__(self, *inputs, copy=True):
+            return [np.asarray(r) * 2.0 for r in super().__call__(*inputs, copy=copy)]
 
     monkeypatch.setattr(compiled._runtime, "Function", AlwaysWrong)
     v = gl.Variable(np.array([1.0, 2.0]))
@@ -493,3 +493,16 @@ def test_unrolled_loops_stop_on_the_same_iteration_as_eager(limit) -> None:
 def test_unrolled_counting_loops_run_exactly_n_iterations(n) -> None:
     x = f64(0.1, 0.2)
     assert_compiled_matches_eager(loop, x, gl.tensor(n))
+
+
+def test_results_stay_the_callers_after_later_calls() -> None:
+    """Results are copied out of IREE's buffers into tensors once (the runtime hands back views
+    of mapped result buffers): a later call, which may reuse buffers, changes no earlier result."""
+    fn = gl.jit(lambda x: (gl.sin(x) * 2.0, x + 1.0))
+    first = fn(f64(0.1, 0.2, 0.3))
+    kept = [np.asarray(r).copy() for r in first]
+    for k in range(5):
+        fn(f64(k, 2.0 * k, 3.0 * k))
+    for r, want in zip(first, kept, strict=True):
+        np.testing.assert_array_equal(np.asarray(r), want)
+    np.testing.assert_allclose(kept[0], 2.0 * np.sin([0.1, 0.2, 0.3]), rtol=1e-12)

@@ -146,18 +146,18 @@ def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:
     device = _runtime.device("local-task")  # a module without loops runs on the worker pool
     real_run, failures = _runtime.Function._run, []
 
-    def flaky(self, inputs):
+    def flaky(self, inputs, copy=True):
         if len(failures) < 2:
             failures.append(1)
             raise RuntimeError("queue.c: DATA_LOSS; [vkWaitSemaphores] VK_ERROR_DEVICE_LOST")
-        return real_run(self, inputs)
+        return real_run(self, inputs, copy)
 
     monkeypatch.setattr(_runtime.Function, "_run", flaky)
     np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
     assert failures == [1, 1] and _runtime.device("local-task") is not device
 
     # A device lost on every attempt, in every form: a gl.errors exception.
-    def lost(self, inputs):
+    def lost(self, inputs, copy=True):
         raise RuntimeError("queue.c: DATA_LOSS; [vkWaitSemaphores] VK_ERROR_DEVICE_LOST")
 
     monkeypatch.setattr(_runtime.Function, "_run", lost)

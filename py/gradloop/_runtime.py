@@ -62,31 +62,36 @@ class Function:
         module = runtime.VmModule.copy_buffer(self._config.vm_instance, self._vmfb)
         self._entry = runtime.load_vm_module(module, self._config)[self._name]
 
-    def _run(self, inputs: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    def _run(self, inputs: tuple[np.ndarray, ...], copy: bool = True) -> list[np.ndarray]:
         out = self._entry(*inputs)
-        return [to_numpy(r) for r in (out if isinstance(out, (tuple, list)) else [out])]
+        return [to_numpy(r, copy) for r in (out if isinstance(out, (tuple, list)) else [out])]
 
-    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+    def __call__(self, *inputs: np.ndarray, copy: bool = True) -> list[np.ndarray]:
+        """The results as numpy arrays of their own; with `copy=False`, those the host can map
+        are views of the result buffers instead (which they keep alive: a caller that copies
+        them anyway, into tensors, saves a copy)."""
         for _ in range(_ATTEMPTS - 1):
             try:
-                return self._run(inputs)
+                return self._run(inputs, copy)
             except RuntimeError as e:
                 if "DEVICE_LOST" not in str(e):
                     raise
             if _configs.get(self._driver) is self._config:
                 del _configs[self._driver]  # the next load creates a new device
             self._load()
-        return self._run(inputs)
+        return self._run(inputs, copy)
 
 
-def to_numpy(result: Any) -> np.ndarray:
-    """A result of a compiled function as a numpy array of its own (a copy)."""
+def to_numpy(result: Any, copy: bool = True) -> np.ndarray:
+    """A result of a compiled function as a numpy array of its own (a copy), or with
+    `copy=False` a view of its buffer where the host can map it (the view holds the mapping,
+    which holds the buffer)."""
     from iree import runtime
 
     if not isinstance(result, runtime.DeviceArray):
-        return np.array(result)
+        return np.array(result, copy=copy or None)
     if result.is_host_accessible or _mappable(result):
-        return np.array(result.to_host())
+        return np.array(result.to_host(), copy=copy or None)
     return _staged_copy(result)
 
 

@@ -384,7 +384,7 @@ class _Compiled:
     def _run(self, inputs: list[np.ndarray]) -> Any:
         while True:
             try:
-                return self.entry(*inputs)
+                return self.entry(*inputs, copy=False)  # results are copied into tensors
             except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
                 failure = _first_line(str(e))
                 # A call changes nothing before it returns (Variables are values in the
