@@ -298,10 +298,10 @@ impl EmitMlir for While {
 ///
 /// Each trip of an IREE loop costs microseconds on the host (fences, a queue submission,
 /// transient buffers), whatever its dispatch computes; extra iterations predicated on the
-/// condition (`arith.select` / `stablehlo.select` between the stepped and the kept vars) fuse
-/// into the trip's dispatch and divide that cost. At most all but one of a trip's iterations
-/// are thrown away, on the last trip; the budget bounds that waste and the dispatch's size
-/// (compile time grows with it).
+/// condition (`arith.select` / `stablehlo.select` between the stepped and the kept vars) go
+/// into the trip's one command buffer, submitted once, and divide that cost. At most all but
+/// one of a trip's iterations are thrown away, on the last trip; the budget bounds that waste
+/// and the trip's size (compile time grows with it).
 fn iterations_per_trip(l: &Lowering<'_>, w: &While, ctypes: &[ValueType]) -> Result<usize> {
     if !l.e.options.unroll_loops
         || w.maximum_iterations.is_some()
