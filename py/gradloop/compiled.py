@@ -339,7 +339,8 @@ def _progress(what: str) -> Iterator[None]:
     """A line on stderr for a compile that takes longer than `PROGRESS_AFTER_S`, and one when
     it ends; nothing when stderr is not a terminal (logs, CI, pipes)."""
     stream = sys.stderr
-    if not stream.isatty():
+    isatty = getattr(stream, "isatty", None)  # stderr may be None or a bare writer
+    if not (callable(isatty) and isatty()):
         yield
         return
     start = time.perf_counter()
