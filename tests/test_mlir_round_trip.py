@@ -70,8 +70,8 @@ def index(v, i):
 
 
 def gradients(v, i):
-    # The gradients of a slice and an indexed read: pad, dynamic_update_slice.
-    return (gl.grad(lambda v: gl.sum(v[1:4] * 3.0) + v[i] * 2.0)(v),)
+    # The gradients of a slice, an indexed read and relu: pad, dynamic_update_slice, relu_grad.
+    return (gl.grad(lambda v: gl.sum(v[1:4] * 3.0) + v[i] * 2.0 + gl.sum(gl.relu(v) * v))(v),)
 
 
 def gather(v, i):

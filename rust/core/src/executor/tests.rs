@@ -569,6 +569,48 @@ fn a_frame_completes_when_its_last_enter_arrives_after_its_work() {
 }
 
 #[test]
+fn relu_grad_passes_g_where_x_is_positive_writing_into_g() {
+    use crate::ops::{binary, Op};
+    let x: Vec<f64> = (0..40).map(|k| f64::from(k % 5) - 2.0).collect();
+    let mut x_nan = x.clone();
+    x_nan[3] = f64::NAN;
+    let g: Vec<f64> = (0..40).map(|k| f64::from(k) + 0.5).collect();
+    let want: Vec<f64> = x_nan
+        .iter()
+        .zip(&g)
+        .map(|(&x, &g)| if x > 0.0 { g } else { 0.0 })
+        .collect();
+    let (x, g) = (
+        Tensor::from_vec(x_nan, &[40]).unwrap(),
+        Tensor::from_vec(g, &[40]).unwrap(),
+    );
+    let op = Op::from(binary::ReluGrad);
+    let out = [g.ty().clone()];
+    assert_eq!(
+        op.compute(&[x.clone(), g.clone()], &out).unwrap()[0].to_f64_vec(),
+        want
+    );
+    let owned = Tensor::from_vec(g.to_f64_vec(), &[40]).unwrap();
+    let ptr = owned.as_slice::<f64>().unwrap().as_ptr();
+    // x is saved for the backward pass, so held elsewhere: the result goes into g's buffer.
+    let got = op
+        .compute_owned(&mut vec![x.clone(), owned], &out)
+        .unwrap()
+        .remove(0);
+    assert_eq!(got.to_f64_vec(), want);
+    assert_eq!(
+        got.as_slice::<f64>().unwrap().as_ptr(),
+        ptr,
+        "written into g"
+    );
+    assert!(x.to_f64_vec()[3].is_nan(), "x keeps its values");
+    let xi = Tensor::from_vec(vec![-1i32, 0, 2], &[3]).unwrap();
+    let gi = Tensor::from_vec(vec![5i32, 6, 7], &[3]).unwrap();
+    let got = op.compute(&[xi, gi.clone()], &[gi.ty().clone()]).unwrap();
+    assert_eq!(got[0].to_f64_vec(), vec![0.0, 0.0, 7.0]);
+}
+
+#[test]
 fn elementwise_ops_write_into_uniquely_held_inputs_only() {
     use crate::ops::{binary, unary, Op};
     // Larger than the inline buffer: its elements are shared by `Arc`.

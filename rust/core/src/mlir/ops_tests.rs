@@ -135,6 +135,7 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
         case(Pow, vec![positive(&[2, 3]), v.clone()], "stablehlo.power"),
         case(Maximum, vec![m.clone(), s.clone()], "stablehlo.maximum"),
         case(Minimum, vec![v.clone(), m.clone()], "stablehlo.minimum"),
+        case(ReluGrad, vec![v.clone(), v.clone()], "stablehlo.select"),
         case(
             Equal,
             vec![ints(vec![1i32, 2, 3], &[3]), ints(vec![2i32], &[1])],

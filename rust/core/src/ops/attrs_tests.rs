@@ -67,6 +67,7 @@ pub(crate) fn samples() -> Vec<Op> {
         Pow.into(),
         Maximum.into(),
         Minimum.into(),
+        ReluGrad.into(),
         Equal.into(),
         NotEqual.into(),
         Less.into(),

@@ -4,7 +4,7 @@
 //! Gradients (z = f(a, b), g = dL/dz), each reduced back to its operand's shape:
 //! add (g, g); sub (g, -g); mul (g*b, g*a); div (g/b, -g*a/b^2);
 //! pow (g*b*a^(b-1), g*z*log a where a > 0 else 0); maximum/minimum route g to the chosen
-//! operand (ties to a); select (-, g where c, g where !c). Comparisons and logical ops have no
+//! operand (ties to a); select (-, g where c, g where !c); relu_grad (0, relu_grad(x, g')). Comparisons and logical ops have no
 //! gradient: their output is bool.
 //!
 //! MLIR: operands are first broadcast to the result's shape (`broadcast_in_dim`, made explicit
@@ -354,6 +354,32 @@ binary_op! {
     },
     mlir: |e, a, b, out| Ok(e.elementwise("stablehlo.minimum", &[a, b], out)),
     scalar: |d| ScalarForm::arith(d, "arith.minimumf", "arith.minsi")
+}
+
+binary_op! {
+    /// ReLU's gradient: `g` where `x > 0`, else 0 (`relu_grad(x, g)`), one pass that writes into
+    /// `g`'s buffer when it is free, where `select(x > 0, g, zeros)` made three temporaries
+    /// (TensorFlow's `ReluGrad`, PyTorch's `threshold_backward`). Linear in `g`, so its own
+    /// gradient is itself; constant in `x`.
+    ReluGrad, "relu_grad", relu_grad, Numeric -> Same,
+    kernel: |x, g| if x > T::zero() { g } else { T::zero() },
+    saves: Saves::inputs(1),
+    grad: |ctx, saved, g, needs| {
+        let ga = if needs[0] { Some(build::zeros_like(ctx, g)?) } else { None };
+        let gb = if needs[1] { Some(relu_grad(ctx, saved.input(0)?, g)?) } else { None };
+        (ga, gb)
+    },
+    mlir: |e, x, g, out| {
+        let zero = e.splat_like(x, 0.0)?;
+        let positive = e.compare("GT", x, &zero);
+        let zeros = e.splat_like(g, 0.0)?;
+        let body = format!(
+            "stablehlo.select {positive}, {g}, {zeros} : {}, {}",
+            TypeText(&positive.ty),
+            TypeText(out)
+        );
+        Ok(e.op(&body, out))
+    }
 }
 
 /// Sends `g` to a where `mask`, to b elsewhere (broadcast to the output's shape).

@@ -12,7 +12,7 @@ use crate::value::Value;
 
 pub use super::binary::{
     add, div, equal, greater, greater_equal, less, less_equal, logical_and, logical_or, maximum,
-    minimum, mul, not_equal, pow, select, sub,
+    minimum, mul, not_equal, pow, relu_grad, select, sub,
 };
 pub use super::creation::{
     arange, arange_of, cast, fill, fill_like, identity, ones_like, stop_gradient, zeros_like,

@@ -342,6 +342,7 @@ op_table! {
     Pow(binary::Pow),
     Maximum(binary::Maximum),
     Minimum(binary::Minimum),
+    ReluGrad(binary::ReluGrad),
     Equal(binary::Equal),
     NotEqual(binary::NotEqual),
     Less(binary::Less),

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! neg -g; exp g*y; log g/x; sin g*cos x; cos -g*sin x; tanh g*(1-y^2); sigmoid g*y*(1-y);
-//! relu g*[x>0]; sqrt g/(2y); abs g*sign x; sign, floor, ceil, round 0; logical_not none.
+//! relu relu_grad(x, g) (g where x > 0); sqrt g/(2y); abs g*sign x; sign, floor, ceil, round 0; logical_not none.
 //! ```
 //!
 //! MLIR: the StableHLO op of the same meaning (`stablehlo.sine`, `stablehlo.logistic` for
@@ -261,11 +261,7 @@ unary_op! {
     kernel: |x: T| if x > T::zero() || kernels::is_nan(x) { x } else { T::zero() },
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| {
-        let x = saved.input(0)?;
-        let zero = build::zeros_like(ctx, x)?;
-        let positive = build::greater(ctx, x, &zero)?;
-        let zg = build::zeros_like(ctx, g)?;
-        Ok(Some(build::select(ctx, &positive, g, &zg)?))
+        Ok(Some(build::relu_grad(ctx, saved.input(0)?, g)?))
     },
     mlir: |e, x| {
         let zero = e.splat_like(x, 0.0)?;
