@@ -495,6 +495,26 @@ def test_unrolled_counting_loops_run_exactly_n_iterations(n) -> None:
     assert_compiled_matches_eager(loop, x, gl.tensor(n))
 
 
+def recurrence(x, w, n):
+    """h <- tanh(w h + x) for n steps: its gradient loop pops two stacks per iteration."""
+    body = lambda i, h: (i + 1, gl.tanh(w * h + x))  # noqa: E731
+    return gl.sum(gl.while_loop(lambda i, h: i < n, body, (0, x))[1] ** 2)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 16, 17, 30])
+def test_gradient_loops_unroll_exactly_across_trip_boundaries(n) -> None:
+    """A loop gradient counts down the forward loop's trips: compiled, it runs 8 iterations
+    per trip while 8 or more are left, then one per trip; every stack is popped exactly as often
+    as it was pushed, for any remainder."""
+    x, w, steps = f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7), gl.tensor(n)
+    grad = gl.grad(recurrence, argnums=(0, 1))
+    assert "arith.cmpi sge" in gl.jit(grad).mlir(x, w, steps)  # the countdown, unrolled
+    assert_compiled_matches_eager(grad, x, w, steps)
+    # The second order: the gradient of the gradient loop, itself a loop with stacks.
+    hess = gl.grad(lambda x, w, m: gl.sum(grad(x, w, m)[0] * w), argnums=1)
+    assert_compiled_matches_eager(hess, x, w, steps)
+
+
 def test_results_stay_the_callers_after_later_calls() -> None:
     """Results are copied out of IREE's buffers into tensors once (the runtime hands back views
     of mapped result buffers): a later call, which may reuse buffers, changes no earlier result."""

@@ -37,6 +37,7 @@ mod if_else;
 mod stacks;
 mod variables;
 mod while_loop;
+mod while_trips;
 
 use crate::dataflow::Lower;
 use crate::graph::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::while_trips::{self, Countdown};
 use crate::dataflow::{DfKind, FunctionLowered, Lower, LowerNode, Lowered, Scope};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
@@ -164,12 +165,43 @@ fn in_iteration(mut e: Error, trip: i64) -> Error {
 }
 
 impl EmitMlir for While {
-    /// `While` -> `scf.while`, the loop vars typed as the node's outputs.
+    /// `While` -> `scf.while`, the loop vars typed as the node's outputs; a countdown loop
+    /// (`while_trips::countdown`) -> an unrolled `scf.while` then one for the remaining trips.
     fn emit_mlir(
         &self,
         l: &mut Lowering<'_>,
         node: &Node,
         inputs: Vec<Bound>,
+    ) -> Result<Vec<Bound>> {
+        match while_trips::countdown(l, self)? {
+            Some(countdown) => {
+                let unrolled = self.emit_loop(l, node, inputs, Trips::Exact(countdown))?;
+                self.emit_loop(l, node, unrolled, Trips::One)
+            }
+            None => self.emit_loop(l, node, inputs, Trips::Predicated),
+        }
+    }
+}
+
+/// How a `scf.while` runs a loop's iterations (`while_trips`).
+#[derive(Clone, Copy)]
+enum Trips {
+    /// One iteration per trip.
+    One,
+    /// `while_trips::iterations_per_trip` iterations per trip, each after the first kept where
+    /// the condition holds.
+    Predicated,
+    /// `per_trip` iterations per trip while the count is at least that.
+    Exact(Countdown),
+}
+
+impl While {
+    fn emit_loop(
+        &self,
+        l: &mut Lowering<'_>,
+        node: &Node,
+        inputs: Vec<Bound>,
+        trips: Trips,
     ) -> Result<Vec<Bound>> {
         let While {
             cond,
@@ -209,7 +241,11 @@ impl EmitMlir for While {
             None => None,
         };
         let counted = usize::from(limits.is_some());
-        let per_trip = iterations_per_trip(l, self, &ctypes)?;
+        let per_trip = match trips {
+            Trips::One => 1,
+            Trips::Predicated => while_trips::iterations_per_trip(l, self, &ctypes)?,
+            Trips::Exact(c) => c.per_trip,
+        };
         l.unrolled_loops |= per_trip > 1;
         let (prefix, names) = l.result_names(&flat);
         let before: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
@@ -237,7 +273,10 @@ impl EmitMlir for While {
         let test = |l: &mut Lowering<'_>| {
             let carried = l.unpack(&ctypes, &before[counted..])?;
             let vars = l.with_fixed(&fixed, carried)?;
-            l.inline(cond, vars)
+            match trips {
+                Trips::Exact(c) => Ok(vec![l.at_least(&vars[c.count], c.per_trip)?]),
+                _ => l.inline(cond, vars),
+            }
         };
         l.region(None, &pred, test, term)?;
         l.e.line("} do {");
@@ -265,9 +304,15 @@ impl EmitMlir for While {
             let args = vars.clone();
             let mut next = l.inline(body, vars)?;
             next = l.coerce_all(next, types)?;
-            // Iterations after the first of a trip, each kept only where the condition holds
-            // (a pure function of the vars: once false it stays false within the trip).
+            // Iterations after the first of a trip: in a countdown, all of them run; otherwise
+            // each is kept only where the condition holds (a pure function of the vars: once
+            // false it stays false within the trip).
             for _ in 1..per_trip {
+                if let Trips::Exact(_) = trips {
+                    let stepped = l.inline(body, next)?;
+                    next = l.coerce_all(stepped, types)?;
+                    continue;
+                }
                 let go = l.inline(cond, next.clone())?;
                 let [go] = one(l, go)?;
                 let stepped = l.inline(body, next.clone())?;
@@ -290,49 +335,6 @@ impl EmitMlir for While {
         l.with_fixed(&fixed, results)
     }
 }
-
-/// Iterations one trip of the emitted `scf.while` runs: for a loop whose condition and body
-/// are ops only (no stacks, no `maximum_iterations`; with `EmitOptions::unroll_loops`), as
-/// many as fit `UNROLL_BUDGET` of work (`OpDef::work` summed over the ops), a power of two up
-/// to `UNROLL`; 1 otherwise.
-///
-/// Each trip of an IREE loop costs microseconds on the host (fences, a queue submission,
-/// transient buffers), whatever its dispatch computes; extra iterations predicated on the
-/// condition (`arith.select` / `stablehlo.select` between the stepped and the kept vars) go
-/// into the trip's one command buffer, submitted once, and divide that cost. At most all but
-/// one of a trip's iterations are thrown away, on the last trip; the budget bounds that waste
-/// and the trip's size (compile time grows with it).
-fn iterations_per_trip(l: &Lowering<'_>, w: &While, ctypes: &[ValueType]) -> Result<usize> {
-    if !l.e.options.unroll_loops
-        || w.maximum_iterations.is_some()
-        || ctypes.iter().any(|t| matches!(t, ValueType::Stack(_)))
-    {
-        return Ok(1);
-    }
-    let mut work = 1usize;
-    for name in [&w.cond, &w.body] {
-        let f = l.library.get(name)?;
-        for node in &f.nodes {
-            match &node.kind {
-                NodeKind::Arg(_) | NodeKind::Const(_) => {}
-                NodeKind::Op(_) => match f.op_work(node) {
-                    Some(w) => work = work.saturating_add(w),
-                    None => return Ok(1),
-                },
-                _ => return Ok(1),
-            }
-        }
-    }
-    let fits = (UNROLL_BUDGET / work).clamp(1, UNROLL);
-    Ok(1 << fits.ilog2())
-}
-
-/// The most iterations per trip of an unrolled loop (`iterations_per_trip`).
-const UNROLL: usize = 32;
-
-/// Work (elements, or multiply-adds) one trip of an unrolled loop may hold: a trip's fixed cost
-/// in IREE is that of a few thousand elements of arithmetic.
-const UNROLL_BUDGET: usize = 1 << 12;
 
 impl Differentiate for While {
     fn gradient(

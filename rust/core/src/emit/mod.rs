@@ -23,8 +23,8 @@ pub struct EmitOptions {
     /// Which branch results go through optimization barriers (`Terminator::BranchYield` in
     /// `control.rs`).
     pub yield_barriers: YieldBarriers,
-    /// Loops of cheap ops run several iterations per trip of the `scf.while`, predicated
-    /// (`control::while_loop::iterations_per_trip`).
+    /// Loops of cheap ops run several iterations per trip of the `scf.while`: predicated, or
+    /// exactly for countdown loops such as loop gradients (`control::while_trips`).
     pub unroll_loops: bool,
 }
 

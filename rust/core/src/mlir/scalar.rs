@@ -230,6 +230,20 @@ impl Lowering<'_> {
         name
     }
 
+    /// The host bool `n >= k` of an int64 scalar `n` (a loop's trip test).
+    pub(crate) fn at_least(&mut self, n: &Bound, k: usize) -> Result<Bound> {
+        let n = self.scalar_input(n)?;
+        let k = self.scalar_constant(DType::I64, k as f64);
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e
+            .line(&format!("{name} = arith.cmpi sge, {n}, {k} : i64 {loc}"));
+        Ok(Bound::Scalar(scalar_value(
+            &name,
+            &TensorType::scalar(DType::Bool),
+        )))
+    }
+
     /// The scalar SSA name of a rank-0 value (`tensor.extract` of a rank-0 tensor).
     pub(crate) fn scalar_input(&mut self, b: &Bound) -> Result<String> {
         match b {

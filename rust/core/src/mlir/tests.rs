@@ -509,3 +509,41 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
     let (_, facts) = loop_of(", maximum_iterations=100", 4);
     assert!(!facts.unrolled_loops);
 }
+
+#[test]
+fn countdown_loops_unroll_exactly_then_finish_one_iteration_per_trip() {
+    // `while n > 0: n, x = n - step, sin(x)`, the shape of a loop gradient's countdown.
+    let loop_of = |step: i64, attrs: &str| {
+        let text = format!(
+            "graph @f\n\nfunc @f(%0: i64[], %1: f32[4]) -> (i64[], f32[4]) {{\n  \
+             %2 = while(%0, %1) {{cond=@c, body=@b{attrs}, parallel_iterations=1}} \
+             : (i64[], f32[4])\n  return %2#0, %2#1\n}}\n\n\
+             func @c(%0: i64[], %1: f32[4]) -> (bool[]) {{\n  \
+             %2 = const() {{value=[0]}} : i64[]\n  %3 = greater(%0, %2) : bool[]\n  \
+             return %3\n}}\n\n\
+             func @b(%0: i64[], %1: f32[4]) -> (i64[], f32[4]) {{\n  \
+             %2 = const() {{value=[{step}]}} : i64[]\n  %3 = sub(%0, %2) : i64[]\n  \
+             %4 = sin(%1) : f32[4]\n  return %3, %4\n}}\n"
+        );
+        let options = EmitOptions {
+            unroll_loops: true,
+            ..Default::default()
+        };
+        emit_module_facts(&graph(&text), options).unwrap()
+    };
+    // 8 iterations a trip while n >= 8, none predicated; then one a trip.
+    let (text, facts) = loop_of(1, "");
+    assert!(facts.unrolled_loops && facts.loops);
+    assert_eq!(text.matches("scf.while").count(), 2, "{text}");
+    assert_eq!(text.matches("arith.cmpi sge").count(), 1, "{text}");
+    assert_eq!(text.matches("stablehlo.sine").count(), 9, "{text}");
+    assert_eq!(text.matches("stablehlo.select").count(), 0, "{text}");
+    // A body that steps by 2 is not a countdown (it is predicated instead).
+    let (text, _) = loop_of(2, "");
+    assert_eq!(text.matches("scf.while").count(), 1, "{text}");
+    assert_eq!(text.matches("arith.cmpi sge").count(), 0, "{text}");
+    // maximum_iterations counts trips: neither.
+    let (text, facts) = loop_of(1, ", maximum_iterations=100");
+    assert!(!facts.unrolled_loops);
+    assert_eq!(text.matches("stablehlo.sine").count(), 1, "{text}");
+}
