@@ -140,6 +140,30 @@ def test_traces_once_per_signature_and_python_values_are_static() -> None:
     assert f.trace_count == 3
 
 
+def test_tuples_and_lists_of_tensors_keep_their_own_traces() -> None:
+    """Calls with tensors and tuples or lists of them find their trace by dtypes, shapes and
+    containers alone (no flattening); each container, length and shape is its own signature."""
+
+    def step(params, x):
+        return sum(p * x for p in params), x + 1.0
+
+    f, jitted = gl.function(step), gl.jit(step)
+    x = f64(1.0, 2.0)
+    calls = [
+        ((f64(1.0, 1.0), f64(2.0, 3.0)), x),
+        ([f64(1.0, 1.0), f64(2.0, 3.0)], x),  # a list: another signature
+        ((f64(4.0, 5.0), f64(6.0, 7.0)), f64(3.0, 4.0)),  # same signature as the first
+        ((f64(1.0, 1.0),), x),  # another length
+        ((gl.tensor([1.0, 2.0]),), gl.tensor([1.0, 2.0])),  # float32
+    ]
+    for params, y in calls:
+        want = step(params, y)
+        for got in (f(params, y), jitted(params, y)):
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+    assert f.trace_count == 4
+
+
 def test_many_retraces_warn() -> None:
     f = gl.function(lambda x, k: x * k)
     x = f64(1.0)

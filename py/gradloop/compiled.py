@@ -603,10 +603,8 @@ class Jit:
             module.wait()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        entry, leaves = self._signature(args, kwargs)
-        module = self._module(entry.fn, self._tiered)
-        results = module([x for x in leaves if isinstance(x, _core.Tensor)])
-        return entry.outputs(results)
+        entry, tensors = self._function._lookup(args, kwargs)
+        return entry.outputs(self._module(entry.fn, self._tiered)(tensors))
 
 
 def jit(fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False) -> Jit:

@@ -59,14 +59,24 @@ def _leaf_spec(leaf: Any) -> Any:
     return ("static", _Static(leaf).key)
 
 
-def _positional_key(args: tuple[Any, ...]) -> tuple | None:
-    """The signature of `args` when every one is a tensor (else None): dtypes and shapes."""
-    key = []
+def _positional(args: tuple[Any, ...]) -> tuple[tuple, list[Any]] | None:
+    """The signature of `args` when each is a tensor or a tuple or list of tensors (else None):
+    the containers, dtypes and shapes; with the tensors in order."""
+    key: list[Any] = []
+    tensors: list[Any] = []
     for a in args:
-        if type(a) is not _core.Tensor:
+        kind = type(a)
+        if kind is _core.Tensor:
+            key.append((a.dtype, a.shape))
+            tensors.append(a)
+        elif kind is tuple or kind is list:
+            if not all(type(x) is _core.Tensor for x in a):
+                return None
+            key.append((kind, tuple((x.dtype, x.shape) for x in a)))
+            tensors.extend(a)
+        else:
             return None
-        key.append((a.dtype, a.shape))
-    return tuple(key)
+    return tuple(key), tensors
 
 
 class _Concrete:
@@ -180,17 +190,23 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _core.mode() != "eager":  # inside a trace, or recorded by tapes: inline
             return self._fn(*args, **kwargs)
-        # The common call, tensors passed positionally, skips flattening the arguments.
-        key = None if kwargs else _positional_key(args)
-        concrete = self._by_positional.get(key) if key is not None else None
-        if concrete is not None:
-            return concrete.outputs(concrete.fn(list(args)))
+        concrete, inputs = self._lookup(args, kwargs)
+        return concrete.outputs(concrete.fn(inputs))
+
+    def _lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Concrete, list]:
+        """The trace for these arguments (traced if needed) and its tensor inputs. The common
+        call, tensors (or tuples and lists of them) passed positionally, skips flattening the
+        arguments."""
+        found = None if kwargs else _positional(args)
+        if found is not None:
+            concrete = self._by_positional.get(found[0])
+            if concrete is not None:
+                return concrete, found[1]
         structure, leaves = self._flatten(args, kwargs)
         concrete = self._concrete(structure, leaves)
-        if key is not None:
-            self._by_positional[key] = concrete
-        inputs = [x for x in leaves if isinstance(x, _core.Tensor)]
-        return concrete.outputs(concrete.fn(inputs))
+        if found is not None:
+            self._by_positional[found[0]] = concrete
+        return concrete, [x for x in leaves if isinstance(x, _core.Tensor)]
 
     def graph(self, *args: Any, **kwargs: Any) -> Any:
         """The traced `Graph` for the signature of these arguments (traced if needed)."""
