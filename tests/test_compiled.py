@@ -295,6 +295,37 @@ def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
     assert len(loaded) == len(compiled._WORKAROUND_FLAGS)
 
 
+def test_a_form_that_does_not_load_gives_way_to_the_next_with_a_warning(monkeypatch) -> None:
+    # IREE can compile a module its runtime refuses to load (Vulkan: push constants over the
+    # device's limit): the next form is loaded, and a module no form of which loads is a
+    # CompileError naming the function.
+    from gradloop import compiled
+
+    refusals = []
+
+    class Refusing(compiled._runtime.Function):
+        def __init__(self, *args):
+            if len(refusals) < refuse:
+                refusals.append(args)
+                raise ValueError("Error creating vm context with modules: INVALID_ARGUMENT")
+            super().__init__(*args)
+
+    monkeypatch.setattr(compiled._runtime, "Function", Refusing)
+    x, n = f64(0.1, 0.2), gl.tensor(40)
+    refuse = 1
+    with pytest.warns(gl.errors.FormWarning, match=r"loop.*does not load.*INVALID_ARGUMENT"):
+        fn = gl.jit(loop)
+        got = fn(x, n)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(loop(x, n)), rtol=1e-10)
+    assert len(refusals) == 1
+    refuse = 10**6
+    with (
+        pytest.warns(gl.errors.FormWarning),
+        pytest.raises(gl.errors.CompileError, match=r"double_sin.*does not load it in any form"),
+    ):
+        gl.jit(double_sin)(f64(0.1, 0.2))
+
+
 def test_a_form_that_fails_at_run_time_gives_way_to_the_next_with_a_warning(monkeypatch) -> None:
     from gradloop import compiled
 

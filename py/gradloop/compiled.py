@@ -377,12 +377,45 @@ class _Compiled:
         self._checked = False
 
     def _load(self, forms: tuple[_Form, ...] | None) -> None:
-        with _progress(f"{self.concrete.graph.entry} for {self.target}"):
-            self.mlir, vmfb, facts, self._later_forms = _compile_concrete(
-                self.concrete, self.target, embed_captures=False, forms=forms, tried=self._tried
-            )
-        self.driver = driver(self.target, facts)
-        self.entry = _runtime.Function(vmfb, self.driver, self.concrete.graph.entry)
+        """Compiles and loads the first of `forms` that IREE compiles and its runtime loads.
+        A module can compile and still not load: on Vulkan, a dispatch whose push constants
+        exceed the device's limit (Mesa's: 128 bytes) fails as the module is created; the
+        next form (here the loop not unrolled) is loaded instead, with a `FormWarning`."""
+        name = self.concrete.graph.entry
+        refused = None
+        while True:
+            try:
+                with _progress(f"{name} for {self.target}"):
+                    self.mlir, vmfb, facts, self._later_forms = _compile_concrete(
+                        self.concrete, self.target, False, forms=forms, tried=self._tried
+                    )
+            except errors.CompileError as e:
+                if refused is None:
+                    raise
+                raise errors.CompileError(
+                    f"compiled function {name} ({self.target}): IREE's runtime does not load "
+                    f"it in any form IREE compiles: {refused}"
+                ) from e
+            self.driver = driver(self.target, facts)
+            _runtime.device(self.driver)  # a missing device is no module's failure
+            try:
+                self.entry = _runtime.Function(vmfb, self.driver, name)
+                return
+            except (RuntimeError, ValueError) as e:
+                refused = failure = _first_line(str(e))
+                if not self._later_forms:
+                    raise errors.CompileError(
+                        f"compiled function {name} ({self.target}): IREE's runtime does not "
+                        f"load it in any form IREE compiles: {failure}"
+                    ) from e
+                warnings.warn(
+                    errors.FormWarning(
+                        f"compiled function {name} ({self.target}) does not load in one form "
+                        f"({failure}); loading it in the next form"
+                    ),
+                    stacklevel=2,
+                )
+                forms = self._later_forms
 
     def _run(self, inputs: list[np.ndarray]) -> Any:
         while True:
