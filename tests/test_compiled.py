@@ -546,6 +546,28 @@ def test_gradient_loops_unroll_exactly_across_trip_boundaries(n) -> None:
     assert_compiled_matches_eager(hess, x, w, steps)
 
 
+def bounded_recurrence(x, w, n, bound):
+    body = lambda i, h: (i + 1, gl.tanh(w * h + x))  # noqa: E731
+    _, h = gl.while_loop(lambda i, h: i < n, body, (0, x), maximum_iterations=bound)
+    return gl.sum(h**2)
+
+
+@pytest.mark.parametrize(("n", "bound"), [(0, 5), (3, 5), (9, 5), (40, 33), (33, 40), (70, 100)])
+def test_forward_loops_with_pushes_unroll_keeping_only_the_iterations_run(n, bound) -> None:
+    """A loop whose condition the host computes (a counter) runs several iterations per trip
+    even while it pushes its gradient's stacks: every push of a trip lands, the stack's size and
+    the `maximum_iterations` counter advance by the iterations kept, and the gradient loop pops
+    exactly those, whether the condition or the bound stops the loop, on any iteration of a
+    trip."""
+    x, w, steps = f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7), gl.tensor(n)
+    grad = gl.grad(lambda x, w, m: bounded_recurrence(x, w, m, bound), argnums=(0, 1))
+    mlir = gl.jit(grad).mlir(x, w, steps)
+    assert "stablehlo.select" in mlir and "hal.tensor.export" in mlir  # predicated, pushing
+    assert_compiled_matches_eager(grad, x, w, steps)
+    value = lambda x, w, m: bounded_recurrence(x, w, m, bound)  # noqa: E731
+    assert_compiled_matches_eager(value, x, w, steps)
+
+
 def test_results_stay_the_callers_after_later_calls() -> None:
     """Results are copied out of IREE's buffers into tensors once (the runtime hands back views
     of mapped result buffers): a later call, which may reuse buffers, changes no earlier result."""

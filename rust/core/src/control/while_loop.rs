@@ -243,10 +243,14 @@ impl While {
         let counted = usize::from(limits.is_some());
         let per_trip = match trips {
             Trips::One => 1,
-            Trips::Predicated => while_trips::iterations_per_trip(l, self, &ctypes)?,
+            Trips::Predicated => while_trips::iterations_per_trip(l, self)?,
             Trips::Exact(c) => c.per_trip,
         };
         l.unrolled_loops |= per_trip > 1;
+        // A predicated trip's pushes and counter advance by the iterations it kept.
+        let counts = limits.is_some() || types.iter().any(|t| matches!(t, ValueType::Stack(_)));
+        let predicated = matches!(trips, Trips::Predicated) && per_trip > 1;
+        let kept_name = (predicated && counts).then(|| l.e.fresh());
         let (prefix, names) = l.result_names(&flat);
         let before: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
         let after: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
@@ -289,7 +293,7 @@ impl While {
         let term = match &limits {
             Some((_, one)) => Terminator::YieldCounting {
                 counter: &after[0],
-                one,
+                one: kept_name.as_deref().unwrap_or(one),
             },
             None => Terminator::Yield,
         };
@@ -302,24 +306,44 @@ impl While {
                 }
             }
             let args = vars.clone();
+            if predicated {
+                l.deferred_pushes = Some(Vec::new());
+            }
             let mut next = l.inline(body, vars)?;
             next = l.coerce_all(next, types)?;
             // Iterations after the first of a trip: in a countdown, all of them run; otherwise
             // each is kept only where the condition holds (a pure function of the vars: once
-            // false it stays false within the trip).
-            for _ in 1..per_trip {
+            // false it stays false within the trip), and counted.
+            let mut kept = None;
+            for j in 1..per_trip {
                 if let Trips::Exact(_) = trips {
                     let stepped = l.inline(body, next)?;
                     next = l.coerce_all(stepped, types)?;
                     continue;
                 }
                 let go = l.inline(cond, next.clone())?;
-                let [go] = one(l, go)?;
+                let [mut go] = one(l, go)?;
+                if let Some((limit, _)) = &limits {
+                    let below = l.counter_below(&after[0], j, limit);
+                    go = l.both(go, below)?;
+                }
                 let stepped = l.inline(body, next.clone())?;
                 let stepped = l.coerce_all(stepped, types)?;
+                // a stack keeps every push: its size is set from the count below
                 next = (stepped.into_iter().zip(next))
-                    .map(|(s, k)| l.select(&go, s, k))
+                    .map(|(s, k)| match s {
+                        Bound::Stack { .. } => Ok(s),
+                        s if s == k => Ok(k),
+                        s => l.select(&go, s, k),
+                    })
                     .collect::<Result<_>>()?;
+                if kept_name.is_some() {
+                    kept = Some(l.count_if(kept, &go)?);
+                }
+            }
+            l.flush_pushes();
+            if let (Some(name), Some(kept)) = (&kept_name, kept) {
+                l.trip_kept(name, &kept, &args, &mut next)?;
             }
             let next = l.loop_barrier(&args, next, &exposed)?;
             Ok(next

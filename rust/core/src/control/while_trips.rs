@@ -15,17 +15,22 @@
 //!   then one per trip for the rest: nothing is computed twice or thrown away, and a stack is
 //!   never popped past the iterations that pushed it (a predicated pop could be).
 
+use crate::dtype::DType;
+use crate::emit::MlirValue;
 use crate::error::Result;
 use crate::graph::{Function, NodeKind, Port, StackOp, ValueType, While};
-use crate::mlir::Lowering;
+use crate::mlir::{Bound, Lowering};
 use crate::ops::Op;
+use crate::shape::TensorType;
+use crate::tensor::Tensor;
 
 /// The most iterations per trip of a predicated loop.
 const UNROLL: usize = 32;
 
-/// Work (elements, or multiply-adds) one trip of a predicated loop may hold: a trip's fixed cost
-/// in IREE is that of a few thousand elements of arithmetic.
-const UNROLL_BUDGET: usize = 1 << 12;
+/// Work (elements, or multiply-adds) one trip of a predicated loop may hold, which bounds what
+/// its last trip throws away: a trip's fixed cost in IREE (2-4 µs) is that of some ten
+/// thousand elements of arithmetic.
+const UNROLL_BUDGET: usize = 1 << 15;
 
 /// The most iterations per trip of an exact loop: past 8, a trip's fixed cost is a few percent
 /// of its iterations' (W6's gradient loop: 12.4, 10.3 and 8.8 µs per iteration at 1, 4 and 8).
@@ -38,29 +43,103 @@ const EXACT_BUDGET: usize = 1 << 18;
 /// Ops, stack pops and pushes one trip of an exact loop may hold (compile time).
 const EXACT_NODES: usize = 256;
 
-/// Iterations one trip of a predicated loop runs: for a loop whose condition and body are ops
-/// only (no stacks, no `maximum_iterations`; with `EmitOptions::unroll_loops`), as many as fit
+/// How many iterations one trip of a predicated loop runs: for a loop whose condition is ops
+/// only and whose body is ops (with `EmitOptions::unroll_loops`), as many as fit
 /// `UNROLL_BUDGET` of work (`OpDef::work` summed over the ops), a power of two up to `UNROLL`;
-/// 1 otherwise.
-pub(crate) fn iterations_per_trip(
-    l: &Lowering<'_>,
-    w: &While,
-    ctypes: &[ValueType],
-) -> Result<usize> {
-    if !l.e.options.unroll_loops
-        || w.maximum_iterations.is_some()
-        || ctypes.iter().any(|t| matches!(t, ValueType::Stack(_)))
-    {
+/// 1 otherwise. A loop whose condition the host computes from one trip to the next (`on_host`)
+/// may also push onto stacks of tensors kept as lists (each at most once per iteration) and
+/// have `maximum_iterations`: a trip's pushes all land in the list, written after its
+/// dispatches, and its size, like the counter, advances by the iterations kept, so a later
+/// trip writes over the others. Where a device value decides, each iteration's condition would
+/// wait for the device, so the trip's pushes and count would too: one iteration per trip.
+pub(crate) fn iterations_per_trip(l: &Lowering<'_>, w: &While) -> Result<usize> {
+    if !l.e.options.unroll_loops {
         return Ok(1);
     }
-    let mut work = 1usize;
-    for name in [&w.cond, &w.body] {
-        match ops_work(l.library.get(name)?, false) {
-            Some((w, _)) => work = work.saturating_add(w),
-            None => return Ok(1),
+    let (cond, body) = (l.library.get(&w.cond)?, l.library.get(&w.body)?);
+    let (Some((cond_work, _)), Some((body_work, _))) =
+        (ops_work(cond, false), ops_work(body, true))
+    else {
+        return Ok(1);
+    };
+    let pops = body
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, NodeKind::Stack(StackOp::Pop)));
+    let stacks = body.params.iter().any(|t| matches!(t, ValueType::Stack(_)));
+    let stacks_ok = body.params.iter().enumerate().all(|(k, t)| match t {
+        ValueType::Stack(element) => {
+            l.e.options.list_stacks
+                && element.ndim() > 0
+                && body
+                    .results
+                    .get(k)
+                    .is_some_and(|&r| pushed_at_most_once(body, r, k))
         }
+        _ => true,
+    });
+    let counted = stacks || w.maximum_iterations.is_some();
+    if pops || !stacks_ok || (counted && !on_host(cond, body)) {
+        return Ok(1);
     }
+    let work = cond_work.saturating_add(body_work);
     Ok(power_of_two((UNROLL_BUDGET / work).clamp(1, UNROLL)))
+}
+
+/// Whether `port` is parameter `k` of `f`, or a push onto it.
+fn pushed_at_most_once(f: &Function, port: Port, k: usize) -> bool {
+    let is_arg =
+        |p: Port| matches!(f.nodes.get(p.node).map(|n| &n.kind), Some(NodeKind::Arg(i)) if *i == k);
+    match f.nodes.get(port.node) {
+        Some(n) if n.kind == NodeKind::Stack(StackOp::Push) => {
+            n.inputs.first().is_some_and(|&p| is_arg(p))
+        }
+        _ => is_arg(port),
+    }
+}
+
+/// Whether the condition of a loop with `body` is computed on the host from one trip to the
+/// next: from rank-0 loop variables that the body computes from rank-0 variables and constants
+/// only (a counter, say), never from a tensor or a reduction of one.
+fn on_host(cond: &Function, body: &Function) -> bool {
+    let rank0 = |t: &ValueType| matches!(t, ValueType::Tensor(t) if t.ndim() == 0);
+    let mut host: Vec<bool> = body.params.iter().map(rank0).collect();
+    loop {
+        let next: Vec<bool> = (0..host.len())
+            .map(|k| {
+                host[k]
+                    && body
+                        .results
+                        .get(k)
+                        .is_some_and(|&r| scalar_of(body, r, &host))
+            })
+            .collect();
+        if next == host {
+            break;
+        }
+        host = next;
+    }
+    cond.results
+        .first()
+        .is_some_and(|&r| scalar_of(cond, r, &host))
+}
+
+/// Whether `port` of `f` is computed from the `host` parameters and rank-0 constants by ops on
+/// rank-0 values.
+fn scalar_of(f: &Function, port: Port, host: &[bool]) -> bool {
+    let Some(node) = f.nodes.get(port.node) else {
+        return false;
+    };
+    let rank0 = node
+        .outputs
+        .iter()
+        .all(|t| matches!(t, ValueType::Tensor(t) if t.ndim() == 0));
+    match &node.kind {
+        NodeKind::Arg(k) => host.get(*k).copied().unwrap_or(false),
+        NodeKind::Const(_) => rank0,
+        NodeKind::Op(_) => rank0 && node.inputs.iter().all(|&p| scalar_of(f, p, host)),
+        _ => false,
+    }
 }
 
 /// A loop that runs exactly `vars[count]` more iterations, unrolled `per_trip` times.
@@ -165,4 +244,108 @@ fn ops_work(f: &Function, stacks: bool) -> Option<(usize, usize)> {
 /// The largest power of two not above `n` (n >= 1).
 fn power_of_two(n: usize) -> usize {
     1 << n.ilog2()
+}
+
+impl Lowering<'_> {
+    /// The host bool `counter + j < limit`: iteration `j` of a trip is within
+    /// `maximum_iterations`.
+    pub(crate) fn counter_below(&mut self, counter: &str, j: usize, limit: &str) -> Bound {
+        let j = self.scalar_constant(DType::I64, j as f64);
+        let (at, below) = (self.e.fresh(), self.e.fresh());
+        let loc = self.e.loc();
+        self.e
+            .line(&format!("{at} = arith.addi {counter}, {j} : i64 {loc}"));
+        self.e.line(&format!(
+            "{below} = arith.cmpi slt, {at}, {limit} : i64 {loc}"
+        ));
+        scalar(&below, DType::Bool)
+    }
+
+    /// `a and b` of two bools, on the device when `a` is there (`b` uploaded, so that the
+    /// device's value is never waited for).
+    pub(crate) fn both(&mut self, a: Bound, b: Bound) -> Result<Bound> {
+        if let Bound::Tensor(a) = &a {
+            let b = self.tensor_input(&b)?;
+            return Ok(Bound::Tensor(self.e.elementwise(
+                "stablehlo.and",
+                &[a, &b],
+                &a.ty.clone(),
+            )));
+        }
+        let (a, b) = (self.scalar_input(&a)?, self.scalar_input(&b)?);
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e
+            .line(&format!("{name} = arith.andi {a}, {b} : i1 {loc}"));
+        Ok(scalar(&name, DType::Bool))
+    }
+
+    /// `kept + (go ? 1 : 0)` as an int64 rank-0 value on `go`'s side, `kept` starting at 1 (a
+    /// trip's first iteration always runs).
+    pub(crate) fn count_if(&mut self, kept: Option<Bound>, go: &Bound) -> Result<Bound> {
+        let constant = |l: &mut Self, v: i64| match go {
+            Bound::Tensor(_) => Bound::Tensor(l.e.constant(&Tensor::scalar(v))),
+            _ => scalar(&l.scalar_constant(DType::I64, v as f64), DType::I64),
+        };
+        let kept = match kept {
+            Some(k) => k,
+            None => constant(self, 1),
+        };
+        let (one, zero) = (constant(self, 1), constant(self, 0));
+        let step = self.select(go, one, zero)?;
+        if let (Bound::Tensor(k), Bound::Tensor(s)) = (&kept, &step) {
+            return Ok(Bound::Tensor(self.e.elementwise(
+                "stablehlo.add",
+                &[k, s],
+                &k.ty.clone(),
+            )));
+        }
+        let (k, s) = (self.scalar_input(&kept)?, self.scalar_input(&step)?);
+        let name = self.e.fresh();
+        let loc = self.e.loc();
+        self.e
+            .line(&format!("{name} = arith.addi {k}, {s} : i64 {loc}"));
+        Ok(scalar(&name, DType::I64))
+    }
+
+    /// At a predicated trip's end: `name` (what the counter advances by) defined as the number
+    /// of iterations `kept`, read back to the host, and each stack pushed in the trip sized at
+    /// its size on entry (`args`) plus that number.
+    pub(crate) fn trip_kept(
+        &mut self,
+        name: &str,
+        kept: &Bound,
+        args: &[Bound],
+        next: &mut [Bound],
+    ) -> Result<()> {
+        let n = self.scalar_input(kept)?;
+        let zero = self.scalar_constant(DType::I64, 0.0);
+        let loc = self.e.loc();
+        self.e
+            .line(&format!("{name} = arith.addi {n}, {zero} : i64 {loc}"));
+        let rows = self.e.fresh();
+        self.e.line(&format!(
+            "{rows} = arith.index_cast {n} : i64 to index {loc}"
+        ));
+        for (var, arg) in next.iter_mut().zip(args) {
+            if let (Bound::Stack { size, .. }, Bound::Stack { size: entry, .. }) = (var, arg) {
+                if size != entry {
+                    let sized = self.e.fresh();
+                    self.e.line(&format!(
+                        "{sized} = arith.addi {entry}, {rows} : index {loc}"
+                    ));
+                    *size = sized;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A host scalar value of `dtype` named `name`.
+fn scalar(name: &str, dtype: DType) -> Bound {
+    Bound::Scalar(MlirValue {
+        name: name.to_string(),
+        ty: TensorType::scalar(dtype),
+    })
 }

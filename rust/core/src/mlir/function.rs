@@ -159,6 +159,9 @@ pub(crate) struct Lowering<'g> {
     pub reserved: HashSet<String>,
     /// Whether a loop was written with several iterations per trip.
     pub unrolled_loops: bool,
+    /// Pushes onto lists held back to the end of a predicated trip (`flush_pushes`): an
+    /// export between a trip's dispatches splits IREE's one submission per trip.
+    pub deferred_pushes: Option<Vec<super::stacks::ListPush>>,
 }
 
 impl<'g> Lowering<'g> {
@@ -171,6 +174,7 @@ impl<'g> Lowering<'g> {
             fresh_stacks: HashSet::new(),
             reserved: HashSet::new(),
             unrolled_loops: false,
+            deferred_pushes: None,
         }
     }
 
@@ -488,6 +492,12 @@ impl<'g> Lowering<'g> {
             }
             (Bound::Stack { .. }, _) | (_, Bound::Stack { .. }) => {
                 Err(self.e.bug("a select between stacks"))
+            }
+            // a predicate on the device selects there: on the host it would be waited for
+            _ if matches!(pred, Bound::Tensor(_)) => {
+                let a = Bound::Tensor(self.tensor_input(&on_true)?);
+                let b = Bound::Tensor(self.tensor_input(&on_false)?);
+                self.select(pred, a, b)
             }
             _ => {
                 let ty = on_true

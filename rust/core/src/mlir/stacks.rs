@@ -51,6 +51,14 @@ use super::stack_bounds;
 use crate::error::Result;
 use crate::shape::{ShapeDisplay, TensorType, DYN};
 
+/// A push onto a list of buffer views (`stack_push`): `value` set at `at`, the list `size` long.
+pub(crate) struct ListPush {
+    list: String,
+    at: String,
+    size: String,
+    value: MlirValue,
+}
+
 /// Rows a new stack's buffer has room for before it first grows (plus one per stack made
 /// before it in the module).
 const INITIAL_CAPACITY: usize = 16;
@@ -185,19 +193,19 @@ impl Lowering<'_> {
         if ref_list(&v.ty, self.e.options.list_stacks) {
             let loc = self.e.loc();
             let one = self.index(1);
-            let (next, view) = (self.e.fresh(), self.e.fresh());
-            self.e.line(&format!(
-                "{view} = hal.tensor.export {v} : {} -> !hal.buffer_view {loc}",
-                TypeText(&v.ty)
-            ));
+            let next = self.e.fresh();
             self.e
                 .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
-            self.e.line(&format!(
-                "util.list.resize {buffer}, {next} : !util.list<?> {loc}"
-            ));
-            self.e.line(&format!(
-                "util.list.set {buffer}[{size}], {view} : !hal.buffer_view -> !util.list<?> {loc}"
-            ));
+            let push = ListPush {
+                list: buffer.name.clone(),
+                at: size,
+                size: next.clone(),
+                value: v,
+            };
+            match &mut self.deferred_pushes {
+                Some(pushes) => pushes.push(push),
+                None => self.list_push(&push),
+            }
             return Ok(Bound::Stack { buffer, size: next });
         }
         // a rank-0 value is stored as an element: no rank-0 tensor to build
@@ -238,6 +246,36 @@ impl Lowering<'_> {
             },
             size: next,
         })
+    }
+
+    /// A push onto a list of buffer views: the value exported, the list resized, the view set.
+    fn list_push(&mut self, push: &ListPush) {
+        let ListPush {
+            list,
+            at,
+            size,
+            value,
+        } = push;
+        let loc = self.e.loc();
+        let view = self.e.fresh();
+        self.e.line(&format!(
+            "{view} = hal.tensor.export {value} : {} -> !hal.buffer_view {loc}",
+            TypeText(&value.ty)
+        ));
+        self.e.line(&format!(
+            "util.list.resize {list}, {size} : !util.list<?> {loc}"
+        ));
+        self.e.line(&format!(
+            "util.list.set {list}[{at}], {view} : !hal.buffer_view -> !util.list<?> {loc}"
+        ));
+    }
+
+    /// Writes the pushes onto lists held back since `deferred_pushes` was set, and stops
+    /// holding them back.
+    pub(crate) fn flush_pushes(&mut self) {
+        for push in self.deferred_pushes.take().unwrap_or_default() {
+            self.list_push(&push);
+        }
     }
 
     /// The buffer of a stack of `size` `element`s, copied into one of twice the capacity when

@@ -501,13 +501,18 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
     assert!(facts.unrolled_loops && facts.loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
     assert_eq!(text.matches("stablehlo.select").count(), 31, "{text}");
-    // A body of 1024-element ops fits one iteration per budget: not unrolled.
-    let (text, facts) = loop_of("", 1024);
+    // A body of 16384-element ops fits one iteration per budget: not unrolled.
+    let (text, facts) = loop_of("", 16384);
     assert!(!facts.unrolled_loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 1);
-    // maximum_iterations counts trips: not unrolled.
-    let (_, facts) = loop_of(", maximum_iterations=100", 4);
+    // 1024 elements (sin counts for several elements of work): 4 a trip.
+    let (text, _) = loop_of("", 1024);
+    assert_eq!(text.matches("stablehlo.sine").count(), 4, "{text}");
+    // maximum_iterations counts trips on the host: with a condition the device decides (here
+    // a reduction), counting the iterations kept would wait for it in every one.
+    let (text, facts) = loop_of(", maximum_iterations=100", 4);
     assert!(!facts.unrolled_loops);
+    assert_eq!(text.matches("stablehlo.sine").count(), 1, "{text}");
 }
 
 #[test]
@@ -542,8 +547,12 @@ fn countdown_loops_unroll_exactly_then_finish_one_iteration_per_trip() {
     let (text, _) = loop_of(2, "");
     assert_eq!(text.matches("scf.while").count(), 1, "{text}");
     assert_eq!(text.matches("arith.cmpi sge").count(), 0, "{text}");
-    // maximum_iterations counts trips: neither.
+    // maximum_iterations: not a countdown, but the condition is computed on the host, so
+    // predicated: each later iteration also within the bound, the counter advanced by the
+    // iterations kept.
     let (text, facts) = loop_of(1, ", maximum_iterations=100");
-    assert!(!facts.unrolled_loops);
-    assert_eq!(text.matches("stablehlo.sine").count(), 1, "{text}");
+    assert!(facts.unrolled_loops);
+    assert_eq!(text.matches("arith.cmpi sge").count(), 0, "{text}");
+    assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
+    assert_eq!(text.matches("arith.cmpi slt").count(), 1 + 31, "{text}");
 }
