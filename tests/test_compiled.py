@@ -568,6 +568,37 @@ def test_forward_loops_with_pushes_unroll_keeping_only_the_iterations_run(n, bou
     assert_compiled_matches_eager(value, x, w, steps)
 
 
+def energy_loop(x, w, limit, bound):
+    """Runs h <- tanh(w h + x) until the energy sum |h|^2 reaches `limit` (a reduction of the
+    state decides, on the device) or `bound` trips; the loss reads the energy and the state."""
+
+    def cond(i, h, energy):
+        return gl.logical_and(energy < limit, i < 1000)
+
+    def body(i, h, energy):
+        h = gl.tanh(w * h + x)
+        return i + 1, h, energy + gl.sum(h * h)
+
+    init = (0, x, gl.zeros((), x.dtype))
+    _, h, energy = gl.while_loop(cond, body, init, maximum_iterations=bound)
+    return energy + gl.sum(h)
+
+
+@pytest.mark.parametrize(("limit", "bound"), [(0.5, 50), (3.0, 50), (20.0, 50), (20.0, 9), (1e9, 37)])
+def test_loops_the_device_decides_unroll_reading_back_once_a_trip(limit, bound) -> None:
+    """A loop that pushes (its gradient's stacks) and counts its trips while a reduction of its
+    state decides when it stops: the rank-0 state stays on the device within a trip, the
+    counter `i` is computed on the host for every iteration, and the number of iterations kept
+    is read back once, at the trip's end."""
+    x, w = f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7)
+    limit = gl.tensor(np.float64(limit))
+    grad = gl.grad(lambda x, w, c: energy_loop(x, w, c, bound), argnums=(0, 1))
+    assert "stablehlo.select" in gl.jit(grad).mlir(x, w, limit)  # predicated
+    assert_compiled_matches_eager(grad, x, w, limit)
+    value = lambda x, w, c: energy_loop(x, w, c, bound)  # noqa: E731
+    assert_compiled_matches_eager(value, x, w, limit)
+
+
 def test_results_stay_the_callers_after_later_calls() -> None:
     """Results are copied out of IREE's buffers into tensors once (the runtime hands back views
     of mapped result buffers): a later call, which may reuse buffers, changes no earlier result."""

@@ -241,15 +241,19 @@ impl While {
             None => None,
         };
         let counted = usize::from(limits.is_some());
-        let per_trip = match trips {
-            Trips::One => 1,
-            Trips::Predicated => while_trips::iterations_per_trip(l, self)?,
-            Trips::Exact(c) => c.per_trip,
+        let (per_trip, host_vars) = match trips {
+            Trips::One => (1, None),
+            Trips::Predicated => {
+                let p = while_trips::predication(l, self)?;
+                (p.per_trip, p.host_vars)
+            }
+            Trips::Exact(c) => (c.per_trip, None),
         };
         l.unrolled_loops |= per_trip > 1;
         // A predicated trip's pushes and counter advance by the iterations it kept.
         let counts = limits.is_some() || types.iter().any(|t| matches!(t, ValueType::Stack(_)));
         let predicated = matches!(trips, Trips::Predicated) && per_trip > 1;
+        let host_vars = host_vars.filter(|_| predicated);
         let kept_name = (predicated && counts).then(|| l.e.fresh());
         let (prefix, names) = l.result_names(&flat);
         let before: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();
@@ -299,7 +303,16 @@ impl While {
         };
         let next = |l: &mut Lowering<'_>| {
             let carried = l.unpack(&ctypes, &after[counted..])?;
-            let vars = l.with_fixed(&fixed, carried)?;
+            let mut vars = l.with_fixed(&fixed, carried)?;
+            let device_rank0 = l.device_rank0;
+            if let Some(host) = &host_vars {
+                l.device_rank0 = true;
+                for (var, &on_host) in vars.iter_mut().zip(host) {
+                    if !on_host {
+                        *var = l.on_device(var.clone())?;
+                    }
+                }
+            }
             for (var, _) in vars.iter().zip(&reserve).filter(|(_, &r)| r) {
                 if let Bound::Stack { buffer, .. } = var {
                     l.reserved.insert(buffer.name.clone());
@@ -315,6 +328,8 @@ impl While {
             // each is kept only where the condition holds (a pure function of the vars: once
             // false it stays false within the trip), and counted.
             let mut kept = None;
+            // the values of the host variables after each iteration, for the trip's end
+            let mut speculated: Vec<Vec<Bound>> = next.iter().map(|v| vec![v.clone()]).collect();
             for j in 1..per_trip {
                 if let Trips::Exact(_) = trips {
                     let stepped = l.inline(body, next)?;
@@ -330,21 +345,32 @@ impl While {
                 let stepped = l.inline(body, next.clone())?;
                 let stepped = l.coerce_all(stepped, types)?;
                 // a stack keeps every push: its size is set from the count below
-                next = (stepped.into_iter().zip(next))
-                    .map(|(s, k)| match s {
+                let host = |k: usize| host_vars.as_ref().is_some_and(|h| h[k]);
+                next = (stepped.into_iter().zip(next).enumerate())
+                    .map(|(i, (s, k))| match s {
                         Bound::Stack { .. } => Ok(s),
                         s if s == k => Ok(k),
+                        s if host(i) => {
+                            speculated[i].push(s.clone());
+                            Ok(s)
+                        }
                         s => l.select(&go, s, k),
                     })
                     .collect::<Result<_>>()?;
-                if kept_name.is_some() {
+                if kept_name.is_some() || host_vars.is_some() {
                     kept = Some(l.count_if(kept, &go)?);
                 }
             }
             l.flush_pushes();
-            if let (Some(name), Some(kept)) = (&kept_name, kept) {
-                l.trip_kept(name, &kept, &args, &mut next)?;
+            if let Some(kept) = kept {
+                let n = l.trip_kept(kept_name.as_deref(), &kept, &args, &mut next)?;
+                for (var, values) in next.iter_mut().zip(speculated) {
+                    if values.len() > 1 {
+                        *var = l.last_kept(&n, values)?;
+                    }
+                }
             }
+            l.device_rank0 = device_rank0;
             let next = l.loop_barrier(&args, next, &exposed)?;
             Ok(next
                 .into_iter()

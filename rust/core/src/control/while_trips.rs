@@ -43,24 +43,38 @@ const EXACT_BUDGET: usize = 1 << 18;
 /// Ops, stack pops and pushes one trip of an exact loop may hold (compile time).
 const EXACT_NODES: usize = 256;
 
+/// How a predicated loop runs its trips.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Predicated {
+    pub per_trip: usize,
+    /// For a loop that pushes or counts trips and whose condition the device decides: per
+    /// loop variable, whether the host computes it from one trip to the next (`host_vars`).
+    /// Within a trip the other rank-0 variables then stay on the device, the host ones are
+    /// computed for every iteration and the last kept is chosen at the trip's end, once the
+    /// number of iterations kept is read back: one wait for the device per trip.
+    pub host_vars: Option<Vec<bool>>,
+}
+
 /// How many iterations one trip of a predicated loop runs: for a loop whose condition is ops
-/// only and whose body is ops (with `EmitOptions::unroll_loops`), as many as fit
-/// `UNROLL_BUDGET` of work (`OpDef::work` summed over the ops), a power of two up to `UNROLL`;
-/// 1 otherwise. A loop whose condition the host computes from one trip to the next (`on_host`)
-/// may also push onto stacks of tensors kept as lists (each at most once per iteration) and
-/// have `maximum_iterations`: a trip's pushes all land in the list, written after its
-/// dispatches, and its size, like the counter, advances by the iterations kept, so a later
-/// trip writes over the others. Where a device value decides, each iteration's condition would
-/// wait for the device, so the trip's pushes and count would too: one iteration per trip.
-pub(crate) fn iterations_per_trip(l: &Lowering<'_>, w: &While) -> Result<usize> {
+/// only and whose body is ops and pushes onto stacks of tensors kept as lists (each pushed at
+/// most once per iteration; with `EmitOptions::unroll_loops`), as many as fit `UNROLL_BUDGET`
+/// of work (`OpDef::work` summed over the ops), a power of two up to `UNROLL`; 1 otherwise. A
+/// trip's pushes all land in the list, written after its dispatches, and its size, like a
+/// `maximum_iterations` counter, advances by the iterations kept, so a later trip writes over
+/// the others.
+pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
+    let single = Predicated {
+        per_trip: 1,
+        host_vars: None,
+    };
     if !l.e.options.unroll_loops {
-        return Ok(1);
+        return Ok(single);
     }
     let (cond, body) = (l.library.get(&w.cond)?, l.library.get(&w.body)?);
     let (Some((cond_work, _)), Some((body_work, _))) =
         (ops_work(cond, false), ops_work(body, true))
     else {
-        return Ok(1);
+        return Ok(single);
     };
     let pops = body
         .nodes
@@ -78,12 +92,20 @@ pub(crate) fn iterations_per_trip(l: &Lowering<'_>, w: &While) -> Result<usize> 
         }
         _ => true,
     });
-    let counted = stacks || w.maximum_iterations.is_some();
-    if pops || !stacks_ok || (counted && !on_host(cond, body)) {
-        return Ok(1);
+    if pops || !stacks_ok {
+        return Ok(single);
     }
+    let host = host_vars(body);
+    let counted = stacks || w.maximum_iterations.is_some();
+    let on_host = cond
+        .results
+        .first()
+        .is_some_and(|&r| scalar_of(cond, r, &host));
     let work = cond_work.saturating_add(body_work);
-    Ok(power_of_two((UNROLL_BUDGET / work).clamp(1, UNROLL)))
+    Ok(Predicated {
+        per_trip: power_of_two((UNROLL_BUDGET / work).clamp(1, UNROLL)),
+        host_vars: (counted && !on_host).then_some(host),
+    })
 }
 
 /// Whether `port` is parameter `k` of `f`, or a push onto it.
@@ -98,10 +120,10 @@ fn pushed_at_most_once(f: &Function, port: Port, k: usize) -> bool {
     }
 }
 
-/// Whether the condition of a loop with `body` is computed on the host from one trip to the
-/// next: from rank-0 loop variables that the body computes from rank-0 variables and constants
-/// only (a counter, say), never from a tensor or a reduction of one.
-fn on_host(cond: &Function, body: &Function) -> bool {
+/// Per parameter of a loop's `body`: whether the host computes it from one trip to the next,
+/// a rank-0 variable that the body computes from such variables and constants only (a
+/// counter, say), never from a tensor or a reduction of one.
+fn host_vars(body: &Function) -> Vec<bool> {
     let rank0 = |t: &ValueType| matches!(t, ValueType::Tensor(t) if t.ndim() == 0);
     let mut host: Vec<bool> = body.params.iter().map(rank0).collect();
     loop {
@@ -115,13 +137,10 @@ fn on_host(cond: &Function, body: &Function) -> bool {
             })
             .collect();
         if next == host {
-            break;
+            return host;
         }
         host = next;
     }
-    cond.results
-        .first()
-        .is_some_and(|&r| scalar_of(cond, r, &host))
 }
 
 /// Whether `port` of `f` is computed from the `host` parameters and rank-0 constants by ops on
@@ -247,6 +266,31 @@ fn power_of_two(n: usize) -> usize {
 }
 
 impl Lowering<'_> {
+    /// A rank-0 host scalar as a rank-0 tensor (uploaded, no wait); other values as they are.
+    pub(crate) fn on_device(&mut self, b: Bound) -> Result<Bound> {
+        match b {
+            Bound::Scalar(_) => Ok(Bound::Tensor(self.tensor_input(&b)?)),
+            other => Ok(other),
+        }
+    }
+
+    /// Of a host variable's `values` after each iteration of a trip, the one after the last of
+    /// the `n` iterations kept.
+    pub(crate) fn last_kept(&mut self, n: &str, values: Vec<Bound>) -> Result<Bound> {
+        let mut values = values.into_iter();
+        let mut last = values
+            .next()
+            .ok_or_else(|| self.e.bug("no value of a loop variable"))?;
+        for (j, value) in values.enumerate() {
+            let j = self.scalar_constant(DType::I64, (j + 1) as f64);
+            let (name, loc) = (self.e.fresh(), self.e.loc());
+            self.e
+                .line(&format!("{name} = arith.cmpi sgt, {n}, {j} : i64 {loc}"));
+            last = self.select(&scalar(&name, DType::Bool), value, last)?;
+        }
+        Ok(last)
+    }
+
     /// The host bool `counter + j < limit`: iteration `j` of a trip is within
     /// `maximum_iterations`.
     pub(crate) fn counter_below(&mut self, counter: &str, j: usize, limit: &str) -> Bound {
@@ -308,21 +352,23 @@ impl Lowering<'_> {
         Ok(scalar(&name, DType::I64))
     }
 
-    /// At a predicated trip's end: `name` (what the counter advances by) defined as the number
-    /// of iterations `kept`, read back to the host, and each stack pushed in the trip sized at
+    /// At a predicated trip's end: the number of iterations `kept`, read back to the host (and
+    /// defined as `name`, what a counter advances by), each stack pushed in the trip sized at
     /// its size on entry (`args`) plus that number.
     pub(crate) fn trip_kept(
         &mut self,
-        name: &str,
+        name: Option<&str>,
         kept: &Bound,
         args: &[Bound],
         next: &mut [Bound],
-    ) -> Result<()> {
+    ) -> Result<String> {
         let n = self.scalar_input(kept)?;
-        let zero = self.scalar_constant(DType::I64, 0.0);
         let loc = self.e.loc();
-        self.e
-            .line(&format!("{name} = arith.addi {n}, {zero} : i64 {loc}"));
+        if let Some(name) = name {
+            let zero = self.scalar_constant(DType::I64, 0.0);
+            self.e
+                .line(&format!("{name} = arith.addi {n}, {zero} : i64 {loc}"));
+        }
         let rows = self.e.fresh();
         self.e.line(&format!(
             "{rows} = arith.index_cast {n} : i64 to index {loc}"
@@ -338,7 +384,7 @@ impl Lowering<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(n)
     }
 }
 

@@ -162,6 +162,12 @@ pub(crate) struct Lowering<'g> {
     /// Pushes onto lists held back to the end of a predicated trip (`flush_pushes`): an
     /// export between a trip's dispatches splits IREE's one submission per trip.
     pub deferred_pushes: Option<Vec<super::stacks::ListPush>>,
+    /// Within a predicated trip whose condition the device decides: an op on rank-0 values
+    /// any of which is on the device (not a constant) runs there, so that nothing waits for
+    /// the device before the trip's end (`try_scalar_op`).
+    pub device_rank0: bool,
+    /// The SSA names of constants (`stablehlo.constant`), which the host may read for free.
+    pub constants: HashSet<String>,
 }
 
 impl<'g> Lowering<'g> {
@@ -175,6 +181,8 @@ impl<'g> Lowering<'g> {
             reserved: HashSet::new(),
             unrolled_loops: false,
             deferred_pushes: None,
+            device_rank0: false,
+            constants: HashSet::new(),
         }
     }
 
@@ -408,7 +416,11 @@ impl<'g> Lowering<'g> {
                     .ok_or_else(|| self.e.bug(format!("no argument {i}")))?;
                 vec![a]
             }
-            NodeKind::Const(c) => vec![Bound::Tensor(self.e.constant(&c.0))],
+            NodeKind::Const(c) => {
+                let value = self.e.constant(&c.0);
+                self.constants.insert(value.name.clone());
+                vec![Bound::Tensor(value)]
+            }
             NodeKind::Op(op) => {
                 let types: Vec<TensorType> = inputs
                     .iter()

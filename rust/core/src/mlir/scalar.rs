@@ -162,6 +162,11 @@ impl Lowering<'_> {
             matches!(b, Bound::Scalar(_)) || b.tensor_type().is_some_and(|t| t.ndim() == 0)
         };
         let any_scalar = inputs.iter().any(|b| matches!(b, Bound::Scalar(_)));
+        let on_device =
+            |b: &Bound| matches!(b, Bound::Tensor(v) if !self.constants.contains(&v.name));
+        if self.device_rank0 && inputs.iter().any(on_device) {
+            return Ok(None);
+        }
         if !any_scalar || !inputs.iter().all(rank0) || outputs.len() != 1 || outputs[0].ndim() != 0
         {
             return Ok(None);
