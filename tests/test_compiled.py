@@ -584,7 +584,9 @@ def energy_loop(x, w, limit, bound):
     return energy + gl.sum(h)
 
 
-@pytest.mark.parametrize(("limit", "bound"), [(0.5, 50), (3.0, 50), (20.0, 50), (20.0, 9), (1e9, 37)])
+@pytest.mark.parametrize(
+    ("limit", "bound"), [(0.5, 50), (3.0, 50), (20.0, 50), (20.0, 9), (1e9, 37)]
+)
 def test_loops_the_device_decides_unroll_reading_back_once_a_trip(limit, bound) -> None:
     """A loop that pushes (its gradient's stacks) and counts its trips while a reduction of its
     state decides when it stops: the rank-0 state stays on the device within a trip, the
