@@ -96,15 +96,19 @@ pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
         return Ok(single);
     }
     let host = host_vars(body);
-    let counted = stacks || w.maximum_iterations.is_some();
     let on_host = cond
         .results
         .first()
         .is_some_and(|&r| scalar_of(cond, r, &host));
+    // Measured on W6: its forward loop with the gradient's pushes went from 4.2 to about 3 µs
+    // per iteration kept on the device; without them (the loss alone), from 4.0 to 5.2.
+    if !stacks && w.maximum_iterations.is_some() && !on_host {
+        return Ok(single);
+    }
     let work = cond_work.saturating_add(body_work);
     Ok(Predicated {
         per_trip: power_of_two((UNROLL_BUDGET / work).clamp(1, UNROLL)),
-        host_vars: (counted && !on_host).then_some(host),
+        host_vars: (stacks && !on_host).then_some(host),
     })
 }
 

@@ -508,14 +508,11 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
     // 1024 elements (sin counts for several elements of work): 4 a trip.
     let (text, _) = loop_of("", 1024);
     assert_eq!(text.matches("stablehlo.sine").count(), 4, "{text}");
-    // maximum_iterations with a condition the device decides (a reduction): the rank-0 state
-    // stays on the device within the trip, and the number of iterations kept, which the counter
-    // advances by, is read back once, at the trip's end (the other read-back is the condition
-    // of the next trip).
+    // maximum_iterations with a condition the device decides (a reduction) and no pushes: one
+    // iteration a trip (on the device it measured slower on W6's loss).
     let (text, facts) = loop_of(", maximum_iterations=100", 4);
-    assert!(facts.unrolled_loops);
-    assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
-    assert_eq!(text.matches("tensor.extract").count(), 2, "{text}");
+    assert!(!facts.unrolled_loops);
+    assert_eq!(text.matches("stablehlo.sine").count(), 1, "{text}");
 }
 
 #[test]
