@@ -188,8 +188,8 @@ impl EmitMlir for While {
 enum Trips {
     /// One iteration per trip.
     One,
-    /// `while_trips::iterations_per_trip` iterations per trip, each after the first kept where
-    /// the condition holds.
+    /// `while_trips::predication` iterations per trip, each after the first kept where the
+    /// condition holds.
     Predicated,
     /// `per_trip` iterations per trip while the count is at least that.
     Exact(Countdown),

@@ -4,11 +4,11 @@
 //! buffers) whatever its dispatches compute, so loops of cheap iterations run several per trip,
 //! recorded into the trip's one command buffer and submitted once. Two shapes:
 //!
-//! - **Predicated** (`iterations_per_trip`): a loop of ops only. Each iteration after a trip's
+//! - **Predicated** (`predication`): a loop of ops and pushes. Each iteration after a trip's
 //!   first is computed from the one before and kept only where the condition holds
 //!   (`Lowering::select`): once false it stays false, since the condition is a pure function of
 //!   the vars. The last trip throws away at most all but one iteration, so the work per trip is
-//!   bounded.
+//!   bounded. Pushes all land; stack sizes and the trip counter advance by the iterations kept.
 //! - **Exact** (`countdown`): a loop that runs exactly `n` more iterations, `n` a variable the
 //!   condition tests `> 0` and the body decrements: the gradient loops of `While::augment`, which
 //!   pop the forward loop's stacks. It becomes two loops, `k` iterations per trip while `n >= k`,
