@@ -19,6 +19,7 @@ use crate::dtype::DType;
 use crate::emit::MlirValue;
 use crate::error::Result;
 use crate::graph::{Function, NodeKind, Port, StackOp, ValueType, While};
+use crate::mlir::function::one;
 use crate::mlir::{Bound, Lowering};
 use crate::ops::Op;
 use crate::shape::TensorType;
@@ -312,20 +313,13 @@ impl Lowering<'_> {
     /// `a and b` of two bools, on the device when `a` is there (`b` uploaded, so that the
     /// device's value is never waited for).
     pub(crate) fn both(&mut self, a: Bound, b: Bound) -> Result<Bound> {
-        if let Bound::Tensor(a) = &a {
-            let b = self.tensor_input(&b)?;
-            return Ok(Bound::Tensor(self.e.elementwise(
-                "stablehlo.and",
-                &[a, &b],
-                &a.ty.clone(),
-            )));
-        }
-        let (a, b) = (self.scalar_input(&a)?, self.scalar_input(&b)?);
-        let name = self.e.fresh();
-        let loc = self.e.loc();
-        self.e
-            .line(&format!("{name} = arith.andi {a}, {b} : i1 {loc}"));
-        Ok(scalar(&name, DType::Bool))
+        let b = match a {
+            Bound::Tensor(_) => Bound::Tensor(self.tensor_input(&b)?),
+            _ => b,
+        };
+        let outs = self.apply(&Op::LogicalAnd(Default::default()), vec![a, b])?;
+        let [and] = one(self, outs)?;
+        Ok(and)
     }
 
     /// `kept + (go ? 1 : 0)` as an int64 rank-0 value on `go`'s side, `kept` starting at 1 (a
@@ -339,21 +333,11 @@ impl Lowering<'_> {
             Some(k) => k,
             None => constant(self, 1),
         };
-        let (one, zero) = (constant(self, 1), constant(self, 0));
-        let step = self.select(go, one, zero)?;
-        if let (Bound::Tensor(k), Bound::Tensor(s)) = (&kept, &step) {
-            return Ok(Bound::Tensor(self.e.elementwise(
-                "stablehlo.add",
-                &[k, s],
-                &k.ty.clone(),
-            )));
-        }
-        let (k, s) = (self.scalar_input(&kept)?, self.scalar_input(&step)?);
-        let name = self.e.fresh();
-        let loc = self.e.loc();
-        self.e
-            .line(&format!("{name} = arith.addi {k}, {s} : i64 {loc}"));
-        Ok(scalar(&name, DType::I64))
+        let (unit, zero) = (constant(self, 1), constant(self, 0));
+        let step = self.select(go, unit, zero)?;
+        let outs = self.apply(&Op::Add(Default::default()), vec![kept, step])?;
+        let [sum] = one(self, outs)?;
+        Ok(sum)
     }
 
     /// At a predicated trip's end: the number of iterations `kept`, read back to the host (and

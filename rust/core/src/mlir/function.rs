@@ -18,6 +18,7 @@ use super::stacks::{buffer_type, storage_type};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
+use crate::ops::Op;
 use crate::shape::TensorType;
 
 /// A graph value in MLIR.
@@ -421,26 +422,7 @@ impl<'g> Lowering<'g> {
                 self.constants.insert(value.name.clone());
                 vec![Bound::Tensor(value)]
             }
-            NodeKind::Op(op) => {
-                let types: Vec<TensorType> = inputs
-                    .iter()
-                    .map(|b| {
-                        b.tensor_type()
-                            .cloned()
-                            .ok_or_else(|| self.e.bug("a stack where a tensor is expected"))
-                    })
-                    .collect::<Result<_>>()?;
-                let inferred = op.infer(&types)?;
-                if let Some(outs) = self.try_scalar_op(op, &inputs, &inferred)? {
-                    return self.coerce_all(outs, &node.outputs);
-                }
-                if let Some(outs) = self.empty_results(&inferred)? {
-                    return self.coerce_all(outs, &node.outputs);
-                }
-                let values = self.tensor_operands(op, inputs)?;
-                let outs = op.emit(&mut self.e, &values, &inferred)?;
-                outs.into_iter().map(Bound::Tensor).collect()
-            }
+            NodeKind::Op(op) => self.apply(op, inputs)?,
             NodeKind::If(c) => c.emit_mlir(self, node, inputs)?,
             NodeKind::Case(c) => c.emit_mlir(self, node, inputs)?,
             NodeKind::While(c) => c.emit_mlir(self, node, inputs)?,
@@ -449,6 +431,29 @@ impl<'g> Lowering<'g> {
             NodeKind::Stack(c) => c.emit_mlir(self, node, inputs)?,
         };
         self.coerce_all(outs, &node.outputs)
+    }
+
+    /// The results of `op` on `inputs`: on the host where `try_scalar_op` takes it, else its
+    /// StableHLO.
+    pub(crate) fn apply(&mut self, op: &Op, inputs: Vec<Bound>) -> Result<Vec<Bound>> {
+        let types: Vec<TensorType> = inputs
+            .iter()
+            .map(|b| {
+                b.tensor_type()
+                    .cloned()
+                    .ok_or_else(|| self.e.bug("a stack where a tensor is expected"))
+            })
+            .collect::<Result<_>>()?;
+        let inferred = op.infer(&types)?;
+        if let Some(outs) = self.try_scalar_op(op, &inputs, &inferred)? {
+            return Ok(outs);
+        }
+        if let Some(outs) = self.empty_results(&inferred)? {
+            return Ok(outs);
+        }
+        let values = self.tensor_operands(op, inputs)?;
+        let outs = op.emit(&mut self.e, &values, &inferred)?;
+        Ok(outs.into_iter().map(Bound::Tensor).collect())
     }
 
     /// Empty constants for an op whose results all have no elements (whatever it computes):
