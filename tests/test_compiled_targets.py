@@ -5,6 +5,7 @@ mode in float32; `cuda` modules are compiled (running them needs an NVIDIA GPU).
 from __future__ import annotations
 
 import io
+import os
 import zipfile
 
 import numpy as np
@@ -209,3 +210,35 @@ def test_cuda_export_writes_the_module(tmp_path) -> None:
     )
     assert_vmfb(path.read_bytes())
     assert "scf.while" in path.with_suffix(".mlir").read_text()
+
+
+def test_gpu_check_bundle_runs_on_the_cpu(tmp_path) -> None:
+    """`tools/cuda_check.py` (the GPU check) itself: its bundle, built for `llvm-cpu` and run by
+    its script on `local-task` with `iree-run-module`, agrees with eager mode."""
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    runtime = pathlib.Path(sys.executable).parent
+    if not (runtime / "iree-run-module").exists():
+        pytest.fail("iree-run-module is not installed (iree-base-runtime provides it)")
+    tool = [sys.executable, str(root / "tools" / "cuda_check.py")]
+    bundle, results = tmp_path / "bundle", tmp_path / "results"
+    subprocess.run(
+        [*tool, "prepare", str(bundle), "--target", "llvm-cpu", "--no-bench"], check=True
+    )
+    env = {**os.environ, "DEVICE": "local-task"}
+    run = subprocess.run(
+        ["bash", str(bundle / "run.sh"), str(runtime), str(results)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "rc=1" not in run.stdout, run.stdout
+    compare = subprocess.run(
+        [*tool, "compare", str(bundle), str(results)], capture_output=True, text=True
+    )
+    assert compare.returncode == 0, compare.stdout
+    assert compare.stdout.count(" ok") == len(PROGRAMS) + 4, compare.stdout

@@ -68,8 +68,14 @@ def driver(target: str, facts: dict[str, Any]) -> str:
     steps through IREE's VM and synchronises with the host (`local-task` hands each step to its
     pool, several times slower per trip: benches/driver_overhead.py); `local-task` (dispatches
     spread over the cores) for loop-free modules and those with ops of `DENSE_WORK` or more,
-    whose dispatches outweigh the hand-offs (the MLP step: 1.0 vs 1.5 ms)."""
-    if target == "llvm-cpu" and (not facts["loops"] or facts["heaviest_op"] >= DENSE_WORK):
+    whose dispatches outweigh the hand-offs (the MLP step: 1.0 vs 1.5 ms). A module holding
+    tensor stacks as lists of buffer views (`facts["list_stacks"]`) runs on `local-sync`
+    always: IREE 3.13 lets a pushed view into its list before an asynchronous device has
+    allocated its buffer, and a later pop fails ("transient buffer has not been committed",
+    docs/architecture.md)."""
+    lists = facts.get("list_stacks", False)
+    heavy = not facts["loops"] or facts["heaviest_op"] >= DENSE_WORK
+    if target == "llvm-cpu" and heavy and not lists:
         return "local-task"
     return TARGETS[target]
 
@@ -284,7 +290,7 @@ def _compile_concrete(
             vmfb = compile_mlir(
                 mlir, target, portable, form.cf, form.workaround_flags, "float64" in facts["dtypes"]
             )
-            return mlir, vmfb, facts, forms[k + 1 :]
+            return mlir, vmfb, dict(facts, list_stacks=written.list_stacks), forms[k + 1 :]
         except errors.CompileError as e:
             failure = e
     if failure is None:
@@ -662,7 +668,12 @@ def export(
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
     concrete = _function(fn).concrete_function(*args)
-    mlir, vmfb, _, _ = _compile_concrete(concrete, target, embed_captures=True, portable=True)
+    # Stacks as buffers: the module may run on an asynchronous device (`iree-run-module`'s
+    # default `local-task`, CUDA), where lists of buffer views fail (see `driver`).
+    forms = tuple(form for form in _forms(target) if not form.list_stacks)
+    mlir, vmfb, _, _ = _compile_concrete(
+        concrete, target, embed_captures=True, portable=True, forms=forms
+    )
     out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".mlir").write_text(mlir)
