@@ -651,6 +651,34 @@ def test_loops_the_device_decides_unroll_reading_back_once_a_trip(limit, bound) 
     assert_compiled_matches_eager(value, x, w, limit)
 
 
+def test_loops_the_device_decides_index_on_the_host() -> None:
+    """`xs[i]` in a loop whose state stays on the device within a trip: the index's wrap
+    (`i < 0`, against a `fill` constant) is computed on the host with the counter, so that the
+    slice's start is known there (on the device IREE read it back: a second wait per trip)."""
+    xs = gl.tensor(np.linspace(-1.0, 1.0, 60).reshape(20, 3))
+
+    def reading(x, w, limit):
+        def cond(i, h, energy):
+            return gl.logical_and(energy < limit, i < 20)
+
+        def body(i, h, energy):
+            h = gl.tanh(w * h + xs[i])
+            return i + 1, h, energy + gl.sum(h * h)
+
+        init = (0, x, gl.zeros((), x.dtype))
+        _, h, energy = gl.while_loop(cond, body, init, maximum_iterations=20)
+        return energy + gl.sum(h)
+
+    grad = gl.grad(reading, argnums=(0, 1))
+    for limit in (0.5, 5.0, 1e9):
+        args = (f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7), gl.tensor(np.float64(limit)))
+        mlir = gl.jit(grad).mlir(*args)
+        assert "stablehlo.select" in mlir  # predicated, state on the device
+        device_index = [line for line in mlir.splitlines() if "stablehlo.compare LT" in line]
+        assert not [line for line in device_index if "tensor<i32>" in line], device_index[:1]
+        assert_compiled_matches_eager(grad, *args)
+
+
 def test_results_stay_the_callers_after_later_calls() -> None:
     """Results are copied out of IREE's buffers into tensors once (the runtime hands back views
     of mapped result buffers): a later call, which may reuse buffers, changes no earlier result."""

@@ -162,8 +162,9 @@ impl Lowering<'_> {
             matches!(b, Bound::Scalar(_)) || b.tensor_type().is_some_and(|t| t.ndim() == 0)
         };
         let any_scalar = inputs.iter().any(|b| matches!(b, Bound::Scalar(_)));
-        let on_device =
-            |b: &Bound| matches!(b, Bound::Tensor(v) if !self.constants.contains(&v.name));
+        // constants (graph constants, and ops IREE folds to one, such as `fill`) are no
+        // device values
+        let on_device = |b: &Bound| matches!(b, Bound::Tensor(v) if !self.constants.contains(&v.name) && !self.e.is_constant(v));
         if self.device_rank0 && inputs.iter().any(on_device) {
             return Ok(None);
         }
