@@ -322,6 +322,17 @@ impl While {
             if predicated {
                 l.deferred_pushes = Some(Vec::new());
             }
+            let only_pops = body_fn
+                .nodes
+                .iter()
+                .all(|n| n.kind != NodeKind::Stack(StackOp::Push));
+            let pops_at = match trips {
+                Trips::Exact(_) if only_pops => {
+                    l.hoisted_pops = Some(String::new());
+                    Some(l.e.mark())
+                }
+                _ => None,
+            };
             let mut next = l.inline(body, vars)?;
             next = l.coerce_all(next, types)?;
             // Iterations after the first of a trip: in a countdown, all of them run; otherwise
@@ -362,6 +373,9 @@ impl While {
                 }
             }
             l.flush_pushes();
+            if let (Some(at), Some(pops)) = (pops_at, l.hoisted_pops.take()) {
+                l.e.insert_at(at, &pops);
+            }
             if let Some(kept) = kept {
                 let n = l.trip_kept(kept_name.as_deref(), &kept, &args, &mut next)?;
                 for (var, values) in next.iter_mut().zip(speculated) {

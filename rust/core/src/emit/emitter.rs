@@ -202,6 +202,22 @@ impl Emitter {
         self.out
     }
 
+    /// The position after the text written so far (for `insert_at`).
+    pub(crate) fn mark(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Writes `text` at `mark`, above lines written since.
+    pub(crate) fn insert_at(&mut self, mark: usize, text: &str) {
+        self.out.insert_str(mark, text);
+    }
+
+    /// Exchanges the text written so far with `other`: lines go to another buffer until the
+    /// next exchange.
+    pub(crate) fn swap_out(&mut self, other: &mut String) {
+        std::mem::swap(&mut self.out, other);
+    }
+
     pub(crate) fn set_site(&mut self, site: Site) {
         self.site = site;
     }

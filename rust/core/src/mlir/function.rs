@@ -169,6 +169,10 @@ pub(crate) struct Lowering<'g> {
     pub device_rank0: bool,
     /// The SSA names of constants (`stablehlo.constant`), which the host may read for free.
     pub constants: HashSet<String>,
+    /// Within an exact trip whose body only pops: the pops of all its iterations, written
+    /// before the first (`stack_pop`). A pop between dispatches splits IREE's one submission
+    /// per trip, as a push does (`deferred_pushes`).
+    pub hoisted_pops: Option<String>,
 }
 
 impl<'g> Lowering<'g> {
@@ -184,6 +188,7 @@ impl<'g> Lowering<'g> {
             deferred_pushes: None,
             device_rank0: false,
             constants: HashSet::new(),
+            hoisted_pops: None,
         }
     }
 

@@ -362,8 +362,19 @@ impl Lowering<'_> {
         reserve
     }
 
-    /// Returns the stack without its top, and the top.
+    /// Returns the stack without its top, and the top; written into `hoisted_pops` when set.
     pub(crate) fn stack_pop(&mut self, stack: Bound, element: &TensorType) -> Result<[Bound; 2]> {
+        let Some(mut hoisted) = self.hoisted_pops.take() else {
+            return self.pop_here(stack, element);
+        };
+        self.e.swap_out(&mut hoisted);
+        let popped = self.pop_here(stack, element);
+        self.e.swap_out(&mut hoisted);
+        self.hoisted_pops = Some(hoisted);
+        popped
+    }
+
+    fn pop_here(&mut self, stack: Bound, element: &TensorType) -> Result<[Bound; 2]> {
         let Bound::Stack { buffer, size } = stack else {
             return Err(self.e.bug("stack_pop takes a stack"));
         };

@@ -432,6 +432,30 @@ fn list_stacks_keep_tensors_as_buffer_views() {
     assert!(!text.contains("insert_slice"), "{text}");
 }
 
+#[test]
+fn an_unrolled_gradient_loop_pops_every_iteration_before_its_first_dispatch() {
+    // A pop between a trip's dispatches splits IREE's one submission per trip.
+    let options = super::EmitOptions {
+        list_stacks: true,
+        unroll_loops: true,
+        ..Default::default()
+    };
+    let text = super::emit_module_with(&super::traced::while_sin(1), options).unwrap();
+    let backward = text.match_indices("scf.while").nth(1).map(|(at, _)| at);
+    let trip = backward
+        .and_then(|at| text[at..].find("} do {").map(|d| at + d))
+        .expect("a gradient loop");
+    let end = trip + text[trip..].find("scf.yield").expect("its trip's end");
+    let body = &text[trip..end];
+    let gets: Vec<usize> = body
+        .match_indices("util.list.get")
+        .map(|(at, _)| at)
+        .collect();
+    let first_dispatch = body.find("stablehlo.").expect("the trip computes");
+    assert!(gets.len() >= 8, "{body}");
+    assert!(gets.iter().all(|&g| g < first_dispatch), "{body}");
+}
+
 /// A branch yielding a value twice and two equal zeros; the other branch, distinct values.
 const REPEATS: &str = r#"graph @rep
 
