@@ -525,13 +525,13 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
     assert!(facts.unrolled_loops && facts.loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
     assert_eq!(text.matches("stablehlo.select").count(), 31, "{text}");
-    // A body of 16384-element ops fits one iteration per budget: not unrolled.
-    let (text, facts) = loop_of("", 16384);
+    // A body of 32768-element ops fits one iteration per budget: not unrolled.
+    let (text, facts) = loop_of("", 32768);
     assert!(!facts.unrolled_loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 1);
-    // 1024 elements (sin counts for several elements of work): 4 a trip.
+    // 1024 elements (sin counts for several elements of work): 8 a trip.
     let (text, _) = loop_of("", 1024);
-    assert_eq!(text.matches("stablehlo.sine").count(), 4, "{text}");
+    assert_eq!(text.matches("stablehlo.sine").count(), 8, "{text}");
     // maximum_iterations with a condition the device decides (a reduction): unrolled, each
     // iteration also tested against the bound, its counter on the host and the number of
     // iterations kept read back once a trip.
