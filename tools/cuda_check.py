@@ -6,9 +6,10 @@
     bash build/cuda_check/run.sh RUNTIME_DIR OUT_DIR        # on the GPU machine
     python tools/cuda_check.py compare build/cuda_check OUT_DIR
 
-RUNTIME_DIR holds the `iree-run-module` and `iree-benchmark-module` of `iree-base-runtime`
-(`.venv/lib/python3.11/site-packages/iree/_runtime_libs`). The same bundle runs on the CPU with
-`DEVICE=local-task` (the modules of `--target llvm-cpu`), which checks the bundle itself.
+RUNTIME_DIR (an absolute path) holds the `iree-run-module` and `iree-benchmark-module` of
+`iree-base-runtime` (`.venv/lib/python3.11/site-packages/iree/_runtime_libs`). The same bundle
+runs on the CPU with `DEVICE=local-task` (the modules of `--target llvm-cpu`), which checks the
+bundle itself.
 """
 
 from __future__ import annotations
