@@ -167,8 +167,6 @@ pub(crate) struct Lowering<'g> {
     /// any of which is on the device (not a constant) runs there, so that nothing waits for
     /// the device before the trip's end (`try_scalar_op`).
     pub device_rank0: bool,
-    /// The SSA names of constants (`stablehlo.constant`), which the host may read for free.
-    pub constants: HashSet<String>,
     /// Within an exact trip whose body only pops: the pops of all its iterations, written
     /// before the first (`stack_pop`). A pop between dispatches splits IREE's one submission
     /// per trip, as a push does (`deferred_pushes`).
@@ -187,7 +185,6 @@ impl<'g> Lowering<'g> {
             unrolled_loops: false,
             deferred_pushes: None,
             device_rank0: false,
-            constants: HashSet::new(),
             hoisted_pops: None,
         }
     }
@@ -423,9 +420,7 @@ impl<'g> Lowering<'g> {
                 vec![a]
             }
             NodeKind::Const(c) => {
-                let value = self.e.constant(&c.0);
-                self.constants.insert(value.name.clone());
-                vec![Bound::Tensor(value)]
+                vec![Bound::Tensor(self.e.constant(&c.0))]
             }
             NodeKind::Op(op) => self.apply(op, inputs)?,
             NodeKind::If(c) => c.emit_mlir(self, node, inputs)?,

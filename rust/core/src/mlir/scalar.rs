@@ -162,9 +162,8 @@ impl Lowering<'_> {
             matches!(b, Bound::Scalar(_)) || b.tensor_type().is_some_and(|t| t.ndim() == 0)
         };
         let any_scalar = inputs.iter().any(|b| matches!(b, Bound::Scalar(_)));
-        // constants (graph constants, and ops IREE folds to one, such as `fill`) are no
-        // device values
-        let on_device = |b: &Bound| matches!(b, Bound::Tensor(v) if !self.constants.contains(&v.name) && !self.e.is_constant(v));
+        // constants, and ops IREE folds to one (`fill`), are no device values
+        let on_device = |b: &Bound| matches!(b, Bound::Tensor(v) if !self.e.is_constant(v));
         if self.device_rank0 && inputs.iter().any(on_device) {
             return Ok(None);
         }
