@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
     {"emit"},
     {"ops"},
     {"tape"},
+    {"forward"},
     {"graph", "runtime_values"},
     {"passes"},
     {"dataflow"},

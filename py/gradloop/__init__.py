@@ -79,6 +79,7 @@ from .autodiff import (
 )
 from .compiled import export, jit, to_mlir
 from .control_flow import cond, switch_case, while_loop
+from .forward import custom_jvp, hessian, jacfwd, jacrev, jvp, linearize
 from .function import Function, function, inline, lower, prune
 from .variables import Variable
 
@@ -102,6 +103,7 @@ __all__ = [
     "cond",
     "cos",
     "custom_gradient",
+    "custom_jvp",
     "div",
     "equal",
     "errors",
@@ -116,12 +118,17 @@ __all__ = [
     "grad",
     "greater",
     "greater_equal",
+    "hessian",
     "inline",
     "int32",
     "int64",
+    "jacfwd",
+    "jacrev",
     "jit",
+    "jvp",
     "less",
     "less_equal",
+    "linearize",
     "log",
     "logical_and",
     "logical_not",

@@ -356,12 +356,32 @@ def _call_grad_fn(
     return _validate.check_custom_gradients(grads, inputs, where)
 
 
-def _custom_op(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
-    """`fn(*tensors) -> (y, grad_fn)` as one recorded op whose gradient is `grad_fn`."""
+def _takes_tangents(inputs: list[_core.Tensor]) -> bool:
+    """Whether an active forward-mode accumulator holds a tangent of one of `inputs`."""
+    accs = _core.active_accumulators()
+    return any(a.tangent(x) is not None for a in accs for x in inputs)
+
+
+def _custom_op(
+    fn: Callable[..., Any], where: str, forward_fn: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
+    """`fn(*tensors) -> (y, grad_fn)` as one recorded op whose gradient is `grad_fn`. Under
+    forward mode (inputs with tangents) `forward_fn` runs instead, op by op; without one it is
+    an error: a custom gradient says nothing of tangents."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
+        if _takes_tangents(inputs):
+            if forward_fn is None:
+                raise errors.GradientError(
+                    _validate.at_user(
+                        f"{where} has no forward-mode rule, and jvp, jacfwd and hessian need "
+                        "one: define the function with gl.custom_jvp (its rule gives the "
+                        "tangents)"
+                    )
+                )
+            return forward_fn(*inputs, **kwargs)
         if _core.trace_active():
             return _traced_custom_op(fn, inputs, kwargs, where)
         y, outs, grad_fn = _run_forward(fn, inputs, kwargs, where)
@@ -440,4 +460,5 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         return fn(*inputs, **kwargs), backward
 
-    return _custom_op(forward, f"recompute_grad({getattr(fn, '__name__', 'fn')})")
+    # Forward mode keeps nothing for later: it runs `fn` as it is.
+    return _custom_op(forward, f"recompute_grad({getattr(fn, '__name__', 'fn')})", fn)

@@ -17,6 +17,7 @@ pub mod dtype;
 pub mod emit;
 pub mod error;
 pub mod executor;
+pub mod forward;
 pub mod graph;
 pub mod interpret;
 pub mod location;

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::forward::{AccumulatorRef, ForwardContext};
 use crate::ops::Context;
 use crate::tape::{TapeContext, TapeRef};
 use crate::trace::{registry, TraceContext, TracerRef, Val};
@@ -22,16 +23,20 @@ pub struct Runtime {
     paused: Vec<Arc<Vec<TapeRef<Val>>>>,
     /// The trace being built (`begin_trace` .. `end_trace`).
     tracer: Option<TracerRef>,
+    /// Forward-mode accumulators, innermost last (shared as `tapes` is).
+    accumulators: Arc<Vec<AccumulatorRef<Val>>>,
 }
 
 /// How an op runs now: the decision `Runtime::mode` makes, carrying what it needs.
 pub enum Mode {
     /// Plain kernels over concrete tensors: nothing traces or records.
     Eager,
-    /// Through a `TraceContext` (adding nodes when an input is symbolic), recorded on `tapes`.
+    /// Through a `TraceContext` (adding nodes when an input is symbolic), recorded on `tapes`,
+    /// with tangents on `accumulators`.
     Traced {
         tracer: Option<TracerRef>,
         tapes: Arc<Vec<TapeRef<Val>>>,
+        accumulators: Arc<Vec<AccumulatorRef<Val>>>,
     },
 }
 
@@ -40,17 +45,30 @@ impl Mode {
     /// a trace, which only executes kernels).
     #[inline]
     pub fn run<T>(self, f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
-        let (tracer, tapes) = match self {
-            Mode::Eager => (None, Arc::default()),
-            Mode::Traced { tracer, tapes } => (tracer, tapes),
+        let (tracer, tapes, accumulators) = match self {
+            Mode::Eager => (None, Arc::default(), Arc::default()),
+            Mode::Traced {
+                tracer,
+                tapes,
+                accumulators,
+            } => (tracer, tapes, accumulators),
         };
         let mut base = TraceContext::new(tracer);
-        if tapes.is_empty() {
+        if tapes.is_empty() && accumulators.is_empty() {
             return f(&mut base);
         }
-        let mut ctx = TapeContext {
+        base.heap_outputs = !accumulators.is_empty();
+        let mut taped = TapeContext {
             inner: &mut base,
             tapes: &tapes,
+            registry: registry(),
+        };
+        if accumulators.is_empty() {
+            return f(&mut taped);
+        }
+        let mut ctx = ForwardContext {
+            inner: &mut taped,
+            accumulators: &accumulators,
             registry: registry(),
         };
         f(&mut ctx)
@@ -63,7 +81,7 @@ impl Mode {
 pub enum Phase {
     /// Nothing traces or records.
     Eager,
-    /// Tapes record; nothing traces.
+    /// Tapes record or accumulators take tangents; nothing traces.
     Recording,
     /// A function is being traced (tapes may record too).
     Tracing,
@@ -82,7 +100,8 @@ impl Phase {
 impl Runtime {
     /// What the thread is doing now.
     pub fn phase(&self) -> Phase {
-        match (&self.tracer, self.tapes.is_empty()) {
+        let quiet = self.tapes.is_empty() && self.accumulators.is_empty();
+        match (&self.tracer, quiet) {
             (Some(_), _) => Phase::Tracing,
             (None, false) => Phase::Recording,
             (None, true) => Phase::Eager,
@@ -97,7 +116,31 @@ impl Runtime {
         Mode::Traced {
             tracer: self.tracer.clone(),
             tapes: self.tapes.clone(),
+            accumulators: self.accumulators.clone(),
         }
+    }
+
+    /// The active forward-mode accumulators, innermost last.
+    pub fn accumulators(&self) -> &[AccumulatorRef<Val>] {
+        &self.accumulators
+    }
+
+    /// Makes `acc` take tangents, at `index` of the stack (innermost when None or past the end).
+    pub fn push_accumulator(&mut self, acc: AccumulatorRef<Val>, index: Option<usize>) {
+        let accs = Arc::make_mut(&mut self.accumulators);
+        let at = index.unwrap_or(accs.len()).min(accs.len());
+        accs.insert(at, acc);
+    }
+
+    /// Stops `acc` taking tangents, wherever it is in the stack; where it stood, None when it
+    /// was not active.
+    pub fn pop_accumulator(&mut self, acc: &AccumulatorRef<Val>) -> Option<usize> {
+        let i = self
+            .accumulators
+            .iter()
+            .rposition(|a| Arc::ptr_eq(a, acc))?;
+        Arc::make_mut(&mut self.accumulators).remove(i);
+        Some(i)
     }
 
     /// The recording tapes, innermost last.

@@ -52,10 +52,21 @@ pub type GradientFactory<V> =
 pub type NodeGradientFactory<V> =
     fn(&<V as Value>::Node, &[V], &[V]) -> Result<Option<Arc<dyn GradientFunction<V>>>>;
 
+/// Builds the forward-mode counterpart of a graph node that is not an op (control flow): through
+/// the context, the node computing `kind`'s outputs and their tangents from `inputs` and their
+/// tangents (see `forward`). `Ok(None)`: the node takes no tangents and runs as it is.
+pub type NodeTangentRule<V> = fn(
+    &mut dyn Context<V>,
+    &<V as Value>::Node,
+    &[V],
+    &[Option<V>],
+) -> Result<Option<(Values<V>, crate::ops::Tangents<V>)>>;
+
 /// Op kind -> gradient factory. `with_op_table()` registers every op's own rule.
 pub struct GradientRegistry<V: Value> {
     factories: HashMap<OpKind, Option<GradientFactory<V>>>,
     nodes: Option<NodeGradientFactory<V>>,
+    node_tangents: Option<NodeTangentRule<V>>,
 }
 
 impl<V: Value> GradientRegistry<V> {
@@ -64,6 +75,7 @@ impl<V: Value> GradientRegistry<V> {
         GradientRegistry {
             factories: HashMap::new(),
             nodes: None,
+            node_tangents: None,
         }
     }
 
@@ -87,6 +99,16 @@ impl<V: Value> GradientRegistry<V> {
     /// Sets the gradient factory of non-op nodes (control flow and stacks in graphs).
     pub fn register_nodes(&mut self, factory: NodeGradientFactory<V>) {
         self.nodes = Some(factory);
+    }
+
+    /// Sets the forward-mode rule of non-op nodes (control flow in graphs).
+    pub fn register_node_tangents(&mut self, rule: NodeTangentRule<V>) {
+        self.node_tangents = Some(rule);
+    }
+
+    /// The forward-mode rule of non-op nodes, if one is registered.
+    pub fn node_tangent(&self) -> Option<NodeTangentRule<V>> {
+        self.node_tangents
     }
 
     /// The gradient function of a non-op node, or `None` when none is registered for it.

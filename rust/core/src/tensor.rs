@@ -284,6 +284,27 @@ impl Tensor {
         }
     }
 
+    /// The same tensor (same identity) with its elements on the heap, so that `is_unique` can
+    /// tell when no other handle holds it (what forward mode's accumulator prunes by).
+    pub fn on_heap(self) -> Tensor {
+        if !self.is_small() {
+            return self;
+        }
+        let storage = crate::with_dtype!(self.dtype(), T, {
+            T::into_storage(self.as_slice::<T>().unwrap_or_default().to_vec())
+        });
+        Tensor {
+            data: Data::Shared(Arc::new(storage)),
+            ..self
+        }
+    }
+
+    /// Whether this handle is the only one holding its (heap) elements: every other handle of
+    /// the tensor is gone. False for inline elements, which cannot tell.
+    pub fn is_unique(&self) -> bool {
+        matches!(&self.data, Data::Shared(s) if Arc::strong_count(s) == 1)
+    }
+
     /// The same storage and type under a fresh identity: what a kernel that wrote into a
     /// uniquely held input returns (the tape tells tensors apart by identity).
     pub fn renewed(self) -> Tensor {

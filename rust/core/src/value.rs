@@ -18,6 +18,12 @@ pub trait Value: Clone + fmt::Debug + Send + Sync + 'static {
     fn id(&self) -> TensorId;
     /// Static dtype and shape.
     fn ty(&self) -> &TensorType;
+
+    /// Whether every handle of this value but this one is gone (false when it cannot tell):
+    /// forward mode forgets the tangents of such values.
+    fn is_unique(&self) -> bool {
+        false
+    }
 }
 
 /// A node's name in messages and on the tape.
@@ -45,5 +51,9 @@ impl Value for Tensor {
 
     fn ty(&self) -> &TensorType {
         Tensor::ty(self)
+    }
+
+    fn is_unique(&self) -> bool {
+        Tensor::is_unique(self)
     }
 }

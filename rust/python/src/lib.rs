@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod convert;
 mod dtype;
 mod errors;
+mod forward;
 mod function;
 mod indexing;
 mod mlir;
@@ -22,6 +23,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<dtype::PyDType>()?;
     m.add_class::<tape::PyTape>()?;
+    m.add_class::<forward::PyForwardAccumulator>()?;
+    m.add_function(wrap_pyfunction!(forward::active_accumulators, m)?)?;
+    m.add_function(wrap_pyfunction!(forward::same_accumulator, m)?)?;
     m.add_class::<trace::PyBranch>()?;
     m.add_class::<function::PyConcreteFunction>()?;
     m.add_class::<function::PyGraph>()?;

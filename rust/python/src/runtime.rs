@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use gradloop::forward::AccumulatorRef;
 use gradloop::runtime::{Mode, Phase, Runtime};
 use gradloop::trace::{lock, TracerRef, Val};
 use gradloop::{Context, EagerContext, Error, TapeRef, Tensor};
@@ -31,6 +32,20 @@ pub fn push_tape(tape: TapeRef<Val>) {
 /// Removes `tape` from the active stack (wherever it is: exits may interleave).
 pub fn pop_tape(tape: &TapeRef<Val>) -> bool {
     RUNTIME.with(|r| r.borrow_mut().pop_tape(tape))
+}
+
+pub fn active_accumulators() -> Vec<AccumulatorRef<Val>> {
+    RUNTIME.with(|r| r.borrow().accumulators().to_vec())
+}
+
+/// Makes `acc` take tangents, at `index` of the stack (innermost when None).
+pub fn push_accumulator(acc: AccumulatorRef<Val>, index: Option<usize>) {
+    RUNTIME.with(|r| r.borrow_mut().push_accumulator(acc, index));
+}
+
+/// Stops `acc` taking tangents; where it stood, None when it was not active.
+pub fn pop_accumulator(acc: &AccumulatorRef<Val>) -> Option<usize> {
+    RUNTIME.with(|r| r.borrow_mut().pop_accumulator(acc))
 }
 
 pub fn pause() -> usize {

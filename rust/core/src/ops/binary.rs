@@ -16,7 +16,7 @@ use smallvec::smallvec;
 use super::attrs::op_attrs;
 use super::kernels::{self, Arith};
 use super::rules::{broadcast_binary, check_dtype, Accepts};
-use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, expect_arity, tangents, Grads, OpDef, Saved, Saves, Tangents, Types, Values};
 use crate::dtype::DType;
 use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
@@ -104,10 +104,46 @@ macro_rules! binary_op {
                 let Some($g) = grads[0].as_ref() else {
                     return Ok(smallvec![None, None]);
                 };
-                let (ga, gb): (Option<V>, Option<V>) = $grad;
+                let (ga, gb) = Self::terms($ctx, $saved, $g, $needs)?;
                 let ga = match ga { Some(v) => Some(unbroadcast($ctx, $saved, 0, v)?), None => None };
                 let gb = match gb { Some(v) => Some(unbroadcast($ctx, $saved, 1, v)?), None => None };
                 Ok(smallvec![ga, gb])
+            }
+
+            /// Per operand the Jacobian is diagonal (up to broadcasting), so the tangent
+            /// `sum_i dz/dx_i t_i` is made of the gradient's terms `g dz/dx_i` at `g = t_i`,
+            /// before they are reduced to the operand's shape.
+            fn tangent<V: Value>(
+                &self,
+                ctx: &mut dyn Context<V>,
+                inputs: &[V],
+                outputs: &[V],
+                tangents: &[Option<V>],
+            ) -> Result<Tangents<V>> {
+                if matches!(self.saves(), Saves::NotDifferentiable(_)) || !outputs[0].ty().dtype.is_float() {
+                    return tangents::none(outputs);
+                }
+                let saved = Saved::capture(self.saves(), inputs, outputs);
+                let mut total = None;
+                for (i, t) in tangents.iter().enumerate() {
+                    let Some(t) = t else { continue };
+                    let (ta, tb) = Self::terms(ctx, &saved, t, &[i == 0, i == 1])?;
+                    total = tangents::sum_of(ctx, total, if i == 0 { ta } else { tb })?;
+                }
+                Ok(smallvec![tangents::fit(ctx, total, &outputs[0])?])
+            }
+        }
+
+        impl $name {
+            /// The gradient's terms before reduction: `g dz/da` and `g dz/db` where `needs` asks.
+            #[allow(unused_variables)]
+            fn terms<V: Value>(
+                $ctx: &mut dyn Context<V>,
+                $saved: &Saved<V>,
+                $g: &V,
+                $needs: &[bool],
+            ) -> Result<(Option<V>, Option<V>)> {
+                Ok($grad)
             }
         }
 
@@ -508,6 +544,16 @@ impl OpDef for Select {
             None => None,
         };
         Ok(smallvec![None, ga, gb])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, *self, inputs, outputs, tangents, &[1, 2])
     }
 }
 

@@ -9,6 +9,7 @@ use super::layout::{expand_dims, static_shape};
 use super::rules::shape_str;
 use super::slicing::slice;
 use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
@@ -144,6 +145,17 @@ impl OpDef for Concatenate {
             start[self.axis] = stop[self.axis];
         }
         Ok(out)
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        let all: Vec<usize> = (0..inputs.len()).collect();
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &all)
     }
 }
 

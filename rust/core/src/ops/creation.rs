@@ -14,6 +14,7 @@ use smallvec::smallvec;
 use super::attrs::op_attrs;
 use super::rules::{check_dtype, Accepts};
 use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::dtype::{DType, Element};
 use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
@@ -71,6 +72,17 @@ impl OpDef for Fill {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(Grads::new())
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        let _ = (ctx, inputs, tangents);
+        tangents::none(outputs)
     }
 }
 
@@ -135,6 +147,17 @@ impl OpDef for FillLike {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(smallvec![None])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        let _ = (ctx, inputs, tangents);
+        tangents::none(outputs)
     }
 }
 
@@ -207,6 +230,17 @@ impl OpDef for Arange {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(Grads::new())
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        let _ = (ctx, inputs, tangents);
+        tangents::none(outputs)
     }
 }
 
@@ -352,6 +386,19 @@ impl OpDef for Cast {
             _ => Ok(smallvec![None]),
         }
     }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        if !inputs[0].ty().dtype.is_float() {
+            return tangents::none(outputs);
+        }
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
+    }
 }
 
 pub fn cast<V: Value>(ctx: &mut dyn Context<V>, x: &V, to: DType) -> Result<V> {
@@ -409,6 +456,17 @@ impl OpDef for StopGradient {
     ) -> Result<Grads<V>> {
         Ok(smallvec![None])
     }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        let _ = (ctx, inputs, tangents);
+        tangents::none(outputs)
+    }
 }
 
 pub fn stop_gradient<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
@@ -455,6 +513,16 @@ impl OpDef for Identity {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(smallvec![grads[0].clone()])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, *self, inputs, outputs, tangents, &[0])
     }
 }
 

@@ -15,6 +15,7 @@ use super::kernels::Arith;
 use super::layout::static_shape;
 use super::rules::{check_dtype, shape_str, Accepts};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::dtype::DType;
 use crate::emit::{i64_array, Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
@@ -252,6 +253,16 @@ impl OpDef for Take {
             None
         ])
     }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
+    }
 }
 
 /// Sums `updates` (shape `prefix + indices.shape + suffix`, `prefix` of length `axis`) into
@@ -392,6 +403,16 @@ impl OpDef for ScatterAdd {
             Some(take(ctx, g, saved.input(1)?, self.axis)?),
             None
         ])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
     }
 }
 

@@ -19,6 +19,7 @@ pub use super::gather::{scatter_add, take, ScatterAdd, Take};
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
 use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::dtype::DType;
 use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, ErrorKind, Result};
@@ -205,6 +206,16 @@ impl OpDef for DynamicSlice {
         }
         Ok(out)
     }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
+    }
 }
 
 /// The operand with `update` written at clamped start positions: inputs
@@ -310,6 +321,16 @@ impl OpDef for DynamicUpdateSlice {
             out[1] = Some(dynamic_slice(ctx, g, &starts, &ushape)?);
         }
         Ok(out)
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0, 1])
     }
 }
 

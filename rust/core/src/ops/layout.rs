@@ -17,6 +17,7 @@ pub use super::permute::{reverse, transpose, Reverse, Transpose};
 use super::rules::shape_str;
 pub use super::slicing::{pad, slice, Pad, Slice};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::dtype::Element;
 use crate::emit::{Emitter, MlirValue};
 use crate::error::{Error, Result};
@@ -83,6 +84,16 @@ impl OpDef for Reshape {
         };
         let shape = saved.input_types[0].shape.clone();
         Ok(smallvec![Some(reshape(ctx, g, &shape)?)])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
     }
 }
 
@@ -208,6 +219,16 @@ impl OpDef for BroadcastTo {
         };
         let shape = saved.input_types[0].shape.clone();
         Ok(smallvec![Some(build::sum_to_shape(ctx, g, &shape)?)])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
     }
 }
 

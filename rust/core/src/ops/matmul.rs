@@ -18,6 +18,7 @@ use smallvec::smallvec;
 use super::attrs::op_attrs;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
@@ -413,6 +414,17 @@ impl OpDef for MatMul {
             None
         };
         Ok(smallvec![ga, gb])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        let _ = outputs;
+        tangents::bilinear(ctx, self.clone(), inputs, tangents)
     }
 }
 

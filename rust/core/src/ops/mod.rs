@@ -40,6 +40,7 @@ pub mod permute;
 pub mod reduce;
 pub mod rules;
 pub mod slicing;
+pub mod tangents;
 pub mod unary;
 
 /// Output types of a shape rule (most ops have one output: no allocation).
@@ -48,6 +49,9 @@ pub type Types = SmallVec<[TensorType; 1]>;
 pub type Values<V> = SmallVec<[V; 1]>;
 /// Input gradients returned by a gradient rule: `None` where an input gets no gradient.
 pub type Grads<V> = SmallVec<[Option<V>; 2]>;
+/// Output tangents returned by a tangent rule: `None` where an output's tangent is zero or it
+/// has none (an integer or bool output).
+pub type Tangents<V> = SmallVec<[Option<V>; 1]>;
 
 /// Which forward values an op's gradient keeps (bit `i` = input/output `i`). Types of all
 /// inputs and outputs are always kept: they are small and rules need shapes to unbroadcast.
@@ -203,6 +207,19 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         grads: &[Option<V>],
         needs: &[bool],
     ) -> Result<Grads<V>>;
+
+    /// Output tangents from input tangents (forward mode), built through `ctx` like the
+    /// gradient (so they run eagerly, trace, and are recorded by tapes and outer accumulators
+    /// for higher order). A rule of its own, beside the gradient: nothing is transposed.
+    /// `tangents[i]` is `None` for an input with no tangent (not perturbed, or not float); at
+    /// least one is `Some`. `inputs` and `outputs` are the op's own values.
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>>;
 }
 
 /// The work of an op that writes its outputs from as many input elements (a slice, a
@@ -303,6 +320,15 @@ macro_rules! op_table {
                 needs: &[bool],
             ) -> Result<Grads<V>> {
                 match self { $( Op::$variant(o) => o.gradient(ctx, saved, grads, needs), )* }
+            }
+            pub fn tangent<V: Value>(
+                &self,
+                ctx: &mut dyn Context<V>,
+                inputs: &[V],
+                outputs: &[V],
+                tangents: &[Option<V>],
+            ) -> Result<Tangents<V>> {
+                match self { $( Op::$variant(o) => o.tangent(ctx, inputs, outputs, tangents), )* }
             }
         }
 

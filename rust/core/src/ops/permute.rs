@@ -10,6 +10,7 @@ use super::attrs::op_attrs;
 use super::layout::owned;
 use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
@@ -100,6 +101,16 @@ impl OpDef for Transpose {
         }
         Ok(smallvec![Some(transpose(ctx, g, &inverse)?)])
     }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
+    }
 }
 
 /// Reverses the order of elements along each of `axes` (distinct).
@@ -181,6 +192,16 @@ impl OpDef for Reverse {
             return Ok(smallvec![None]);
         };
         Ok(smallvec![Some(reverse(ctx, g, &self.axes)?)])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
     }
 }
 

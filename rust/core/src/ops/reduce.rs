@@ -13,7 +13,7 @@ use smallvec::{smallvec, SmallVec};
 use super::attrs::op_attrs;
 use super::kernels::{self, Arith, PARALLEL_THRESHOLD};
 use super::rules::{check_dtype, Accepts};
-use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, expect_arity, tangents, Grads, OpDef, Saved, Saves, Tangents, Types, Values};
 use crate::dtype::Element;
 use crate::emit::{Emitter, MlirValue};
 use crate::error::{Error, Result};
@@ -297,6 +297,13 @@ macro_rules! reduction {
                 let Some(g) = grads[0].as_ref() else { return Ok(smallvec![None]) };
                 Ok(smallvec![Some(reduction!(@grad $init, ctx, saved, g, &self.axes, self.keepdims)?)])
             }
+
+            fn tangent<V: Value>(&self, ctx: &mut dyn Context<V>, inputs: &[V], outputs: &[V], tangents: &[Option<V>]) -> Result<Tangents<V>> {
+                if !outputs[0].ty().dtype.is_float() {
+                    return tangents::none(outputs);
+                }
+                reduction!(@tangent $init, self, ctx, inputs, outputs, tangents)
+            }
         }
     };
     (@needs_identity zero) => { false };
@@ -304,6 +311,12 @@ macro_rules! reduction {
     (@init zero $T:ident) => { <$T as Arith>::zero() };
     (@init lowest $T:ident) => { <$T as Bounded>::lowest() };
     (@init highest $T:ident) => { <$T as Bounded>::highest() };
+    (@tangent zero, $self:ident, $ctx:ident, $inputs:ident, $outputs:ident, $tangents:ident) => {
+        tangents::linear($ctx, $self.clone(), $inputs, $outputs, $tangents, &[0])
+    };
+    (@tangent $other:ident, $self:ident, $ctx:ident, $inputs:ident, $outputs:ident, $tangents:ident) => {
+        extremum_tangent($ctx, $inputs, $outputs, $tangents, &$self.axes, $self.keepdims)
+    };
     (@grad zero, $ctx:ident, $saved:ident, $g:ident, $axes:expr, $keep:expr) => { expand_to_input($ctx, $saved, $g, $axes, $keep) };
     (@grad $other:ident, $ctx:ident, $saved:ident, $g:ident, $axes:expr, $keep:expr) => { extremum_grad($ctx, $saved, $g, $axes, $keep) };
 }
@@ -396,6 +409,32 @@ fn extremum_grad<V: Value>(
     let g = expand_to_input(ctx, saved, g, axes, keepdims)?;
     let share = build::div(ctx, &g, &count)?;
     build::select(ctx, &mask, &share, &zeros)
+}
+
+/// The tangent of a max or min: the mean of the tangents of the elements that attain it (the
+/// gradient's convention for ties).
+fn extremum_tangent<V: Value>(
+    ctx: &mut dyn Context<V>,
+    inputs: &[V],
+    outputs: &[V],
+    tangents: &[Option<V>],
+    axes: &[usize],
+    keepdims: bool,
+) -> Result<Tangents<V>> {
+    let Some(t) = &tangents[0] else {
+        return tangents::none(outputs);
+    };
+    let (x, y) = (&inputs[0], &outputs[0]);
+    let saved = Saved::capture(Saves::NOTHING, inputs, outputs);
+    let y = expand_to_input(ctx, &saved, y, axes, keepdims)?;
+    let mask = build::equal(ctx, x, &y)?;
+    let ones = build::ones_like(ctx, x)?;
+    let zeros = build::zeros_like(ctx, x)?;
+    let hits = build::select(ctx, &mask, &ones, &zeros)?;
+    let count = build::sum(ctx, &hits, axes, keepdims)?;
+    let picked = build::select(ctx, &mask, t, &zeros)?;
+    let picked = build::sum(ctx, &picked, axes, keepdims)?;
+    Ok(smallvec![Some(build::div(ctx, &picked, &count)?)])
 }
 
 macro_rules! reduction_builders {

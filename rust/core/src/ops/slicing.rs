@@ -12,6 +12,7 @@ use super::attrs::op_attrs;
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
 use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{tangents, Tangents};
 use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
@@ -169,6 +170,16 @@ impl OpDef for Slice {
             .collect();
         Ok(smallvec![Some(pad(ctx, g, &self.start, &high, &interior)?)])
     }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
+    }
 }
 
 /// Zero padding: `low[d]` zeros before, `high[d]` after, `interior[d]` between neighbours, so
@@ -294,6 +305,16 @@ impl OpDef for Pad {
             .collect();
         let step: Vec<usize> = self.interior.iter().map(|&i| i + 1).collect();
         Ok(smallvec![Some(slice(ctx, g, &self.low, &stop, &step)?)])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        tangents::linear(ctx, self.clone(), inputs, outputs, tangents, &[0])
     }
 }
 

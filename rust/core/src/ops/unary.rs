@@ -16,7 +16,9 @@ use super::kernels::Arith;
 use super::lanes::Fun;
 
 use super::rules::{check_dtype, Accepts};
-use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{
+    build, expect_arity, kernels, tangents, Grads, OpDef, Saved, Saves, Tangents, Types, Values,
+};
 use crate::dtype::DType;
 use crate::emit::{Emitter, MlirValue, ScalarForm};
 use crate::error::{Error, Result};
@@ -99,6 +101,22 @@ macro_rules! unary_op {
                 };
                 let gx: Result<Option<V>> = $grad;
                 Ok(smallvec::smallvec![gx?])
+            }
+
+            /// The Jacobian of an elementwise op is diagonal, so its tangent `f'(x) t` is the
+            /// gradient rule's `g f'(x)` at `g = t`: one derivative formula serves both modes.
+            fn tangent<V: Value>(
+                &self,
+                ctx: &mut dyn Context<V>,
+                inputs: &[V],
+                outputs: &[V],
+                tangents: &[Option<V>],
+            ) -> Result<Tangents<V>> {
+                if matches!(self.saves(), Saves::NotDifferentiable(_)) || !outputs[0].ty().dtype.is_float() {
+                    return tangents::none(outputs);
+                }
+                let saved = Saved::capture(self.saves(), inputs, outputs);
+                Ok(smallvec::smallvec![self.gradient(ctx, &saved, tangents, &[true])?.swap_remove(0)])
             }
         }
 

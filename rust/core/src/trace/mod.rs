@@ -145,4 +145,8 @@ impl Value for Val {
             Val::Symbol(s) => s.ty.inner(),
         }
     }
+
+    fn is_unique(&self) -> bool {
+        matches!(self, Val::Tensor(t) if t.is_unique())
+    }
 }

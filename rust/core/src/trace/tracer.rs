@@ -524,11 +524,17 @@ fn reachable(library: &Library, entry: &str) -> Result<Library> {
 #[derive(Clone, Default)]
 pub struct TraceContext {
     pub tracer: Option<TracerRef>,
+    /// Concrete outputs keep their elements on the heap (`Tensor::on_heap`), so that forward
+    /// mode can tell when a value is gone; set while accumulators are active.
+    pub heap_outputs: bool,
 }
 
 impl TraceContext {
     pub fn new(tracer: Option<TracerRef>) -> Self {
-        TraceContext { tracer }
+        TraceContext {
+            tracer,
+            heap_outputs: false,
+        }
     }
 
     fn tracer_ref(&self, what: &str) -> Result<&TracerRef> {
@@ -549,7 +555,11 @@ impl Context<Val> for TraceContext {
                 .filter_map(|v| v.as_tensor().cloned())
                 .collect();
             let outputs = execute(op, &tensors)?;
-            return Ok(outputs.into_iter().map(Val::Tensor).collect());
+            let heap = self.heap_outputs;
+            return Ok(outputs
+                .into_iter()
+                .map(|t| Val::Tensor(if heap { t.on_heap() } else { t }))
+                .collect());
         }
         lock(self.tracer_ref(op.name())?).add_op(op, inputs)
     }

@@ -1,0 +1,386 @@
+"""Forward-mode autodiff: `jvp`, `linearize`, `jacfwd`, `jacrev`, `hessian` and `custom_jvp`,
+over the core's `ForwardAccumulator`.
+
+While `fn` runs inside `jvp`, an accumulator gives each op's outputs their tangents at once,
+from the op's tangent rule; a `cond`, `switch_case` or `while_loop` traced inside a
+`@gl.function` or `gl.jit` becomes the node that carries tangents beside its values (a loop
+needs no stacks). Tapes record the tangent ops (reverse over forward) and accumulators see the
+ops of a tape's gradient (forward over reverse: `hessian`), so everything composes with `grad`,
+`GradientTape`, `@gl.function` and `gl.jit`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _core, _validate, errors, nest
+from . import variables as _variables
+from .autodiff import GradientTape
+
+__all__ = ["custom_jvp", "hessian", "jacfwd", "jacrev", "jvp", "linearize"]
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", "fn")
+
+
+def _primal(leaf: Any) -> Any:
+    leaf = leaf.read() if isinstance(leaf, _variables.Variable) else leaf
+    return _validate.convert_number(leaf)
+
+
+def _tangent(t: Any, p: _core.Tensor, where: str, path: str) -> _core.Tensor | None:
+    """The tangent `t` given for primal `p`: a tensor of `p`'s type, None for integer and bool
+    primals (their tangents are absent; zeros are accepted and dropped)."""
+    if not p.dtype.is_floating:
+        if t is None:
+            return None
+        values = np.asarray(t.numpy() if isinstance(t, _core.Tensor) else t)
+        if values.size and np.any(values != 0):
+            raise errors.GradientError(
+                _validate.at_user(
+                    f"{where}: primal {path} is {p.dtype.name}, which has no tangent; pass None"
+                )
+            )
+        return None
+    if t is None:
+        raise errors.GradientError(
+            _validate.at_user(f"{where}: tangent {path} is None but its primal is {p.dtype.name}")
+        )
+    if not isinstance(t, _core.Tensor):
+        t = _core.tensor(np.asarray(t), dtype=p.dtype)
+    if t.dtype != p.dtype or tuple(t.shape) != tuple(p.shape):
+        raise errors.GradientError(
+            _validate.at_user(
+                f"{where}: tangent {path} is {t.dtype.name}{list(t.shape)} but its primal is "
+                f"{p.dtype.name}{list(p.shape)}"
+            )
+        )
+    return t
+
+
+def _output_tangent(acc: Any, leaf: Any) -> Any:
+    """The tangent of an output leaf: zeros for a float output nothing perturbed, None for an
+    integer or bool output and for a value that is not a tensor."""
+    if isinstance(leaf, _variables.Variable):
+        leaf = leaf.read()
+    if not isinstance(leaf, _core.Tensor) or not leaf.dtype.is_floating:
+        return None
+    t = acc.tangent(leaf)
+    return _core.zeros_like(leaf) if t is None else t
+
+
+def jvp(fn: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
+    """`(fn(*primals), J tangents)`: the Jacobian-vector product of `fn` at `primals`.
+
+    `primals` and `tangents` are tuples (or lists) with one entry per positional argument of
+    `fn`, each a tensor or a nested tuple/list/dict of them; `tangents` mirrors `primals`, a
+    float tensor of its primal's dtype and shape for each float leaf and None for integer and
+    bool leaves. The output tangents have `fn`'s output structure: zeros for float outputs that
+    do not depend on the primals, None for integer and bool outputs. Works eagerly (Python
+    control flow included), inside `@gl.function` and under `gl.jit`; a `while_loop` carries its
+    tangents beside its loop variables, in memory independent of its trip count.
+    """
+    where = f"jvp({_name(fn)})"
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(
+                f"{where}: primals and tangents must be tuples (one entry per argument); got "
+                f"{type(primals).__name__} and {type(tangents).__name__}"
+            )
+        )
+    if len(primals) != len(tangents):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(
+                f"{where}: {len(primals)} primals but {len(tangents)} tangents were given"
+            )
+        )
+    acc = _core.ForwardAccumulator()
+    args = []
+    for i, (p_arg, t_arg) in enumerate(zip(primals, tangents, strict=True)):
+        p_flat = nest.flatten_with_paths(p_arg)
+        t_flat = _flatten_like(p_arg, t_arg, f"{where}, argument {i}")
+        leaves = []
+        for (path, p), t in zip(p_flat, t_flat, strict=True):
+            p = _primal(p)
+            label = f"of argument {i}{nest.path_str(path)}"
+            if not isinstance(p, _core.Tensor):
+                raise errors.InvalidArgumentError(
+                    _validate.at_user(
+                        f"{where}: primal {label} must be a tensor; got {type(p).__name__}"
+                    )
+                )
+            t = _tangent(t, p, where, label)
+            if t is not None:
+                # A value of its own: the caller's tensor keeps no tangent after the call.
+                p = _core.identity(p)
+                acc.watch(p, t)
+            leaves.append(p)
+        args.append(nest.pack_sequence_as(p_arg, leaves))
+    acc.push()
+    try:
+        out = fn(*args)
+    finally:
+        acc.pop()
+    return out, nest.map_structure(lambda leaf: _output_tangent(acc, leaf), out)
+
+
+def _flatten_like(primal: Any, tangent: Any, where: str) -> list[Any]:
+    """`tangent`'s leaves, checked to have `primal`'s structure (a None tangent stands for a
+    whole integer structure)."""
+    if tangent is None:
+        return [None] * len(nest.flatten(primal))
+    difference = nest.structure_difference(primal, tangent, check_types=False)
+    if difference is not None:
+        path, want, got = difference
+        raise errors.InvalidArgumentError(
+            _validate.at_user(
+                f"{where}: the tangent's structure differs from the primal's at "
+                f"{nest.path_str(path) or 'the top'}: {want} vs {got}"
+            )
+        )
+    return nest.flatten(tangent)
+
+
+def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
+    """`(fn(*primals), f_jvp)` where `f_jvp(*tangents)` is `jvp(fn, primals, tangents)[1]`.
+
+    `f_jvp` evaluates `fn`'s primal computation again with each call (as `jvp` does); its
+    results equal those of `jvp` at the same tangents.
+    """
+    out = fn(*primals)
+
+    @functools.wraps(fn)
+    def f_jvp(*tangents: Any) -> Any:
+        return jvp(fn, primals, tangents)[1]
+
+    return out, f_jvp
+
+
+def _basis(x: _core.Tensor, j: int) -> _core.Tensor:
+    """The `j`-th unit tensor of `x`'s type (flat index `j`)."""
+    e = np.zeros(int(np.prod(x.shape, dtype=np.int64)))
+    e[j] = 1
+    return _core.tensor(e.reshape(tuple(x.shape)), dtype=x.dtype)
+
+
+def _static_size(x: _core.Tensor, where: str) -> int:
+    if any(d is None or d < 0 for d in x.shape):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"{where}: a Jacobian needs static shapes; got {list(x.shape)}")
+        )
+    return int(np.prod(x.shape, dtype=np.int64))
+
+
+def _wrt(args: tuple[Any, ...], argnums: Any, where: str) -> tuple[list[Any], tuple[int, ...]]:
+    nums = _validate.check_argnums(argnums)
+    return _validate.differentiable_args(args, nums, where), nums
+
+
+def _assemble(out: Any, nums: tuple[int, ...], argnums: Any, args: list[Any], block: Any) -> Any:
+    """The Jacobian's structure (JAX's): `out`'s, each leaf holding the argument's structure
+    (a tuple of them for a tuple `argnums`) of blocks `block(out_leaf_index, arg, leaf_index)`."""
+    out_leaves = nest.flatten(out)
+    per_out = []
+    for k in range(len(out_leaves)):
+        per_arg = []
+        for i in nums:
+            in_leaves = nest.flatten(args[i])
+            per_arg.append(
+                nest.pack_sequence_as(args[i], [block(k, i, m) for m in range(len(in_leaves))])
+            )
+        per_out.append(per_arg[0] if isinstance(argnums, int) else tuple(per_arg))
+    return nest.pack_sequence_as(out, per_out)
+
+
+def _partial(fn: Callable[..., Any], args: list[Any], nums: tuple[int, ...]) -> Callable[..., Any]:
+    """`fn` as a function of the arguments at `nums` only, the others fixed at `args`."""
+
+    def call(*wrt: Any) -> Any:
+        full = list(args)
+        for i, a in zip(nums, wrt, strict=True):
+            full[i] = a
+        return fn(*full)
+
+    return call
+
+
+def jacfwd(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
+    """The Jacobian of `fn` with respect to argument(s) `argnums`, by forward mode: one `jvp`
+    per input element. Each block has shape `output.shape + input.shape`; the result has
+    `fn`'s output structure with, at each leaf, the argument's structure (a tuple of them for a
+    tuple `argnums`). Integer and bool outputs get None."""
+    where = f"jacfwd({_name(fn)})"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        args_list, nums = _wrt(args, argnums, where)
+        call = _partial(fn, args_list, nums)
+        primals = tuple(args_list[i] for i in nums)
+        zeros = [nest.map_structure(_core.zeros_like, p) for p in primals]
+        columns: dict[tuple[int, int], list[list[Any]]] = {}
+        out = None
+        for a, p in enumerate(primals):
+            for m, x in enumerate(nest.flatten(p)):
+                cols = []
+                for j in range(_static_size(x, where)):
+                    tangents = list(zeros)
+                    flat = nest.flatten(zeros[a])
+                    flat[m] = _basis(x, j)
+                    tangents[a] = nest.pack_sequence_as(zeros[a], flat)
+                    out, t_out = jvp(call, primals, tuple(tangents))
+                    cols.append(nest.flatten(t_out))
+                columns[(nums[a], m)] = cols
+        if out is None:  # every argument is empty
+            out = fn(*args_list)
+        out_leaves = nest.flatten(out)
+
+        def block(k: int, i: int, m: int) -> Any:
+            x = nest.flatten(args_list[i])[m]
+            o = out_leaves[k]
+            o = o.read() if isinstance(o, _variables.Variable) else o
+            if not isinstance(o, _core.Tensor) or not o.dtype.is_floating:
+                return None
+            cols = [c[k] for c in columns[(i, m)]]
+            if not cols:
+                return _core.zeros(tuple(o.shape) + tuple(x.shape), dtype=o.dtype)
+            stacked = _core.stack(cols, axis=len(o.shape))
+            return _core.reshape(stacked, tuple(o.shape) + tuple(x.shape))
+
+        return _assemble(out, nums, argnums, args_list, block)
+
+    return wrapper
+
+
+def jacrev(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
+    """The Jacobian of `fn` with respect to argument(s) `argnums`, by reverse mode: one
+    gradient per output element (from one forward pass). Shapes and structure as `jacfwd`'s."""
+    where = f"jacrev({_name(fn)})"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        args_list, nums = _wrt(args, argnums, where)
+        sources = [x for i in nums for x in nest.flatten(args_list[i])]
+        with GradientTape(persistent=True) as tape:
+            tape.watch(sources)
+            out = fn(*args_list)
+        rows: dict[int, list[list[Any]]] = {}
+        for k, o in enumerate(nest.flatten(out)):
+            if isinstance(o, _variables.Variable):
+                o = o.read()
+            if not isinstance(o, _core.Tensor) or not o.dtype.is_floating:
+                continue
+            rows[k] = [
+                tape.gradient(
+                    o, sources, output_gradients=_basis(o, j), unconnected_gradients="zero"
+                )
+                for j in range(_static_size(o, where))
+            ]
+        out_leaves = nest.flatten(out)
+        offsets = {}
+        n = 0
+        for i in nums:
+            for m in range(len(nest.flatten(args_list[i]))):
+                offsets[(i, m)] = n
+                n += 1
+
+        def block(k: int, i: int, m: int) -> Any:
+            if k not in rows:
+                return None
+            o = out_leaves[k]
+            o = o.read() if isinstance(o, _variables.Variable) else o
+            x = sources[offsets[(i, m)]]
+            grads = [r[offsets[(i, m)]] for r in rows[k]]
+            if not grads:
+                return _core.zeros(tuple(o.shape) + tuple(x.shape), dtype=x.dtype)
+            stacked = _core.stack(grads, axis=0)
+            return _core.reshape(stacked, tuple(o.shape) + tuple(x.shape))
+
+        return _assemble(out, nums, argnums, args_list, block)
+
+    return wrapper
+
+
+def hessian(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
+    """The Hessian of scalar `fn`: `jacfwd(jacrev(fn, argnums), argnums)` (forward over
+    reverse). Through a `while_loop`, the forward pass differentiates the reverse pass's
+    loops, stacks included."""
+    return jacfwd(jacrev(fn, argnums), argnums)
+
+
+def perturbed(inputs: list[Any]) -> list[Any]:
+    """The active accumulators holding a tangent of one of `inputs`, innermost last."""
+    tensors = [x for x in inputs if isinstance(x, _core.Tensor)]
+    return [a for a in _core.active_accumulators() if any(a.tangent(x) is not None for x in tensors)]
+
+
+class custom_jvp:  # noqa: N801 - a decorator, named as JAX's
+    """Decorator: a function with its own forward-mode rule (JAX's convention).
+
+    ```python
+    @gl.custom_jvp
+    def f(x): ...
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), ...   # (outputs, output tangents) in the outputs' structure
+    ```
+
+    Positional arguments are the tensor inputs; the rule receives them and their tangents
+    (zeros for unperturbed float inputs, None for integer and bool ones) as tuples. Outside
+    forward mode `f` runs as written, and reverse mode differentiates its ops.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.rule: Callable[..., Any] | None = None
+        functools.update_wrapper(self, fn)
+
+    def defjvp(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """Sets the forward-mode rule `rule(primals, tangents) -> (outputs, tangents)`."""
+        self.rule = rule
+        return rule
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        where = f"custom_jvp({_name(self.fn)})"
+        inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
+        accs = perturbed(inputs)
+        if not accs:
+            return self.fn(*inputs, **kwargs)
+        if self.rule is None:
+            raise errors.GradientError(
+                _validate.at_user(f"{where}: no forward-mode rule: define one with defjvp")
+            )
+        acc = accs[-1]
+        tangents = tuple(
+            None
+            if not x.dtype.is_floating
+            else (t if (t := acc.tangent(x)) is not None else _core.zeros_like(x))
+            for x in inputs
+        )
+        # The rule runs outside its own accumulator (outer ones see it: higher order).
+        index = acc.pop()
+        try:
+            result = self.rule(tuple(inputs), tangents, **kwargs)
+            if not (isinstance(result, (tuple, list)) and len(result) == 2):
+                raise errors.GradientError(
+                    _validate.at_user(f"{where}: the rule must return (outputs, tangents)")
+                )
+            y, ty = result
+            y_flat = [_primal(leaf) for leaf in nest.flatten(y)]
+            t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
+            fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
+        finally:
+            if index is not None:
+                acc.push_at(index)
+        for k, (v, t) in enumerate(zip(fresh, t_flat, strict=True)):
+            if isinstance(v, _core.Tensor):
+                t = _tangent(t, v, where, f"{k} of the rule's outputs")
+                if t is not None:
+                    acc.watch(v, t)
+        return nest.pack_sequence_as(y, fresh)

@@ -1,0 +1,82 @@
+//! `gradloop._core.ForwardAccumulator`: forward mode's counterpart of `Tape`, which the Python
+//! API (`gl.jvp` and the helpers built on it) drives.
+
+use std::sync::Arc;
+
+use gradloop::forward::{lock, AccumulatorRef, ForwardAccumulator};
+use gradloop::trace::Val;
+use pyo3::prelude::*;
+
+use crate::errors::IntoPyResult;
+use crate::runtime;
+use crate::tensor::PyTensor;
+
+/// Tangents of values. Takes tangents only while on its thread's active stack (`push`/`pop`).
+#[pyclass(frozen, name = "ForwardAccumulator", module = "gradloop._core")]
+pub struct PyForwardAccumulator {
+    inner: AccumulatorRef<Val>,
+}
+
+#[pymethods]
+impl PyForwardAccumulator {
+    #[new]
+    fn new() -> Self {
+        PyForwardAccumulator {
+            inner: ForwardAccumulator::new_ref(),
+        }
+    }
+
+    /// Gives `primal` the tangent `tangent` (a float tensor of the primal's type).
+    fn watch(
+        &self,
+        py: Python<'_>,
+        primal: &Bound<'_, PyTensor>,
+        tangent: &Bound<'_, PyTensor>,
+    ) -> PyResult<()> {
+        let (p, t) = (primal.get().inner.clone(), tangent.get().inner.clone());
+        lock(&self.inner).watch(&p, t).py(py)
+    }
+
+    /// The tangent of `t`, or None when it has none.
+    fn tangent(&self, t: &Bound<'_, PyTensor>) -> Option<PyTensor> {
+        lock(&self.inner).tangent(&t.get().inner).map(PyTensor::new)
+    }
+
+    fn __len__(&self) -> usize {
+        lock(&self.inner).len()
+    }
+
+    /// Starts taking tangents, innermost.
+    fn push(&self) {
+        runtime::push_accumulator(self.inner.clone(), None);
+    }
+
+    /// Stops taking tangents; returns where it stood in the stack (None if it was not active),
+    /// for `push_at`.
+    fn pop(&self) -> Option<usize> {
+        runtime::pop_accumulator(&self.inner)
+    }
+
+    /// Takes tangents again at `index` of the stack (what `pop` returned).
+    fn push_at(&self, index: usize) {
+        runtime::push_accumulator(self.inner.clone(), Some(index));
+    }
+}
+
+/// The accumulators taking tangents now, innermost last.
+#[pyfunction]
+pub fn active_accumulators() -> Vec<PyForwardAccumulator> {
+    runtime::active_accumulators()
+        .into_iter()
+        .map(|inner| PyForwardAccumulator { inner })
+        .collect()
+}
+
+/// Whether `a` and `b` are the same accumulator.
+#[pyfunction]
+pub fn same_accumulator(
+    a: &Bound<'_, PyForwardAccumulator>,
+    b: &Bound<'_, PyForwardAccumulator>,
+) -> bool {
+    Arc::ptr_eq(&a.get().inner, &b.get().inner)
+}
