@@ -139,6 +139,24 @@ impl EmitMlir for Call {
     }
 }
 
+impl crate::trace::tangents::Tangent for Call {
+    fn tangent(
+        &self,
+        ctx: &mut dyn crate::ops::Context<Val>,
+        inputs: &[Val],
+        tangents: &[Option<Val>],
+    ) -> Result<crate::trace::tangents::Built> {
+        if self.gradient.is_some() {
+            return Err(crate::error::Error::gradient(
+                "custom_gradient",
+                "a custom_gradient function has no forward-mode rule, and jvp, jacfwd and \
+                 hessian need one: define the function with gl.custom_jvp",
+            ));
+        }
+        crate::trace::tangents::over_callees(ctx, self, inputs, tangents)
+    }
+}
+
 impl Differentiate for Call {
     fn gradient(
         &self,

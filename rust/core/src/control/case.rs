@@ -157,6 +157,17 @@ fn case_chain(
     l.unpack(types, &names)
 }
 
+impl crate::trace::tangents::Tangent for Case {
+    fn tangent(
+        &self,
+        ctx: &mut dyn crate::ops::Context<Val>,
+        inputs: &[Val],
+        tangents: &[Option<Val>],
+    ) -> Result<crate::trace::tangents::Built> {
+        crate::trace::tangents::over_callees(ctx, self, inputs, tangents)
+    }
+}
+
 impl Differentiate for Case {
     fn gradient(
         &self,

@@ -122,6 +122,17 @@ impl EmitMlir for If {
     }
 }
 
+impl crate::trace::tangents::Tangent for If {
+    fn tangent(
+        &self,
+        ctx: &mut dyn crate::ops::Context<Val>,
+        inputs: &[Val],
+        tangents: &[Option<Val>],
+    ) -> Result<crate::trace::tangents::Built> {
+        crate::trace::tangents::over_callees(ctx, self, inputs, tangents)
+    }
+}
+
 impl Differentiate for If {
     fn gradient(
         &self,

@@ -18,6 +18,8 @@
 //! - `trace::gradients::Differentiate`: its gradient (for `If`, `Case`, `While`, `Call`, an
 //!   `Augment` program transform: a new forward node that also returns residuals, and the
 //!   gradient node that takes them);
+//! - `trace::tangents::Tangent`: its forward mode (for `If`, `Case`, `While`, `Call`, the same
+//!   construct over the callees' tangent functions, tangents beside the values);
 //! - `interpret::Interpret`: running a node in the reference interpreter;
 //! - `mlir::EmitMlir`: its MLIR (`scf` regions, inlined calls, stack buffers);
 //!
@@ -44,14 +46,18 @@ use crate::graph::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, Whi
 use crate::interpret::Interpret;
 use crate::mlir::EmitMlir;
 use crate::trace::gradients::Differentiate;
+use crate::trace::tangents::Tangent;
 
 /// Everything a construct implements, one trait per layer.
 pub(crate) trait Construct:
-    NodeRule + ParseNode + Differentiate + Interpret + Lower + EmitMlir
+    NodeRule + ParseNode + Differentiate + Tangent + Interpret + Lower + EmitMlir
 {
 }
 
-impl<T: NodeRule + ParseNode + Differentiate + Interpret + Lower + EmitMlir> Construct for T {}
+impl<T: NodeRule + ParseNode + Differentiate + Tangent + Interpret + Lower + EmitMlir> Construct
+    for T
+{
+}
 
 /// Fails to compile while any construct lacks a layer's implementation.
 const _: fn() = || {

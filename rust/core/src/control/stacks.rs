@@ -140,6 +140,39 @@ impl EmitMlir for StackOp {
     }
 }
 
+/// Pushes and pops carry a stack of tangents beside the stack: the tangent of a push is the
+/// push of the value's tangent, of a pop the pop of the tangent stack.
+impl crate::trace::tangents::Tangent for StackOp {
+    fn tangent(
+        &self,
+        ctx: &mut dyn Context<Val>,
+        inputs: &[Val],
+        tangents: &[Option<Val>],
+    ) -> Result<crate::trace::tangents::Built> {
+        use crate::trace::tangents::or_zero;
+        let kind = NodeKind::Stack(self.clone());
+        match self {
+            StackOp::New { .. } => Ok(None),
+            StackOp::Push => {
+                let outputs = ctx.apply_node(&kind, inputs)?;
+                let stack = or_zero(ctx, &tangents[0], &inputs[0])?;
+                let value = or_zero(ctx, &tangents[1], &inputs[1])?;
+                let pushed = ctx.apply_node(&kind, &[stack, value])?;
+                Ok(Some((outputs, smallvec![Some(pushed[0].clone())])))
+            }
+            StackOp::Pop => {
+                let Some(stack) = tangents[0].clone() else {
+                    return Ok(None);
+                };
+                let outputs = ctx.apply_node(&kind, inputs)?;
+                let popped = ctx.apply_node(&kind, &[stack])?;
+                let t = popped.into_iter().map(Some).collect();
+                Ok(Some((outputs, t)))
+            }
+        }
+    }
+}
+
 impl Differentiate for StackOp {
     /// Push and pop are each other's transpose; a new stack has no inputs.
     fn gradient(

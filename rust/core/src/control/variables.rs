@@ -141,6 +141,29 @@ impl EmitMlir for VariableOp {
     }
 }
 
+/// A Variable holds values, not tangents: a write of a value with a tangent is refused (its
+/// reads would lose it), and a read has none.
+impl crate::trace::tangents::Tangent for VariableOp {
+    fn tangent(
+        &self,
+        _ctx: &mut dyn Context<Val>,
+        _inputs: &[Val],
+        tangents: &[Option<Val>],
+    ) -> Result<crate::trace::tangents::Built> {
+        match self {
+            VariableOp::Read => Ok(None),
+            VariableOp::Assign | VariableOp::AssignAdd if tangents.iter().all(Option::is_none) => {
+                Ok(None)
+            }
+            VariableOp::Assign | VariableOp::AssignAdd => Err(Error::gradient(
+                "Variable.assign",
+                "a value with a tangent is assigned to a Variable: forward mode (jvp, jacfwd, \
+                 hessian) does not carry tangents through Variables; return the value instead",
+            )),
+        }
+    }
+}
+
 impl Differentiate for VariableOp {
     /// A read of a float variable passes its cotangent to the variable; writes have none.
     fn gradient(

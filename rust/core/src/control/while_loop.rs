@@ -400,6 +400,55 @@ impl While {
     }
 }
 
+/// The tangent of a loop is a loop carrying each float loop variable's tangent beside it (zeros
+/// where none comes in): its body is the body's tangent function, its condition the condition
+/// on the loop variables alone. Nothing is stacked: memory does not grow with the trip count.
+impl crate::trace::tangents::Tangent for While {
+    fn tangent(
+        &self,
+        ctx: &mut dyn crate::ops::Context<Val>,
+        inputs: &[Val],
+        tangents: &[Option<Val>],
+    ) -> Result<crate::trace::tangents::Built> {
+        use crate::trace::gradients::function;
+        use crate::trace::tangents::{
+            ignoring_tangents, or_zero, split, takes_tangent, tangent_function, tracer_of,
+        };
+        let tracer = tracer_of(ctx, "while_loop")?;
+        let carried: Vec<bool> = inputs
+            .iter()
+            .map(|v| takes_tangent(&v.value_type()))
+            .collect();
+        let body = tangent_function(&tracer, &function(&tracer, &self.body)?, &carried)?;
+        if body.tangent_out != carried {
+            return Err(Error::internal(
+                "while_loop",
+                "the body's tangents do not match its loop variables",
+            ));
+        }
+        let extra = inputs
+            .iter()
+            .zip(&carried)
+            .filter(|(_, &c)| c)
+            .map(|(v, _)| v.value_type())
+            .collect();
+        let cond = ignoring_tangents(&tracer, &function(&tracer, &self.cond)?, extra)?;
+        let node = NodeKind::While(While {
+            cond,
+            body: body.name,
+            ..self.clone()
+        });
+        let mut args = inputs.to_vec();
+        for (i, v) in inputs.iter().enumerate() {
+            if carried[i] {
+                args.push(or_zero(ctx, &tangents[i], v)?);
+            }
+        }
+        let outputs = ctx.apply_node(&node, &args)?;
+        Ok(Some(split(outputs, &carried)))
+    }
+}
+
 impl Differentiate for While {
     fn gradient(
         &self,

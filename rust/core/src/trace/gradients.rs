@@ -33,6 +33,7 @@ use crate::DType;
 pub fn graph_registry() -> GradientRegistry<Val> {
     let mut r = GradientRegistry::with_op_table();
     r.register_nodes(node_gradient);
+    r.register_node_tangents(super::tangents::node_tangent);
     r
 }
 

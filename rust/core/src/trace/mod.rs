@@ -23,6 +23,7 @@ mod control;
 mod differentiate;
 pub mod gradients;
 mod replay;
+pub mod tangents;
 mod tracer;
 mod variables;
 
