@@ -25,6 +25,7 @@ read as zeros.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -228,3 +229,88 @@ def _compare(
             atol=atol,
             err_msg=f"{what}: gradient of argument {i} (shape {xs[i].shape}) != finite differences",
         )
+
+
+# ---- forward mode ----------------------------------------------------------------------------
+
+TANGENT_MODES = ("eager", "graph", "compiled")
+
+
+def check_tangents(
+    fn: Fn,
+    args: Sequence[np.ndarray | gl.Tensor],
+    order: int = 2,
+    *,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    eps: float = 1e-6,
+    seed: int = 0,
+    modes: Sequence[str] = TANGENT_MODES,
+    second_order_modes: Sequence[str] = ("eager", "graph"),
+) -> None:
+    """Asserts that gradloop's forward-mode derivatives of `fn` at `args` match finite
+    differences, the way `check_grads` does for gradients.
+
+    * first order: `gl.jvp(fn, xs, vs)` for a fixed random direction `vs` against
+      (fn(x + h v) - fn(x - h v)) / 2h, in every component of the output; in `modes` ("eager",
+      "graph": inside `gl.function`, "compiled": under `gl.jit`), with the jvp's primal output
+      equal to `fn`'s;
+    * second order (in `second_order_modes`): forward over forward, the jvp of `x -> jvp(fn, x,
+      vs)[1]` in a second direction `ws`, against the directional difference of the first-order
+      tangent; and forward over reverse, the jvp of the gradient of `sum(fn * c)` in direction
+      `vs` (a Hessian-vector product), against the directional difference of the gradient.
+    """
+    xs = [_as_float64_array(a) for a in args]
+    rng = np.random.default_rng(seed)
+    vs = [rng.standard_normal(x.shape) for x in xs]
+    out = np.asarray(fn(*_tensors(xs)))
+
+    def tangent(mode: str, *points: np.ndarray) -> np.ndarray:
+        return _jvp(fn, points, vs, mode)[1]
+
+    expected = _directional_difference(lambda *a: [np.asarray(fn(*_tensors(a)))], xs, vs, eps)[0]
+    for mode in modes:
+        primal, got = _jvp(fn, xs, vs, mode)
+        np.testing.assert_allclose(primal, out, rtol=1e-10, atol=1e-12, err_msg=f"jvp primal ({mode})")
+        np.testing.assert_allclose(
+            got, expected, rtol=rtol, atol=atol, err_msg=f"order 1 ({mode}): jvp != finite differences"
+        )
+    if order == 1:
+        return
+    ws = [rng.standard_normal(x.shape) for x in xs]
+    expected2 = _directional_difference(lambda *a: [tangent("eager", *a)], xs, ws, eps)[0]
+    loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
+    expected_hvp = _directional_difference(lambda *a: _first_order(loss, a, "tape"), xs, vs, eps)
+    for mode in second_order_modes:
+
+        def first(*ts: gl.Tensor) -> gl.Tensor:
+            return gl.jvp(fn, ts, tuple(_tensors(vs)))[1]
+
+        got2 = _jvp(first, xs, ws, mode)[1]
+        np.testing.assert_allclose(
+            got2, expected2, rtol=rtol, atol=atol, err_msg=f"order 2 ({mode}): jvp of jvp"
+        )
+        argnums = tuple(range(len(xs)))
+        hvp = _jvp(lambda *ts: tuple(gl.grad(loss, argnums=argnums)(*ts)), xs, vs, mode)[1]
+        _compare(
+            [np.asarray(h) for h in hvp], expected_hvp, xs, f"order 2 ({mode}): jvp of grad", atol, rtol
+        )
+
+
+def _jvp(fn: Fn, xs: Sequence[np.ndarray], vs: Sequence[np.ndarray], mode: str) -> tuple[Any, Any]:
+    """`gl.jvp(fn, xs, vs)` run eagerly, inside `gl.function` or under `gl.jit`, as numpy."""
+
+    def run(*args: gl.Tensor) -> Any:
+        n = len(args) // 2
+        return gl.jvp(fn, args[:n], args[n:])
+
+    if mode == "eager":
+        primal, tangent = run(*_tensors(xs), *_tensors(vs))
+    elif mode in ("graph", "compiled"):
+        primal, tangent = {"graph": gl.function, "compiled": gl.jit}[mode](run)(
+            *_tensors(xs), *_tensors(vs)
+        )
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    as_np = lambda t: np.asarray(t) if isinstance(t, gl.Tensor) else tuple(np.asarray(u) for u in t)  # noqa: E731
+    return as_np(primal), as_np(tangent)

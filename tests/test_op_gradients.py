@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradcheck import check_grads
+from gradcheck import check_grads, check_tangents
 
 Shape = tuple[int, ...]
 
@@ -341,6 +341,16 @@ def test_gradient(row: Row) -> None:
     args = [sample(d, s, rng) for d, s in zip(domains, row.shapes, strict=True)]
     atol, rtol, eps = row.tol
     check_grads(row.fn, args, order=2, atol=atol, rtol=rtol, eps=eps)
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.label) for r in ROWS])
+def test_tangent(row: Row) -> None:
+    # each op's own tangent rule, to first and second order, eagerly, traced and compiled
+    rng = np.random.default_rng(zlib.crc32(row.label.encode()))
+    domains = row.domain if isinstance(row.domain, tuple) else (row.domain,) * len(row.shapes)
+    args = [sample(d, s, rng) for d, s in zip(domains, row.shapes, strict=True)]
+    atol, rtol, eps = row.tol
+    check_tangents(row.fn, args, order=2, atol=atol, rtol=rtol, eps=eps)
 
 
 def _sum_gradients(fn: Callable[..., gl.Tensor], args: list[np.ndarray]) -> list[gl.Tensor]:
