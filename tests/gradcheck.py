@@ -271,9 +271,15 @@ def check_tangents(
     expected = _directional_difference(lambda *a: [np.asarray(fn(*_tensors(a)))], xs, vs, eps)[0]
     for mode in modes:
         primal, got = _jvp(fn, xs, vs, mode)
-        np.testing.assert_allclose(primal, out, rtol=1e-10, atol=1e-12, err_msg=f"jvp primal ({mode})")
         np.testing.assert_allclose(
-            got, expected, rtol=rtol, atol=atol, err_msg=f"order 1 ({mode}): jvp != finite differences"
+            primal, out, rtol=1e-10, atol=1e-12, err_msg=f"jvp primal ({mode})"
+        )
+        np.testing.assert_allclose(
+            got,
+            expected,
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"order 1 ({mode}): jvp != finite differences",
         )
     if order == 1:
         return
@@ -281,19 +287,27 @@ def check_tangents(
     expected2 = _directional_difference(lambda *a: [tangent("eager", *a)], xs, ws, eps)[0]
     loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
     expected_hvp = _directional_difference(lambda *a: _first_order(loss, a, "tape"), xs, vs, eps)
+    argnums = tuple(range(len(xs)))
+
+    def first(*ts: gl.Tensor) -> gl.Tensor:
+        return gl.jvp(fn, ts, tuple(_tensors(vs)))[1]
+
+    def gradient(*ts: gl.Tensor) -> tuple[gl.Tensor, ...]:
+        return tuple(gl.grad(loss, argnums=argnums)(*ts))
+
     for mode in second_order_modes:
-
-        def first(*ts: gl.Tensor) -> gl.Tensor:
-            return gl.jvp(fn, ts, tuple(_tensors(vs)))[1]
-
         got2 = _jvp(first, xs, ws, mode)[1]
         np.testing.assert_allclose(
             got2, expected2, rtol=rtol, atol=atol, err_msg=f"order 2 ({mode}): jvp of jvp"
         )
-        argnums = tuple(range(len(xs)))
-        hvp = _jvp(lambda *ts: tuple(gl.grad(loss, argnums=argnums)(*ts)), xs, vs, mode)[1]
+        hvp = _jvp(gradient, xs, vs, mode)[1]
         _compare(
-            [np.asarray(h) for h in hvp], expected_hvp, xs, f"order 2 ({mode}): jvp of grad", atol, rtol
+            [np.asarray(h) for h in hvp],
+            expected_hvp,
+            xs,
+            f"order 2 ({mode}): jvp of grad",
+            atol,
+            rtol,
         )
 
 

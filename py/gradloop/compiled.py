@@ -642,6 +642,11 @@ class Jit:
             module.wait()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _core.mode() != "eager":
+            # Traced into an enclosing function, or differentiated (a tape, jvp): the module's
+            # results would carry no gradient or tangent, so its Python runs inline, as
+            # `gl.function` does.
+            return self._function(*args, **kwargs)
         entry, tensors = self._function._lookup(args, kwargs)
         return entry.outputs(self._module(entry.fn, self._tiered)(tensors))
 

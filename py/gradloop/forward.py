@@ -315,10 +315,12 @@ def hessian(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Calla
 def perturbed(inputs: list[Any]) -> list[Any]:
     """The active accumulators holding a tangent of one of `inputs`, innermost last."""
     tensors = [x for x in inputs if isinstance(x, _core.Tensor)]
-    return [a for a in _core.active_accumulators() if any(a.tangent(x) is not None for x in tensors)]
+    return [
+        a for a in _core.active_accumulators() if any(a.tangent(x) is not None for x in tensors)
+    ]
 
 
-class custom_jvp:  # noqa: N801 - a decorator, named as JAX's
+class custom_jvp:
     """Decorator: a function with its own forward-mode rule (JAX's convention).
 
     ```python

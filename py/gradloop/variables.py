@@ -145,6 +145,15 @@ class Variable:
                     f"to a variable of shape {self.shape}"
                 )
             )
+        if any(a.tangent(value) is not None for a in _core.active_accumulators()):
+            # As in graph mode (the assign node's tangent rule): reads would silently lose it.
+            raise errors.GradientError(
+                _validate.at_user(
+                    f"Variable '{self._name}': a value with a tangent is assigned: forward mode "
+                    "(jvp, jacfwd, hessian) does not carry tangents through Variables; return "
+                    "the value instead"
+                )
+            )
         # Eagerly the stored value gets a fresh identity cut from the tapes (assignment is not
         # differentiable); in a graph, later reads are read_variable nodes, never this value.
         self._handle.assign(value if value.is_symbolic else _fresh(value))

@@ -424,7 +424,7 @@ impl OpDef for MatMul {
         tangents: &[Option<V>],
     ) -> Result<Tangents<V>> {
         let _ = outputs;
-        tangents::bilinear(ctx, self.clone(), inputs, tangents)
+        tangents::bilinear(ctx, *self, inputs, tangents)
     }
 }
 
