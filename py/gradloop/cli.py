@@ -2,8 +2,8 @@
 
 Each subcommand is registered by one `_add_<name>` function that builds its argument parser and
 binds the function that runs it; `main` dispatches. Subcommands: `demo` (the flagship example),
-`grad` (an MLIR module in, the module with its gradient function added out) and `compile` (an
-MLIR module in, an IREE `.vmfb` out).
+`grad` and `jvp` (an MLIR module in, the module with its gradient or forward-mode function
+added out) and `compile` (an MLIR module in, an IREE `.vmfb` out).
 """
 
 from __future__ import annotations
@@ -87,15 +87,19 @@ def _run_grad(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_grad(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "grad",
-        help="add the gradient function @<function>_grad to a StableHLO module",
-        description="Reads a StableHLO module (for example one exported from JAX) and writes it "
-        "with a public function @<function>_grad added: it takes <function>'s arguments (then "
-        "one cotangent per result when there are several results or a non-scalar one) and "
-        "returns the gradients with respect to the --wrt arguments.",
-    )
+def _run_jvp(args: argparse.Namespace) -> int:
+    from . import mlir
+
+    text = mlir.jvp_module(_read(args.input), args.function, args.wrt, source=args.input)
+    _write(args.output, text)
+    return 0
+
+
+def _derivative_parser(
+    commands: argparse._SubParsersAction, name: str, help_text: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand reading IN.mlir and writing OUT.mlir with a derived function added."""
+    parser = commands.add_parser(name, help=help_text, description=description)
     parser.add_argument("input", metavar="IN.mlir", help="the module to differentiate")
     parser.add_argument(
         "-o", dest="output", metavar="OUT.mlir", required=True, help="where to write the module"
@@ -110,7 +114,32 @@ def _add_grad(commands: argparse._SubParsersAction) -> None:
         help="comma-separated indices of the arguments to differentiate with respect to "
         "(default: 0)",
     )
+    return parser
+
+
+def _add_grad(commands: argparse._SubParsersAction) -> None:
+    parser = _derivative_parser(
+        commands,
+        "grad",
+        "add the gradient function @<function>_grad to a StableHLO module",
+        "Reads a StableHLO module (for example one exported from JAX) and writes it "
+        "with a public function @<function>_grad added: it takes <function>'s arguments (then "
+        "one cotangent per result when there are several results or a non-scalar one) and "
+        "returns the gradients with respect to the --wrt arguments.",
+    )
     parser.set_defaults(run=_run_grad)
+
+
+def _add_jvp(commands: argparse._SubParsersAction) -> None:
+    parser = _derivative_parser(
+        commands,
+        "jvp",
+        "add the forward-mode function @<function>_jvp to a StableHLO module",
+        "Reads a StableHLO module and writes it with a public function @<function>_jvp "
+        "added: it takes <function>'s arguments, then one tangent per --wrt argument, and "
+        "returns <function>'s results, then the tangent of each float result.",
+    )
+    parser.set_defaults(run=_run_jvp)
 
 
 def _run_compile(args: argparse.Namespace) -> int:
@@ -147,6 +176,7 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_demo,
     _add_grad,
+    _add_jvp,
     _add_compile,
 )
 

@@ -1,4 +1,5 @@
-"""MLIR in, gradients out: `gl.mlir.grad(text, function="main", wrt=(0,))`.
+"""MLIR in, derivatives out: `gl.mlir.grad(text, function="main", wrt=(0,))` and
+`gl.mlir.jvp(text, function="main", wrt=(0,))`.
 
 The module (StableHLO, as `jax.jit(f).lower(...).as_text()` writes it, with `stablehlo.while`,
 `stablehlo.if`, `stablehlo.case`, `func.call`s, and the `scf` forms `scf.while`, `scf.if`,
@@ -8,6 +9,8 @@ graph IR, where the gradient is the same program transform as for traced Python:
 gradient is a loop that runs the trip count backwards over stacks of the forward intermediates
 (reverse mode through data-dependent loops, which JAX refuses). The gradient function is
 emitted as MLIR and added to the module, which is printed back (without location info).
+Forward mode (`jvp`) is the same import and emission around the tangent transform: a loop's
+tangent is a loop carrying tangents beside its variables.
 
 Errors: text that does not parse or verify, an op or type the importer does not support (named
 with its `file:line:col`) are `CompileError`s; an integer argument in `wrt` is a
@@ -22,7 +25,7 @@ from typing import Any
 
 from . import _core, _validate, errors
 
-__all__ = ["grad", "supported_ops"]
+__all__ = ["grad", "jvp", "supported_ops"]
 
 # `loc("-":3:5)`: where MLIR's parser puts text parsed from memory.
 _MEMORY_LOC = re.compile(r'loc\("-":(\d+):(\d+)\)')
@@ -44,9 +47,31 @@ def grad(mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,)) -> s
     return grad_module(mlir_text, function, wrt, source="<mlir>")
 
 
+def jvp(mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,)) -> str:
+    """The module `mlir_text` with a public function `@<function>_jvp` added.
+
+    `@<function>_jvp` takes `@<function>`'s arguments followed by one tangent per argument in
+    `wrt` (each typed as its argument), and returns `@<function>`'s results followed by the
+    tangent of each float result (integer results have none). Data-dependent loops are
+    differentiated forward: memory does not grow with their trip count. The rest of the
+    module is unchanged.
+    """
+    return jvp_module(mlir_text, function, wrt, source="<mlir>")
+
+
+def jvp_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+    """`jvp`, naming the text `source` in error locations."""
+    return _derived(text, function, wrt, source, _core.mlir_jvp_module)
+
+
 def grad_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
     """`grad`, naming the text `source` in error locations (the command line passes the
     file name)."""
+    return _derived(text, function, wrt, source, _core.mlir_gradient_module)
+
+
+def _derived(text: str, function: str, wrt: Sequence[int], source: str, derive: Any) -> str:
+    """`text` with the function `derive` (a core transform over the generic form) adds."""
     if not isinstance(text, str):
         raise errors.InvalidArgumentError(
             _validate.at_user(f"mlir_text must be a str, got {type(text).__name__}")
@@ -62,10 +87,10 @@ def grad_module(text: str, function: str, wrt: Sequence[int], source: str) -> st
         generic = module.operation.get_asm(
             print_generic_op_form=True, use_local_scope=True, enable_debug_info=True
         )
-    combined = _core.mlir_gradient_module(generic, function, indices, source)
+    combined = derive(generic, function, indices, source)
     with ir.Context():
         # The core's output is parsed and verified again: a malformed gradient is our bug.
-        module = _parse(ir, combined, "the gradient module", internal=True)
+        module = _parse(ir, combined, "the derived module", internal=True)
         return str(module.operation.get_asm(assume_verified=True))
 
 
@@ -104,7 +129,7 @@ def _parse(ir: Any, text: str, source: str, internal: bool = False) -> Any:
         where = [_diagnostic(d, source) for d in e.error_diagnostics] or [str(e)]
         if internal:
             raise errors.InternalError(
-                "the gradient module does not verify (please report):\n" + "\n".join(where)
+                "the derived module does not verify (please report):\n" + "\n".join(where)
             ) from None
         raise errors.CompileError(_validate.at_user("invalid MLIR:\n" + "\n".join(where))) from None
     return module

@@ -64,6 +64,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(trace::emit_while, m)?,
         wrap_pyfunction!(trace::emit_custom_gradient, m)?,
         wrap_pyfunction!(mlir::mlir_gradient_module, m)?,
+        wrap_pyfunction!(mlir::mlir_jvp_module, m)?,
         wrap_pyfunction!(mlir::mlir_run_reference, m)?,
         wrap_pyfunction!(mlir::op_names, m)?,
         wrap_pyfunction!(mlir::mlir_supported_ops, m)?,

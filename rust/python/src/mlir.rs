@@ -22,6 +22,21 @@ pub fn mlir_gradient_module(
     })
 }
 
+/// The generic-form MLIR module `text` with a public `func.func @<function>_jvp` added (its
+/// results and their tangents along the arguments `wrt`). Errors as `mlir_gradient_module`'s.
+#[pyfunction]
+pub fn mlir_jvp_module(
+    py: Python<'_>,
+    text: &str,
+    function: &str,
+    wrt: Vec<usize>,
+    source: &str,
+) -> PyResult<String> {
+    runtime::call(py, usize::MAX, || {
+        gradloop::mlir::import::jvp_module(text, function, &wrt, source)
+    })
+}
+
 /// `function` of the generic-form module `text` imported and run on the graph interpreter on
 /// `args` (concrete tensors): the reference semantics of a module.
 #[pyfunction]

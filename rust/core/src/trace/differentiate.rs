@@ -1,4 +1,6 @@
-//! The gradient of a graph's entry function as a new entry: `gradient_graph(graph, wrt, name)`
+//! Derivatives of a graph's entry function as a new entry (`jvp_graph`: forward mode, below).
+//!
+//! The gradient: `gradient_graph(graph, wrt, name)`
 //! traces `name(params.., cotangents..) -> (d/d params[i] for i in wrt)` by replaying the entry
 //! under a tape (so `If`/`Case`/`While` get their control-flow gradients) and running the
 //! tape backwards. It works on any graph, traced or imported from MLIR.
@@ -8,8 +10,9 @@
 //! Integer results get no gradient (their cotangents are ignored); an argument nothing
 //! depends on gets zeros.
 
-use super::{lock, registry, replay, TraceContext, Tracer, Val};
+use super::{lock, registry, replay, TraceContext, Tracer, TracerRef, Val};
 use crate::error::{Error, Result};
+use crate::forward::{ForwardAccumulator, ForwardContext};
 use crate::graph::Graph;
 use crate::ops::build;
 use crate::passes::bind_params;
@@ -111,17 +114,88 @@ pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph>
             None => build::zeros_like(&mut base, &xs[i])?,
         });
     }
-    let traced = lock(&tracer).finish(&outs)?;
+    finish_entry(&tracer, &outs, "grad")
+}
+
+/// The graph whose entry `name` computes `graph`'s entry and its tangents along its parameters
+/// `wrt`: `name(params.., one tangent per wrt parameter..) -> (results.., one tangent per float
+/// result..)` (zeros for a result no tangent reaches). It replays the entry under a forward
+/// accumulator, so `If`/`Case`/`While` get their control-flow tangents; no stacks.
+pub fn jvp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
+    let f = graph.entry_function()?;
+    for (k, &i) in wrt.iter().enumerate() {
+        let ty = f.params.get(i).ok_or_else(|| {
+            Error::index(
+                "jvp",
+                format!(
+                    "wrt index {i} is out of range: @{} has {} arguments",
+                    f.name,
+                    f.params.len()
+                ),
+            )
+        })?;
+        if !ty.inner().dtype.is_float() {
+            return Err(Error::gradient(
+                "jvp",
+                format!(
+                    "argument {i} of @{} is {ty}: only float32 and float64 arguments have tangents",
+                    f.name
+                ),
+            ));
+        }
+        if wrt[..k].contains(&i) {
+            return Err(Error::invalid(
+                "jvp",
+                format!("wrt names argument {i} twice"),
+            ));
+        }
+    }
+    let n = f.params.len();
+    let mut params = f.params.clone();
+    params.extend(wrt.iter().map(|&i| f.params[i].clone()));
+    let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);
+    let acc = ForwardAccumulator::new_ref();
+    for (k, &i) in wrt.iter().enumerate() {
+        crate::forward::lock(&acc).watch(&xs[i], xs[n + k].clone())?;
+    }
+    let mut base = TraceContext::new(Some(tracer.clone()));
+    let accumulators = [acc.clone()];
+    let ys = {
+        let mut ctx = ForwardContext {
+            inner: &mut base,
+            accumulators: &accumulators,
+            registry: registry(),
+        };
+        replay(&mut ctx, f, &xs[..n])?
+    };
+    let mut outs = ys.clone();
+    for y in &ys {
+        if y.ty().dtype.is_float() {
+            let t = crate::forward::lock(&acc).tangent(y);
+            outs.push(match t {
+                Some(t) => t,
+                None => build::zeros_like(&mut base, y)?,
+            });
+        }
+    }
+    finish_entry(&tracer, &outs, "jvp")
+}
+
+/// Finishes a derived entry: tensors a rule made eagerly and captured become constants.
+fn finish_entry(tracer: &TracerRef, outs: &[Val], what: &'static str) -> Result<Graph> {
+    let traced = lock(tracer).finish(outs)?;
     if traced.captured_inputs.is_empty() {
         return Ok(traced.graph);
     }
-    // Tensors a gradient rule made eagerly and captured: constants of the function.
     let mut values = vec![None; traced.num_params];
     for c in traced.captured_inputs {
         match c {
             Captured::Tensor(t) => values.push(Some(t)),
             Captured::Variable(_) => {
-                return Err(Error::internal("grad", "a gradient captured a variable"))
+                return Err(Error::internal(
+                    what,
+                    "a derived function captured a variable",
+                ))
             }
         }
     }

@@ -39,7 +39,7 @@ use crate::value::Value;
 
 pub use crate::graph::join_types;
 pub use control::{emit_case, emit_custom_call, emit_if, emit_while, Branch, LoopFunctions};
-pub use differentiate::{gradient_graph, takes_cotangents};
+pub use differentiate::{gradient_graph, jvp_graph, takes_cotangents};
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;
 pub use tracer::{lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};

@@ -127,25 +127,47 @@ pub fn run_reference(
 /// `@function`'s arguments (then one cotangent per result when there are several results or a
 /// non-scalar one) and returns the gradients with respect to the arguments `wrt`, in order.
 pub fn gradient_module(text: &str, function: &str, wrt: &[usize], source: &str) -> Result<String> {
+    derived_module(text, function, "grad", source, |graph, name| {
+        gradient_graph(graph, wrt, name)
+    })
+}
+
+/// The generic-form module `text` with a public `func.func @<function>_jvp` added: it takes
+/// `@function`'s arguments, then one tangent per argument in `wrt`, and returns `@function`'s
+/// results, then the tangent of each float result.
+pub fn jvp_module(text: &str, function: &str, wrt: &[usize], source: &str) -> Result<String> {
+    derived_module(text, function, "jvp", source, |graph, name| {
+        crate::trace::jvp_graph(graph, wrt, name)
+    })
+}
+
+/// `text` with `@<function>_<suffix>`, the function `derive` builds from `@function`'s graph.
+fn derived_module(
+    text: &str,
+    function: &str,
+    suffix: &str,
+    source: &str,
+    derive: impl FnOnce(&crate::graph::Graph, &str) -> Result<crate::graph::Graph>,
+) -> Result<String> {
     let module = parse_generic(text)?;
-    let name = format!("{function}_grad");
+    let name = format!("{function}_{suffix}");
     if module_ops(&module).any(|op| symbol_name(op) == Some(name.as_str())) {
         return Err(Error::invalid(
             "mlir import",
-            format!("the module already defines @{name}, the name of the gradient function"),
+            format!("the module already defines @{name}, the name of the {suffix} function"),
         ));
     }
     let graph = import_function(&module, function, source)?;
-    // Values the gradient does not use (the forward result itself) are dropped here rather than
-    // left to the compiler.
-    let grad = crate::passes::eliminate_dead_code(&gradient_graph(&graph, wrt, &name)?)?;
-    if grad.entry != name {
+    // Values the derived function does not use (a gradient's forward result) are dropped here
+    // rather than left to the compiler.
+    let derived = crate::passes::eliminate_dead_code(&derive(&graph, &name)?)?;
+    if derived.entry != name {
         return Err(Error::internal(
             "mlir import",
-            format!("the gradient is named @{}", grad.entry),
+            format!("the {suffix} function is named @{}", derived.entry),
         ));
     }
-    let func = crate::mlir::emit_function(&grad)?;
+    let func = crate::mlir::emit_function(&derived)?;
     // The text of the module's body ends at its region's closing brace; a text of bare
     // top-level ops (an implicit module) ends at the end.
     let at = match module.regions.first() {
