@@ -121,6 +121,26 @@ pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph>
 /// `wrt`: `name(params.., one tangent per wrt parameter..) -> (results.., one tangent per float
 /// result..)` (zeros for a result no tangent reaches). It replays the entry under a forward
 /// accumulator, so `If`/`Case`/`While` get their control-flow tangents; no stacks.
+///
+/// ```
+/// use gradloop::interpret::{run_graph, RtValue};
+/// use gradloop::Tensor;
+///
+/// // sum(x * x) along t: 2 <x, t>
+/// let graph = gradloop::graph::parse_graph(r#"graph @f
+/// func @f(%0: f64[2]) -> (f64[]) {
+///   %1 = mul(%0, %0) : f64[2]
+///   %2 = sum(%1) {axes=[0], keepdims=false} : f64[]
+///   return %2
+/// }"#)?;
+/// let jvp = gradloop::trace::jvp_graph(&graph, &[0], "f_jvp")?;
+/// let x = Tensor::from_vec(vec![1.5, -2.0], &[2])?;
+/// let t = Tensor::from_vec(vec![1.0, 0.5], &[2])?;
+/// let out = run_graph(&jvp, vec![RtValue::from(x), RtValue::from(t)])?;
+/// let dy = out[1].clone().into_tensor()?;
+/// assert_eq!(dy.to_f64_vec(), vec![1.0]);
+/// # Ok::<(), gradloop::Error>(())
+/// ```
 pub fn jvp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
     let f = graph.entry_function()?;
     for (k, &i) in wrt.iter().enumerate() {
