@@ -400,8 +400,8 @@ impl While {
     }
 }
 
-/// The tangent of a loop is a loop carrying each float loop variable's tangent beside it (zeros
-/// where none comes in): its body is the body's tangent function, its condition the condition
+/// The tangent of a loop is a loop carrying the tangents of the loop variables a tangent
+/// reaches beside them: its body is the body's tangent function, its condition the condition
 /// on the loop variables alone. Nothing is stacked: memory does not grow with the trip count.
 impl crate::trace::tangents::Tangent for While {
     fn tangent(
@@ -415,11 +415,24 @@ impl crate::trace::tangents::Tangent for While {
             ignoring_tangents, or_zero, split, takes_tangent, tangent_function, tracer_of,
         };
         let tracer = tracer_of(ctx, "while_loop")?;
-        let carried: Vec<bool> = inputs
+        let takes: Vec<bool> = inputs
             .iter()
             .map(|v| takes_tangent(&v.value_type()))
             .collect();
-        let body = tangent_function(&tracer, &function(&tracer, &self.body)?, &carried)?;
+        // The loop variables that carry a tangent: those given one, and those a trip gives
+        // one to from them (a fixed point, at most one step per variable).
+        let f = function(&tracer, &self.body)?;
+        let mut carried: Vec<bool> = tangents.iter().map(Option::is_some).collect();
+        let body = loop {
+            let body = tangent_function(&tracer, &f, &carried, Some(&carried))?;
+            let grown: Vec<bool> = (0..carried.len())
+                .map(|i| carried[i] || (takes[i] && body.reached[i]))
+                .collect();
+            if grown == carried {
+                break body;
+            }
+            carried = grown;
+        };
         if body.tangent_out != carried {
             return Err(Error::internal(
                 "while_loop",

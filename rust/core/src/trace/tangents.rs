@@ -75,13 +75,18 @@ pub(crate) struct TangentFunction {
     pub name: String,
     /// The results that have a tangent result (after all the results, in this order).
     pub tangent_out: Vec<bool>,
+    /// The results a tangent reaches (the others' are structurally zero).
+    pub reached: Vec<bool>,
 }
 
-/// Builds the tangent function of `f` for the parameters `tangent_in` marks.
+/// Builds the tangent function of `f` for the parameters `tangent_in` marks, returning the
+/// tangents of the results `want` marks (zeros where none reaches; every result that takes one
+/// when `None`).
 pub(crate) fn tangent_function(
     tracer: &TracerRef,
     f: &Function,
     tangent_in: &[bool],
+    want: Option<&[bool]>,
 ) -> Result<TangentFunction> {
     let mut types = f.params.clone();
     types.extend(
@@ -114,17 +119,19 @@ pub(crate) fn tangent_function(
         };
         let mut outs = results.clone();
         let mut tangent_out = Vec::with_capacity(results.len());
-        for r in &results {
-            let takes = takes_tangent(&r.value_type());
+        let mut reached = Vec::with_capacity(results.len());
+        for (j, r) in results.iter().enumerate() {
+            let t = crate::forward::lock(&acc).tangent(r);
+            reached.push(t.is_some());
+            let takes = takes_tangent(&r.value_type()) && want.is_none_or(|w| w[j]);
             tangent_out.push(takes);
             if takes {
-                let t = crate::forward::lock(&acc).tangent(r);
                 outs.push(or_zero(&mut base, &t, r)?);
             }
         }
-        Ok((outs, tangent_out))
+        Ok((outs, tangent_out, reached))
     })();
-    let (outs, tangent_out) = match built {
+    let (outs, tangent_out, reached) = match built {
         Ok(b) => b,
         Err(e) => {
             lock(tracer).abandon_function();
@@ -138,7 +145,11 @@ pub(crate) fn tangent_function(
             format!("@{name} captured {} outer values", captures.len()),
         ));
     }
-    Ok(TangentFunction { name, tangent_out })
+    Ok(TangentFunction {
+        name,
+        tangent_out,
+        reached,
+    })
 }
 
 /// `f` taking `extra` parameters after its own, which it ignores (a loop condition beside a
@@ -181,11 +192,26 @@ pub(crate) fn over_callees(
     let tracer = tracer_of(ctx, construct.keyword())?;
     let start = construct.operand_start();
     let tangent_in: Vec<bool> = tangents[start..].iter().map(Option::is_some).collect();
+    let callees: Vec<Function> = construct
+        .callees()
+        .into_iter()
+        .map(|c| function(&tracer, c))
+        .collect::<Result<_>>()?;
+    // The results any callee's tangent reaches (a first pass returning no tangents), so that
+    // results no branch perturbs get no tangent at all rather than zeros.
+    let mut wanted: Vec<bool> = Vec::new();
+    for f in &callees {
+        let none = vec![false; f.results.len()];
+        let probe = tangent_function(&tracer, f, &tangent_in, Some(&none))?;
+        wanted.resize(probe.reached.len(), false);
+        for (w, r) in wanted.iter_mut().zip(&probe.reached) {
+            *w |= *r;
+        }
+    }
     let mut names = Vec::new();
     let mut tangent_out = Vec::new();
-    for callee in construct.callees() {
-        let f = function(&tracer, callee)?;
-        let built = tangent_function(&tracer, &f, &tangent_in)?;
+    for f in &callees {
+        let built = tangent_function(&tracer, f, &tangent_in, Some(&wanted))?;
         names.push(built.name);
         tangent_out = built.tangent_out;
     }
