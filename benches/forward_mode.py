@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     v = gl.tensor(rng.standard_normal(tuple(w.shape)).astype(np.float32) * 0.01)
     variants = hvp_variants(u, b, xs, limit, v)
     stages = {"eager": lambda f: f, "graph": gl.function, "jit": gl.jit}
-    fns = {
-        f"{stage} {name}": (lambda f=stage_fn(fn): f(w))
-        for stage, stage_fn in stages.items()
-        for name, fn in variants.items()
-    }
+    fns = {}
+    for stage, stage_fn in stages.items():
+        for name, fn in variants.items():
+            staged = stage_fn(fn)
+            fns[f"{stage} {name}"] = lambda f=staged: f(w)
     reference = np.asarray(fns["eager fwd-over-rev"]())
     for name, fn in fns.items():
         got = np.asarray(fn())
