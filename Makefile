@@ -72,6 +72,7 @@ bench: dev
 	$(PY) benches/graph_mode.py
 	$(PY) benches/executor.py
 	$(PY) benches/compiled_mode.py
+	$(PY) benches/forward_mode.py
 
 clean:
 	rm -rf $(VENV) target

@@ -203,12 +203,31 @@ class Tape:
         output_gradients: Sequence[Tensor | None] | None = None,
     ) -> list[Tensor | None]: ...
 
+class ForwardAccumulator:
+    """Tangents of values (forward mode). Takes tangents only while on the active stack."""
+
+    def __init__(self) -> None: ...
+    def watch(self, primal: Tensor, tangent: Tensor) -> None:
+        """Gives `primal` the tangent `tangent` (a float tensor of the primal's type)."""
+    def tangent(self, t: Tensor) -> Tensor | None: ...
+    def __len__(self) -> int: ...
+    def push(self) -> None:
+        """Starts taking tangents on the current thread, innermost."""
+    def pop(self) -> tuple[int, int] | None:
+        """Stops taking tangents; where it stood (for `push_at`), None if it was not active."""
+    def push_at(self, place: tuple[int, int]) -> None:
+        """Takes tangents again where `pop` took it from."""
+
+def active_accumulators() -> list[ForwardAccumulator]:
+    """The accumulators taking tangents on this thread, innermost last."""
+
 def watch_on_active_tapes(t: Tensor) -> None:
     """Watches `t` on every active tape (how a Variable read is seen by tapes)."""
 
 def any_tape_active() -> bool: ...
 def mode() -> str:
-    """What this thread is doing: 'eager', 'recording' (tapes record) or 'tracing'."""
+    """What this thread is doing: 'eager', 'recording' (tapes record or accumulators take
+    tangents) or 'tracing'."""
 
 def recording_tape_keys() -> list[int]:
     """The `Tape.key`s of the tapes recording on this thread, innermost last."""
@@ -415,6 +434,10 @@ def mlir_gradient_module(text: str, function: str, wrt: Sequence[int], source: s
     """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
     gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
     error locations. Raises CompileError for ops or types the importer does not support."""
+
+def mlir_jvp_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+    """The generic-form MLIR module `text` with a public `func.func @<function>_jvp` added (its
+    results and their tangents along the arguments `wrt`)."""
 
 def op_names() -> list[str]:
     """Names of the op table's ops, in table order."""

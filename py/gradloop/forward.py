@@ -366,7 +366,7 @@ class custom_jvp:
             for x in inputs
         )
         # The rule runs outside its own accumulator (outer ones see it: higher order).
-        index = acc.pop()
+        place = acc.pop()
         try:
             result = self.rule(tuple(inputs), tangents, **kwargs)
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
@@ -378,8 +378,8 @@ class custom_jvp:
             t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
             fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
         finally:
-            if index is not None:
-                acc.push_at(index)
+            if place is not None:
+                acc.push_at(place)
         for k, (v, t) in enumerate(zip(fresh, t_flat, strict=True)):
             if isinstance(v, _core.Tensor):
                 t = _tangent(t, v, where, f"{k} of the rule's outputs")

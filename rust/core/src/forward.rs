@@ -25,8 +25,8 @@ use smallvec::SmallVec;
 use crate::error::{Error, Result};
 use crate::ops::{Context, Op, Tangents, Values};
 use crate::shape::{ShapeDisplay, DYN};
-use crate::tape::GradientRegistry;
 pub use crate::tape::NodeTangentRule;
+use crate::tape::{lock as tape_lock, GradientRegistry, TapeContext, TapeRef};
 use crate::tensor::TensorId;
 use crate::value::{NodeName, Value};
 
@@ -123,20 +123,43 @@ impl<V: Value> ForwardAccumulator<V> {
     }
 }
 
-/// A context that applies ops through `inner` and gives their outputs tangents on
-/// `accumulators` (innermost last).
+/// A context that applies ops through `inner`, records them on `tapes` and gives their
+/// outputs tangents on `accumulators` (innermost last).
+///
+/// Nesting follows push order across both stacks (`tapes_below[k]`: how many tapes were
+/// pushed before accumulator `k`): accumulator `k`'s tangent ops are recorded by the tapes
+/// before it and differentiated by the accumulators before it, and nothing later sees them.
+/// A node that calls functions is replaced by its tangent node for the accumulators and tapes
+/// before `k`; a later tape that records it still sees the node itself (so a gradient taken
+/// inside `jvp` differentiates the loop, not the loop with its tangents).
 pub struct ForwardContext<'a, V: Value> {
     pub inner: &'a mut dyn Context<V>,
+    pub tapes: &'a [TapeRef<V>],
     pub accumulators: &'a [AccumulatorRef<V>],
+    pub tapes_below: &'a [usize],
     pub registry: &'a GradientRegistry<V>,
 }
 
 impl<V: Value> ForwardContext<'_, V> {
-    /// The context accumulator `k`'s tangent ops run through: the accumulators before it.
+    /// The context accumulator `k`'s tangent ops run through: the tapes and accumulators
+    /// pushed before it.
     fn outer(&mut self, k: usize) -> ForwardContext<'_, V> {
         ForwardContext {
             inner: &mut *self.inner,
+            tapes: &self.tapes[..self.tapes_below[k]],
             accumulators: &self.accumulators[..k],
+            tapes_below: &self.tapes_below[..k],
+            registry: self.registry,
+        }
+    }
+
+    /// Every tape, and the accumulators before `k`.
+    fn below(&mut self, k: usize) -> ForwardContext<'_, V> {
+        ForwardContext {
+            inner: &mut *self.inner,
+            tapes: self.tapes,
+            accumulators: &self.accumulators[..k],
+            tapes_below: &self.tapes_below[..k],
             registry: self.registry,
         }
     }
@@ -177,7 +200,11 @@ impl<V: Value> ForwardContext<'_, V> {
 
 impl<V: Value> Context<V> for ForwardContext<'_, V> {
     fn apply(&mut self, op: &Op, inputs: &[V]) -> Result<Values<V>> {
-        let outputs = self.inner.apply(op, inputs)?;
+        let outputs = if self.tapes.is_empty() {
+            self.inner.apply(op, inputs)?
+        } else {
+            record_op_through(self.inner, self.tapes, self.registry, op, inputs)?
+        };
         for k in 0..self.accumulators.len() {
             let tangents = lock(&self.accumulators[k]).tangents_of(inputs);
             if tangents.iter().all(Option::is_none) {
@@ -200,7 +227,12 @@ impl<V: Value> Context<V> for ForwardContext<'_, V> {
                 .then_some((k, tangents))
         });
         let Some((k, tangents)) = innermost else {
-            return self.inner.apply_node(kind, inputs);
+            let mut taped = TapeContext {
+                inner: &mut *self.inner,
+                tapes: self.tapes,
+                registry: self.registry,
+            };
+            return taped.apply_node(kind, inputs);
         };
         let Some(rule) = self.registry.node_tangent() else {
             return Err(Error::gradient(
@@ -209,18 +241,40 @@ impl<V: Value> Context<V> for ForwardContext<'_, V> {
             ));
         };
         let built = rule(&mut self.outer(k), kind, inputs, &tangents)?;
-        match built {
-            Some((outputs, out_tangents)) => {
-                self.store(k, kind.name(), &outputs, out_tangents)?;
-                Ok(outputs)
-            }
-            None => self.outer(k).apply_node(kind, inputs),
+        let Some((outputs, out_tangents)) = built else {
+            return self.below(k).apply_node(kind, inputs);
+        };
+        let later = &self.tapes[self.tapes_below[k]..];
+        if !later.iter().any(|t| tape_lock(t).should_record(inputs)) {
+            self.store(k, kind.name(), &outputs, out_tangents)?;
+            return Ok(outputs);
         }
+        // A tape pushed after the accumulator records the node itself; the tangent node's
+        // values stand for the node's outputs' tangents.
+        let outputs = self.below(k).apply_node(kind, inputs)?;
+        self.store(k, kind.name(), &outputs, out_tangents)?;
+        Ok(outputs)
     }
 
     fn tracer(&self) -> Option<V::Trace> {
         self.inner.tracer()
     }
+}
+
+/// `op` applied through `inner` and recorded on `tapes`.
+fn record_op_through<V: Value>(
+    inner: &mut dyn Context<V>,
+    tapes: &[TapeRef<V>],
+    registry: &GradientRegistry<V>,
+    op: &Op,
+    inputs: &[V],
+) -> Result<Values<V>> {
+    let mut taped = TapeContext {
+        inner,
+        tapes,
+        registry,
+    };
+    taped.apply(op, inputs)
 }
 
 #[cfg(test)]

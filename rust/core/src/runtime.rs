@@ -19,12 +19,21 @@ pub struct Runtime {
     /// Recording tapes, innermost last: shared, so that each op takes the stack with one
     /// reference count instead of a copy (pushes and pops copy it when an op still holds it).
     tapes: Arc<Vec<TapeRef<Val>>>,
-    /// Tape stacks set aside by `pause`, innermost last.
-    paused: Vec<Arc<Vec<TapeRef<Val>>>>,
+    /// When each tape was pushed (`next_level`), beside `tapes`: ascending.
+    tape_levels: Vec<u64>,
+    /// Tape stacks set aside by `pause`, innermost last, with their levels.
+    paused: Vec<(Arc<Vec<TapeRef<Val>>>, Vec<u64>)>,
     /// The trace being built (`begin_trace` .. `end_trace`).
     tracer: Option<TracerRef>,
-    /// Forward-mode accumulators, innermost last (shared as `tapes` is).
+    /// Forward-mode accumulators, innermost last (shared as `tapes` is), and when each was
+    /// pushed.
     accumulators: Arc<Vec<AccumulatorRef<Val>>>,
+    accumulator_levels: Vec<u64>,
+    /// For each accumulator, how many of the tapes were pushed before it: those record its
+    /// tangent ops (reverse over forward); the later ones do not (`ForwardContext`).
+    tapes_below: Arc<Vec<usize>>,
+    /// The level the next tape or accumulator gets: nesting order across both stacks.
+    next_level: u64,
 }
 
 /// How an op runs now: the decision `Runtime::mode` makes, carrying what it needs.
@@ -37,6 +46,7 @@ pub enum Mode {
         tracer: Option<TracerRef>,
         tapes: Arc<Vec<TapeRef<Val>>>,
         accumulators: Arc<Vec<AccumulatorRef<Val>>>,
+        tapes_below: Arc<Vec<usize>>,
     },
 }
 
@@ -45,30 +55,33 @@ impl Mode {
     /// a trace, which only executes kernels).
     #[inline]
     pub fn run<T>(self, f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
-        let (tracer, tapes, accumulators) = match self {
-            Mode::Eager => (None, Arc::default(), Arc::default()),
+        let (tracer, tapes, accumulators, tapes_below) = match self {
+            Mode::Eager => (None, Arc::default(), Arc::default(), Arc::default()),
             Mode::Traced {
                 tracer,
                 tapes,
                 accumulators,
-            } => (tracer, tapes, accumulators),
+                tapes_below,
+            } => (tracer, tapes, accumulators, tapes_below),
         };
         let mut base = TraceContext::new(tracer);
         if tapes.is_empty() && accumulators.is_empty() {
             return f(&mut base);
         }
-        base.heap_outputs = !accumulators.is_empty();
-        let mut taped = TapeContext {
-            inner: &mut base,
-            tapes: &tapes,
-            registry: registry(),
-        };
         if accumulators.is_empty() {
+            let mut taped = TapeContext {
+                inner: &mut base,
+                tapes: &tapes,
+                registry: registry(),
+            };
             return f(&mut taped);
         }
+        base.heap_outputs = true;
         let mut ctx = ForwardContext {
-            inner: &mut taped,
+            inner: &mut base,
+            tapes: &tapes,
             accumulators: &accumulators,
+            tapes_below: &tapes_below,
             registry: registry(),
         };
         f(&mut ctx)
@@ -117,7 +130,24 @@ impl Runtime {
             tracer: self.tracer.clone(),
             tapes: self.tapes.clone(),
             accumulators: self.accumulators.clone(),
+            tapes_below: self.tapes_below.clone(),
         }
+    }
+
+    fn level(&mut self) -> u64 {
+        self.next_level += 1;
+        self.next_level
+    }
+
+    /// Recounts the tapes below each accumulator after either stack changed.
+    fn relevel(&mut self) {
+        let levels = &self.tape_levels;
+        self.tapes_below = Arc::new(
+            self.accumulator_levels
+                .iter()
+                .map(|&a| levels.partition_point(|&t| t < a))
+                .collect(),
+        );
     }
 
     /// The active forward-mode accumulators, innermost last.
@@ -125,22 +155,29 @@ impl Runtime {
         &self.accumulators
     }
 
-    /// Makes `acc` take tangents, at `index` of the stack (innermost when None or past the end).
-    pub fn push_accumulator(&mut self, acc: AccumulatorRef<Val>, index: Option<usize>) {
-        let accs = Arc::make_mut(&mut self.accumulators);
-        let at = index.unwrap_or(accs.len()).min(accs.len());
-        accs.insert(at, acc);
+    /// Makes `acc` take tangents: innermost, or back where `pop_accumulator` took it from
+    /// (`place`: its index and level).
+    pub fn push_accumulator(&mut self, acc: AccumulatorRef<Val>, place: Option<(usize, u64)>) {
+        let (at, level) = match place {
+            Some((at, level)) => (at.min(self.accumulators.len()), level),
+            None => (self.accumulators.len(), self.level()),
+        };
+        Arc::make_mut(&mut self.accumulators).insert(at, acc);
+        self.accumulator_levels.insert(at, level);
+        self.relevel();
     }
 
-    /// Stops `acc` taking tangents, wherever it is in the stack; where it stood, None when it
-    /// was not active.
-    pub fn pop_accumulator(&mut self, acc: &AccumulatorRef<Val>) -> Option<usize> {
+    /// Stops `acc` taking tangents, wherever it is in the stack; where it stood (index and
+    /// level, for `push_accumulator`), None when it was not active.
+    pub fn pop_accumulator(&mut self, acc: &AccumulatorRef<Val>) -> Option<(usize, u64)> {
         let i = self
             .accumulators
             .iter()
             .rposition(|a| Arc::ptr_eq(a, acc))?;
         Arc::make_mut(&mut self.accumulators).remove(i);
-        Some(i)
+        let level = self.accumulator_levels.remove(i);
+        self.relevel();
+        Some((i, level))
     }
 
     /// The recording tapes, innermost last.
@@ -150,6 +187,9 @@ impl Runtime {
 
     pub fn push_tape(&mut self, tape: TapeRef<Val>) {
         Arc::make_mut(&mut self.tapes).push(tape);
+        let level = self.level();
+        self.tape_levels.push(level);
+        self.relevel();
     }
 
     /// Stops `tape` recording, wherever it is in the stack (exits may interleave); false when
@@ -158,6 +198,8 @@ impl Runtime {
         match self.tapes.iter().rposition(|t| Arc::ptr_eq(t, tape)) {
             Some(i) => {
                 Arc::make_mut(&mut self.tapes).remove(i);
+                self.tape_levels.remove(i);
+                self.relevel();
                 true
             }
             None => false,
@@ -166,7 +208,9 @@ impl Runtime {
 
     /// Sets the recording tapes aside (nothing records) until `resume(token)`.
     pub fn pause(&mut self) -> usize {
-        self.paused.push(std::mem::take(&mut self.tapes));
+        let levels = std::mem::take(&mut self.tape_levels);
+        self.paused.push((std::mem::take(&mut self.tapes), levels));
+        self.relevel();
         self.paused.len()
     }
 
@@ -178,9 +222,12 @@ impl Runtime {
             let msg = format!("resume_recording({token}) out of order: {open} pauses are open");
             return Err(Error::invalid("resume_recording", msg));
         }
-        let mut tapes = self.paused.pop().unwrap_or_default();
+        let (mut tapes, mut levels) = self.paused.pop().unwrap_or_default();
         Arc::make_mut(&mut tapes).extend(self.tapes.iter().cloned());
+        levels.extend(self.tape_levels.iter().copied());
         self.tapes = tapes;
+        self.tape_levels = levels;
+        self.relevel();
         Ok(())
     }
 

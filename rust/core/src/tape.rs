@@ -291,7 +291,7 @@ impl<V: Value> Tape<V> {
     }
 }
 
-fn lock<V: Value>(tape: &TapeRef<V>) -> MutexGuard<'_, Tape<V>> {
+pub fn lock<V: Value>(tape: &TapeRef<V>) -> MutexGuard<'_, Tape<V>> {
     // A poisoned tape only means a panic elsewhere; its records are still consistent.
     tape.lock().unwrap_or_else(|e| e.into_inner())
 }

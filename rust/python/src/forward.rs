@@ -1,8 +1,6 @@
 //! `gradloop._core.ForwardAccumulator`: forward mode's counterpart of `Tape`, which the Python
 //! API (`gl.jvp` and the helpers built on it) drives.
 
-use std::sync::Arc;
-
 use gradloop::forward::{lock, AccumulatorRef, ForwardAccumulator};
 use gradloop::trace::Val;
 use pyo3::prelude::*;
@@ -51,15 +49,15 @@ impl PyForwardAccumulator {
         runtime::push_accumulator(self.inner.clone(), None);
     }
 
-    /// Stops taking tangents; returns where it stood in the stack (None if it was not active),
-    /// for `push_at`.
-    fn pop(&self) -> Option<usize> {
+    /// Stops taking tangents; returns where it stood among the tapes and accumulators (None if
+    /// it was not active), for `push_at`.
+    fn pop(&self) -> Option<(usize, u64)> {
         runtime::pop_accumulator(&self.inner)
     }
 
-    /// Takes tangents again at `index` of the stack (what `pop` returned).
-    fn push_at(&self, index: usize) {
-        runtime::push_accumulator(self.inner.clone(), Some(index));
+    /// Takes tangents again where `pop` took it from (what `pop` returned).
+    fn push_at(&self, place: (usize, u64)) {
+        runtime::push_accumulator(self.inner.clone(), Some(place));
     }
 }
 
@@ -70,13 +68,4 @@ pub fn active_accumulators() -> Vec<PyForwardAccumulator> {
         .into_iter()
         .map(|inner| PyForwardAccumulator { inner })
         .collect()
-}
-
-/// Whether `a` and `b` are the same accumulator.
-#[pyfunction]
-pub fn same_accumulator(
-    a: &Bound<'_, PyForwardAccumulator>,
-    b: &Bound<'_, PyForwardAccumulator>,
-) -> bool {
-    Arc::ptr_eq(&a.get().inner, &b.get().inner)
 }

@@ -25,7 +25,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tape::PyTape>()?;
     m.add_class::<forward::PyForwardAccumulator>()?;
     m.add_function(wrap_pyfunction!(forward::active_accumulators, m)?)?;
-    m.add_function(wrap_pyfunction!(forward::same_accumulator, m)?)?;
     m.add_class::<trace::PyBranch>()?;
     m.add_class::<function::PyConcreteFunction>()?;
     m.add_class::<function::PyGraph>()?;

@@ -38,13 +38,13 @@ pub fn active_accumulators() -> Vec<AccumulatorRef<Val>> {
     RUNTIME.with(|r| r.borrow().accumulators().to_vec())
 }
 
-/// Makes `acc` take tangents, at `index` of the stack (innermost when None).
-pub fn push_accumulator(acc: AccumulatorRef<Val>, index: Option<usize>) {
-    RUNTIME.with(|r| r.borrow_mut().push_accumulator(acc, index));
+/// Makes `acc` take tangents: innermost, or back where `pop_accumulator` took it from.
+pub fn push_accumulator(acc: AccumulatorRef<Val>, place: Option<(usize, u64)>) {
+    RUNTIME.with(|r| r.borrow_mut().push_accumulator(acc, place));
 }
 
 /// Stops `acc` taking tangents; where it stood, None when it was not active.
-pub fn pop_accumulator(acc: &AccumulatorRef<Val>) -> Option<usize> {
+pub fn pop_accumulator(acc: &AccumulatorRef<Val>) -> Option<(usize, u64)> {
     RUNTIME.with(|r| r.borrow_mut().pop_accumulator(acc))
 }
 

@@ -183,7 +183,9 @@ pub fn jvp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
     let ys = {
         let mut ctx = ForwardContext {
             inner: &mut base,
+            tapes: &[],
             accumulators: &accumulators,
+            tapes_below: &[0],
             registry: registry(),
         };
         replay(&mut ctx, f, &xs[..n])?

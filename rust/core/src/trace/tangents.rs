@@ -112,7 +112,9 @@ pub(crate) fn tangent_function(
         let results = {
             let mut ctx = ForwardContext {
                 inner: &mut base,
+                tapes: &[],
                 accumulators: &accumulators,
+                tapes_below: &[0],
                 registry: registry(),
             };
             replay(&mut ctx, f, &params[..n])?
