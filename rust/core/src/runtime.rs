@@ -13,6 +13,9 @@ use crate::ops::Context;
 use crate::tape::{TapeContext, TapeRef};
 use crate::trace::{registry, TraceContext, TracerRef, Val};
 
+/// A stack of tapes, innermost last, shared so that each op takes it with one reference count.
+type Tapes = Arc<Vec<TapeRef<Val>>>;
+
 /// Tapes and trace of one thread.
 #[derive(Default)]
 pub struct Runtime {
@@ -22,7 +25,7 @@ pub struct Runtime {
     /// When each tape was pushed (`next_level`), beside `tapes`: ascending.
     tape_levels: Vec<u64>,
     /// Tape stacks set aside by `pause`, innermost last, with their levels.
-    paused: Vec<(Arc<Vec<TapeRef<Val>>>, Vec<u64>)>,
+    paused: Vec<(Tapes, Vec<u64>)>,
     /// The trace being built (`begin_trace` .. `end_trace`).
     tracer: Option<TracerRef>,
     /// Forward-mode accumulators, innermost last (shared as `tapes` is), and when each was
