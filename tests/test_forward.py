@@ -321,6 +321,38 @@ def test_custom_jvp_rule_is_used(mode: str) -> None:
     assert np.isnan(np.asarray(plain)[1])
 
 
+@gl.custom_jvp
+def doubled_sin(x):
+    return gl.sin(x)
+
+
+@doubled_sin.defjvp
+def _doubled_sin_jvp(primals, tangents):
+    # deliberately twice the true derivative, so that ignoring the rule shows
+    return doubled_sin(primals[0]), 2.0 * gl.cos(primals[0]) * tangents[0]
+
+
+@pytest.mark.parametrize("mode", ("eager", "frames", "compiled"))
+def test_reverse_mode_transposes_the_custom_jvp_rule(mode: str) -> None:
+    x = gl.tensor(np.array([1.0, 800.0]))
+    g = staged(mode, gl.grad(lambda x: gl.sum(log1pexp(x))))(x)
+    np.testing.assert_allclose(np.asarray(g), 1.0 / (1.0 + np.exp(-np.array([1.0, 800.0]))))
+    g = staged(mode, gl.grad(lambda x: gl.sum(doubled_sin(x) * x)))(x)
+    expected = 2.0 * np.cos([1.0, 800.0]) * [1.0, 800.0] + np.sin([1.0, 800.0])
+    np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ("eager", "frames"))
+def test_second_order_reverse_mode_differentiates_the_rule(mode: str) -> None:
+    x = gl.tensor(np.array([0.5, -1.0]))
+    loss = lambda x: gl.sum(log1pexp(x))  # noqa: E731
+    s = 1.0 / (1.0 + np.exp(-np.array([0.5, -1.0])))
+    h = staged(mode, gl.hessian(loss))(x)
+    np.testing.assert_allclose(np.asarray(h), np.diag(s * (1 - s)), rtol=1e-12, atol=1e-15)
+    d2 = staged(mode, gl.grad(lambda y: gl.sum(gl.grad(loss)(y))))(x)
+    np.testing.assert_allclose(np.asarray(d2), s * (1 - s), rtol=1e-12)
+
+
 def test_custom_jvp_second_order_goes_through_its_rule() -> None:
     x = gl.tensor(np.array([0.5, -1.0]))
     d2 = gl.jvp(lambda y: gl.jvp(log1pexp, (y,), (gl.ones_like(y),))[1], (x,), (gl.ones_like(x),))[

@@ -12,6 +12,7 @@ ops of a tape's gradient (forward over reverse: `hessian`), so everything compos
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -334,13 +335,20 @@ class custom_jvp:
     ```
 
     Positional arguments are the tensor inputs; the rule receives them and their tangents
-    (zeros for unperturbed float inputs, None for integer and bool ones) as tuples. Outside
-    forward mode `f` runs as written, and reverse mode differentiates its ops.
+    (zeros for unperturbed float inputs, None for integer and bool ones) as tuples; keyword
+    arguments pass through to `f` and the rule. Reverse mode uses the rule too, as JAX does:
+    the gradient is the transpose of the rule's tangent map (the rule's tangent output is
+    linear in the tangents; its gradient with respect to them, at zero tangents, is the
+    vector-Jacobian product), so a rule that fixes a numerically unstable derivative fixes
+    `grad` as well. Without a rule `f` runs as written.
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self.rule: Callable[..., Any] | None = None
+        # Calls of `f` made by its own rule while it is transposed run as written: a rule
+        # usually computes its primal output by calling `f`.
+        self._transposing = threading.local()
         functools.update_wrapper(self, fn)
 
     def defjvp(self, rule: Callable[..., Any]) -> Callable[..., Any]:
@@ -352,6 +360,8 @@ class custom_jvp:
         where = f"custom_jvp({_name(self.fn)})"
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
         accs = perturbed(inputs)
+        if not accs and self.rule is not None and not getattr(self._transposing, "on", False):
+            return self._reverse(inputs, kwargs, where)
         if not accs:
             return self.fn(*inputs, **kwargs)
         if self.rule is None:
@@ -386,3 +396,44 @@ class custom_jvp:
                 if t is not None:
                     acc.watch(v, t)
         return nest.pack_sequence_as(y, fresh)
+
+    def _reverse(self, inputs: list[Any], kwargs: dict[str, Any], where: str) -> Any:
+        """`f` as one op whose gradient is the transposed rule (see the class doc)."""
+        rule = self.rule
+        assert rule is not None
+
+        def forward(*xs: _core.Tensor) -> tuple[Any, Callable[..., Any]]:
+            def backward(*cotangents: Any) -> list[Any]:
+                floats = [x for x in xs if x.dtype.is_floating]
+                zeros = [_core.zeros_like(x) for x in floats]
+                it = iter(zeros)
+                tangents = tuple(next(it) if x.dtype.is_floating else None for x in xs)
+                self._transposing.on = True
+                try:
+                    with GradientTape() as tape:
+                        tape.watch(zeros)
+                        _, ty = rule(tuple(xs), tangents, **kwargs)
+                finally:
+                    self._transposing.on = False
+                t_flat = [
+                    t if isinstance(t, _core.Tensor) else None
+                    for t in _flatten_like(ty, ty, f"{where}, the rule's tangents")
+                ]
+                used = [(t, c) for t, c in zip(t_flat, cotangents, strict=True) if t is not None]
+                grads = iter(
+                    tape.gradient(
+                        [t for t, _ in used],
+                        zeros,
+                        output_gradients=[c for _, c in used],
+                        unconnected_gradients="zero",
+                    )
+                    if used
+                    else [None] * len(zeros)
+                )
+                return [next(grads) if x.dtype.is_floating else None for x in xs]
+
+            return self.fn(*xs, **kwargs), backward
+
+        from .autodiff import _custom_op
+
+        return _custom_op(forward, where)(*inputs)
