@@ -12,7 +12,6 @@
 
 use super::{lock, registry, replay, TraceContext, Tracer, TracerRef, Val};
 use crate::error::{Error, Result};
-use crate::forward::{ForwardAccumulator, ForwardContext};
 use crate::graph::Graph;
 use crate::ops::build;
 use crate::passes::bind_params;
@@ -174,26 +173,12 @@ pub fn jvp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
     let mut params = f.params.clone();
     params.extend(wrt.iter().map(|&i| f.params[i].clone()));
     let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);
-    let acc = ForwardAccumulator::new_ref();
-    for (k, &i) in wrt.iter().enumerate() {
-        crate::forward::lock(&acc).watch(&xs[i], xs[n + k].clone())?;
-    }
+    let given = wrt.iter().enumerate().map(|(k, &i)| (i, xs[n + k].clone()));
+    let (ys, tangents) = super::tangents::replay_forward(&tracer, f, &xs[..n], given)?;
     let mut base = TraceContext::new(Some(tracer.clone()));
-    let accumulators = [acc.clone()];
-    let ys = {
-        let mut ctx = ForwardContext {
-            inner: &mut base,
-            tapes: &[],
-            accumulators: &accumulators,
-            tapes_below: &[0],
-            registry: registry(),
-        };
-        replay(&mut ctx, f, &xs[..n])?
-    };
     let mut outs = ys.clone();
-    for y in &ys {
+    for (y, t) in ys.iter().zip(tangents) {
         if y.ty().dtype.is_float() {
-            let t = crate::forward::lock(&acc).tangent(y);
             outs.push(match t {
                 Some(t) => t,
                 None => build::zeros_like(&mut base, y)?,

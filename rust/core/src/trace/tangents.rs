@@ -70,6 +70,34 @@ pub(crate) fn tracer_of(ctx: &dyn Context<Val>, what: &str) -> Result<TracerRef>
         .ok_or_else(|| gradient_error(what, "control flow outside a traced function"))
 }
 
+/// `f` replayed on `args` into the tracer's current function under a fresh accumulator that
+/// holds the `tangents` given (argument index, tangent): its results and their tangents (`None`
+/// where none reaches).
+pub(crate) fn replay_forward(
+    tracer: &TracerRef,
+    f: &Function,
+    args: &[Val],
+    tangents: impl IntoIterator<Item = (usize, Val)>,
+) -> Result<(Vec<Val>, Vec<Option<Val>>)> {
+    let acc = ForwardAccumulator::new_ref();
+    for (i, t) in tangents {
+        crate::forward::lock(&acc).watch(&args[i], t)?;
+    }
+    let mut base = TraceContext::new(Some(tracer.clone()));
+    let accumulators = [acc.clone()];
+    let mut ctx = ForwardContext {
+        inner: &mut base,
+        tapes: &[],
+        accumulators: &accumulators,
+        tapes_below: &[0],
+        registry: registry(),
+    };
+    let results = replay(&mut ctx, f, args)?;
+    let acc = crate::forward::lock(&acc);
+    let tangents = results.iter().map(|r| acc.tangent(r)).collect();
+    Ok((results, tangents))
+}
+
 /// A function's tangent function (see the module doc), added to the tracer's library.
 pub(crate) struct TangentFunction {
     pub name: String,
@@ -99,31 +127,14 @@ pub(crate) fn tangent_function(
     let params = lock(tracer).push_function(&format!("{}_jvp", f.name), types);
     let n = f.params.len();
     let built = (|| {
-        let acc = ForwardAccumulator::new_ref();
-        {
-            let mut a = crate::forward::lock(&acc);
-            let marked = (0..n).filter(|&i| tangent_in[i]);
-            for (k, i) in marked.enumerate() {
-                a.watch(&params[i], params[n + k].clone())?;
-            }
-        }
+        let marked = (0..n).filter(|&i| tangent_in[i]);
+        let given = marked.enumerate().map(|(k, i)| (i, params[n + k].clone()));
+        let (results, tangents) = replay_forward(tracer, f, &params[..n], given)?;
         let mut base = TraceContext::new(Some(tracer.clone()));
-        let accumulators = [acc.clone()];
-        let results = {
-            let mut ctx = ForwardContext {
-                inner: &mut base,
-                tapes: &[],
-                accumulators: &accumulators,
-                tapes_below: &[0],
-                registry: registry(),
-            };
-            replay(&mut ctx, f, &params[..n])?
-        };
         let mut outs = results.clone();
         let mut tangent_out = Vec::with_capacity(results.len());
         let mut reached = Vec::with_capacity(results.len());
-        for (j, r) in results.iter().enumerate() {
-            let t = crate::forward::lock(&acc).tangent(r);
+        for (j, (r, t)) in results.iter().zip(tangents).enumerate() {
             reached.push(t.is_some());
             let takes = takes_tangent(&r.value_type()) && want.is_none_or(|w| w[j]);
             tangent_out.push(takes);
