@@ -356,10 +356,13 @@ def _call_grad_fn(
     return _validate.check_custom_gradients(grads, inputs, where)
 
 
-def _takes_tangents(inputs: list[_core.Tensor]) -> bool:
-    """Whether an active forward-mode accumulator holds a tangent of one of `inputs`."""
-    accs = _core.active_accumulators()
-    return any(a.tangent(x) is not None for a in accs for x in inputs)
+def perturbed(inputs: list[Any]) -> list[Any]:
+    """The active forward-mode accumulators holding a tangent of one of `inputs` (tensors;
+    other values are skipped), innermost last."""
+    tensors = [x for x in inputs if isinstance(x, _core.Tensor)]
+    return [
+        a for a in _core.active_accumulators() if any(a.tangent(x) is not None for x in tensors)
+    ]
 
 
 def _custom_op(
@@ -372,7 +375,7 @@ def _custom_op(
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
-        if _takes_tangents(inputs):
+        if perturbed(inputs):
             if forward_fn is None:
                 raise errors.GradientError(
                     _validate.at_user(

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _core, _validate, errors, nest
 from . import variables as _variables
-from .autodiff import GradientTape
+from .autodiff import GradientTape, perturbed
 
 __all__ = ["custom_jvp", "hessian", "jacfwd", "jacrev", "jvp", "linearize"]
 
@@ -311,14 +311,6 @@ def hessian(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Calla
     reverse). Through a `while_loop`, the forward pass differentiates the reverse pass's
     loops, stacks included."""
     return jacfwd(jacrev(fn, argnums), argnums)
-
-
-def perturbed(inputs: list[Any]) -> list[Any]:
-    """The active accumulators holding a tangent of one of `inputs`, innermost last."""
-    tensors = [x for x in inputs if isinstance(x, _core.Tensor)]
-    return [
-        a for a in _core.active_accumulators() if any(a.tangent(x) is not None for x in tensors)
-    ]
 
 
 class custom_jvp:

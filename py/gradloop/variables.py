@@ -145,7 +145,7 @@ class Variable:
                     f"to a variable of shape {self.shape}"
                 )
             )
-        if any(a.tangent(value) is not None for a in _core.active_accumulators()):
+        if autodiff.perturbed([value]):
             # As in graph mode (the assign node's tangent rule): reads would silently lose it.
             raise errors.GradientError(
                 _validate.at_user(
