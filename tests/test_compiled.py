@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -690,3 +692,108 @@ def test_results_stay_the_callers_after_later_calls() -> None:
     for r, want in zip(first, kept, strict=True):
         np.testing.assert_array_equal(np.asarray(r), want)
     np.testing.assert_allclose(kept[0], 2.0 * np.sin([0.1, 0.2, 0.3]), rtol=1e-12)
+
+
+# ---- bounded emission and compile time ------------------------------------------------------
+
+
+def forwarding_loop(c0, c1, c2):
+    """One trip; the body forwards one loop variable into another's place and makes constants."""
+    return gl.while_loop(
+        lambda x0, i, x2: i == 0.0,
+        lambda x0, x1, x2: (gl.zeros_like(x0), gl.ones_like(x1), x0),
+        (c0, c1, c2),
+    )
+
+
+FORWARDING_ARGS = (1.5, 0.0, 2.5)
+
+
+def test_unrolling_a_loop_of_constants_emits_a_small_module_in_bounded_memory() -> None:
+    # Each unrolled iteration selected between constants whose keys nested those before: the
+    # emitter's memory doubled per iteration until the machine's was gone. In a child process
+    # under a memory limit, so that a regression fails here instead of taking the suite down.
+    script = textwrap.dedent(
+        """
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        import numpy as np
+        import gradloop as gl
+        from test_compiled import forwarding_loop, FORWARDING_ARGS
+        args = [gl.tensor(np.float64(v)) for v in FORWARDING_ARGS]
+        concrete = gl.function(forwarding_loop).concrete_function(*args)
+        text, facts = concrete.mlir_module(unroll_loops=True)
+        assert facts["unrolled_loops"], facts
+        print(len(text))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(__file__),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.strip()) < 200_000
+
+
+def test_a_loop_forwarding_a_variable_into_another_compiles_and_agrees() -> None:
+    args = [gl.tensor(np.float64(v)) for v in FORWARDING_ARGS]
+    assert_compiled_matches_eager(forwarding_loop, *args)
+
+    def loss(c0, c1, c2):
+        out = forwarding_loop(c0 * 2.0, c1, c2 * c0)
+        return out[0] + out[1] * 3.0 + out[2] * out[2]
+
+    grads = gl.grad(loss, argnums=(0, 1, 2))
+    assert_compiled_matches_eager(grads, *args)
+
+
+def mixed_dtype_loop(i, a, b, c, d, e):
+    """A 3-trip loop over six loop variables of five dtypes, then a `cond` on its counter."""
+
+    def body(i, a, b, c, d, e):
+        return (
+            i + 1,
+            a * 1.5 + 1.0,
+            b - 0.5 * gl.cast(c, gl.float64),
+            c + 2,
+            d * 2,
+            gl.logical_not(e),
+        )
+
+    i, a, b, c, d, e = gl.while_loop(lambda i, *rest: i < 3, body, (i, a, b, c, d, e))
+    return gl.cond(i > 2, lambda: (a * 2.0, b, d, e), lambda: (a, b * 3.0, d + 1, e))
+
+
+def test_a_loop_over_many_mixed_dtype_variables_compiles_and_agrees() -> None:
+    args = (
+        gl.tensor(np.int32(0)),
+        gl.tensor(np.array([1.0, 2.0], np.float32)),
+        gl.tensor(np.array([1.0, 2.0])),
+        gl.tensor(np.array([1, 2], np.int32)),
+        gl.tensor(np.array([1, 2], np.int64)),
+        gl.tensor(np.array([True, False])),
+    )
+    assert_compiled_matches_eager(mixed_dtype_loop, *args, rtol=1e-6)
+    grad = gl.grad(lambda b, *rest: gl.sum(mixed_dtype_loop(rest[0], rest[1], b, *rest[2:])[1]))
+    assert_compiled_matches_eager(grad, args[2], args[0], args[1], *args[3:])
+
+
+def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monkeypatch) -> None:
+    from gradloop import _compiler, compiled
+
+    monkeypatch.setenv("GRADLOOP_COMPILE_TIMEOUT_S", "0.001")
+    fn = gl.jit(double_sin)
+    x = f64(0.1, 0.2)
+    started = time.monotonic()
+    with pytest.raises(gl.errors.CompileTimeoutError, match="did not finish compiling"):
+        fn(x)
+    assert time.monotonic() - started < 30  # two forms at most, each stopped at once
+    with pytest.raises(_compiler.CompileTimeout):
+        _compiler.compile_to_vm(gl.to_mlir(double_sin, x), compiled._flags("llvm-cpu", True))
+    assert not list((tmp_path / "cache").glob("*.error"))
+    monkeypatch.delenv("GRADLOOP_COMPILE_TIMEOUT_S")
+    # a fresh compiler process takes the next compile
+    np.testing.assert_allclose(np.asarray(gl.jit(double_sin)(x)), 2 * np.sin([0.1, 0.2]))

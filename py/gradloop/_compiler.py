@@ -1,11 +1,16 @@
-"""IREE's compiler run in this process through its C embedding API (`iree.compiler.api`).
+"""IREE's compiler through its C embedding API (`iree.compiler.api`), in a worker process that
+this process starts once and keeps.
 
-`iree.compiler.compile_str` starts an `iree-compile` process per module; here the library is
-loaded once per process (about 80 ms, on a background thread from `warm_up`) and each later
-module costs only its pass pipeline (W7's: 180 ms against 300 through a process), and the compile
-runs with the GIL released, so Python keeps running while a module compiles in the background
-(`gl.jit(tiered=True)`). Diagnostics are collected through the API's callback and raised as a
-`CompilerFailure` carrying IREE's messages (`error:` lines first), as `iree-compile` prints them.
+`iree.compiler.compile_str` starts an `iree-compile` process per module; here one worker
+process loads the library once (about 80 ms, started in the background by `warm_up`) and each
+later module costs only its pass pipeline and two pipe transfers (W7's: about 180 ms against 300
+through `iree-compile`). The worker is what bounds a compile: IREE cannot be interrupted in
+process, and some modules never finish (a 45-line loop sat in IREE's passes for more than ten
+minutes). A compile that runs past its `timeout` has its worker killed and raises
+`CompileTimeout`; the next compile starts a fresh worker. The caller waits with the GIL released,
+so Python keeps running while a module compiles in the background (`gl.jit(tiered=True)`).
+Diagnostics are collected through the API's callback and raised as a `CompilerFailure` carrying
+IREE's messages (`error:` lines first), as `iree-compile` prints them.
 
 `iree.compiler.api`'s Python classes declare part of the C API; the calls that choose the
 phases to compile from and to and that deliver diagnostics to a callback exist in the same
@@ -15,10 +20,20 @@ library (`embedding_api.h`) and are declared here.
 from __future__ import annotations
 
 import ctypes
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
-__all__ = ["CompilerFailure", "compile_to_vm", "vm_to_bytecode", "warm_up"]
+__all__ = ["CompileTimeout", "CompilerFailure", "compile_to_vm", "vm_to_bytecode", "warm_up"]
+
+#: Seconds one compile may run before its worker is killed (`GRADLOOP_COMPILE_TIMEOUT_S`).
+DEFAULT_TIMEOUT_S = 300.0
 
 #: `iree_compiler_diagnostic_severity_t`.
 _SEVERITIES = {0: "note", 1: "warning", 2: "error", 3: "remark"}
@@ -27,13 +42,24 @@ _DIAGNOSTIC = ctypes.CFUNCTYPE(
     None, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p
 )
 
-# One compile at a time: each uses every core in its LLVM stage, and a session is not thread safe.
-_lock = threading.Lock()
 _api: Any = None
 
 
 class CompilerFailure(Exception):
     """IREE refused a module; the message holds its diagnostics, one per line."""
+
+
+class CompileTimeout(CompilerFailure):
+    """IREE did not finish a module within the time allowed; its worker was killed."""
+
+
+def timeout_s() -> float:
+    """The time one compile may take: `GRADLOOP_COMPILE_TIMEOUT_S`, else `DEFAULT_TIMEOUT_S`."""
+    try:
+        value = float(os.environ.get("GRADLOOP_COMPILE_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
 def _load() -> Any:
@@ -59,23 +85,7 @@ def _load() -> Any:
     return _api
 
 
-_warmed = False
-
-
-def warm_up() -> None:
-    """Loads the compiler on a background thread (once per process), so that the first compile
-    does not wait for it. It compiles nothing: a compile beside the caller's first one would
-    take a core from it (measured: a warm-up compile made an immediate first call 40 ms
-    slower, and one 0.5 s later 50 ms faster)."""
-    global _warmed
-    if _warmed or _api is not None:
-        return
-    _warmed = True
-    # Not a daemon: interpreter shutdown waits for it rather than cutting it off inside IREE.
-    threading.Thread(target=_load, name="gradloop-compiler-load").start()
-
-
-def _compile(
+def _compile_here(
     text: bytes, flags: list[str], to_phase: str, from_phase: str, bytecode: bool
 ) -> bytes:
     api = _load()
@@ -92,38 +102,148 @@ def _compile(
         lines.sort(key=lambda line: not line.startswith("error:"))
         return CompilerFailure("\n".join(lines) or f"error: {stage} failed")
 
-    with _lock:
-        session = api.Session()
+    session = api.Session()
+    try:
         try:
-            try:
-                session.set_flags(*flags)
-            except ValueError as e:
-                raise CompilerFailure(f"error: {e}") from None
-            invocation = session.invocation()
-            lib.ireeCompilerInvocationEnableCallbackDiagnostics(
-                invocation._inv_p, 0, callback, None
-            )
-            if to_phase:
-                lib.ireeCompilerInvocationSetCompileToPhase(invocation._inv_p, to_phase.encode())
-            if from_phase:
-                lib.ireeCompilerInvocationSetCompileFromPhase(
-                    invocation._inv_p, from_phase.encode()
-                )
-            source = api.Source.wrap_buffer(session, text + b"\0")
-            if not invocation.parse_source(source):
-                raise failure("parsing")
-            if not invocation.execute():
-                raise failure("compiling")
-            output = api.Output.open_membuffer()
-            try:
-                (invocation.output_vm_bytecode if bytecode else invocation.output_ir)(output)
-                return bytes(output.map_memory())
-            except ValueError as e:
-                raise CompilerFailure(f"error: {e}") from None
-            finally:
-                output.close()
+            session.set_flags(*flags)
+        except ValueError as e:
+            raise CompilerFailure(f"error: {e}") from None
+        invocation = session.invocation()
+        lib.ireeCompilerInvocationEnableCallbackDiagnostics(invocation._inv_p, 0, callback, None)
+        if to_phase:
+            lib.ireeCompilerInvocationSetCompileToPhase(invocation._inv_p, to_phase.encode())
+        if from_phase:
+            lib.ireeCompilerInvocationSetCompileFromPhase(invocation._inv_p, from_phase.encode())
+        source = api.Source.wrap_buffer(session, text + b"\0")
+        if not invocation.parse_source(source):
+            raise failure("parsing")
+        if not invocation.execute():
+            raise failure("compiling")
+        output = api.Output.open_membuffer()
+        try:
+            (invocation.output_vm_bytecode if bytecode else invocation.output_ir)(output)
+            return bytes(output.map_memory())
+        except ValueError as e:
+            raise CompilerFailure(f"error: {e}") from None
         finally:
-            session.close()
+            output.close()
+    finally:
+        session.close()
+
+
+_HEADER = struct.Struct("<Q")
+
+
+class _Worker:
+    """The compiler's process: requests and answers are pickled tuples behind a length, over its
+    stdin and stdout."""
+
+    def __init__(self) -> None:
+        code = f"import runpy; runpy.run_path({__file__!r}, run_name={_WORKER_NAME!r})"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+    def request(self, message: tuple[Any, ...], timeout: float) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        data = pickle.dumps(message)
+        try:
+            self.process.stdin.write(_HEADER.pack(len(data)) + data)
+            self.process.stdin.flush()
+        except OSError:
+            raise self._died() from None
+        deadline = time.monotonic() + timeout
+        fd = self.process.stdout.fileno()
+        (size,) = _HEADER.unpack(self._read(fd, _HEADER.size, deadline, timeout))
+        return pickle.loads(self._read(fd, size, deadline, timeout))
+
+    def _read(self, fd: int, n: int, deadline: float, timeout: float) -> bytes:
+        chunks, left = [], n
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                self.kill()
+                raise CompileTimeout(
+                    f"error: IREE did not finish compiling within {timeout:g} s (the compile "
+                    "was stopped; GRADLOOP_COMPILE_TIMEOUT_S sets the limit)"
+                )
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise self._died()
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _died(self) -> CompilerFailure:
+        code = self.process.wait()
+        self.kill()
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        return CompilerFailure(f"error: IREE's compiler process ended ({how}) while compiling")
+
+
+_WORKER_NAME = "__gradloop_compile_worker__"
+
+# One compile at a time: each uses every core in its LLVM stage.
+_lock = threading.Lock()
+_worker: _Worker | None = None
+
+
+def _running_worker() -> _Worker:
+    global _worker
+    if _worker is None or not _worker.alive():
+        _worker = _Worker()
+    return _worker
+
+
+def warm_up() -> None:
+    """Starts the compiler's worker process (once per process; it loads IREE while the caller
+    goes on), so that the first compile does not wait for it. It compiles nothing: a compile
+    beside the caller's first one would take a core from it (measured: a warm-up compile made
+    an immediate first call 40 ms slower, and one 0.5 s later 50 ms faster)."""
+    with _lock:
+        _running_worker()
+
+
+def _compile(
+    text: bytes, flags: list[str], to_phase: str, from_phase: str, bytecode: bool
+) -> bytes:
+    with _lock:
+        worker = _running_worker()
+        status, value = worker.request((text, flags, to_phase, from_phase, bytecode), timeout_s())
+    if status == "ok":
+        return value
+    raise CompilerFailure(value)
+
+
+def _serve() -> None:
+    """The worker's loop: one compile per request, until its parent closes the pipe."""
+    _load()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while header := stdin.read(_HEADER.size):
+        (size,) = _HEADER.unpack(header)
+        args = pickle.loads(stdin.read(size))
+        try:
+            answer: tuple[str, Any] = ("ok", _compile_here(*args))
+        except CompilerFailure as e:
+            answer = ("error", str(e))
+        except Exception as e:  # any failure is the compile's, reported
+            answer = ("error", f"error: {type(e).__name__}: {e}")
+        data = pickle.dumps(answer)
+        stdout.write(_HEADER.pack(len(data)) + data)
+        stdout.flush()
 
 
 def compile_to_vm(mlir: str, flags: list[str]) -> str:
@@ -134,3 +254,7 @@ def compile_to_vm(mlir: str, flags: list[str]) -> str:
 def vm_to_bytecode(vm: str) -> bytes:
     """A VM-dialect module (`compile_to_vm`'s text) as a `.vmfb`."""
     return _compile(vm.encode(), [], "", "vm", bytecode=True)
+
+
+if __name__ == _WORKER_NAME:
+    _serve()

@@ -314,10 +314,14 @@ def convert_number(leaf: Any) -> Any:
 
 
 def differentiable_args(args: tuple[Any, ...], nums: tuple[int, ...], where: str) -> list[Any]:
-    """`args` with those at `nums` as structures of float tensors or Variables."""
+    """`args` with those at `nums` as structures of float tensors or Variables, each tensor leaf
+    a value of its own (`identity`): a function transform differentiates with respect to
+    argument positions and pytree leaves, not tensor identities, so `f(x, x)` has one gradient
+    per position, as in JAX (a tape watching `x` would give both the sum). Outer tapes and
+    accumulators see through the identity, so higher orders are unchanged."""
     out = list(args)
-    for i in nums:
-        if not -len(args) <= i < len(args):
+    for i in dict.fromkeys(n % len(args) if -len(args) <= n < len(args) else n for n in nums):
+        if not 0 <= i < len(args):
             raise errors.InvalidArgumentError(
                 at_user(f"{where}: argnums {i} is out of range for {len(args)} arguments")
             )
@@ -325,7 +329,8 @@ def differentiable_args(args: tuple[Any, ...], nums: tuple[int, ...], where: str
             check_gradient_source(convert_number(leaf), path, f"{where}, argument {i}")
             for path, leaf in nest.flatten_with_paths(args[i])
         ]
-        out[i] = nest.pack_sequence_as(args[i], flat)
+        fresh = [_core.identity(t) if isinstance(t, _core.Tensor) else t for t in flat]
+        out[i] = nest.pack_sequence_as(args[i], fresh)
     return out
 
 

@@ -453,11 +453,13 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def forward(*inputs: _core.Tensor, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         def backward(*dys: Any) -> list[Any]:
-            floats = [x for x in inputs if x.dtype.is_floating]
+            # One value per position: `f(x, x)` has a gradient for each (their sum reaches x).
+            fresh = [_core.identity(x) if x.dtype.is_floating else x for x in inputs]
+            floats = [x for x in fresh if x.dtype.is_floating]
             # Runs while the outer tapes record, so the recomputation is differentiable again.
             with GradientTape() as tape:
                 tape.watch(floats)
-                again = nest.flatten(fn(*inputs, **kwargs))
+                again = nest.flatten(fn(*fresh, **kwargs))
             grads = iter(tape.gradient(again, floats, output_gradients=nest.flatten(list(dys))))
             return [next(grads) if x.dtype.is_floating else None for x in inputs]
 

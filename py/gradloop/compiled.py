@@ -166,6 +166,8 @@ def compile_mlir(
     if cf is None:
         try:
             return compile_mlir(mlir, target, portable, False, workaround_flags, uses_f64)
+        except errors.CompileTimeoutError:
+            raise  # the CFG is no faster to compile: never wait twice
         except errors.CompileError:
             return compile_mlir(mlir, target, portable, True, workaround_flags, uses_f64)
     flags = _flags(target, uses_f64, portable, workaround_flags)
@@ -184,6 +186,8 @@ def compile_mlir(
     else:
         try:
             vmfb = _compile_with_iree(_to_cf(mlir) if cf else mlir, flags)
+        except errors.CompileTimeoutError:
+            raise  # not cached: a later compile, with more time, may finish
         except errors.CompileError as e:
             _write_atomic(failed, str(e).encode())
             raise
@@ -270,12 +274,20 @@ def _compile_concrete(
     tried = set() if tried is None else tried
     failure: errors.CompileError | None = None
     for k, form in enumerate(forms):
-        mlir, facts = concrete.mlir_module(
-            embed_captures=embed_captures,
-            list_stacks=form.list_stacks,
-            yield_barriers=form.yield_barriers,
-            unroll_loops=form.unroll_loops,
-        )
+        if failure is not None and _too_big(failure) and form.unroll_loops:
+            continue  # past a budget, only forms without unrolled loops are smaller
+        try:
+            mlir, facts = concrete.mlir_module(
+                embed_captures=embed_captures,
+                list_stacks=form.list_stacks,
+                yield_barriers=form.yield_barriers,
+                unroll_loops=form.unroll_loops,
+            )
+        except errors.CompileError as e:
+            if not form.unroll_loops:
+                raise
+            failure = e  # the module outgrew the emitter's budget unrolled: try it rolled
+            continue
         written = _Form(
             form.list_stacks and facts["tensor_stacks"],
             facts["yield_barriers"],
@@ -291,11 +303,23 @@ def _compile_concrete(
                 mlir, target, portable, form.cf, form.workaround_flags, "float64" in facts["dtypes"]
             )
             return mlir, vmfb, dict(facts, list_stacks=written.list_stacks), forms[k + 1 :]
+        except errors.CompileTimeoutError as e:
+            if not written.unroll_loops:
+                raise errors.CompileTimeoutError(
+                    f"compiling {concrete.graph.entry} for {target}: {e}"
+                ) from None
+            failure = e
         except errors.CompileError as e:
             failure = e
     if failure is None:
         raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: no form left")
     raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: {failure}")
+
+
+def _too_big(failure: errors.CompileError) -> bool:
+    """Whether a form failed for its size (the emitter's budget, or IREE's time limit), so
+    that only smaller forms are worth trying."""
+    return isinstance(failure, errors.CompileTimeoutError) or "MiB of MLIR text" in str(failure)
 
 
 def _first_line(message: str) -> str:
@@ -332,6 +356,8 @@ def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
     try:
         vm = _compiler.compile_to_vm(mlir, flags)
         return _compiler.vm_to_bytecode(_vm_repair.repair(vm))
+    except _compiler.CompileTimeout as e:
+        raise errors.CompileTimeoutError(_validate.at_user(_first_line(str(e)))) from None
     except _compiler.CompilerFailure as e:
         raise errors.CompileError(
             _validate.at_user(f"iree-compile failed: {_first_line(str(e))}\n{e}")

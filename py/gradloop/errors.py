@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CompileError",
+    "CompileTimeoutError",
     "ControlFlowError",
     "DTypeError",
     "ExecutionError",
@@ -63,6 +64,11 @@ class GraphError(GradloopError, ValueError):
 
 class CompileError(GradloopError, RuntimeError):
     """The MLIR emitter or the compiler behind it failed."""
+
+
+class CompileTimeoutError(CompileError, TimeoutError):
+    """The compiler did not finish within its time limit (`GRADLOOP_COMPILE_TIMEOUT_S`) and was
+    stopped; no form of the module compiled in time."""
 
 
 class ExecutionError(GradloopError, RuntimeError):

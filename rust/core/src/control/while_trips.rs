@@ -42,8 +42,9 @@ const EXACT_UNROLL: usize = 8;
 /// compile time, and beyond it the trip's fixed cost no longer matters).
 const EXACT_BUDGET: usize = 1 << 18;
 
-/// Ops, stack pops and pushes one trip of an exact loop may hold (compile time).
-const EXACT_NODES: usize = 256;
+/// Ops, stack pops and pushes one unrolled trip may hold: the module's size and IREE's compile
+/// time grow with them, whatever the work.
+const UNROLL_NODES: usize = 256;
 
 /// How a predicated loop runs its trips.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +61,8 @@ pub(crate) struct Predicated {
 /// How many iterations one trip of a predicated loop runs: for a loop whose condition is ops
 /// only and whose body is ops and pushes onto stacks of tensors kept as lists (each pushed at
 /// most once per iteration; with `EmitOptions::unroll_loops`), as many as fit `UNROLL_BUDGET`
-/// of work (`OpDef::work` summed over the ops), a power of two up to `UNROLL`; 1 otherwise. A
+/// of work (`OpDef::work` summed over the ops) and `UNROLL_NODES` ops, a power of two up to
+/// `UNROLL`; 1 otherwise. A
 /// trip's pushes all land in the list, written after its dispatches, and its size, like a
 /// `maximum_iterations` counter, advances by the iterations kept, so a later trip writes over
 /// the others.
@@ -73,7 +75,7 @@ pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
         return Ok(single);
     }
     let (cond, body) = (l.library.get(&w.cond)?, l.library.get(&w.body)?);
-    let (Some((cond_work, _)), Some((body_work, _))) =
+    let (Some((cond_work, cond_nodes)), Some((body_work, body_nodes))) =
         (ops_work(cond, false), ops_work(body, true))
     else {
         return Ok(single);
@@ -106,8 +108,13 @@ pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
     // per iteration kept on the device; the loss alone from 4.0 to 3.7 (once the slice index
     // of `xs[t]` stayed on the host: it was 5.2 before).
     let work = cond_work.saturating_add(body_work);
+    let nodes = (cond_nodes + body_nodes).max(1);
     Ok(Predicated {
-        per_trip: power_of_two((UNROLL_BUDGET / work).clamp(1, UNROLL)),
+        per_trip: power_of_two(
+            (UNROLL_BUDGET / work)
+                .min(UNROLL_NODES / nodes)
+                .clamp(1, UNROLL),
+        ),
         host_vars: (!on_host && (stacks || w.maximum_iterations.is_some())).then_some(host),
     })
 }
@@ -193,7 +200,7 @@ pub(crate) fn countdown(l: &Lowering<'_>, w: &While) -> Result<Option<Countdown>
         return Ok(None);
     };
     let per_trip = (EXACT_BUDGET / work.max(1))
-        .min(EXACT_NODES / nodes.max(1))
+        .min(UNROLL_NODES / nodes.max(1))
         .clamp(1, EXACT_UNROLL);
     Ok((per_trip > 1).then(|| Countdown {
         count,

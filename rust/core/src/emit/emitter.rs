@@ -186,11 +186,23 @@ pub struct Emitter {
     /// How the module is written (`EmitOptions`).
     pub(crate) options: super::EmitOptions,
     /// Values IREE folds to constants (constants, and ops of constants only), each with a key
-    /// equal for equal values (the op's text over its operands' keys).
-    constants: HashMap<String, String>,
+    /// equal for equal values: the index in `constant_keys` of the op's text over its
+    /// operands' keys. Interned, so that a key stays one op long: nested keys written out grow
+    /// with the depth of the expression, and doubled at each step of a predicated loop's
+    /// selects (an unrolled trip of 32 iterations: keys of 2^32 characters).
+    constants: HashMap<String, usize>,
+    constant_keys: HashMap<String, usize>,
     /// The barriers put on branch results (`EmitOptions::yield_barriers`).
     pub(crate) yield_barriers: super::YieldBarriers,
+    /// Bytes of text written, in every buffer: past `MAX_MODULE_BYTES` nothing more is written
+    /// and the module is refused (`over_budget`).
+    written: usize,
 }
+
+/// The most MLIR text one module may hold. An emission that could grow without bound (an
+/// unrolled loop, say) stops here with a `Compile` error instead of taking the machine's
+/// memory; the caller can try a smaller form.
+pub const MAX_MODULE_BYTES: usize = 1 << 28;
 
 impl Emitter {
     pub fn new() -> Self {
@@ -200,6 +212,22 @@ impl Emitter {
     /// The text written so far.
     pub fn finish(self) -> String {
         self.out
+    }
+
+    /// A `Compile` error once the module has outgrown `MAX_MODULE_BYTES`.
+    pub fn check_budget(&self) -> Result<()> {
+        if self.written <= MAX_MODULE_BYTES {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Compile,
+            "mlir",
+            format!(
+                "the module outgrew {} MiB of MLIR text: the program is too large to compile \
+                 (an unrolled loop, or large tensors embedded as constants)",
+                MAX_MODULE_BYTES >> 20
+            ),
+        ))
     }
 
     /// The position after the text written so far (for `insert_at`).
@@ -227,7 +255,14 @@ impl Emitter {
     }
 
     /// For an op `body` IREE folds to a constant, a key equal for equal values.
-    fn constant_key(&self, body: &str) -> Option<String> {
+    fn constant_key(&mut self, body: &str) -> Option<usize> {
+        let key = self.constant_text(body)?;
+        let next = self.constant_keys.len();
+        Some(*self.constant_keys.entry(key).or_insert(next))
+    }
+
+    /// `body` with each operand replaced by its key, where every operand is a constant.
+    fn constant_text(&self, body: &str) -> Option<String> {
         if body.starts_with("stablehlo.constant ") {
             return Some(body.to_string());
         }
@@ -240,7 +275,7 @@ impl Emitter {
                 .find(|c: char| !(c.is_alphanumeric() || c == '_'))
                 .map_or(rest.len() - at, |n| n + 1);
             let operand = &rest[at..at + len];
-            key.push_str(&format!("({})", self.constants.get(operand)?));
+            key.push_str(&format!("(#{})", self.constants.get(operand)?));
             operands += 1;
             rest = &rest[at + len..];
         }
@@ -250,10 +285,10 @@ impl Emitter {
 
     /// A key equal for values IREE folds to equal constants (see `op`), else the value's name.
     pub(crate) fn value_key(&self, value: &MlirValue) -> String {
-        self.constants
-            .get(&value.name)
-            .cloned()
-            .unwrap_or_else(|| value.name.clone())
+        match self.constants.get(&value.name) {
+            Some(key) => format!("#{key}"),
+            None => value.name.clone(),
+        }
     }
 
     /// Whether IREE folds `value` to a constant.
@@ -275,6 +310,12 @@ impl Emitter {
 
     /// Writes one line at the current indentation.
     pub fn line(&mut self, text: &str) {
+        self.written = self
+            .written
+            .saturating_add(text.len() + 2 * self.indent + 1);
+        if self.written > MAX_MODULE_BYTES {
+            return;
+        }
         for _ in 0..self.indent {
             self.out.push_str("  ");
         }
@@ -486,5 +527,44 @@ mod tests {
         let ty = TensorType::new(DType::Bool, &[DYN, 3]);
         assert_eq!(type_text(&ty), "tensor<?x3xi1>");
         assert_eq!(type_text(&TensorType::scalar(DType::F64)), "tensor<f64>");
+    }
+
+    #[test]
+    fn constant_keys_stay_one_op_long_and_equal_for_equal_values() {
+        // Each select reads the one before twice, through two operands: written-out keys
+        // double with every step (the predicated loop of issue 28 reached 2^32 bytes).
+        let mut e = Emitter::new();
+        let ty = TensorType::scalar(DType::F64);
+        let (mut a, mut b) = (
+            e.constant(&Tensor::scalar(1.0f64)),
+            e.constant(&Tensor::scalar(1.0f64)),
+        );
+        assert_eq!(e.value_key(&a), e.value_key(&b));
+        for _ in 0..64 {
+            let s = e.elementwise("stablehlo.add", &[&a, &b], &ty);
+            let t = e.elementwise("stablehlo.add", &[&b, &a], &ty);
+            (a, b) = (s, t);
+        }
+        assert!(e.is_constant(&a));
+        assert!(e.value_key(&a).len() < 16);
+        assert!(e.constant_keys.values().all(|&k| k < 200));
+        assert!(e.constant_keys.keys().all(|k| k.len() < 100));
+        let c = e.elementwise("stablehlo.add", &[&a, &b], &ty);
+        let d = e.elementwise("stablehlo.add", &[&a, &b], &ty);
+        assert_eq!(e.value_key(&c), e.value_key(&d));
+    }
+
+    #[test]
+    fn a_module_past_the_budget_is_refused_and_stops_growing() {
+        let mut e = Emitter::new();
+        assert!(e.check_budget().is_ok());
+        let line = "x".repeat(1 << 20);
+        for _ in 0..(MAX_MODULE_BYTES >> 20) + 2 {
+            e.line(&line);
+        }
+        let err = e.check_budget().unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Compile);
+        assert!(err.to_string().contains("MiB of MLIR text"), "{err}");
+        assert!(e.finish().len() <= MAX_MODULE_BYTES);
     }
 }

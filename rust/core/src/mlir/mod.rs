@@ -163,7 +163,9 @@ fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<(String,
         lowering.e.line("module {");
         lowering.e.indent();
     }
-    lowering.entry(entry)?;
+    let entered = lowering.entry(entry);
+    lowering.e.check_budget()?;
+    entered?;
     if in_module {
         lowering.e.dedent();
         lowering.e.line("}");
