@@ -420,15 +420,19 @@ def emit_while(
     parameters (`body` returns the next loop variables). Returns the final loop variables;
     active tapes record it (its gradient is a reverse `while` over stacks)."""
 
-def emit_custom_gradient(
+def emit_custom_call(
     inputs: Sequence[TensorLike],
     params: Sequence[Tensor],
     results: Sequence[Tensor],
-    grad: Branch,
+    grad: Branch | None = None,
+    tangent: Branch | None = None,
+    refused: str | None = None,
 ) -> list[Tensor]:
-    """Closes the innermost frame (a custom-gradient function traced on `params` that returned
-    `results`) and calls it on `inputs` through a node whose gradient is `grad`, traced above
-    that frame on one cotangent per result. Returns the call's results."""
+    """Closes the innermost frame (a custom function traced on `params` that returned
+    `results`) and calls it on `inputs` through a node whose gradient is `grad` (traced above
+    that frame on one cotangent per result) and whose tangent is `tangent` (traced there on one
+    tangent per parameter, returning one per result); `refused` is why it has neither, raised
+    when a derivative is asked. Returns the call's results."""
 
 def mlir_gradient_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the

@@ -365,12 +365,22 @@ def perturbed(inputs: list[Any]) -> list[Any]:
     ]
 
 
+#: `tangent_fn(inputs, tangents, **kwargs)`: the flat tangents of a custom op's outputs (None
+#: for zeros), from its inputs and their tangents (None for integer and bool inputs).
+TangentFn = Callable[..., list[Any]]
+
+
 def _custom_op(
-    fn: Callable[..., Any], where: str, forward_fn: Callable[..., Any] | None = None
+    fn: Callable[..., Any],
+    where: str,
+    forward_fn: Callable[..., Any] | None = None,
+    tangent_fn: TangentFn | None = None,
 ) -> Callable[..., Any]:
     """`fn(*tensors) -> (y, grad_fn)` as one recorded op whose gradient is `grad_fn`. Under
     forward mode (inputs with tangents) `forward_fn` runs instead, op by op; without one it is
-    an error: a custom gradient says nothing of tangents."""
+    an error: a custom gradient says nothing of tangents. Traced, the op's node carries
+    `grad_fn` and `tangent_fn` traced, for the tangents asked of it later (in a loop body or a
+    branch, say)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -386,7 +396,7 @@ def _custom_op(
                 )
             return forward_fn(*inputs, **kwargs)
         if _core.trace_active():
-            return _traced_custom_op(fn, inputs, kwargs, where)
+            return _traced_custom_op(fn, inputs, kwargs, where, tangent_fn)
         y, outs, grad_fn = _run_forward(fn, inputs, kwargs, where)
 
         def backward(*out_grads: _core.Tensor) -> list[Any]:
@@ -400,32 +410,80 @@ def _custom_op(
 
 
 def _traced_custom_op(
-    fn: Callable[..., Any], inputs: list[_core.Tensor], kwargs: dict[str, Any], where: str
+    fn: Callable[..., Any],
+    inputs: list[_core.Tensor],
+    kwargs: dict[str, Any],
+    where: str,
+    tangent_fn: TangentFn | None,
 ) -> Any:
     """Graph mode: `fn` traced into a function of its own, called through a node whose gradient
-    is `grad_fn` traced too, so that the custom gradient holds wherever the node ends up (a
-    branch or loop body differentiated later, a compiled module)."""
+    is `grad_fn` traced too (and whose tangent is `tangent_fn` traced, where there is one), so
+    that the custom rules hold wherever the node ends up (a branch or loop body differentiated
+    later, a compiled module). A rule that fails as it is traced does not fail the call: the
+    node keeps the failure and raises it when a derivative is asked (as eagerly, where a rule
+    runs only then)."""
     name = getattr(fn, "__name__", "custom_gradient")
     params = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in inputs])
-    depth = 1  # frames open
     try:
         y, outs, grad_fn = _run_forward(fn, params, kwargs, where)
-        cotangents = _core.trace_push(f"{name}_grad", [(t.dtype, tuple(t.shape)) for t in outs])
-        depth = 2
-        with _paused():
-            grads = _call_grad_fn(grad_fn, y, cotangents, params, where)
-            grads = [
-                _core.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)
-            ]
-        depth = 1
-        grad_branch = _core.trace_pop(grads)
-        depth = 0  # emit_custom_gradient closes the function's frame itself
-        outputs = _core.emit_custom_gradient(inputs, params, outs, grad_branch)
+        try:
+            rules = {
+                "grad": _traced_rule(
+                    f"{name}_grad",
+                    outs,
+                    lambda cts: _call_grad_fn(grad_fn, y, cts, params, where),
+                    params,
+                ),
+                "tangent": None,
+            }
+            if tangent_fn is not None:
+                rules["tangent"] = _traced_rule(
+                    f"{name}_jvp",
+                    params,
+                    lambda ts: tangent_fn(
+                        params,
+                        [
+                            t if p.dtype.is_floating else None
+                            for t, p in zip(ts, params, strict=True)
+                        ],
+                    ),
+                    outs,
+                )
+        except Exception as e:
+            rules = {"refused": _validate.at_user(f"{where}: its rule failed: {_described(e)}")}
     except BaseException:
-        for _ in range(depth):
-            _core.trace_pop([])  # close the frames; the unfinished functions are never called
+        _core.trace_pop([])  # close the frame; the unfinished function is never called
         raise
+    # emit_custom_call closes the function's frame itself
+    outputs = _core.emit_custom_call(inputs, params, outs, **rules)
     return nest.pack_sequence_as(y, outputs)
+
+
+def _traced_rule(
+    name: str,
+    takes: list[_core.Tensor],
+    rule: Callable[[list[_core.Tensor]], list[Any]],
+    gives: list[_core.Tensor],
+) -> Any:
+    """`rule` traced as a function of values typed like `takes`, in a frame above the current
+    one, returning one value typed like each of `gives` (zeros for None)."""
+    values = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in takes])
+    try:
+        with _paused():
+            out = rule(values)
+            if len(out) != len(gives):
+                raise errors.GradientError(
+                    f"the rule gives {len(out)} values for {len(gives)} outputs"
+                )
+            out = [_core.zeros_like(g) if o is None else o for o, g in zip(out, gives, strict=True)]
+    except BaseException:
+        _core.trace_pop([])
+        raise
+    return _core.trace_pop(out)
+
+
+def _described(e: Exception) -> str:
+    return str(e) if isinstance(e, errors.GradloopError) else f"{type(e).__name__}: {e}"
 
 
 def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -465,5 +523,10 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         return fn(*inputs, **kwargs), backward
 
+    def tangents(inputs: list[_core.Tensor], ts: list[Any], **kwargs: Any) -> list[Any]:
+        from .forward import jvp
+
+        return nest.flatten(jvp(lambda *xs: fn(*xs, **kwargs), tuple(inputs), tuple(ts))[1])
+
     # Forward mode keeps nothing for later: it runs `fn` as it is.
-    return _custom_op(forward, f"recompute_grad({getattr(fn, '__name__', 'fn')})", fn)
+    return _custom_op(forward, f"recompute_grad({getattr(fn, '__name__', 'fn')})", fn, tangents)

@@ -338,8 +338,8 @@ class custom_jvp:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self.rule: Callable[..., Any] | None = None
-        # Calls of `f` made by its own rule while it is transposed run as written: a rule
-        # usually computes its primal output by calling `f`.
+        # Calls of `f` made by its own rule while it is transposed or traced run as written: a
+        # rule usually computes its primal output by calling `f`.
         self._transposing = threading.local()
         functools.update_wrapper(self, fn)
 
@@ -389,28 +389,45 @@ class custom_jvp:
                     acc.watch(v, t)
         return nest.pack_sequence_as(y, fresh)
 
+    def _rule(self, xs: Any, ts: Any, kwargs: dict[str, Any], where: str) -> tuple[Any, Any]:
+        """The rule's `(outputs, tangents)` at `xs` and tangents `ts`, calls of `f` inside it
+        run as written."""
+        assert self.rule is not None
+        self._transposing.on = True
+        try:
+            result = self.rule(tuple(xs), tuple(ts), **kwargs)
+        finally:
+            self._transposing.on = False
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise errors.GradientError(
+                _validate.at_user(f"{where}: the rule must return (outputs, tangents)")
+            )
+        return result[0], result[1]
+
     def _reverse(self, inputs: list[Any], kwargs: dict[str, Any], where: str) -> Any:
         """`f` as one op whose gradient is the transposed rule (see the class doc)."""
-        rule = self.rule
-        assert rule is not None
 
         def forward(*xs: _core.Tensor) -> tuple[Any, Callable[..., Any]]:
             def backward(*cotangents: Any) -> list[Any]:
+                cotangents = tuple(nest.flatten(list(cotangents)))  # y may be a dict
                 floats = [x for x in xs if x.dtype.is_floating]
                 zeros = [_core.zeros_like(x) for x in floats]
                 it = iter(zeros)
                 tangents = tuple(next(it) if x.dtype.is_floating else None for x in xs)
-                self._transposing.on = True
-                try:
-                    with GradientTape() as tape:
-                        tape.watch(zeros)
-                        _, ty = rule(tuple(xs), tangents, **kwargs)
-                finally:
-                    self._transposing.on = False
+                with GradientTape() as tape:
+                    tape.watch(zeros)
+                    y, ty = self._rule(xs, tangents, kwargs, where)
                 t_flat = [
                     t if isinstance(t, _core.Tensor) else None
-                    for t in _flatten_like(ty, ty, f"{where}, the rule's tangents")
+                    for t in _flatten_like(y, ty, f"{where}, the rule's tangents")
                 ]
+                if len(t_flat) != len(cotangents):
+                    raise errors.GradientError(
+                        _validate.at_user(
+                            f"{where}: the rule gives {len(t_flat)} outputs; the function "
+                            f"gives {len(cotangents)}"
+                        )
+                    )
                 used = [(t, c) for t, c in zip(t_flat, cotangents, strict=True) if t is not None]
                 grads = iter(
                     tape.gradient(
@@ -426,6 +443,15 @@ class custom_jvp:
 
             return self.fn(*xs, **kwargs), backward
 
+        def tangents(xs: list[_core.Tensor], ts: list[Any]) -> list[Any]:
+            """The rule's output tangents, traced (`_custom_op`)."""
+            ts = [
+                _core.zeros_like(x) if t is None and x.dtype.is_floating else t
+                for x, t in zip(xs, ts, strict=True)
+            ]
+            y, ty = self._rule(xs, ts, kwargs, where)
+            return _flatten_like(y, ty, f"{where}, the rule's tangents")
+
         from .autodiff import _custom_op
 
-        return _custom_op(forward, where)(*inputs)
+        return _custom_op(forward, where, tangent_fn=tangents)(*inputs)

@@ -215,21 +215,29 @@ pub fn first(mut outputs: gradloop::ops::Values<Val>, what: &'static str) -> gra
     Ok(outputs.swap_remove(0))
 }
 
-/// Closes the innermost frame, a `custom_gradient` function traced on `params` that returned
-/// `results`, and calls it on `inputs` through a node whose gradient is `grad` (traced above
-/// that frame on one cotangent per result). Returns the call's results.
+/// Closes the innermost frame, a custom function traced on `params` that returned `results`,
+/// and calls it on `inputs` through a node whose gradient is `grad` (traced above that frame
+/// on one cotangent per result) and whose tangent is `tangent` (on one tangent per parameter);
+/// `refused`, where given, is why it has neither. Returns the call's results.
 #[pyfunction]
-pub fn emit_custom_gradient(
+#[pyo3(signature = (inputs, params, results, grad=None, tangent=None, refused=None))]
+pub fn emit_custom_call(
     py: Python<'_>,
     inputs: &Bound<'_, PyAny>,
     params: &Bound<'_, PyAny>,
     results: &Bound<'_, PyAny>,
-    grad: &Bound<'_, PyBranch>,
+    grad: Option<&Bound<'_, PyBranch>>,
+    tangent: Option<&Bound<'_, PyBranch>>,
+    refused: Option<String>,
 ) -> PyResult<Vec<PyTensor>> {
     let (inputs, params, results) = (tensors(inputs)?, tensors(params)?, tensors(results)?);
-    let grad = grad.get().inner.clone();
+    let rules = trace::CustomRules {
+        gradient: grad.map(|b| b.get().inner.clone()),
+        tangent: tangent.map(|b| b.get().inner.clone()),
+        refused,
+    };
     run(py, 0, move |ctx| {
-        trace::emit_custom_call(ctx, &inputs, &params, &results, &grad)
+        trace::emit_custom_call(ctx, &inputs, &params, &results, &rules)
     })
     .map(py_tensors)
 }

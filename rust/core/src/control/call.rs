@@ -1,27 +1,33 @@
 //! `Call`: `(operands...) -> function(operands...)`, optionally with a custom gradient
 //! function (`gl.custom_gradient` traced in graph mode) `gradient(operands, results,
-//! cotangents) -> gradients of the leading operands`.
+//! cotangents) -> gradients of the leading operands`, a custom tangent function (`gl.custom_jvp`,
+//! `gl.recompute_grad`) `tangent(operands, results, operand tangents) -> result tangents`, or
+//! the reason it has no derivative (`refused`: its rule failed as it was traced).
 //!
 //! - Type rule: the callee's signature; a custom gradient takes operands, results and their
-//!   cotangents and returns at most one gradient per operand, typed like it.
+//!   cotangents and returns at most one gradient per operand, typed like it; a custom tangent
+//!   takes operands, results and one tangent per operand and returns at most one tangent per
+//!   result, typed like it.
 //! - Gradient: the custom gradient's call, or else the branch gradient of `control::branches`
-//!   with one branch. Interpretation: the call. MLIR: `func.call`.
+//!   with one branch. Tangent: the custom tangent's call, or else the callee's tangent function.
+//!   A refused call raises its reason when either is asked. Interpretation: the call. MLIR:
+//!   the callee inlined.
 
 use std::sync::Arc;
 
 use super::branches::branch_gradient;
 use crate::dataflow::{Lower, LowerNode, Lowered};
-use crate::error::Result;
-use crate::graph::text::FuncName;
+use crate::error::{Error, Result};
+use crate::graph::text::{FuncName, Quoted};
 use crate::graph::verify_nodes::{check_call, check_params};
 use crate::graph::Node;
 use crate::graph::NodeKind;
 use crate::graph::{AttrReader, Call, Check, Library, NodeRule, ParseNode, ValueType};
 use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::{Bound, EmitMlir, Lowering};
-use crate::ops::{build, Context, Grads};
+use crate::ops::{build, Context, Grads, Tangents};
 use crate::tape::GradientFunction;
-use crate::trace::gradients::is_float_tensor;
+use crate::trace::gradients::{is_float_tensor, zero_like};
 use crate::trace::gradients::{ControlGradient, Differentiate};
 use crate::trace::Val;
 use smallvec::smallvec;
@@ -36,6 +42,12 @@ impl NodeRule for Call {
         if let Some(g) = &self.gradient {
             attrs.push(("gradient", FuncName(g).to_string()));
         }
+        if let Some(t) = &self.tangent {
+            attrs.push(("tangent", FuncName(t).to_string()));
+        }
+        if let Some(why) = &self.refused {
+            attrs.push(("refused", Quoted(why).to_string()));
+        }
         attrs
     }
 
@@ -46,6 +58,7 @@ impl NodeRule for Call {
     fn referenced(&self) -> Vec<&str> {
         let mut names = self.callees();
         names.extend(self.gradient.as_deref());
+        names.extend(self.tangent.as_deref());
         names
     }
 
@@ -55,14 +68,17 @@ impl NodeRule for Call {
                 .into_iter()
                 .next()
                 .unwrap_or_else(|| self.function.clone()),
-            gradient: None,
+            ..Default::default()
         })
     }
 
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         check_call(library, "callee", &self.function, ins, outs)?;
-        match &self.gradient {
-            Some(g) => check_custom_gradient(library, g, ins, outs),
+        if let Some(g) = &self.gradient {
+            check_custom_gradient(library, g, ins, outs)?;
+        }
+        match &self.tangent {
+            Some(t) => check_custom_tangent(library, t, ins, outs),
             None => Ok(()),
         }
     }
@@ -79,6 +95,8 @@ impl ParseNode for Call {
         Ok(Call {
             function: attrs.function("function")?,
             gradient: attrs.optional_function("gradient")?,
+            tangent: attrs.optional_function("tangent")?,
+            refused: attrs.optional_string("refused")?,
         })
     }
 }
@@ -116,6 +134,39 @@ fn check_custom_gradient(
     Ok(())
 }
 
+/// A custom tangent function takes `(operands, results, tangents of the operands)` and returns
+/// one tangent per leading result, typed like it.
+fn check_custom_tangent(
+    library: &Library,
+    name: &str,
+    operands: &[&ValueType],
+    outs: &[&ValueType],
+) -> Check {
+    let t = library
+        .get(name)
+        .map_err(|_| format!("tangent @{name} is not in the library"))?;
+    let mut expected: Vec<&ValueType> = operands.to_vec();
+    expected.extend(outs.iter().copied());
+    expected.extend(operands.iter().copied());
+    check_params("tangent", name, &t.params, &expected)?;
+    let results = t.result_types().map_err(|e| e.message)?;
+    if results.len() > outs.len() {
+        return Err(format!(
+            "tangent @{name} returns {} value(s) for {} result(s)",
+            results.len(),
+            outs.len()
+        ));
+    }
+    for (k, (r, o)) in results.iter().zip(outs).enumerate() {
+        if !r.compatible(o) {
+            return Err(format!(
+                "tangent @{name} returns {r} for result {k}, which is {o}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Interpret for Call {
     fn interpret(&self, run: &mut NodeRun<'_, '_>) -> Result<usize> {
         let args = run.take_all()?;
@@ -146,8 +197,14 @@ impl crate::trace::tangents::Tangent for Call {
         inputs: &[Val],
         tangents: &[Option<Val>],
     ) -> Result<crate::trace::tangents::Built> {
+        if let Some(why) = &self.refused {
+            return Err(Error::gradient("custom_jvp", why.clone()));
+        }
+        if let Some(tangent) = &self.tangent {
+            return custom_tangent(ctx, self, tangent, inputs, tangents);
+        }
         if self.gradient.is_some() {
-            return Err(crate::error::Error::gradient(
+            return Err(Error::gradient(
                 "custom_gradient",
                 "a custom_gradient function has no forward-mode rule, and jvp, jacfwd and \
                  hessian need one: define the function with gl.custom_jvp",
@@ -163,6 +220,9 @@ impl Differentiate for Call {
         inputs: &[Val],
         outputs: &[Val],
     ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
+        if let Some(why) = &self.refused {
+            return Ok(Some(Arc::new(Refused(why.clone()))));
+        }
         Ok(Some(match &self.gradient {
             Some(gradient) => Arc::new(CustomGradient {
                 gradient: gradient.clone(),
@@ -202,7 +262,7 @@ impl GradientFunction<Val> for CustomGradient {
         }
         let call = NodeKind::Call(Call {
             function: self.gradient.clone(),
-            gradient: None,
+            ..Default::default()
         });
         let out = ctx.apply_node(&call, &args)?;
         let mut grads: Grads<Val> = smallvec![None; self.inputs.len()];
@@ -212,6 +272,64 @@ impl GradientFunction<Val> for CustomGradient {
             }
         }
         Ok(grads)
+    }
+}
+
+/// The outputs of `call` and their tangents, from its custom `tangent` function: the call
+/// itself, then `tangent(operands, results, operand tangents)`, zeros for operands without one.
+/// A float result past those the rule gives tangents for (a residual its custom gradient
+/// reads) is an error: zeros would be a wrong tangent.
+fn custom_tangent(
+    ctx: &mut dyn Context<Val>,
+    call: &Call,
+    tangent: &str,
+    inputs: &[Val],
+    tangents: &[Option<Val>],
+) -> Result<crate::trace::tangents::Built> {
+    let outputs = ctx.apply_node(&NodeKind::Call(call.clone()), inputs)?;
+    let mut args = inputs.to_vec();
+    args.extend(outputs.iter().cloned());
+    for (t, x) in tangents.iter().zip(inputs) {
+        args.push(match t {
+            Some(t) => t.clone(),
+            None => zero_like(ctx, x)?,
+        });
+    }
+    let kind = NodeKind::Call(Call {
+        function: tangent.to_string(),
+        ..Default::default()
+    });
+    let computed = ctx.apply_node(&kind, &args)?;
+    let residual = outputs[computed.len()..]
+        .iter()
+        .any(|r| is_float_tensor(&r.value_type()));
+    if residual {
+        return Err(Error::gradient(
+            "custom_jvp",
+            "the function's gradient reads values computed inside it, which its tangent rule \
+             does not give tangents for: forward mode over its gradient is not available",
+        ));
+    }
+    let mut out_tangents: Tangents<Val> = smallvec![None; outputs.len()];
+    for (k, t) in computed.into_iter().enumerate() {
+        if is_float_tensor(&outputs[k].value_type()) {
+            out_tangents[k] = Some(t);
+        }
+    }
+    Ok(Some((outputs, out_tangents)))
+}
+
+/// The gradient of a call whose rule failed as it was traced: the failure, once asked.
+struct Refused(String);
+
+impl GradientFunction<Val> for Refused {
+    fn compute(
+        &self,
+        _ctx: &mut dyn Context<Val>,
+        _grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        Err(Error::gradient("custom_jvp", self.0.clone()))
     }
 }
 

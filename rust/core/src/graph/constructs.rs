@@ -41,11 +41,17 @@ pub struct While {
 
 /// `(operands...) -> function(operands...)`. With `gradient` (a `custom_gradient` traced in
 /// graph mode), its gradient is `gradient(operands, results, result cotangents)`, which returns
-/// one gradient for each of the first k operands.
-#[derive(Clone, Debug, PartialEq)]
+/// one gradient for each of the first k operands; with `tangent` (a `custom_jvp` rule, or the
+/// forward mode of a `recompute_grad` function), its tangents are `tangent(operands, results,
+/// operand tangents)`, one per result the function computes for its caller. `refused` says why
+/// the function has no derivative (its rule failed as it was traced): asking for one raises it,
+/// running the call does not.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Call {
     pub function: String,
     pub gradient: Option<String>,
+    pub tangent: Option<String>,
+    pub refused: Option<String>,
 }
 
 /// Reads and writes of a variable: `Read(resource<T>) -> T`, `Assign(resource<T>, T) -> ()`,

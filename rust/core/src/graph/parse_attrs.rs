@@ -20,6 +20,7 @@ pub(crate) enum PValue {
     Func(String),
     List(Vec<(PValue, Pos)>),
     Type(ValueType),
+    Str(String),
 }
 
 /// One `name=value` with the positions of the name and of the value.
@@ -101,6 +102,10 @@ fn value(p: &mut Parser<'_>) -> Result<PValue> {
             p.next();
             Ok(PValue::Func(f))
         }
+        Tok::Str(s) => {
+            p.next();
+            Ok(PValue::Str(s))
+        }
         Tok::Punct("?") => {
             p.next();
             Ok(PValue::Dyn)
@@ -150,7 +155,7 @@ fn to_attr(v: &PValue) -> Option<Attr> {
             other => DType::from_name(other).ok().map(Attr::DType),
         },
         PValue::List(items) => list_attr(items),
-        PValue::Func(_) | PValue::Type(_) => None,
+        PValue::Func(_) | PValue::Type(_) | PValue::Str(_) => None,
     }
 }
 
@@ -235,6 +240,18 @@ impl AttrReader<'_, '_> {
     pub fn optional_function(&mut self, name: &str) -> Result<Option<String>> {
         let p = self.p;
         self.attrs.take(name).map(|v| func(p, v)).transpose()
+    }
+
+    /// An optional string `"..."`.
+    pub fn optional_string(&mut self, name: &str) -> Result<Option<String>> {
+        let p = self.p;
+        self.attrs
+            .take(name)
+            .map(|(v, pos)| match v {
+                PValue::Str(s) => Ok(s),
+                _ => Err(p.error(pos, "expected a string")),
+            })
+            .transpose()
     }
 
     /// A required list of function names `[@a, @b]`.

@@ -216,7 +216,7 @@ fn rejects_bad_while_and_call_nodes() {
         .add_node(
             NodeKind::Call(Call {
                 function: "ghost".into(),
-                gradient: None,
+                ..Default::default()
             }),
             &a,
             vec![f32s(&[3])],
@@ -264,7 +264,7 @@ fn rejects_recursion_and_a_missing_entry() {
         .add_node(
             NodeKind::Call(Call {
                 function: "loop".into(),
-                gradient: None,
+                ..Default::default()
             }),
             &a,
             vec![f32s(&[3])],
@@ -331,7 +331,7 @@ fn calls_to_functions_with_side_effects_must_be_kept() {
     b.add_node(
         NodeKind::Call(Call {
             function: "writer".into(),
-            gradient: None,
+            ..Default::default()
         }),
         &a,
         vec![],

@@ -230,7 +230,7 @@ fn call_node_calls_its_function_and_vectors_flow_through() {
     let mut main = B::new("main", vec![vec2]);
     let kind = NodeKind::Call(Call {
         function: "square".into(),
-        gradient: None,
+        ..Default::default()
     });
     let once = main.call(kind.clone(), &[main.args[0]], &lib);
     let twice = main.call(kind, &once, &lib);

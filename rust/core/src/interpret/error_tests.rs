@@ -232,7 +232,7 @@ fn calling(name: &str, callee: &str) -> Function {
     let f32s = scalar_ty(DType::F32);
     let call = NodeKind::Call(Call {
         function: callee.into(),
-        gradient: None,
+        ..Default::default()
     });
     let mut node = Node::new(call, vec![Port::new(0, 0)], vec![f32s.clone()]);
     node.location = Some(Location::new("rec.py", 3));

@@ -152,6 +152,7 @@ impl<'f> Rewrite<'f> {
                 let kind = NodeKind::Call(Call {
                     function: function.clone(),
                     gradient: Some(gradient.clone()),
+                    ..Default::default()
                 });
                 let old = self.current[root];
                 let outputs = vec![ValueType::Tensor(var)];

@@ -315,6 +315,7 @@ fn tracing_threads_a_constructs_variables_through_assignment_helpers() {
         NodeKind::Call(Call {
             function: "assigned".into(),
             gradient: Some("assigned_grad".into()),
+            ..Default::default()
         })
     );
     assert_eq!(

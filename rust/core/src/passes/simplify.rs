@@ -97,7 +97,7 @@ pub fn eliminate_dead_branches(graph: &Graph) -> Result<Graph> {
         };
         let call = NodeKind::Call(Call {
             function: function.to_string(),
-            gradient: None,
+            ..Default::default()
         });
         Ok(Some(b.add_node(
             call,

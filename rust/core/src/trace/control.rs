@@ -187,75 +187,106 @@ pub fn emit_while(
     threaded.assign_after(ctx, outputs, vars.len(), Construct::Loop)
 }
 
-/// Closes the innermost frame, a `custom_gradient` function traced on `params` that computed
-/// `results`, and calls it through a `Call` node whose gradient is `grad` (the user's gradient
-/// function, traced above that frame with one cotangent per result as its parameters).
+/// The rules traced beside a custom function (`emit_custom_call`): its gradient function
+/// (one cotangent per result as parameters), its tangent function (one tangent per parameter),
+/// or why it has none.
+#[derive(Debug, Default)]
+pub struct CustomRules {
+    pub gradient: Option<Branch>,
+    pub tangent: Option<Branch>,
+    pub refused: Option<String>,
+}
+
+/// Closes the innermost frame, a custom function traced on `params` that computed `results`,
+/// and calls it through a `Call` node whose gradient and tangent are the `rules` (the user's
+/// functions, traced above that frame).
 ///
-/// What `grad` captured of the frame's own values (not its parameters) becomes extra results
-/// of the function: the residuals, as cond_v2 exposes intermediates. `grad` is then re-signed
-/// to take `(operands, results, cotangents)` (`NodeKind::Call`), so a gradient it takes of an
-/// operand flows into that operand when differentiated again, while residuals are constants, as
-/// the eager forward pass of a custom gradient is not recorded. Returns the call's `results`.
+/// What a rule captured of the frame's own values (not its parameters) becomes extra results
+/// of the function: the residuals, as cond_v2 exposes intermediates. The gradient is then
+/// re-signed to take `(operands, results, cotangents)` and the tangent `(operands, results,
+/// operand tangents)` (`NodeKind::Call`), so a gradient it takes of an operand flows into that
+/// operand when differentiated again, while residuals are constants, as the eager forward pass
+/// of a custom gradient is not recorded. Returns the call's `results`.
 pub fn emit_custom_call(
     ctx: &mut dyn Context<Val>,
     inputs: &[Val],
     params: &[Val],
     results: &[Val],
-    grad: &Branch,
+    rules: &CustomRules,
 ) -> Result<Vec<Val>> {
     let tracer = tracer_of(ctx, "custom_gradient")?;
-    let (function, gradient, operands) = {
+    let (call, operands) = {
         let mut t = lock(&tracer);
         let frame = t.top_frame();
-        let residuals: Vec<Val> = grad
-            .captures
-            .iter()
-            .filter(|c| {
-                matches!(c, Val::Symbol(s) if s.frame == frame)
-                    && !params.iter().any(|p| p.id() == c.id())
-            })
-            .cloned()
-            .collect();
+        let mut residuals: Vec<Val> = Vec::new();
+        for c in [&rules.gradient, &rules.tangent]
+            .into_iter()
+            .flatten()
+            .flat_map(|b| &b.captures)
+        {
+            let own = matches!(c, Val::Symbol(s) if s.frame == frame);
+            let param = params.iter().any(|p| p.id() == c.id());
+            if own && !param && !residuals.iter().any(|r| r.id() == c.id()) {
+                residuals.push(c.clone());
+            }
+        }
         let mut outs = results.to_vec();
         outs.extend(residuals.iter().cloned());
         let (function, captures) = t.pop_function(&outs)?;
         let f = t.library().get(&function)?.clone();
         let (n, n_out) = (f.params.len(), outs.len());
-        let g0 = t.library().get(&grad.name)?.clone();
-        let n_cot = g0.params.len() - grad.captures.len();
-        let mut types = f.params.clone();
         let out_types = f.result_types()?;
-        types.extend(out_types.iter().cloned());
-        types.extend(out_types);
-        let mut mapping: Vec<usize> = (0..n_cot).map(|i| n + n_out + i).collect();
-        for c in &grad.captures {
+        // Where a rule's capture is found among `(operands, results)`.
+        let slot = |c: &Val| -> Result<usize> {
             let id = c.id();
-            let slot = if let Some(k) = params.iter().position(|p| p.id() == id) {
-                k
+            if let Some(k) = params.iter().position(|p| p.id() == id) {
+                Ok(k)
             } else if let Some(q) = captures.iter().position(|v| v.id() == id) {
-                params.len() + q
+                Ok(params.len() + q)
             } else if let Some(r) = residuals.iter().position(|v| v.id() == id) {
-                n + results.len() + r
+                Ok(n + results.len() + r)
             } else {
-                return Err(Error::internal(
+                Err(Error::internal(
                     "custom_gradient",
-                    "a value the gradient function captured is neither an operand nor a residual",
-                ));
-            };
-            mapping.push(slot);
-        }
-        let name = t.fresh_name(&format!("{function}_grad"));
-        let g = with_params(&g0, &name, types, &mapping, &[])?;
-        t.add_function(g)?;
+                    "a value a custom rule captured is neither an operand nor a residual",
+                ))
+            }
+        };
+        // Each rule re-signed: `(operands, results, then its own leading parameters)`.
+        let mut resign = |branch: &Branch, suffix: &str, leading: &[ValueType]| -> Result<String> {
+            let g0 = t.library().get(&branch.name)?.clone();
+            let own = g0.params.len() - branch.captures.len();
+            let mut types = f.params.clone();
+            types.extend(out_types.iter().cloned());
+            types.extend(leading.iter().cloned());
+            let mut mapping: Vec<usize> = (0..own).map(|i| n + n_out + i).collect();
+            for c in &branch.captures {
+                mapping.push(slot(c)?);
+            }
+            let name = t.fresh_name(&format!("{function}_{suffix}"));
+            let g = with_params(&g0, &name, types, &mapping, &[])?;
+            t.add_function(g)?;
+            Ok(name)
+        };
+        let gradient = match &rules.gradient {
+            Some(b) => Some(resign(b, "grad", &out_types)?),
+            None => None,
+        };
+        let tangent = match &rules.tangent {
+            Some(b) => Some(resign(b, "jvp", &f.params)?),
+            None => None,
+        };
+        let call = Call {
+            function,
+            gradient,
+            tangent,
+            refused: rules.refused.clone(),
+        };
         let mut operands = inputs.to_vec();
         operands.extend(captures);
-        (function, name, operands)
+        (call, operands)
     };
-    let kind = NodeKind::Call(Call {
-        function,
-        gradient: Some(gradient),
-    });
-    let mut outputs = ctx.apply_node(&kind, &operands)?.into_vec();
+    let mut outputs = ctx.apply_node(&NodeKind::Call(call), &operands)?.into_vec();
     outputs.truncate(results.len());
     Ok(outputs)
 }

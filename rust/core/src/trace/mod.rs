@@ -38,7 +38,9 @@ use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
 
 pub use crate::graph::join_types;
-pub use control::{emit_case, emit_custom_call, emit_if, emit_while, Branch, LoopFunctions};
+pub use control::{
+    emit_case, emit_custom_call, emit_if, emit_while, Branch, CustomRules, LoopFunctions,
+};
 pub use differentiate::{gradient_graph, jvp_graph, takes_cotangents};
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;
