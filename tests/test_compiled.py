@@ -797,3 +797,20 @@ def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monke
     monkeypatch.delenv("GRADLOOP_COMPILE_TIMEOUT_S")
     # a fresh compiler process takes the next compile
     np.testing.assert_allclose(np.asarray(gl.jit(double_sin)(x)), 2 * np.sin([0.1, 0.2]))
+
+
+def test_a_module_over_a_dispatch_limit_as_it_loads_is_a_compile_error(monkeypatch) -> None:
+    # IREE's runtime refuses a dispatch with more push constants than its limit as the module
+    # loads, with a builtin IndexError: that becomes the next form, then a CompileError.
+    from gradloop import compiled
+
+    class Refusing(compiled._runtime.Function):
+        def __init__(self, *args):
+            raise IndexError("dispatch requiring 65 constants exceeds limit of 64")
+
+    monkeypatch.setattr(compiled._runtime, "Function", Refusing)
+    with (
+        pytest.warns(gl.errors.FormWarning, match="65 constants"),
+        pytest.raises(gl.errors.CompileError, match=r"double_sin.*65 constants exceeds"),
+    ):
+        gl.jit(double_sin)(f64(0.1, 0.2))

@@ -136,3 +136,33 @@ def test_a_gradient_tape_keeps_one_gradient_per_watched_tensor() -> None:
     ga, gb = tape.gradient(y, [x, x])
     np.testing.assert_allclose(np.asarray(ga), 3 * np.ones(2))
     np.testing.assert_allclose(np.asarray(gb), 3 * np.ones(2))
+
+
+# ---- errors at the API edge: gradloop's classes, and the builtin JAX's users catch ----------
+
+
+def test_mismatched_tangents_and_arguments_are_type_errors_too() -> None:
+    x = gl.tensor(X)
+    f = lambda a: gl.sin(a)  # noqa: E731
+    cases = [
+        (lambda: gl.jvp(f, x, x), gl.errors.InvalidArgumentError),  # not tuples
+        (lambda: gl.jvp(f, (x,), [x, x]), gl.errors.InvalidArgumentError),
+        (lambda: gl.jvp(lambda t: t["a"], ({"a": x},), ([x],)), gl.errors.InvalidArgumentError),
+        (lambda: gl.jvp(f, (x,), (gl.tensor(X.astype(np.float32)),)), gl.errors.GradientError),
+        (lambda: gl.jvp(f, (x,), (None,)), gl.errors.GradientError),
+        (lambda: gl.linearize(f, x)[1](1), gl.errors.GradientError),  # a Python int tangent
+        (lambda: gl.linearize(f, x)[1](np.array([1, 2])), gl.errors.GradientError),
+        (lambda: gl.grad(lambda a: gl.sum(a), argnums=0.0)(x), gl.errors.InvalidArgumentError),
+        (lambda: gl.jacfwd(f, argnums=(0.0,))(x), gl.errors.InvalidArgumentError),
+    ]
+    for call, cls in cases:
+        with pytest.raises(cls) as caught:
+            call()
+        assert isinstance(caught.value, TypeError), caught.value
+    # a shape mismatch is a value error, as in JAX
+    with pytest.raises(gl.errors.GradientError) as caught:
+        gl.jvp(f, (x,), (gl.tensor(np.ones(3)),))
+    assert not isinstance(caught.value, TypeError)
+    # a float tangent given as a numpy array is converted
+    out = gl.linearize(f, x)[1](np.array([1.0, 0.0]))
+    np.testing.assert_allclose(np.asarray(out), [np.cos(X[0]), 0.0])

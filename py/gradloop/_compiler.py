@@ -19,6 +19,8 @@ library (`embedding_api.h`) and are declared here.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import os
 import pickle
@@ -155,7 +157,8 @@ class _Worker:
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
-                pipe.close()
+                with contextlib.suppress(OSError):  # a write the worker never read
+                    pipe.close()
 
     def request(self, message: tuple[Any, ...], timeout: float) -> Any:
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -204,8 +207,24 @@ _worker: _Worker | None = None
 def _running_worker() -> _Worker:
     global _worker
     if _worker is None or not _worker.alive():
+        if _worker is None:
+            atexit.register(_stop_worker)
         _worker = _Worker()
     return _worker
+
+
+def _stop_worker() -> None:
+    """At exit: the worker ends when its pipe closes (killed if it does not, mid-compile)."""
+    if _worker is None:
+        return
+    process = _worker.process
+    try:
+        if process.stdin is not None:
+            process.stdin.close()
+        process.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    _worker.kill()
 
 
 def warm_up() -> None:

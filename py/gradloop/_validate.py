@@ -339,7 +339,7 @@ def check_argnums(argnums: Any) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else argnums
     ok = isinstance(nums, tuple) and nums
     if not ok or not all(isinstance(i, int) and not isinstance(i, bool) for i in nums):
-        raise errors.InvalidArgumentError(
+        raise errors.InvalidArgumentTypeError(
             at_user(f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}")
         )
     return nums

@@ -32,7 +32,6 @@ the last partial word of a bool input as false.
 
 from __future__ import annotations
 
-import builtins
 import concurrent.futures
 import contextlib
 import hashlib
@@ -396,6 +395,12 @@ def _progress(what: str) -> Iterator[None]:
             print(f"gradloop: compiled {what} in {took:.1f} s", file=stream, flush=True)
 
 
+#: What IREE's runtime raises for a module it cannot load or run: its Python bindings use
+#: several builtins (a dispatch over the device's push-constant limit is an `IndexError` as the
+#: module loads), each turned into a `gl.errors` exception naming the function.
+_IREE_FAILURES = (RuntimeError, ValueError, LookupError, OSError)
+
+
 class _Compiled:
     """One signature compiled: the module's entry and where the Variables go."""
 
@@ -433,7 +438,7 @@ class _Compiled:
             try:
                 self.entry = _runtime.Function(vmfb, self.driver, name)
                 return
-            except (RuntimeError, ValueError) as e:
+            except _IREE_FAILURES as e:
                 refused = failure = _first_line(str(e))
                 if not self._later_forms:
                     raise errors.CompileError(
@@ -453,7 +458,7 @@ class _Compiled:
         while True:
             try:
                 return self.entry(*inputs, copy=False)  # results are copied into tensors
-            except (RuntimeError, ValueError, builtins.IndexError, OSError) as e:
+            except _IREE_FAILURES as e:
                 failure = _first_line(str(e))
                 # A call changes nothing before it returns (Variables are values in the
                 # module): the same program, written in the next form, runs again; not silently.

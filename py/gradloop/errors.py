@@ -16,11 +16,13 @@ __all__ = [
     "ExecutionError",
     "FormWarning",
     "GradientError",
+    "GradientTypeError",
     "GradloopError",
     "GraphError",
     "IndexError",
     "InternalError",
     "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "RetracingWarning",
     "ShapeError",
 ]
@@ -48,6 +50,12 @@ class InvalidArgumentError(GradloopError, ValueError):
     """Any other bad argument value."""
 
 
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type or structure (primals or tangents that are not tuples or
+    whose structures differ, an `argnums` that is not an int): also a `TypeError`, which JAX's
+    users catch for the same mistakes."""
+
+
 class ControlFlowError(GradloopError, ValueError, TypeError):
     """cond/switch_case/while_loop functions whose structure, dtypes or shapes disagree, or a
     predicate/index that is not a scalar of the right dtype."""
@@ -56,6 +64,11 @@ class ControlFlowError(GradloopError, ValueError, TypeError):
 class GradientError(GradloopError, ValueError, RuntimeError):
     """A gradient that cannot be computed as asked (non-persistent tape reused, integer source,
     non-scalar output of a function passed to `grad`, ...)."""
+
+
+class GradientTypeError(GradientError, TypeError):
+    """A tangent whose dtype does not match its primal's (an integer tangent for a float
+    primal, say): also a `TypeError`, as in JAX."""
 
 
 class GraphError(GradloopError, ValueError):

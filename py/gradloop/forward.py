@@ -49,12 +49,27 @@ def _tangent(t: Any, p: _core.Tensor, where: str, path: str) -> _core.Tensor | N
             )
         return None
     if t is None:
-        raise errors.GradientError(
+        raise errors.GradientTypeError(
             _validate.at_user(f"{where}: tangent {path} is None but its primal is {p.dtype.name}")
         )
     if not isinstance(t, _core.Tensor):
-        t = _core.tensor(np.asarray(t), dtype=p.dtype)
-    if t.dtype != p.dtype or tuple(t.shape) != tuple(p.shape):
+        values = np.asarray(t)
+        if values.dtype.kind not in "fc":  # an int tangent of a float primal is a type error
+            raise errors.GradientTypeError(
+                _validate.at_user(
+                    f"{where}: tangent {path} is {type(t).__name__} of {values.dtype} values but "
+                    f"its primal is {p.dtype.name}: pass a float tangent"
+                )
+            )
+        t = _core.tensor(values, dtype=p.dtype)
+    if t.dtype != p.dtype:
+        raise errors.GradientTypeError(
+            _validate.at_user(
+                f"{where}: tangent {path} is {t.dtype.name}{list(t.shape)} but its primal is "
+                f"{p.dtype.name}{list(p.shape)}"
+            )
+        )
+    if tuple(t.shape) != tuple(p.shape):
         raise errors.GradientError(
             _validate.at_user(
                 f"{where}: tangent {path} is {t.dtype.name}{list(t.shape)} but its primal is "
@@ -88,14 +103,14 @@ def jvp(fn: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
     """
     where = f"jvp({_name(fn)})"
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise errors.InvalidArgumentError(
+        raise errors.InvalidArgumentTypeError(
             _validate.at_user(
                 f"{where}: primals and tangents must be tuples (one entry per argument); got "
                 f"{type(primals).__name__} and {type(tangents).__name__}"
             )
         )
     if len(primals) != len(tangents):
-        raise errors.InvalidArgumentError(
+        raise errors.InvalidArgumentTypeError(
             _validate.at_user(
                 f"{where}: {len(primals)} primals but {len(tangents)} tangents were given"
             )
@@ -138,7 +153,7 @@ def _flatten_like(primal: Any, tangent: Any, where: str) -> list[Any]:
     difference = nest.structure_difference(primal, tangent, check_types=False)
     if difference is not None:
         path, want, got = difference
-        raise errors.InvalidArgumentError(
+        raise errors.InvalidArgumentTypeError(
             _validate.at_user(
                 f"{where}: the tangent's structure differs from the primal's at "
                 f"{nest.path_str(path) or 'the top'}: {want} vs {got}"
