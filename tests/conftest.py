@@ -5,7 +5,12 @@ on all three."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# A compile that runs away fails its test in two minutes instead of holding the suite.
+os.environ.setdefault("GRADLOOP_COMPILE_TIMEOUT_S", "120")
 
 import gradloop as gl
 

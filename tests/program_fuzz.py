@@ -6,9 +6,11 @@ differentiated), a closed-over tensor `w` and a Variable `v`, with `cond`, `swit
 data (zero trips included); loops carry an int32 counter, an int64 count, a bool flag toggled
 with `logical_not`, the float state, a float32 copy, and variables that the body passes through,
 overwrites each trip, never reads, or that are unused at the output; `maximum_iterations` is
-drawn too. Leaves may go through `custom_gradient` (a deliberately scaled gradient, so ignoring it
-shows), `stop_gradient`, `x ** 2`/`x ** 3` (negative bases), a float32 detour, and Variable reads;
-loop bodies may `assign_add` to a second Variable or to the one the leaves read.
+drawn too, and an int32 vector. Leaves may go through `custom_gradient` (a deliberately scaled
+gradient, so ignoring it shows), `custom_jvp` (a deliberately skewed rule, in forward and reverse
+mode), `recompute_grad`, `stop_gradient`, `x ** 2`/`x ** 3` (negative bases), a float32 detour,
+and Variable reads; loop bodies may `assign_add` to a second Variable or to the one the leaves
+read, forward the state into another variable's place or make a variable a constant.
 
 `build(spec)` returns `(fn, pure)`: `fn(x)` gives a float64 scalar, and `pure` says whether the
 program's gradient is its true derivative (no custom gradient or stop_gradient), so that it can
@@ -27,13 +29,48 @@ import gradloop as gl
 
 N = 3  # length of the vector state
 
-LEAVES = ("x", "w", "v", "sin", "tanh", "square", "cube", "custom", "stop", "f32", "sigmoid")
+LEAVES = (
+    "x",
+    "w",
+    "v",
+    "sin",
+    "tanh",
+    "square",
+    "cube",
+    "custom",
+    "custom_jvp",
+    "recompute",
+    "stop",
+    "f32",
+    "sigmoid",
+)
+
+#: Leaves whose derivative is not the code's (a custom rule that says otherwise, or none).
+IMPURE_LEAVES = ("custom", "custom_jvp", "stop")
 
 
 @gl.custom_gradient
 def scaled_square(t):
     """`t * t` whose gradient is deliberately `3 * dy * t` (the true one is `2 * dy * t`)."""
     return t * t, lambda dy: dy * t * 3.0
+
+
+@gl.custom_jvp
+def skewed_sin(t):
+    """`sin(t)` whose rule deliberately says `0.5 cos(t) dt` (reverse mode uses it too)."""
+    return gl.sin(t)
+
+
+@skewed_sin.defjvp
+def _skewed_sin_jvp(primals, tangents):
+    (t,), (dt,) = primals, tangents
+    return skewed_sin(t), gl.cos(t) * dt * 0.5
+
+
+@gl.recompute_grad
+def recomputed(t):
+    """`t * tanh(t)`, its gradient recomputed from `t` (the true derivative)."""
+    return t * gl.tanh(t)
 
 
 def _leaves() -> st.SearchStrategy[Any]:
@@ -52,7 +89,9 @@ def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
             children,
             st.integers(0, 3),  # trip count offset
             st.sampled_from([None, 0, 2, 5]),  # maximum_iterations
-            st.sampled_from(["passthrough", "overwritten", "unread", "unused"]),
+            # `unread` forwards the state into the extra variable's place; `constant` makes it
+            # a constant each trip (an unrolled loop then selects between constants).
+            st.sampled_from(["passthrough", "overwritten", "unread", "constant", "unused"]),
             # Assign in the body: nothing, the accumulating Variable, or the Variable `v` that
             # leaves read (later reads, and gradients' reruns, must see the new value).
             st.sampled_from([False, True, "v"]),
@@ -81,7 +120,7 @@ def depth(spec: Any) -> int:
 def is_pure(spec: Any) -> bool:
     kind = spec[0]
     if kind == "leaf":
-        return spec[1] not in ("custom", "stop")
+        return spec[1] not in IMPURE_LEAVES
     if kind in ("add", "mul", "cond"):
         return all(is_pure(c) for c in spec[-1])
     if kind == "switch":
@@ -151,10 +190,10 @@ class Program:
         # Data-dependent trip count: 0 to offset + 2 trips.
         n = gl.minimum(gl.cast(gl.abs(gl.sum(x * self.w)) * 3.0, gl.int32), 2) + offset - 1
 
-        def cond(i, count, flag, h, h32, e):
+        def cond(i, count, flag, h, h32, e, k):
             return i < n
 
-        def body(i, count, flag, h, h32, e):
+        def body(i, count, flag, h, h32, e, k):
             new_h = self._eval(body_spec, h) * 0.5 + h * 0.3
             if assign:
                 target = self.v if assign == "v" else self.acc
@@ -165,10 +204,12 @@ class Program:
                 e2 = new_h * 0.5
             elif extra == "unread":
                 e2 = h
+            elif extra == "constant":
+                e2 = gl.ones_like(e) * 0.5
             else:
                 e2 = e * 1.0
             h32 = gl.cast(new_h, gl.float32) + h32 * gl.tensor(0.5, dtype=gl.float32)
-            return i + 1, count + 2, gl.logical_not(flag), new_h, h32, e2
+            return i + 1, count + 2, gl.logical_not(flag), new_h, h32, e2, k * 2 + 1
 
         init = (
             gl.tensor(0, dtype=gl.int32),
@@ -177,12 +218,13 @@ class Program:
             x,
             gl.cast(x, gl.float32),
             x * 0.25,
+            gl.tensor(np.arange(N), dtype=gl.int32),  # an integer vector, mixed with the rest
         )
-        _i, count, flag, h, h32, e = gl.while_loop(cond, body, init, maximum_iterations=bound)
+        _i, count, flag, h, h32, e, k = gl.while_loop(cond, body, init, maximum_iterations=bound)
         # The float32 copy counts through its sign only: piecewise constant, so that finite
         # differences in float64 agree with its zero gradient.
         out = h + gl.cast(h32 > 0.0, gl.float64) * 0.1
-        out = out + gl.cast(count, gl.float64) * 0.01
+        out = out + gl.cast(count, gl.float64) * 0.01 + gl.cast(k, gl.float64) * 0.001
         out = out + gl.where(flag, x, -x) * 0.1
         if extra != "unused":
             out = out + e * 0.2
@@ -198,6 +240,8 @@ class Program:
             "square": lambda: (x - 0.2) ** 2,
             "cube": lambda: (x - 0.1) ** 3,
             "custom": lambda: scaled_square(x),
+            "custom_jvp": lambda: skewed_sin(x),
+            "recompute": lambda: recomputed(x),
             "stop": lambda: gl.stop_gradient(x) * x,
             "f32": lambda: gl.cast(gl.sin(gl.cast(x, gl.float32)), gl.float64) * 0.0 + x * 0.5,
             "sigmoid": lambda: gl.sigmoid(x),

@@ -7,7 +7,8 @@ loops assign; eager gradients of programs without custom gradients or stop_gradi
 against central finite differences in float64.
 
 `make test` runs a fixed seed (`GRADLOOP_FUZZ_EXAMPLES` programs in every mode, ten times as many
-in graph mode alone, which is cheap) and a random seed, printed when it fails.
+in graph mode alone, which is cheap), so that it passes or fails the same way every time; a
+compile that runs past `GRADLOOP_COMPILE_TIMEOUT_S` fails its program at once, never hangs.
 `make fuzz` runs thousands from a random seed (`GRADLOOP_FUZZ_SEED`, printed to reproduce).
 Hypothesis prints the shrunk program; every failure found and fixed is a named regression test
 in `test_mode_agreement.py`.
@@ -16,7 +17,6 @@ in `test_mode_agreement.py`.
 from __future__ import annotations
 
 import os
-import random
 
 import numpy as np
 import pytest
@@ -29,7 +29,6 @@ from runners import run_on
 
 EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "120"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
-RANDOM_EXAMPLES = 40
 # About a second per program in gl.jit (one IREE compile each), a few ms in graph mode.
 BUDGET_S = 600 + 5 * EXAMPLES
 
@@ -54,9 +53,15 @@ def private_cache(tmp_path_factory) -> None:
         os.environ["GRADLOOP_CACHE_DIR"] = old
 
 
+def aliased(program: Program, x: gl.Tensor, y: gl.Tensor) -> tuple[gl.Tensor, gl.Tensor]:
+    """The gradient with respect to both positions of a function of two arguments; called with
+    one tensor in both, each position still has its own gradient."""
+    return gl.grad(lambda a, b: program(a) + gl.sum(gl.sin(b) * a), argnums=(0, 1))(x, y)
+
+
 def outputs(program: Program, stage) -> list[np.ndarray]:
-    """Value, d/dx, d/dv, a second-order gradient and the Variables' final values of
-    `program`, run through `stage`."""
+    """Value, d/dx, d/dv, a second-order gradient, the gradients of `aliased` at `(x, x)` and
+    the Variables' final values of `program`, run through `stage`."""
     cot = gl.tensor(np.array([0.3, -0.7, 0.5]))
 
     def everything(x):
@@ -68,8 +73,9 @@ def outputs(program: Program, stage) -> list[np.ndarray]:
             gx, gv = tape.gradient(y, [x, program.v], unconnected_gradients="zero")
             h = gl.sum(gx * cot)
         hx = outer.gradient(h, x, unconnected_gradients="zero")
+        ga, gb = aliased(program, x, x)
         # Read after the gradients: their construction must not rerun a body's assignments.
-        return y, gx, gv, hx, program.acc.read(), program.v.read()
+        return y, gx, gv, hx, ga, gb, program.acc.read(), program.v.read()
 
     program.reset()
     results = stage(everything)(gl.tensor(X))
@@ -98,11 +104,16 @@ def check(spec, compiled: bool = True) -> None:
         stages["compiled"] = gl.jit
     for mode, stage in stages.items():
         got = outputs(program, stage)
-        names = ("value", "d/dx", "d/dv", "d2/dx2", "assigned", "v assigned")
+        names = ("value", "d/dx", "d/dv", "d2/dx2", "d/da", "d/db", "assigned", "v assigned")
         for what, e, g in zip(names, eager, got, strict=True):
             np.testing.assert_allclose(
                 g, e, rtol=1e-6, atol=1e-9, err_msg=f"{mode} {what} differs from eager: {spec}"
             )
+    # One tensor in both positions: the gradients of two distinct copies of it.
+    program.reset()
+    distinct = aliased(program, gl.tensor(X), gl.tensor(X.copy()))
+    for what, e, d in zip(("d/da", "d/db"), eager[4:6], distinct, strict=True):
+        np.testing.assert_allclose(e, np.asarray(d), rtol=1e-12, err_msg=f"aliased {what}: {spec}")
     if is_pure(spec):
         program.reset()
 
@@ -130,15 +141,6 @@ def test_graph_mode_agrees_on_many_random_programs() -> None:
         check(spec, compiled=False)
 
     seed(SEED + 1)(_settings(10 * EXAMPLES)(given(spec=programs())(graph_only)))()
-
-
-@pytest.mark.timeout(BUDGET_S)
-def test_modes_agree_on_random_programs_from_a_random_seed() -> None:
-    fresh = random.randrange(2**32)
-    try:
-        seed(fresh)(_settings(RANDOM_EXAMPLES)(given(spec=programs())(all_modes)))()
-    except Exception as e:
-        raise AssertionError(f"reproduce with GRADLOOP_FUZZ_SEED={fresh}: {e}") from e
 
 
 def test_the_generator_nests_three_deep_and_mixes_purity() -> None:
