@@ -784,6 +784,7 @@ def test_a_loop_over_many_mixed_dtype_variables_compiles_and_agrees() -> None:
 def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monkeypatch) -> None:
     from gradloop import _compiler, compiled
 
+    monkeypatch.setattr(compiled, "_memory_cache", {})  # compiled by earlier tests
     monkeypatch.setenv("GRADLOOP_COMPILE_TIMEOUT_S", "0.001")
     fn = gl.jit(double_sin)
     x = f64(0.1, 0.2)

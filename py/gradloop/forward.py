@@ -347,7 +347,9 @@ class custom_jvp:
     the gradient is the transpose of the rule's tangent map (the rule's tangent output is
     linear in the tangents; its gradient with respect to them, at zero tangents, is the
     vector-Jacobian product), so a rule that fixes a numerically unstable derivative fixes
-    `grad` as well. Without a rule `f` runs as written.
+    `grad` as well. Without a rule `f` runs as written. Inside `@gl.function` and `gl.jit` the
+    rule holds wherever `f` is called, loop bodies and branches included; a rule that fails
+    raises a `GradientError` when a derivative is asked, not when `f` is merely called.
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:

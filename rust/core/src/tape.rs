@@ -527,7 +527,16 @@ fn accumulate<V: Value>(
     g: V,
 ) -> Result<()> {
     let sum = match grads.remove(&id) {
-        Some(prev) => build::add(ctx, &prev, &g)?,
+        Some(prev) => match prev.sum_node() {
+            Some(node) => {
+                let mut out = ctx.apply_node(&node, &[prev, g])?;
+                if out.is_empty() {
+                    return Err(Error::internal(node.name(), "the sum gave no value"));
+                }
+                out.swap_remove(0)
+            }
+            None => build::add(ctx, &prev, &g)?,
+        },
         None => g,
     };
     grads.insert(id, sum);

@@ -24,6 +24,12 @@ pub trait Value: Clone + fmt::Debug + Send + Sync + 'static {
     fn is_unique(&self) -> bool {
         false
     }
+
+    /// The node that sums two gradients of this value where no op does (a stack's, which two
+    /// loops that read it both give); None where `add` does.
+    fn sum_node(&self) -> Option<Self::Node> {
+        None
+    }
 }
 
 /// A node's name in messages and on the tape.

@@ -33,13 +33,14 @@ impl NodeRule for StackOp {
             StackOp::New { .. } => "stack_new",
             StackOp::Push => "stack_push",
             StackOp::Pop => "stack_pop",
+            StackOp::Add => "stack_add",
         }
     }
 
     fn attrs(&self) -> Vec<(&'static str, String)> {
         match self {
             StackOp::New { element } => vec![("element", TypeText(element).to_string())],
-            StackOp::Push | StackOp::Pop => Vec::new(),
+            StackOp::Push | StackOp::Pop | StackOp::Add => Vec::new(),
         }
     }
 
@@ -57,6 +58,10 @@ impl NodeRule for StackOp {
             let [stack, value] = fixed::<2>(ins)?;
             let element = ValueType::Tensor(inner(stack, "stack", "input 0")?.clone());
             expect_compatible("pushed value (input 1)", value, &element)?;
+        }
+        if let StackOp::Add = self {
+            let [a, b] = fixed::<2>(ins)?;
+            expect_compatible("stack_add input 1", b, a)?;
         }
         expect_outputs(outs, &expected)
     }
@@ -78,12 +83,19 @@ impl NodeRule for StackOp {
                 let t = inner(stack, "stack", "input 0").map_err(graph_error)?;
                 Ok(vec![stack.clone(), ValueType::Tensor(t.clone())])
             }
+            StackOp::Add => {
+                let [a, b] = fixed::<2>(ins).map_err(graph_error)?;
+                inner(a, "stack", "input 0").map_err(graph_error)?;
+                inner(b, "stack", "input 1").map_err(graph_error)?;
+                Ok(vec![a.clone()])
+            }
         }
     }
 }
 
 impl ParseNode for StackOp {
-    const KEYWORDS: &'static [&'static str] = &["stack_new", "stack_push", "stack_pop"];
+    const KEYWORDS: &'static [&'static str] =
+        &["stack_new", "stack_push", "stack_pop", "stack_add"];
 
     fn parse(keyword: &str, attrs: &mut AttrReader<'_, '_>) -> Result<Self> {
         Ok(match keyword {
@@ -91,6 +103,7 @@ impl ParseNode for StackOp {
                 element: attrs.tensor_type("element")?,
             },
             "stack_push" => StackOp::Push,
+            "stack_add" => StackOp::Add,
             _ => StackOp::Pop,
         })
     }
@@ -111,6 +124,10 @@ impl Interpret for StackOp {
             StackOp::Pop => {
                 let [stack] = run.fixed()?;
                 Ok(run.store(pop(stack)?))
+            }
+            StackOp::Add => {
+                let [a, b] = run.fixed()?;
+                Ok(run.store(once(add(a, b)?)))
             }
         }
     }
@@ -135,6 +152,12 @@ impl EmitMlir for StackOp {
                 let element = element.ok_or_else(|| l.e.bug("stack_pop has two outputs"))?;
                 let [stack] = one(l, inputs)?;
                 Ok(l.stack_pop(stack, &element)?.to_vec())
+            }
+            StackOp::Add => {
+                let element = node.outputs.first().map(ValueType::inner).cloned();
+                let element = element.ok_or_else(|| l.e.bug("stack_add has an output"))?;
+                let [a, b] = two(l, inputs)?;
+                Ok(vec![l.stack_add(a, b, &element)?])
             }
         }
     }
@@ -169,6 +192,14 @@ impl crate::trace::tangents::Tangent for StackOp {
                 let t = popped.into_iter().map(Some).collect();
                 Ok(Some((outputs, t)))
             }
+            // linear: the sum of the tangents
+            StackOp::Add => {
+                let outputs = ctx.apply_node(&kind, inputs)?;
+                let a = or_zero(ctx, &tangents[0], &inputs[0])?;
+                let b = or_zero(ctx, &tangents[1], &inputs[1])?;
+                let sum = ctx.apply_node(&kind, &[a, b])?;
+                Ok(Some((outputs, smallvec![Some(sum[0].clone())])))
+            }
         }
     }
 }
@@ -186,6 +217,7 @@ impl Differentiate for StackOp {
             StackOp::Pop => Some(Arc::new(StackPopGradient {
                 value: outputs[1].clone(),
             })),
+            StackOp::Add => Some(Arc::new(StackAddGradient)),
         })
     }
 }
@@ -208,6 +240,22 @@ impl GradientFunction<Val> for StackPushGradient {
                 Ok(smallvec![Some(out[0].clone()), Some(out[1].clone())])
             }
         }
+    }
+}
+
+/// `add(a, b) -> c`: `c`'s cotangent is both inputs'. Longer than a shorter input, its extra
+/// bottom is never popped: the input's readers pop at most its own length.
+struct StackAddGradient;
+
+impl GradientFunction<Val> for StackAddGradient {
+    fn compute(
+        &self,
+        _ctx: &mut dyn Context<Val>,
+        grad_outputs: &[Option<Val>],
+        _needs: &[bool],
+    ) -> Result<Grads<Val>> {
+        let g = grad_outputs[0].clone();
+        Ok(smallvec![g.clone(), g])
     }
 }
 
@@ -268,6 +316,28 @@ fn push(stack: RtValue, value: RtValue) -> Result<RtValue> {
     Ok(RtValue::Stack(stack))
 }
 
+/// `stack_add`: top elements added to top elements; the longer stack's bottom kept.
+fn add(a: RtValue, b: RtValue) -> Result<RtValue> {
+    let (a, b) = (a.into_stack()?, b.into_stack()?);
+    let (long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+    let offset = long.len() - short.len();
+    let mut sum = StackValue::new(long.element().clone());
+    for (k, x) in long.items().iter().enumerate() {
+        let item = match k.checked_sub(offset) {
+            Some(j) => {
+                let op = crate::ops::Op::Add(Default::default());
+                let out = crate::ops::execute(&op, &[x.clone(), short.items()[j].clone()])?;
+                out.into_iter()
+                    .next()
+                    .ok_or_else(|| Error::internal("stack_add", "add gave no output"))?
+            }
+            None => x.clone(),
+        };
+        sum.push(item)?;
+    }
+    Ok(RtValue::Stack(sum))
+}
+
 /// `stack_pop`: the stack without its top, and the top.
 fn pop(stack: RtValue) -> Result<[RtValue; 2]> {
     let mut stack = stack.into_stack()?;
@@ -285,6 +355,7 @@ impl Kernel for StackOp {
             StackOp::New { element } => smallvec![RtValue::Stack(StackValue::new(element.clone()))],
             StackOp::Push => smallvec![push(next()?, next()?)?],
             StackOp::Pop => SmallVec::from_buf(pop(next()?)?),
+            StackOp::Add => smallvec![add(next()?, next()?)?],
         })
     }
 }

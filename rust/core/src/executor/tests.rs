@@ -652,3 +652,47 @@ fn elementwise_ops_write_into_uniquely_held_inputs_only() {
         sin.compute(&[a()], &out).unwrap()[0].to_f64_vec()
     );
 }
+
+/// Two cotangent stacks summed: tops added to tops, the longer stack's bottom kept.
+const STACK_SUM: &str = r#"graph @main
+func @main(%0: f64[2], %1: f64[2], %2: f64[2]) -> (f64[2], f64[2], f64[2], f64[2]) {
+  %3 = stack_new() {element=f64[2]} : stack<f64[2]>
+  %4 = stack_push(%3, %0) : stack<f64[2]>
+  %5 = stack_push(%4, %1) : stack<f64[2]>
+  %6 = stack_push(%5, %2) : stack<f64[2]>
+  %7 = stack_new() {element=f64[2]} : stack<f64[2]>
+  %8 = stack_push(%7, %2) : stack<f64[2]>
+  %9 = stack_add(%6, %8) : stack<f64[2]>
+  %10 = stack_pop(%9) : (stack<f64[2]>, f64[2])
+  %11 = stack_pop(%10#0) : (stack<f64[2]>, f64[2])
+  %12 = stack_pop(%11#0) : (stack<f64[2]>, f64[2])
+  %13 = stack_add(%7, %8) : stack<f64[2]>
+  %14 = stack_pop(%13) : (stack<f64[2]>, f64[2])
+  return %10#1, %11#1, %12#1, %14#1
+}"#;
+
+#[test]
+fn a_stack_sum_adds_tops_and_keeps_the_longer_bottom() {
+    let graph = parse_graph(STACK_SUM).unwrap();
+    assert_eq!(
+        parse_graph(&graph.to_string()).unwrap().to_string(),
+        graph.to_string()
+    );
+    let row = |a: f64, b: f64| RtValue::from(Tensor::from_vec(vec![a, b], &[2]).unwrap());
+    let args = || vec![row(1.0, 2.0), row(3.0, 4.0), row(5.0, 6.0)];
+    let want = [
+        vec![10.0, 12.0],
+        vec![3.0, 4.0],
+        vec![1.0, 2.0],
+        vec![5.0, 6.0],
+    ];
+    let exec = Executor::new(&graph).unwrap();
+    for outs in [
+        run_graph(&graph, args()).unwrap(),
+        exec.run(args()).unwrap(),
+    ] {
+        for (out, want) in outs.into_iter().zip(&want) {
+            assert_eq!(&out.into_tensor().unwrap().to_f64_vec(), want);
+        }
+    }
+}

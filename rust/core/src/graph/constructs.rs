@@ -64,12 +64,16 @@ pub enum VariableOp {
 }
 
 /// Stacks threaded as values: `New() -> stack<T>`, `Push(stack<T>, T) -> stack<T>`,
-/// `Pop(stack<T>) -> (stack<T>, T)`.
+/// `Pop(stack<T>) -> (stack<T>, T)`, and `Add(stack<T>, stack<T>) -> stack<T>`, the sum of two
+/// cotangent stacks (a stack two loops read has a cotangent from each): top elements added to
+/// top elements, the longer stack's bottom kept as it is (a cotangent stack shorter than its
+/// stack stands for zeros below).
 #[derive(Clone, Debug, PartialEq)]
 pub enum StackOp {
     New { element: TensorType },
     Push,
     Pop,
+    Add,
 }
 
 /// A type rule's verdict: a message, to which the verifier adds the node and its function.

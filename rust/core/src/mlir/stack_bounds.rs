@@ -138,7 +138,7 @@ fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Opti
             NodeKind::Const(_)
             | NodeKind::Op(_)
             | NodeKind::Variable(_)
-            | NodeKind::Stack(StackOp::New { .. }) => vec![Pushes::Unbounded; n],
+            | NodeKind::Stack(StackOp::New { .. } | StackOp::Add) => vec![Pushes::Unbounded; n],
         };
         values.push(outs);
     }

@@ -44,11 +44,16 @@
 //! IREE compiles that form for some modules only (docs/architecture.md), so `gl.jit` tries it
 //! first and falls back to the buffers. Popping an empty
 //! stack is undefined here (the interpreter reports it); the gradient's loops never do.
+//!
+//! `stack_add(a, b)` (two cotangents of one stack, summed) is a new stack filled by `scf.for`
+//! loops: the bottom rows only the longer stack has, then the sums of the rows as far from
+//! both tops.
 
 use super::emitter::{element_type, type_text, MlirValue, TypeText};
 use super::function::{Bound, Lowering};
 use super::stack_bounds;
 use crate::error::Result;
+use crate::ops::Op;
 use crate::shape::{ShapeDisplay, TensorType, DYN};
 
 /// A push onto a list of buffer views (`stack_push`): `value` set at `at`, the list `size` long.
@@ -381,13 +386,18 @@ impl Lowering<'_> {
         self.check_element(element)?;
         let loc = self.e.loc();
         let one = self.index(1);
-        let (top, value) = (self.e.fresh(), self.e.fresh());
+        let top = self.e.fresh();
         self.e
             .line(&format!("{top} = arith.subi {size}, {one} : index {loc}"));
-        let stack = Bound::Stack {
-            buffer: buffer.clone(),
-            size: top.clone(),
-        };
+        let value = self.read_row(&buffer, &top, element);
+        let stack = Bound::Stack { buffer, size: top };
+        Ok([stack, value])
+    }
+
+    /// Row `at` of a stack's storage `buffer`.
+    fn read_row(&mut self, buffer: &MlirValue, top: &str, element: &TensorType) -> Bound {
+        let loc = self.e.loc();
+        let value = self.e.fresh();
         if on_host(element) {
             self.e.line(&format!(
                 "{value} = util.list.get {buffer}[{top}] : {} {loc}",
@@ -397,7 +407,7 @@ impl Lowering<'_> {
                 name: value,
                 ty: element.clone(),
             };
-            return Ok([stack, Bound::Scalar(value)]);
+            return Bound::Scalar(value);
         }
         if ref_list(element, self.e.options.list_stacks) {
             let view = self.e.fresh();
@@ -412,7 +422,7 @@ impl Lowering<'_> {
                 name: value,
                 ty: element.clone(),
             };
-            return Ok([stack, Bound::Tensor(value)]);
+            return Bound::Tensor(value);
         }
         if element.ndim() == 0 {
             self.e.line(&format!(
@@ -423,20 +433,131 @@ impl Lowering<'_> {
                 name: value,
                 ty: element.clone(),
             };
-            return Ok([stack, Bound::Scalar(value)]);
+            return Bound::Scalar(value);
         }
         self.e.line(&format!(
             "{value} = tensor.extract_slice {buffer}{} : {} to {} {loc}",
-            Self::rows(&top, "1", element),
+            Self::rows(top, "1", element),
             TypeText(&buffer.ty),
             TypeText(element)
         ));
-        Ok([
-            stack,
-            Bound::Tensor(MlirValue {
-                name: value,
-                ty: element.clone(),
-            }),
-        ])
+        Bound::Tensor(MlirValue {
+            name: value,
+            ty: element.clone(),
+        })
+    }
+
+    /// `stack_add` (see the module doc): a new stack of `max(na, nb)` rows, filled by three
+    /// loops with no branch inside (IREE 3.13 miscompiled an `scf.if` reading a list there):
+    /// the bottom rows the longer stack alone has (one of the first two loops is empty), then
+    /// the `min(na, nb)` sums of the rows as far from both tops.
+    pub(crate) fn stack_add(&mut self, a: Bound, b: Bound, element: &TensorType) -> Result<Bound> {
+        let (
+            Bound::Stack {
+                buffer: ba,
+                size: na,
+            },
+            Bound::Stack {
+                buffer: bb,
+                size: nb,
+            },
+        ) = (a, b)
+        else {
+            return Err(self.e.bug("stack_add takes two stacks"));
+        };
+        self.check_element(element)?;
+        if !element.dtype.is_float() {
+            return Err(self
+                .e
+                .bug("stack_add of a stack that is not a float cotangent"));
+        }
+        let loc = self.e.loc();
+        let (m, a_only, b_only) = (self.e.fresh(), self.e.fresh(), self.e.fresh());
+        self.e
+            .line(&format!("{m} = arith.minui {na}, {nb} : index {loc}"));
+        self.e
+            .line(&format!("{a_only} = arith.subi {na}, {m} : index {loc}"));
+        self.e
+            .line(&format!("{b_only} = arith.subi {nb}, {m} : index {loc}"));
+        let mut sum = self.stack_new(element)?;
+        // Pushes here are written here, not with an unrolled trip's deferred ones.
+        let deferred = self.deferred_pushes.take();
+        for (only, buffer) in [(&a_only, &ba), (&b_only, &bb)] {
+            sum = self.rows_loop(
+                sum,
+                only,
+                element,
+                |l, k| Ok(l.read_row(buffer, k, element)),
+            )?;
+        }
+        sum = self.rows_loop(sum, &m, element, |l, k| {
+            let (at_a, at_b) = (l.e.fresh(), l.e.fresh());
+            let loc = l.e.loc();
+            l.e.line(&format!("{at_a} = arith.addi {a_only}, {k} : index {loc}"));
+            l.e.line(&format!("{at_b} = arith.addi {b_only}, {k} : index {loc}"));
+            let rows = vec![
+                l.read_row(&ba, &at_a, element),
+                l.read_row(&bb, &at_b, element),
+            ];
+            let added = l.apply(&Op::Add(Default::default()), rows)?;
+            let [added] = super::function::one(l, added)?;
+            Ok(added)
+        })?;
+        self.deferred_pushes = deferred;
+        Ok(sum)
+    }
+
+    /// `stack` with `row(k)` pushed for each `k` below `count`, by an `scf.for`.
+    fn rows_loop(
+        &mut self,
+        stack: Bound,
+        count: &str,
+        element: &TensorType,
+        row: impl FnOnce(&mut Self, &str) -> Result<Bound>,
+    ) -> Result<Bound> {
+        let Bound::Stack { buffer, size } = stack else {
+            return Err(self.e.bug("rows_loop takes a stack"));
+        };
+        let loc = self.e.loc();
+        let (zero, one) = (self.index(0), self.index(1));
+        let storage = storage_type(element, self.e.options.list_stacks);
+        let (out, k, buf, rows) = (
+            self.e.fresh(),
+            self.e.fresh(),
+            self.e.fresh(),
+            self.e.fresh(),
+        );
+        self.e.line(&format!(
+            "{out}:2 = scf.for {k} = {zero} to {count} step {one} iter_args({buf} = {buffer}, \
+             {rows} = {size}) -> ({storage}, index) {{"
+        ));
+        self.e.indent();
+        let value = row(self, &k)?;
+        let carried = Bound::Stack {
+            buffer: MlirValue {
+                name: buf,
+                ty: buffer.ty.clone(),
+            },
+            size: rows,
+        };
+        let Bound::Stack {
+            buffer: pushed,
+            size: pushed_rows,
+        } = self.stack_push(carried, value)?
+        else {
+            return Err(self.e.bug("stack_push made a stack"));
+        };
+        self.e.line(&format!(
+            "scf.yield {pushed}, {pushed_rows} : {storage}, index"
+        ));
+        self.e.dedent();
+        self.e.line(&format!("}} {loc}"));
+        Ok(Bound::Stack {
+            buffer: MlirValue {
+                name: format!("{out}#0"),
+                ty: buffer.ty,
+            },
+            size: format!("{out}#1"),
+        })
     }
 }

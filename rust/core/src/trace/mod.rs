@@ -152,4 +152,9 @@ impl Value for Val {
     fn is_unique(&self) -> bool {
         matches!(self, Val::Tensor(t) if t.is_unique())
     }
+
+    fn sum_node(&self) -> Option<NodeKind> {
+        matches!(self.value_type(), ValueType::Stack(_))
+            .then_some(NodeKind::Stack(crate::graph::StackOp::Add))
+    }
 }
