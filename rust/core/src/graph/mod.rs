@@ -34,7 +34,8 @@
 //! - Variables: `ReadVariable(resource<T>) -> T`, `AssignVariable(resource<T>, T) -> ()`,
 //!   `AssignAddVariable(resource<T>, T) -> ()`.
 //! - Stacks: `StackNew() -> stack<T>`, `StackPush(stack<T>, T) -> stack<T>`,
-//!   `StackPop(stack<T>) -> (stack<T>, T)`. A stack is a value threaded functionally (a loop
+//!   `StackPop(stack<T>) -> (stack<T>, T)`, `StackAdd(stack<T>, stack<T>) -> stack<T>` (two
+//!   cotangents of one stack summed). A stack is a value threaded functionally (a loop
 //!   carries it as a loop var); the interpreter shares storage so a push is amortised O(1).
 //!
 //! Stateful nodes (variable reads and writes) are ordered by control inputs in program order,
