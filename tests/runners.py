@@ -16,3 +16,14 @@ def run_on(name: str, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     finally:
         gl._core.set_graph_runner(before)
+
+
+def staged(mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run eagerly (`eager`), as a `gl.function` on graph runner `mode`, or under `gl.jit`
+    (`compiled`)."""
+    if mode == "eager":
+        return fn
+    if mode == "compiled":
+        return gl.jit(fn)
+    traced = gl.function(fn)
+    return lambda *args: run_on(mode, traced, *args)

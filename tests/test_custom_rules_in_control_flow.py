@@ -10,18 +10,9 @@ import pytest
 
 import gradloop as gl
 from gradcheck import numerical_gradient
-from runners import run_on
+from runners import staged
 
 MODES = ("eager", "executor", "frames", "interpreter", "compiled")
-
-
-def staged(mode: str, fn):
-    if mode == "eager":
-        return fn
-    if mode == "compiled":
-        return gl.jit(fn)
-    traced = gl.function(fn)
-    return lambda *args: run_on(mode, traced, *args)
 
 
 @gl.custom_jvp

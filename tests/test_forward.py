@@ -17,22 +17,12 @@ from hypothesis import HealthCheck, given, seed, settings
 import gradloop as gl
 from gradcheck import numerical_gradient
 from program_fuzz import Program, is_pure, programs
-from runners import run_on
+from runners import run_on, staged
 
 X = np.array([0.41, -0.23, 0.37])
 V = np.array([0.7, -1.1, 0.4])
 
 RUNNERS = ("executor", "frames", "interpreter")
-
-
-def staged(mode: str, fn):
-    """`fn` run eagerly, as a `gl.function` on graph runner `mode`, or under `gl.jit`."""
-    if mode == "eager":
-        return fn
-    if mode == "compiled":
-        return gl.jit(fn)
-    traced = gl.function(fn)
-    return lambda *args: run_on(mode, traced, *args)
 
 
 MODES = ("eager", *RUNNERS, "compiled")

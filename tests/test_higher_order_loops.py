@@ -13,16 +13,9 @@ import pytest
 
 import gradloop as gl
 from gradcheck import numerical_gradient
-from runners import run_on
+from runners import staged
 
 MODES = ("executor", "frames", "interpreter", "compiled")
-
-
-def staged(mode: str, fn):
-    if mode == "compiled":
-        return gl.jit(fn)
-    traced = gl.function(fn)
-    return lambda *args: run_on(mode, traced, *args)
 
 
 def product(v):

@@ -12,19 +12,10 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from runners import run_on
+from runners import staged
 
 X = np.array([0.3, -0.8])
 MODES = ("eager", "executor", "frames", "interpreter", "compiled")
-
-
-def staged(mode: str, fn):
-    if mode == "eager":
-        return fn
-    if mode == "compiled":
-        return gl.jit(fn)
-    traced = gl.function(fn)
-    return lambda *args: run_on(mode, traced, *args)
 
 
 def f2(a, b):

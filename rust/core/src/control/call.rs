@@ -109,58 +109,52 @@ fn check_custom_gradient(
     operands: &[&ValueType],
     outs: &[&ValueType],
 ) -> Check {
-    let g = library
-        .get(name)
-        .map_err(|_| format!("gradient @{name} is not in the library"))?;
     let mut expected: Vec<&ValueType> = operands.to_vec();
     expected.extend(outs.iter().copied());
     expected.extend(outs.iter().copied());
-    check_params("gradient", name, &g.params, &expected)?;
-    let results = g.result_types().map_err(|e| e.message)?;
-    if results.len() > operands.len() {
-        return Err(format!(
-            "gradient @{name} returns {} value(s) for {} operand(s)",
-            results.len(),
-            operands.len()
-        ));
-    }
-    for (k, (r, o)) in results.iter().zip(operands).enumerate() {
-        if !r.compatible(o) {
-            return Err(format!(
-                "gradient @{name} returns {r} for operand {k}, which is {o}"
-            ));
-        }
-    }
-    Ok(())
+    check_rule(library, "gradient", name, &expected, operands, "operand")
 }
 
-/// A custom tangent function takes `(operands, results, tangents of the operands)` and returns
-/// one tangent per leading result, typed like it.
+/// A custom tangent function takes `(operands, results, tangents of the operands)` and
+/// returns one tangent per leading result, typed like it.
 fn check_custom_tangent(
     library: &Library,
     name: &str,
     operands: &[&ValueType],
     outs: &[&ValueType],
 ) -> Check {
-    let t = library
-        .get(name)
-        .map_err(|_| format!("tangent @{name} is not in the library"))?;
     let mut expected: Vec<&ValueType> = operands.to_vec();
     expected.extend(outs.iter().copied());
     expected.extend(operands.iter().copied());
-    check_params("tangent", name, &t.params, &expected)?;
-    let results = t.result_types().map_err(|e| e.message)?;
-    if results.len() > outs.len() {
+    check_rule(library, "tangent", name, &expected, outs, "result")
+}
+
+/// The `what` rule `@name` takes `params` and returns at most one value per `each` (`kind`s),
+/// typed like it.
+fn check_rule(
+    library: &Library,
+    what: &str,
+    name: &str,
+    params: &[&ValueType],
+    each: &[&ValueType],
+    kind: &str,
+) -> Check {
+    let f = library
+        .get(name)
+        .map_err(|_| format!("{what} @{name} is not in the library"))?;
+    check_params(what, name, &f.params, params)?;
+    let results = f.result_types().map_err(|e| e.message)?;
+    if results.len() > each.len() {
         return Err(format!(
-            "tangent @{name} returns {} value(s) for {} result(s)",
+            "{what} @{name} returns {} value(s) for {} {kind}(s)",
             results.len(),
-            outs.len()
+            each.len()
         ));
     }
-    for (k, (r, o)) in results.iter().zip(outs).enumerate() {
+    for (k, (r, o)) in results.iter().zip(each).enumerate() {
         if !r.compatible(o) {
             return Err(format!(
-                "tangent @{name} returns {r} for result {k}, which is {o}"
+                "{what} @{name} returns {r} for {kind} {k}, which is {o}"
             ));
         }
     }
