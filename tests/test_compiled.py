@@ -815,3 +815,29 @@ def test_a_module_over_a_dispatch_limit_as_it_loads_is_a_compile_error(monkeypat
         pytest.raises(gl.errors.CompileError, match=r"double_sin.*65 constants exceeds"),
     ):
         gl.jit(double_sin)(f64(0.1, 0.2))
+
+
+def test_a_forked_child_compiles_with_a_compiler_process_of_its_own() -> None:
+    from gradloop import _compiler, compiled
+
+    x = f64(0.1, 0.2)
+    text, flags = gl.to_mlir(double_sin, x), compiled._flags("llvm-cpu", True)
+    assert _compiler.compile_to_vm(text, flags)  # the parent's compiler process is running
+    parents = _compiler._worker.process.pid
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's pipes are not its to use
+        code = 1
+        try:
+            compiled_here = _compiler.compile_to_vm(text, flags)
+            code = 0 if compiled_here and _compiler._worker.process.pid != parents else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's compile did not finish")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert _compiler.compile_to_vm(text, flags)  # and the parent's still answers

@@ -148,6 +148,7 @@ class _Worker:
             stdout=subprocess.PIPE,
             cwd=os.path.dirname(os.path.abspath(__file__)),
         )
+        self.owner = os.getpid()  # a forked child starts its own: the pipes are the parent's
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -206,7 +207,7 @@ _worker: _Worker | None = None
 
 def _running_worker() -> _Worker:
     global _worker
-    if _worker is None or not _worker.alive():
+    if _worker is None or _worker.owner != os.getpid() or not _worker.alive():
         if _worker is None:
             atexit.register(_stop_worker)
         _worker = _Worker()
@@ -215,7 +216,7 @@ def _running_worker() -> _Worker:
 
 def _stop_worker() -> None:
     """At exit: the worker ends when its pipe closes (killed if it does not, mid-compile)."""
-    if _worker is None:
+    if _worker is None or _worker.owner != os.getpid():
         return
     process = _worker.process
     try:
