@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -450,7 +451,8 @@ def _traced_custom_op(
                     outs,
                 )
         except Exception as e:
-            rules = {"refused": _validate.at_user(f"{where}: its rule failed: {_described(e)}")}
+            # the core names the user's line where a derivative is asked
+            rules = {"refused": f"{where}: its rule failed: {_described(e, where)}"}
     except BaseException:
         _core.trace_pop([])  # close the frame; the unfinished function is never called
         raise
@@ -482,8 +484,12 @@ def _traced_rule(
     return _core.trace_pop(out)
 
 
-def _described(e: Exception) -> str:
-    return str(e) if isinstance(e, errors.GradloopError) else f"{type(e).__name__}: {e}"
+def _described(e: Exception, where: str) -> str:
+    """A rule's failure for a message that names `where` and the user's line itself."""
+    if not isinstance(e, errors.GradloopError):
+        return f"{type(e).__name__}: {e}"
+    text = re.sub(r" \(at [^()]*\)$", "", str(e))
+    return text.removeprefix(f"{where}: ")
 
 
 def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:

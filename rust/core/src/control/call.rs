@@ -192,7 +192,7 @@ impl crate::trace::tangents::Tangent for Call {
         tangents: &[Option<Val>],
     ) -> Result<crate::trace::tangents::Built> {
         if let Some(why) = &self.refused {
-            return Err(Error::gradient("custom_jvp", why.clone()));
+            return Err(refusal(why));
         }
         if let Some(tangent) = &self.tangent {
             return custom_tangent(ctx, self, tangent, inputs, tangents);
@@ -323,7 +323,15 @@ impl GradientFunction<Val> for Refused {
         _grad_outputs: &[Option<Val>],
         _needs: &[bool],
     ) -> Result<Grads<Val>> {
-        Err(Error::gradient("custom_jvp", self.0.clone()))
+        Err(refusal(&self.0))
+    }
+}
+
+/// The error of a refused call: `why` reads `"<api>(<function>): <message>"`.
+fn refusal(why: &str) -> Error {
+    match why.split_once(": ") {
+        Some((op, message)) => Error::gradient(op.to_string(), message.to_string()),
+        None => Error::gradient("custom rule", why.to_string()),
     }
 }
 
