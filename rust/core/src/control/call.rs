@@ -74,11 +74,12 @@ impl NodeRule for Call {
 
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         check_call(library, "callee", &self.function, ins, outs)?;
+        let node = (ins, outs);
         if let Some(g) = &self.gradient {
-            check_custom_gradient(library, g, ins, outs)?;
+            check_rule(library, "gradient", g, node, (outs, ins, "operand"))?;
         }
         match &self.tangent {
-            Some(t) => check_custom_tangent(library, t, ins, outs),
+            Some(t) => check_rule(library, "tangent", t, node, (ins, outs, "result")),
             None => Ok(()),
         }
     }
@@ -101,44 +102,21 @@ impl ParseNode for Call {
     }
 }
 
-/// A custom gradient function takes `(operands, results, cotangents of the results)` and
-/// returns one gradient per leading operand, typed like it.
-fn check_custom_gradient(
-    library: &Library,
-    name: &str,
-    operands: &[&ValueType],
-    outs: &[&ValueType],
-) -> Check {
-    let mut expected: Vec<&ValueType> = operands.to_vec();
-    expected.extend(outs.iter().copied());
-    expected.extend(outs.iter().copied());
-    check_rule(library, "gradient", name, &expected, operands, "operand")
-}
-
-/// A custom tangent function takes `(operands, results, tangents of the operands)` and
-/// returns one tangent per leading result, typed like it.
-fn check_custom_tangent(
-    library: &Library,
-    name: &str,
-    operands: &[&ValueType],
-    outs: &[&ValueType],
-) -> Check {
-    let mut expected: Vec<&ValueType> = operands.to_vec();
-    expected.extend(outs.iter().copied());
-    expected.extend(operands.iter().copied());
-    check_rule(library, "tangent", name, &expected, outs, "result")
-}
-
-/// The `what` rule `@name` takes `params` and returns at most one value per `each` (`kind`s),
-/// typed like it.
+/// A custom rule `@name` takes `(operands, results, then one value per `each`)` and returns at
+/// most one value per `each` (`kind`s), typed like it: a gradient takes the results'
+/// cotangents and gives the operands', a tangent takes the operands' tangents and gives the
+/// results'.
 fn check_rule(
     library: &Library,
     what: &str,
     name: &str,
-    params: &[&ValueType],
-    each: &[&ValueType],
-    kind: &str,
+    (operands, outs): (&[&ValueType], &[&ValueType]),
+    (takes, each, kind): (&[&ValueType], &[&ValueType], &str),
 ) -> Check {
+    let mut params: Vec<&ValueType> = operands.to_vec();
+    params.extend(outs.iter().copied());
+    params.extend(takes.iter().copied());
+    let params = &params[..];
     let f = library
         .get(name)
         .map_err(|_| format!("{what} @{name} is not in the library"))?;

@@ -415,40 +415,26 @@ fn a_custom_gradient_call_round_trips_and_verifies() {
     assert_eq!(g.to_string(), CUSTOM);
 }
 
-/// A call with a custom tangent function and the reason it has no derivative
+/// `CUSTOM` with a custom tangent function and the reason it has no derivative
 /// (`gl.custom_jvp` traced in graph mode): both round-trip, a string escaped.
-const CUSTOM_TANGENT: &str = "\
-graph @main
-
-func @main(%0: f32[3]) -> (f32[3]) {
-  %1 = call(%0) {function=@square, gradient=@square_grad, tangent=@square_jvp, refused=\"its rule failed: \\\"x\\\"\\n\"} : f32[3]
-  return %1
+fn custom_tangent() -> String {
+    let call = "gradient=@square_grad}";
+    let refused = r#"refused="its rule failed: \"x\"\n""#;
+    CUSTOM.replace(
+        call,
+        &format!("gradient=@square_grad, tangent=@square_jvp, {refused}}}"),
+    ) + "\nfunc @square_jvp(%0: f32[3], %1: f32[3], %2: f32[3]) -> (f32[3]) {\n  \
+           %3 = mul(%0, %2) : f32[3]\n  return %3\n}\n"
 }
-
-func @square(%0: f32[3]) -> (f32[3]) {
-  %1 = mul(%0, %0) : f32[3]
-  return %1
-}
-
-func @square_grad(%0: f32[3], %1: f32[3], %2: f32[3]) -> (f32[3]) {
-  %3 = const() {value=[3.0]} : f32[]
-  %4 = mul(%2, %3) : f32[3]
-  return %4
-}
-
-func @square_jvp(%0: f32[3], %1: f32[3], %2: f32[3]) -> (f32[3]) {
-  %3 = mul(%0, %2) : f32[3]
-  return %3
-}
-";
 
 #[test]
 fn a_custom_tangent_call_round_trips_verifies_and_checks_its_signature() {
-    let g = parse_graph(CUSTOM_TANGENT).unwrap();
+    let text = custom_tangent();
+    let g = parse_graph(&text).unwrap();
     verify(&g).unwrap();
-    assert_eq!(g.to_string(), CUSTOM_TANGENT);
+    assert_eq!(g.to_string(), text);
     // The tangent returns one value per result, typed like it: here an f64 for an f32.
-    let bad = CUSTOM_TANGENT
+    let bad = text
         .replace(
             "%3 = mul(%0, %2) : f32[3]\n  return %3",
             "%3 = cast(%2) {to=f64} : f64[3]\n  return %3",
