@@ -1,7 +1,7 @@
 """`--graph-runner`: what runs `@gl.function` graphs in this session: the frame executor (the
 default; loops of cheap nodes fused into sequential programs), the executor with every loop a
 frame of tokens (`frames`), or the reference interpreter. `make test` runs the graph-mode suites
-on all three."""
+on all three. Fused frames that compile run in check mode: compiled and interpreted, compared."""
 
 from __future__ import annotations
 
@@ -29,5 +29,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def graph_runner(request: pytest.FixtureRequest) -> str:
     runner = request.config.getoption("--graph-runner")
     gl._core.set_graph_runner(runner)
+    # Every compiled frame a test runs is checked against its register program, bit for bit.
+    gl._core.set_compiled_frames("check")
     yield runner
     gl._core.set_graph_runner("executor")
+    gl._core.set_compiled_frames("on")

@@ -180,6 +180,41 @@ pub fn graph_runner() -> &'static str {
     RUNNERS[usize::from(RUNNER.load(Ordering::Relaxed)).min(RUNNERS.len() - 1)]
 }
 
+/// Chooses how fused frames run: "on" (the default: compiled to kernel calls on buffers
+/// where every value has a static type), "off" (always their register programs) or "check"
+/// (both, with any difference an internal error: what the tests run).
+#[pyfunction]
+pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
+    use gradloop::executor::CompiledFrames;
+    let mode = match mode {
+        "on" => CompiledFrames::On,
+        "off" => CompiledFrames::Off,
+        "check" => CompiledFrames::Check,
+        other => {
+            let msg = format!("compiled frames are \"on\", \"off\" or \"check\", not {other:?}");
+            return Err(new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                "set_compiled_frames",
+                msg,
+            ));
+        }
+    };
+    gradloop::executor::set_compiled_frames(mode);
+    Ok(())
+}
+
+/// How fused frames run now: "on", "off" or "check".
+#[pyfunction]
+pub fn compiled_frames() -> &'static str {
+    use gradloop::executor::CompiledFrames;
+    match gradloop::executor::compiled_frames() {
+        CompiledFrames::On => "on",
+        CompiledFrames::Off => "off",
+        CompiledFrames::Check => "check",
+    }
+}
+
 /// Threads the executor runs on (`GRADLOOP_NUM_THREADS`, else the machine's cores).
 #[pyfunction]
 pub fn executor_threads() -> usize {

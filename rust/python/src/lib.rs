@@ -31,6 +31,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<function::PyLoweredGraph>()?;
     m.add_function(wrap_pyfunction!(function::set_graph_runner, m)?)?;
     m.add_function(wrap_pyfunction!(function::graph_runner, m)?)?;
+    m.add_function(wrap_pyfunction!(function::set_compiled_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(function::compiled_frames, m)?)?;
     m.add_function(wrap_pyfunction!(function::executor_threads, m)?)?;
     m.add_class::<variable::PyVariableHandle>()?;
     for d in gradloop::DType::ALL {

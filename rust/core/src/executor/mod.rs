@@ -20,6 +20,7 @@
 //!
 //! Threads: `GRADLOOP_NUM_THREADS` when set, else rayon's pool size (the machine's cores).
 
+mod compiled_frame;
 mod kernel;
 mod plan;
 mod program;
@@ -28,6 +29,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 pub use kernel::{input_reader, Kernel};
@@ -53,6 +55,38 @@ pub fn default_threads() -> usize {
             .filter(|&n| n >= 1)
             .unwrap_or_else(rayon::current_num_threads)
     })
+}
+
+/// How fused frames run: compiled to kernel calls on buffers where they can be (`On`, the
+/// default), always as register programs (`Off`), or both with their outcomes compared
+/// (`Check`: a difference is an internal error; what the tests run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompiledFrames {
+    On,
+    Off,
+    Check,
+}
+
+/// The crate's own tests check every compiled frame against its program.
+static COMPILED_FRAMES: AtomicU8 = AtomicU8::new(if cfg!(test) { 2 } else { 0 });
+
+/// Sets how fused frames run, for the whole process.
+pub fn set_compiled_frames(mode: CompiledFrames) {
+    let code = match mode {
+        CompiledFrames::On => 0,
+        CompiledFrames::Off => 1,
+        CompiledFrames::Check => 2,
+    };
+    COMPILED_FRAMES.store(code, Ordering::Relaxed);
+}
+
+/// How fused frames run now.
+pub fn compiled_frames() -> CompiledFrames {
+    match COMPILED_FRAMES.load(Ordering::Relaxed) {
+        0 => CompiledFrames::On,
+        1 => CompiledFrames::Off,
+        _ => CompiledFrames::Check,
+    }
 }
 
 /// The passes a graph goes through before it is lowered: constants folded (an op that would

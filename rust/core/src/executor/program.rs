@@ -19,8 +19,10 @@ use std::sync::Arc;
 
 use smallvec::{smallvec, SmallVec};
 
+use super::compiled_frame::{same_bits, CompiledFrame};
 use super::kernel::{selector_output, Failure, Kernel};
 use super::plan::{checked_types, CheckedTypes};
+use super::CompiledFrames;
 use crate::dataflow::{DfKind, DfNode, FusedFrame};
 use crate::error::{Error, Result};
 use crate::ops::{execute, Op};
@@ -28,17 +30,17 @@ use crate::runtime_values::RtValue;
 use crate::shape::DYN;
 use crate::tensor::Tensor;
 
-type Reg = u32;
+pub(super) type Reg = u32;
 
 /// One input of a step: the register, and whether this is its last read in an iteration.
 #[derive(Clone, Copy, Debug)]
-struct Read {
-    reg: Reg,
-    take: bool,
+pub(super) struct Read {
+    pub reg: Reg,
+    pub take: bool,
 }
 
 #[derive(Debug)]
-enum Action {
+pub(super) enum Action {
     Const(Tensor),
     /// Identity, exit, next_iteration: the input unchanged.
     Pass,
@@ -61,16 +63,16 @@ enum Action {
 }
 
 #[derive(Debug)]
-struct Step {
+pub(super) struct Step {
     /// The inner node it runs (for its kind and origin).
-    node: usize,
-    action: Action,
-    reads: SmallVec<[Read; 4]>,
+    pub node: usize,
+    pub action: Action,
+    pub reads: SmallVec<[Read; 4]>,
     /// Inner nodes whose death makes this step dead.
-    controls: SmallVec<[u32; 2]>,
+    pub controls: SmallVec<[u32; 2]>,
     /// First output register; the node's outputs are consecutive.
-    out: Reg,
-    outputs: u32,
+    pub out: Reg,
+    pub outputs: u32,
 }
 
 /// A compiled fused loop, shared by every run of the plan.
@@ -85,6 +87,9 @@ pub(crate) struct Program {
     carried: Vec<Reg>,
     /// The registers of the results (a loop's exits), one per output.
     results: Vec<Reg>,
+    /// The same frame compiled to kernel calls on buffers, where every value has a static
+    /// type and every op a destination kernel.
+    compiled: Option<CompiledFrame>,
 }
 
 impl Program {
@@ -161,18 +166,67 @@ impl Program {
                 .collect()
         };
         let carried = of_kind(|k| matches!(k, DfKind::NextIteration));
-        Ok(Program {
+        let mut program = Program {
             fused: fused.clone(),
             steps,
             registers: registers as usize,
             inputs: (0..args).map(|k| (first[k], fused.invariant[k])).collect(),
             carried,
             results,
-        })
+            compiled: None,
+        };
+        program.compiled = CompiledFrame::compile(&program);
+        Ok(program)
+    }
+
+    pub(super) fn fused(&self) -> &Arc<FusedFrame> {
+        &self.fused
+    }
+
+    pub(super) fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    pub(super) fn inputs(&self) -> &[(Reg, bool)] {
+        &self.inputs
+    }
+
+    pub(super) fn carried(&self) -> &[Reg] {
+        &self.carried
+    }
+
+    pub(super) fn results(&self) -> &[Reg] {
+        &self.results
+    }
+
+    /// Whether the frame runs compiled (when its inputs have their static types).
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some()
     }
 
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
+    /// The compiled frame runs them when there is one and they have its types (in check mode
+    /// the program runs them too, and any difference is an internal error).
     pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
+        let mode = super::compiled_frames();
+        if let Some(compiled) = self
+            .compiled
+            .as_ref()
+            .filter(|_| mode != CompiledFrames::Off)
+        {
+            if let Some(outcome) = compiled.run(&inputs) {
+                if mode == CompiledFrames::On {
+                    return outcome;
+                }
+                let want = self.interpret(inputs);
+                return agree(&self.fused, outcome, want);
+            }
+        }
+        self.interpret(inputs)
+    }
+
+    /// Runs the register program.
+    fn interpret(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
         // Trusted steps rely on the inputs having their static types.
         let trust = self
             .fused
@@ -385,4 +439,47 @@ fn trust(steps: &mut [Step], nodes: &[DfNode], registers: usize, args: usize) {
 
 fn missing(op: &'static str) -> Error {
     Error::internal(op, "an input is missing")
+}
+
+/// The check mode's verdict: the program's outcome when the compiled frame's is the same (equal
+/// bits, or the same error at the same place), else an internal error saying where they part.
+fn agree(
+    fused: &FusedFrame,
+    compiled: Result<SmallVec<[RtValue; 2]>, Failure>,
+    program: Result<SmallVec<[RtValue; 2]>, Failure>,
+) -> Result<SmallVec<[RtValue; 2]>, Failure> {
+    let place = |f: &Failure| {
+        f.inner.as_ref().map(|i| {
+            (
+                i.origin.as_ref().map(|o| o.site.clone()),
+                i.iterations.clone(),
+            )
+        })
+    };
+    let differs = match (&compiled, &program) {
+        (Ok(a), Ok(b)) => (a.len() != b.len() || !a.iter().zip(b).all(|(x, y)| same_bits(x, y)))
+            .then(|| "results".to_string()),
+        (Err(a), Err(b)) => (a.error.kind != b.error.kind
+            || a.error.to_string() != b.error.to_string()
+            || place(a) != place(b))
+        .then(|| format!("errors ({} against {})", a.error, b.error)),
+        (Ok(_), Err(b)) => Some(format!(
+            "outcomes (it succeeded, the program failed: {})",
+            b.error
+        )),
+        (Err(a), Ok(_)) => Some(format!(
+            "outcomes (it failed: {}, the program succeeded)",
+            a.error
+        )),
+    };
+    match differs {
+        None => program,
+        Some(what) => {
+            let msg = format!(
+                "frame {}: the compiled frame and its program differ in {what}",
+                fused.frame
+            );
+            Err(Error::internal("executor", msg).into())
+        }
+    }
 }

@@ -16,7 +16,10 @@ use smallvec::smallvec;
 use super::attrs::op_attrs;
 use super::kernels::{self, Arith};
 use super::rules::{broadcast_binary, check_dtype, Accepts};
-use super::{build, expect_arity, tangents, Grads, OpDef, Saved, Saves, Tangents, Types, Values};
+use super::{
+    build, dest, expect_arity, tangents, DestKernel, Grads, OpDef, Saved, Saves, Tangents, Types,
+    Values,
+};
 use crate::dtype::DType;
 use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
@@ -75,6 +78,11 @@ macro_rules! binary_op {
                     Some(t) => Ok(smallvec![t]),
                     None => self.compute(inputs, outputs),
                 }
+            }
+
+            fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+                let (a, b, out) = (&inputs[0], &inputs[1], &outputs[0]);
+                binary_op!(@dest [$($lanes)?] $accepts -> $out, a, b, out, |$x, $y| $kernel)
             }
 
             fn saves(&self) -> Saves {
@@ -164,6 +172,27 @@ macro_rules! binary_op {
     };
     (@compute_into [pow] Float -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
         crate::with_float!($out.dtype, T, { kernels::pow_lanes_into::<T>($inputs, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@dest [pow] Float -> Same, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_float!($out.dtype, T, { dest::pow_to::<T>($a, $b, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@dest [] Float -> Same, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_float!($out.dtype, T, { dest::zip_to::<T, T>($a, $b, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@dest [] Numeric -> Same, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_numeric!($out.dtype, T, { dest::zip_to::<T, T>($a, $b, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@dest [] Numeric -> Bool, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_numeric!($a.dtype, T, { dest::zip_to::<T, bool>($a, $b, $out, |$x: T, $y: T| $kernel) }, None)
+    };
+    (@dest [] Any -> Bool, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        crate::with_dtype!($a.dtype, T, { dest::zip_to::<T, bool>($a, $b, $out, |$x: T, $y: T| $kernel) })
+    };
+    (@dest [] Bool -> Bool, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        match $a.dtype {
+            DType::Bool => dest::zip_to::<bool, bool>($a, $b, $out, |$x: bool, $y: bool| $kernel),
+            _ => None,
+        }
     };
     (@outdtype Same) => { None };
     (@into Float -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
@@ -497,6 +526,12 @@ impl OpDef for Select {
             kernels::zip3::<bool, T, T, T>(c, a, b, shape, |c, x, y| if c { x } else { y })?
         });
         Ok(smallvec![out])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        crate::with_dtype!(outputs[0].dtype, T, {
+            dest::zip3_to::<bool, T, T, T>(inputs, &outputs[0], |c, x, y| if c { x } else { y })
+        })
     }
 
     fn saves(&self) -> Saves {

@@ -13,7 +13,9 @@ use smallvec::smallvec;
 
 use super::attrs::op_attrs;
 use super::rules::{check_dtype, Accepts};
-use super::{build, expect_arity, kernels, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{
+    build, dest, expect_arity, kernels, DestKernel, Grads, OpDef, Saved, Saves, Types, Values,
+};
 use super::{tangents, Tangents};
 use crate::dtype::{DType, Element};
 use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
@@ -49,6 +51,10 @@ impl OpDef for Fill {
             &self.shape,
             self.value
         )])
+    }
+
+    fn kernel_into(&self, _inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        Some(dest::fill_to(&outputs[0], self.value))
     }
 
     fn saves(&self) -> Saves {
@@ -124,6 +130,10 @@ impl OpDef for FillLike {
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
         let x = &inputs[0];
         Ok(smallvec![Tensor::filled(x.dtype(), x.shape(), self.value)])
+    }
+
+    fn kernel_into(&self, _inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        Some(dest::fill_to(&outputs[0], self.value))
     }
 
     fn saves(&self) -> Saves {
@@ -348,6 +358,17 @@ impl OpDef for Cast {
         Ok(smallvec![out])
     }
 
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        Some(match (inputs[0].dtype, self.to) {
+            (from, to) if from == to => crate::with_dtype!(from, T, { dest::copy_to::<T>() }),
+            (DType::I64, DType::I32) => dest::map_to::<i64, i32>(|v| v as i32),
+            (DType::I32, DType::I64) => dest::map_to::<i32, i64>(|v| v as i64),
+            (from, to) => crate::with_dtype!(from, T, {
+                crate::with_dtype!(to, U, { dest::map_to::<T, U>(|v| U::from_f64(v.to_f64())) })
+            }),
+        })
+    }
+
     fn saves(&self) -> Saves {
         if self.to.is_float() {
             Saves::NOTHING
@@ -430,6 +451,12 @@ impl OpDef for StopGradient {
         renamed(inputs)
     }
 
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::copy_to::<T>()
+        }))
+    }
+
     fn saves(&self) -> Saves {
         Saves::NotDifferentiable("stop_gradient blocks gradients by definition")
     }
@@ -486,6 +513,12 @@ impl OpDef for Identity {
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
         renamed(inputs)
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::copy_to::<T>()
+        }))
     }
 
     fn saves(&self) -> Saves {

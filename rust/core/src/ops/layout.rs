@@ -16,7 +16,7 @@ pub use super::concat::{concatenate, stack, Concatenate};
 pub use super::permute::{reverse, transpose, Reverse, Transpose};
 use super::rules::shape_str;
 pub use super::slicing::{pad, slice, Pad, Slice};
-use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
 use crate::dtype::Element;
 use crate::emit::{Emitter, MlirValue};
@@ -57,6 +57,12 @@ impl OpDef for Reshape {
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
         Ok(smallvec![inputs[0].reshaped(&self.shape)?])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::copy_to::<T>()
+        }))
     }
 
     fn saves(&self) -> Saves {
@@ -191,6 +197,12 @@ impl OpDef for BroadcastTo {
             Tensor::from_array(b.to_owned())
         });
         Ok(smallvec![out])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        crate::with_dtype!(inputs[0].dtype, T, {
+            dest::broadcast_to::<T>(&inputs[0], &outputs[0])
+        })
     }
 
     fn saves(&self) -> Saves {

@@ -20,6 +20,7 @@ use crate::tensor::Tensor;
 use crate::value::Value;
 use attrs::{Attr, AttrMap, OpAttrs};
 pub use context::{execute, Context, EagerContext};
+pub use dest::DestKernel;
 
 pub mod attrs;
 pub mod binary;
@@ -27,6 +28,7 @@ pub mod build;
 pub mod concat;
 pub mod context;
 pub mod creation;
+pub mod dest;
 pub mod gather;
 #[cfg(test)]
 pub(crate) mod gradcheck;
@@ -166,6 +168,15 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         self.compute(inputs, outputs)
     }
 
+    /// A kernel for inputs and outputs of exactly these static types that writes into buffers
+    /// the caller owns (`dest`), computing what `compute` does bit for bit; `None` (the
+    /// default) where the op has no such form, and a compiled frame keeps its interpreted
+    /// program.
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        let _ = (inputs, outputs);
+        None
+    }
+
     /// An estimate of the kernel's work on inputs and outputs of these shapes, in elements
     /// (or multiply-adds): what an executor weighs to decide whether a node is worth another
     /// thread. By default every input element is read once. `outputs` is empty when unknown.
@@ -302,6 +313,9 @@ macro_rules! op_table {
             }
             pub fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
                 match self { $( Op::$variant(o) => o.compute_owned(inputs, outputs), )* }
+            }
+            pub fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+                match self { $( Op::$variant(o) => o.kernel_into(inputs, outputs), )* }
             }
             pub fn saves(&self) -> Saves {
                 match self { $( Op::$variant(o) => o.saves(), )* }

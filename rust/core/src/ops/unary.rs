@@ -17,7 +17,8 @@ use super::lanes::Fun;
 
 use super::rules::{check_dtype, Accepts};
 use super::{
-    build, expect_arity, kernels, tangents, Grads, OpDef, Saved, Saves, Tangents, Types, Values,
+    build, dest, expect_arity, kernels, tangents, DestKernel, Grads, OpDef, Saved, Saves, Tangents,
+    Types, Values,
 };
 use crate::dtype::DType;
 use crate::emit::{Emitter, MlirValue, ScalarForm};
@@ -72,6 +73,10 @@ macro_rules! unary_op {
                     Some(t) => Ok(smallvec::smallvec![t]),
                     None => self.compute(inputs, outputs),
                 }
+            }
+
+            fn kernel_into(&self, _inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+                unary_op!(@dest [$($fun)?] $accepts, outputs[0].dtype, |$x: $T| $kernel)
             }
 
             fn saves(&self) -> Saves {
@@ -137,6 +142,24 @@ macro_rules! unary_op {
     };
     (@compute_into [$fun:ident] Float, $inputs:ident, $out:ident, |$x:ident: $T:ident| $kernel:expr) => {
         crate::with_float!($out.dtype, $T, { kernels::map_lanes_into::<$T>($inputs, $out, Fun::$fun, |$x: $T| $kernel) }, None)
+    };
+    (@dest [] Float, $dtype:expr, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_float!($dtype, $T, { Some(dest::map_to::<$T, $T>(|$x: $T| $kernel)) }, None)
+    };
+    (@dest [] Numeric, $dtype:expr, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_numeric!($dtype, $T, { Some(dest::map_to::<$T, $T>(|$x: $T| $kernel)) }, None)
+    };
+    (@dest [] Bool, $dtype:expr, |$x:ident: $T:ident| $kernel:expr) => {
+        match $dtype {
+            DType::Bool => {
+                type $T = bool;
+                Some(dest::map_to::<$T, $T>(|$x: $T| $kernel))
+            }
+            _ => None,
+        }
+    };
+    (@dest [$fun:ident] Float, $dtype:expr, |$x:ident: $T:ident| $kernel:expr) => {
+        crate::with_float!($dtype, $T, { Some(dest::lanes_to::<$T>(Fun::$fun, |$x: $T| $kernel)) }, None)
     };
     (@dispatch Float, $input:ident, $opname:literal, |$x:ident: $T:ident| $kernel:expr) => {
         crate::with_float!($input.dtype(), $T, { kernels::map::<$T, $T>($input, |$x: $T| $kernel) },
