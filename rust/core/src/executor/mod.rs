@@ -157,6 +157,19 @@ impl Executor {
         self.root.is_some()
     }
 
+    /// How many of its fused frames (the root's, fused loops' and the loops nested in them)
+    /// are compiled to kernels on buffers, and how many there are.
+    pub fn compiled_frames(&self) -> (usize, usize) {
+        let programs = self
+            .root
+            .iter()
+            .chain(self.plan.nodes.iter().filter_map(|n| n.program.as_deref()));
+        programs.fold((0, 0), |(c, t), p| {
+            let (pc, pt) = p.frames();
+            (c + pc, t + pt)
+        })
+    }
+
     /// The same executor running on at most `threads` threads (1: on the calling thread).
     pub fn with_threads(mut self, threads: usize) -> Executor {
         self.threads = threads.max(1);

@@ -199,9 +199,18 @@ impl Program {
         &self.results
     }
 
-    /// Whether the frame runs compiled (when its inputs have their static types).
-    pub fn is_compiled(&self) -> bool {
-        self.compiled.is_some()
+    /// How many of this frame and the loops nested in it are compiled, and how many there are.
+    pub fn frames(&self) -> (usize, usize) {
+        let own = (usize::from(self.compiled.is_some()), 1);
+        self.steps
+            .iter()
+            .fold(own, |(c, t), step| match &step.action {
+                Action::Loop(inner) => {
+                    let (ic, it) = inner.frames();
+                    (c + ic, t + it)
+                }
+                _ => (c, t),
+            })
     }
 
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.

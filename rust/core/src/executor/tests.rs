@@ -696,3 +696,120 @@ fn a_stack_sum_adds_tops_and_keeps_the_longer_bottom() {
         }
     }
 }
+
+/// W5's loop: a float32 vector and an int32 counter.
+const TINY_LOOP: &str = r#"graph @main
+func @main(%0: f32[16], %1: i32[]) -> (f32[16]) {
+  %2 = const() {value=[0]} : i32[]
+  %3 = while(%2, %0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i32[], f32[16], i32[])
+  return %3#1
+}
+func @more(%0: i32[], %1: f32[16], %2: i32[]) -> (bool[]) {
+  %3 = less(%0, %2) : bool[]
+  return %3
+}
+func @step(%0: i32[], %1: f32[16], %2: i32[]) -> (i32[], f32[16], i32[]) {
+  %3 = const() {value=[1]} : i32[]
+  %4 = add(%0, %3) : i32[]
+  %5 = const() {value=[0.999]} : f32[]
+  %6 = mul(%5, %1) : f32[16]
+  %7 = sin(%1) : f32[16]
+  %8 = const() {value=[0.001]} : f32[]
+  %9 = mul(%8, %7) : f32[16]
+  %10 = add(%6, %9) : f32[16]
+  return %4, %10, %2
+}"#;
+
+#[test]
+fn frames_of_static_types_compile_and_agree_with_their_programs_bit_for_bit() {
+    // The crate's tests run in check mode: every compiled frame's run is compared with its
+    // program's, bits and errors, and a difference fails the run.
+    assert_eq!(super::compiled_frames(), super::CompiledFrames::Check);
+    for text in [TINY_LOOP, COUNT, INVARIANT_READER] {
+        let graph = parse_graph(text).unwrap();
+        let (compiled, total) = Executor::new(&graph).unwrap().compiled_frames();
+        assert!(
+            total > 0 && compiled == total,
+            "{compiled} of {total}:\n{text}"
+        );
+    }
+    let graph = parse_graph(TINY_LOOP).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    let x: Vec<f32> = (0..16).map(|k| 0.1 + 0.1 * k as f32).collect();
+    let args = || {
+        vec![
+            RtValue::from(Tensor::from_vec(x.clone(), &[16]).unwrap()),
+            RtValue::from(Tensor::scalar(300i32)),
+        ]
+    };
+    let want = run_graph(&graph, args()).unwrap();
+    let got = exec.run(args()).unwrap();
+    assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
+    // Run again on the kept buffers, and with inputs of another shape (the program runs them).
+    assert!(super::compiled_frame::same_bits(
+        &exec.run(args()).unwrap()[0],
+        &want[0]
+    ));
+    let mut mismatched = args();
+    mismatched[1] = RtValue::from(Tensor::from_vec(vec![3i32], &[1]).unwrap());
+    assert!(
+        exec.run(mismatched).is_err(),
+        "the parameters are checked first"
+    );
+}
+
+/// A loop over a vector of unknown length.
+const DOUBLING: &str = r#"graph @main
+func @main(%0: f64[?], %1: i64[]) -> (f64[?]) {
+  %2 = const() {value=[0]} : i64[]
+  %3 = while(%2, %0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i64[], f64[?], i64[])
+  return %3#1
+}
+func @more(%0: i64[], %1: f64[?], %2: i64[]) -> (bool[]) {
+  %3 = less(%0, %2) : bool[]
+  return %3
+}
+func @step(%0: i64[], %1: f64[?], %2: i64[]) -> (i64[], f64[?], i64[]) {
+  %3 = const() {value=[1]} : i64[]
+  %4 = add(%0, %3) : i64[]
+  %5 = add(%1, %1) : f64[?]
+  return %4, %5, %2
+}"#;
+
+#[test]
+fn frames_with_stacks_or_unknown_shapes_keep_their_programs() {
+    let graph = parse_graph(DOUBLING).unwrap();
+    let (compiled, _) = Executor::new(&graph).unwrap().compiled_frames();
+    assert_eq!(compiled, 0);
+    check_against_interpreter("doubling", &graph);
+    for (name, graph) in examples::all() {
+        let exec = Executor::new(&graph).unwrap();
+        let text = exec.graph().to_string();
+        let (compiled, total) = exec.compiled_frames();
+        if text.contains("stack") || text.contains('?') {
+            continue;
+        }
+        assert_eq!(
+            compiled, total,
+            "{name}: every frame of static types compiles\n{text}"
+        );
+    }
+}
+
+#[test]
+fn check_mode_reports_a_compiled_frame_that_parts_from_its_program() {
+    use super::compiled_frame::same_bits;
+    let one = RtValue::from(Tensor::scalar(1.0f32));
+    let nan = |bits: u32| RtValue::from(Tensor::scalar(f32::from_bits(bits)));
+    assert!(same_bits(&one, &one.clone()));
+    assert!(same_bits(&nan(0x7fc0_0000), &nan(0x7fc0_0000)));
+    assert!(
+        !same_bits(&nan(0x7fc0_0000), &nan(0x7fc0_0001)),
+        "NaN payloads count"
+    );
+    assert!(!same_bits(&one, &RtValue::from(Tensor::scalar(1.0f64))));
+    assert!(!same_bits(
+        &RtValue::from(Tensor::scalar(0.0f32)),
+        &RtValue::from(Tensor::scalar(-0.0f32))
+    ));
+}
