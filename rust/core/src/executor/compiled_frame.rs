@@ -26,7 +26,8 @@ use smallvec::SmallVec;
 
 use super::kernel::Failure;
 use super::program::{Action as ProgramAction, Program, Read, Reg};
-use crate::dataflow::FusedFrame;
+use crate::dataflow::{DfKind, FusedFrame};
+use super::kernel::Kernel;
 use crate::dtype::{DType, Element, Storage};
 use crate::error::{Error, Result};
 use crate::graph::ValueType;
@@ -44,6 +45,8 @@ enum Action {
     Merge,
     Switch(usize),
     Kernel(DestKernel),
+    /// A stack node, run through its construct's `Kernel` on values.
+    Node,
     /// A nested loop, with the index of its state in `State::nested`.
     Loop(Box<CompiledFrame>, usize),
     NoOp,
@@ -58,9 +61,36 @@ struct Step {
     outputs: u32,
 }
 
+/// What a register holds: a tensor of a static type in a buffer, or another value (a stack,
+/// a variable) as the program holds it.
+#[derive(Clone, Debug, PartialEq)]
+enum Slot {
+    Buffer(TensorType),
+    Value(ValueType),
+}
+
+impl Slot {
+    fn of(ty: &ValueType) -> Option<Slot> {
+        match ty {
+            ValueType::Tensor(t) if t.shape.contains(&DYN) => None,
+            ValueType::Tensor(t) => Some(Slot::Buffer(t.clone())),
+            other => Some(Slot::Value(other.clone())),
+        }
+    }
+
+    fn tensor(&self) -> Option<&TensorType> {
+        match self {
+            Slot::Buffer(t) => Some(t),
+            Slot::Value(_) => None,
+        }
+    }
+}
+
 /// A run's buffers and bits, kept for the next run.
 struct State {
     buffers: Vec<Storage>,
+    /// Per register, the value of a `Slot::Value` register (`None` when empty).
+    values: Vec<Option<RtValue>>,
     /// Per register, the index of its buffer: a permutation (moves exchange entries).
     phys: Vec<u32>,
     live: Vec<bool>,
@@ -71,8 +101,8 @@ struct State {
 pub(crate) struct CompiledFrame {
     fused: std::sync::Arc<FusedFrame>,
     steps: Vec<Step>,
-    /// Per register, its static type.
-    types: Vec<TensorType>,
+    /// Per register, what it holds.
+    slots: Vec<Slot>,
     inputs: Vec<Reg>,
     carried: Vec<Reg>,
     results: Vec<Reg>,
@@ -91,11 +121,6 @@ impl std::fmt::Debug for CompiledFrame {
     }
 }
 
-/// The static type of a value, when it is a tensor of known shape.
-fn static_type(ty: &ValueType) -> Option<TensorType> {
-    ty.as_tensor().filter(|t| !t.shape.contains(&DYN)).cloned()
-}
-
 fn storage_of(t: &Tensor) -> Option<Storage> {
     Some(crate::with_dtype!(t.dtype(), T, {
         T::into_storage(t.as_slice::<T>().ok()?.to_vec())
@@ -106,28 +131,30 @@ impl CompiledFrame {
     /// Compiles `program`, or `None` where its frame has something without a compiled form.
     pub fn compile(program: &Program) -> Option<CompiledFrame> {
         let fused = program.fused();
-        let types = fused
+        let slots = fused
             .nodes
             .iter()
-            .flat_map(|n| n.outputs.iter().map(static_type))
+            .flat_map(|n| n.outputs.iter().map(Slot::of))
             .collect::<Option<Vec<_>>>()?;
         let mut nested = 0;
         let mut steps = Vec::with_capacity(program.steps().len());
         for step in program.steps() {
             let node = &fused.nodes[step.node];
             let reads: SmallVec<[Read; 4]> = step.reads.iter().copied().collect();
-            let input_types: Vec<TensorType> = reads
-                .iter()
-                .map(|r| types[r.reg as usize].clone())
-                .collect();
-            let output_types = &types[step.out as usize..(step.out + step.outputs) as usize];
+            let tensor_types = |regs: &mut dyn Iterator<Item = usize>| {
+                regs.map(|r| slots[r].tensor().cloned())
+                    .collect::<Option<Vec<TensorType>>>()
+            };
+            let input_types = tensor_types(&mut reads.iter().map(|r| r.reg as usize));
+            let outputs = step.out as usize..(step.out + step.outputs) as usize;
+            let output_types = tensor_types(&mut outputs.clone());
             let action = match &step.action {
                 ProgramAction::Const(t) => Action::Const(storage_of(t)?),
                 ProgramAction::Pass => Action::Pass,
                 ProgramAction::LoopMerge => Action::LoopMerge,
                 ProgramAction::Merge => Action::Merge,
                 ProgramAction::Switch(n) => {
-                    let selector = input_types.get(1)?;
+                    let selector = slots[reads.get(1)?.reg as usize].tensor()?;
                     let scalar = selector.shape.is_empty()
                         && matches!(selector.dtype, DType::Bool | DType::I32);
                     if !scalar || *n == 0 {
@@ -136,20 +163,20 @@ impl CompiledFrame {
                     Action::Switch(*n)
                 }
                 ProgramAction::Op { op, .. } => {
-                    let inferred = op.infer(&input_types).ok()?;
-                    if inferred.as_slice() != output_types {
+                    let (inputs, outputs) = (input_types?, output_types?);
+                    let inferred = op.infer(&inputs).ok()?;
+                    if inferred.as_slice() != outputs || outputs.len() != 1 {
                         return None;
                     }
-                    if output_types.len() != 1 {
-                        return None;
-                    }
-                    Action::Kernel(op.kernel_into(&input_types, output_types)?)
+                    Action::Kernel(op.kernel_into(&inputs, &outputs)?)
                 }
                 ProgramAction::Loop(inner) => {
                     nested += 1;
                     Action::Loop(Box::new(CompiledFrame::compile(inner)?), nested - 1)
                 }
                 ProgramAction::NoOp => Action::NoOp,
+                // A variable's side effect would run twice in check mode; stacks are values.
+                ProgramAction::Kernel if matches!(node.kind, DfKind::Stack(_)) => Action::Node,
                 ProgramAction::Kernel => return None,
             };
             if node.outputs.len() != step.outputs as usize {
@@ -167,7 +194,7 @@ impl CompiledFrame {
         Some(CompiledFrame {
             fused: fused.clone(),
             steps,
-            types,
+            slots,
             inputs: program.inputs().iter().map(|&(r, _)| r).collect(),
             carried: program.carried().to_vec(),
             results: program.results().to_vec(),
@@ -177,9 +204,12 @@ impl CompiledFrame {
 
     fn fresh_state(&self) -> State {
         let buffers = self
-            .types
+            .slots
             .iter()
-            .map(|t| Storage::filled(t.dtype, numel(&t.shape), 0.0))
+            .map(|s| match s {
+                Slot::Buffer(t) => Storage::filled(t.dtype, numel(&t.shape), 0.0),
+                Slot::Value(_) => Storage::Bool(Vec::new()),
+            })
             .collect();
         let nested = self
             .steps
@@ -189,10 +219,12 @@ impl CompiledFrame {
                 _ => None,
             })
             .collect();
+        let n = self.slots.len();
         State {
             buffers,
-            phys: (0..self.types.len() as u32).collect(),
-            live: vec![false; self.types.len()],
+            values: vec![None; n],
+            phys: (0..n as u32).collect(),
+            live: vec![false; n],
             dead: vec![false; self.fused.nodes.len()],
             nested,
         }
@@ -201,17 +233,20 @@ impl CompiledFrame {
     /// Runs the frame on `inputs`, or `None` when they do not all have its static types (the
     /// program runs them instead).
     pub fn run(&self, inputs: &[RtValue]) -> Option<Result<SmallVec<[RtValue; 2]>, Failure>> {
-        if inputs.len() != self.inputs.len() {
+        let fits = inputs.len() == self.inputs.len()
+            && inputs
+                .iter()
+                .zip(&self.inputs)
+                .all(|(v, &r)| match (&self.slots[r as usize], v) {
+                    (Slot::Buffer(ty), RtValue::Tensor(t)) => t.ty() == ty,
+                    (Slot::Value(ty), v) => {
+                        !matches!(v, RtValue::Tensor(_)) && v.mismatch(ty).is_none()
+                    }
+                    _ => false,
+                });
+        if !fits {
             return None;
         }
-        let tensors: SmallVec<[&Tensor; 4]> = inputs
-            .iter()
-            .zip(&self.inputs)
-            .map(|(v, &r)| match v {
-                RtValue::Tensor(t) if t.ty() == &self.types[r as usize] => Some(t),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
         let spare = self
             .spare
             .lock()
@@ -219,27 +254,61 @@ impl CompiledFrame {
             .pop();
         let mut state = spare.unwrap_or_else(|| self.fresh_state());
         state.live.fill(false);
-        for (t, &r) in tensors.iter().zip(&self.inputs) {
-            if let Err(e) = load(&mut state.buffers[state.phys[r as usize] as usize], t) {
-                return Some(Err(e.into()));
-            }
-            state.live[r as usize] = true;
-        }
-        let outcome = self.run_in(&mut state).and_then(|()| {
+        let outcome = self.load_inputs(&mut state, inputs.iter().cloned());
+        let outcome = outcome.and_then(|()| self.run_in(&mut state));
+        let outcome = outcome.and_then(|()| {
             self.results
                 .iter()
-                .map(|&r| {
-                    let ty = &self.types[r as usize];
-                    let buffer = &state.buffers[state.phys[r as usize] as usize];
-                    Ok(RtValue::Tensor(unload(buffer, ty)?))
-                })
+                .map(|&r| Ok(self.result(&mut state, r)?))
                 .collect()
         });
+        // Stacks and variables are not kept from run to run.
+        state.values.iter_mut().for_each(|v| *v = None);
         self.spare
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(state);
         Some(outcome)
+    }
+
+    /// Loads `inputs` (of the frame's slots) into its input registers.
+    fn load_inputs(
+        &self,
+        state: &mut State,
+        inputs: impl Iterator<Item = RtValue>,
+    ) -> Result<(), Failure> {
+        for (v, &r) in inputs.zip(&self.inputs) {
+            let r = r as usize;
+            match v {
+                RtValue::Tensor(t) if self.slots[r].tensor().is_some() => {
+                    load(&mut state.buffers[state.phys[r] as usize], &t)?
+                }
+                other => state.values[r] = Some(other),
+            }
+            state.live[r] = true;
+        }
+        Ok(())
+    }
+
+    /// Result register `r`'s value (a buffer's elements are copied out).
+    fn result(&self, state: &mut State, r: Reg) -> Result<RtValue> {
+        let r = r as usize;
+        match &self.slots[r] {
+            Slot::Buffer(ty) => Ok(RtValue::Tensor(unload(
+                &state.buffers[state.phys[r] as usize],
+                ty,
+            )?)),
+            Slot::Value(_) => {
+                // A register returned twice is cloned for all but its last use.
+                let last = self.results.iter().filter(|&&x| x as usize == r).count() == 1;
+                let value = if last {
+                    state.values[r].take()
+                } else {
+                    state.values[r].clone()
+                };
+                value.ok_or_else(|| Error::internal("executor", "a result is empty"))
+            }
+        }
     }
 
     /// Runs the steps on `state`, whose input registers are loaded; the results are left in
@@ -272,15 +341,8 @@ impl CompiledFrame {
     }
 
     fn step(&self, step: &Step, iteration: i64, state: &mut State) -> Result<(), Failure> {
-        let State {
-            buffers,
-            phys,
-            live,
-            dead,
-            nested,
-        } = state;
         let out = step.out as usize;
-        let control_dead = step.controls.iter().any(|&c| dead[c as usize]);
+        let control_dead = step.controls.iter().any(|&c| state.dead[c as usize]);
         let reads = &step.reads[..];
         match &step.action {
             // The merges decide their own death from which inputs are live.
@@ -289,43 +351,48 @@ impl CompiledFrame {
                     Action::LoopMerge => &reads[usize::from(iteration > 0)..][..1],
                     _ => reads,
                 };
-                let chosen = considered.iter().copied().find(|r| live[r.reg as usize]);
+                let chosen = considered
+                    .iter()
+                    .copied()
+                    .find(|r| state.live[r.reg as usize]);
                 let is_live = chosen.is_some() && !control_dead;
                 if let Some(from) = chosen.filter(|_| is_live) {
-                    transfer(buffers, phys, from, out);
+                    self.transfer(state, from, out);
                 }
-                release(live, considered);
-                live[out] = is_live;
-                dead[step.node] = !is_live;
+                self.release(state, considered);
+                state.live[out] = is_live;
+                state.dead[step.node] = !is_live;
                 return Ok(());
             }
             _ => {
-                let is_dead = control_dead || reads.iter().any(|r| !live[r.reg as usize]);
-                dead[step.node] = is_dead;
+                let is_dead = control_dead || reads.iter().any(|r| !state.live[r.reg as usize]);
+                state.dead[step.node] = is_dead;
                 if is_dead {
-                    live[out..out + step.outputs as usize].fill(false);
+                    state.live[out..out + step.outputs as usize].fill(false);
                     return Ok(());
                 }
             }
         }
         match &step.action {
             Action::Const(c) => {
-                copy(&mut buffers[phys[out] as usize], c);
-                live[out] = true;
+                copy(&mut state.buffers[state.phys[out] as usize], c);
+                state.live[out] = true;
             }
             Action::Pass => {
-                transfer(buffers, phys, reads[0], out);
-                release(live, reads);
-                live[out] = true;
+                self.transfer(state, reads[0], out);
+                self.release(state, reads);
+                state.live[out] = true;
             }
             Action::Switch(n) => {
-                let k = selected(&buffers[phys[reads[1].reg as usize] as usize], *n)?;
-                live[out..out + n].fill(false);
-                transfer(buffers, phys, reads[0], out + k);
-                release(live, reads);
-                live[out + k] = true;
+                let selector = &state.buffers[state.phys[reads[1].reg as usize] as usize];
+                let k = selected(selector, *n)?;
+                state.live[out..out + n].fill(false);
+                self.transfer(state, reads[0], out + k);
+                self.release(state, reads);
+                state.live[out + k] = true;
             }
             Action::Kernel(kernel) => {
+                let State { buffers, phys, .. } = state;
                 // Registers map to distinct buffers, so the output's is none of the inputs'.
                 let o = phys[out] as usize;
                 let mut written = std::mem::replace(&mut buffers[o], Storage::Bool(Vec::new()));
@@ -340,60 +407,124 @@ impl CompiledFrame {
                 };
                 buffers[o] = written;
                 done?;
-                release(live, reads);
-                live[out] = true;
+                self.release(state, reads);
+                state.live[out] = true;
+            }
+            Action::Node => {
+                let inputs = reads
+                    .iter()
+                    .map(|&r| self.read(state, r))
+                    .collect::<Result<SmallVec<[RtValue; 4]>>>()?;
+                self.release(state, reads);
+                let outs = match &self.fused.nodes[step.node].kind {
+                    DfKind::Stack(s) => s.run(inputs)?,
+                    _ => SmallVec::new(),
+                };
+                for (k, v) in outs.into_iter().enumerate() {
+                    self.write(state, out + k, v)?;
+                }
             }
             Action::Loop(inner, index) => {
-                let inner_state = &mut nested[*index];
+                let inputs = reads
+                    .iter()
+                    .map(|&r| self.read(state, r))
+                    .collect::<Result<SmallVec<[RtValue; 4]>>>()?;
+                self.release(state, reads);
+                let inner_state = &mut state.nested[*index];
                 inner_state.live.fill(false);
-                for (r, &to) in reads.iter().zip(&inner.inputs) {
-                    let to = inner_state.phys[to as usize] as usize;
-                    copy(
-                        &mut inner_state.buffers[to],
-                        &buffers[phys[r.reg as usize] as usize],
-                    );
-                }
-                for &to in &inner.inputs {
-                    inner_state.live[to as usize] = true;
-                }
+                inner.load_inputs(inner_state, inputs.into_iter())?;
                 inner.run_in(inner_state)?;
-                for (k, &from) in inner.results.iter().enumerate() {
-                    let from = &inner_state.buffers[inner_state.phys[from as usize] as usize];
-                    copy(&mut buffers[phys[out + k] as usize], from);
+                let results = inner
+                    .results
+                    .iter()
+                    .map(|&r| inner.result(inner_state, r))
+                    .collect::<Result<SmallVec<[RtValue; 2]>>>()?;
+                inner_state.values.iter_mut().for_each(|v| *v = None);
+                for (k, v) in results.into_iter().enumerate() {
+                    self.write(state, out + k, v)?;
                 }
-                release(live, reads);
-                live[out..out + step.outputs as usize].fill(true);
             }
             Action::LoopMerge | Action::Merge | Action::NoOp => {}
         }
         Ok(())
     }
-}
 
-/// Register `from`'s value into register `to`: moved at its last read (the two registers
-/// exchange buffers), else copied.
-fn transfer(buffers: &mut [Storage], phys: &mut [u32], from: Read, to: usize) {
-    let r = from.reg as usize;
-    if from.take {
-        phys.swap(r, to);
-        return;
+    /// Register `r`'s value as the program holds it: a buffer's elements as a tensor, a
+    /// value moved out at its last read.
+    fn read(&self, state: &mut State, r: Read) -> Result<RtValue> {
+        let reg = r.reg as usize;
+        match &self.slots[reg] {
+            Slot::Buffer(ty) => Ok(RtValue::Tensor(unload(
+                &state.buffers[state.phys[reg] as usize],
+                ty,
+            )?)),
+            Slot::Value(_) => {
+                let value = if r.take {
+                    state.values[reg].take()
+                } else {
+                    state.values[reg].clone()
+                };
+                value.ok_or_else(|| Error::internal("executor", "an input is missing"))
+            }
+        }
     }
-    let (src, dst) = (phys[r] as usize, phys[to] as usize);
-    let (src, dst) = if src < dst {
-        let (a, b) = buffers.split_at_mut(dst);
-        (&a[src], &mut b[0])
-    } else {
-        let (a, b) = buffers.split_at_mut(src);
-        (&b[0], &mut a[dst])
-    };
-    copy(dst, src);
-}
 
-/// Registers read for the last time in the iteration are empty afterwards.
-fn release(live: &mut [bool], reads: &[Read]) {
-    for r in reads {
-        if r.take {
-            live[r.reg as usize] = false;
+    /// Writes `v` into register `r`: a tensor into its buffer (it must have the register's
+    /// static type), another value as it is.
+    fn write(&self, state: &mut State, r: usize, v: RtValue) -> Result<()> {
+        match (&self.slots[r], v) {
+            (Slot::Buffer(ty), RtValue::Tensor(t)) if t.ty() == ty => {
+                load(&mut state.buffers[state.phys[r] as usize], &t)?
+            }
+            (Slot::Value(_), v) if !matches!(v, RtValue::Tensor(_)) => state.values[r] = Some(v),
+            (slot, v) => {
+                let msg = format!("a {} is written to a register of {slot:?}", v.value_type());
+                return Err(Error::internal("executor", msg));
+            }
+        }
+        state.live[r] = true;
+        Ok(())
+    }
+
+    /// Register `from`'s value into register `to`: moved at its last read (two buffer
+    /// registers exchange buffers), else copied.
+    fn transfer(&self, state: &mut State, from: Read, to: usize) {
+        let r = from.reg as usize;
+        if let Slot::Value(_) = self.slots[r] {
+            state.values[to] = if from.take {
+                state.values[r].take()
+            } else {
+                state.values[r].clone()
+            };
+            return;
+        }
+        let State { buffers, phys, .. } = state;
+        if from.take {
+            phys.swap(r, to);
+            return;
+        }
+        let (src, dst) = (phys[r] as usize, phys[to] as usize);
+        let (src, dst) = if src < dst {
+            let (a, b) = buffers.split_at_mut(dst);
+            (&a[src], &mut b[0])
+        } else {
+            let (a, b) = buffers.split_at_mut(src);
+            (&b[0], &mut a[dst])
+        };
+        copy(dst, src);
+    }
+
+    /// Registers read for the last time in the iteration are empty afterwards (a value's
+    /// reference dropped, so a stack threaded through the loop is pushed in place).
+    fn release(&self, state: &mut State, reads: &[Read]) {
+        for r in reads {
+            if r.take {
+                let reg = r.reg as usize;
+                state.live[reg] = false;
+                if let Slot::Value(_) = self.slots[reg] {
+                    state.values[reg] = None;
+                }
+            }
         }
     }
 }
@@ -454,9 +585,13 @@ pub(crate) fn same_bits(a: &RtValue, b: &RtValue) -> bool {
             DType::Bool => bits::<bool>(t, u64::from),
         }
     }
+    let tensors = |x: &Tensor, y: &Tensor| x.ty() == y.ty() && of(x).is_some() && of(x) == of(y);
     match (a, b) {
-        (RtValue::Tensor(x), RtValue::Tensor(y)) => {
-            x.ty() == y.ty() && of(x).is_some() && of(x) == of(y)
+        (RtValue::Tensor(x), RtValue::Tensor(y)) => tensors(x, y),
+        (RtValue::Stack(x), RtValue::Stack(y)) => {
+            x.element() == y.element()
+                && x.len() == y.len()
+                && x.items().iter().zip(y.items()).all(|(p, q)| tensors(p, q))
         }
         _ => false,
     }
