@@ -25,9 +25,9 @@ use std::sync::{Mutex, PoisonError};
 use smallvec::SmallVec;
 
 use super::kernel::Failure;
+use super::kernel::Kernel;
 use super::program::{Action as ProgramAction, Program, Read, Reg};
 use crate::dataflow::{DfKind, FusedFrame};
-use super::kernel::Kernel;
 use crate::dtype::{DType, Element, Storage};
 use crate::error::{Error, Result};
 use crate::graph::ValueType;

@@ -8,7 +8,7 @@ use super::attrs::op_attrs;
 use super::layout::{expand_dims, static_shape};
 use super::rules::shape_str;
 use super::slicing::slice;
-use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, dest, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
 use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
@@ -74,6 +74,18 @@ impl OpDef for Concatenate {
             }
         }
         Ok(smallvec![TensorType::new(first.dtype, &shape)])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.shape[..]).collect();
+        let out = &outputs[0].shape;
+        if !dest::table_fits(inputs.len(), &[&shapes[..], &[out]].concat()) {
+            return None;
+        }
+        let table = dest::concat_table(&shapes, self.axis, out);
+        Some(crate::with_dtype!(outputs[0].dtype, T, {
+            dest::gather_to::<T>(table)
+        }))
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {

@@ -253,6 +253,114 @@ pub fn broadcast_to<T: Element>(from: &TensorType, out: &TensorType) -> Option<D
     }))
 }
 
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// Calls `f` with every index of `shape`, in row-major order.
+fn each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut index = vec![0usize; shape.len()];
+    loop {
+        f(&index);
+        let mut axis = shape.len();
+        loop {
+            if axis == 0 {
+                return;
+            }
+            axis -= 1;
+            index[axis] += 1;
+            if index[axis] < shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+}
+
+/// Where each output element comes from: `(input, flat index)`, or `None` for a zero.
+pub type GatherTable = Vec<Option<(u16, u32)>>;
+
+/// Output element `k` is input `table[k].0`'s element `table[k].1` (the type's zero where the
+/// entry is `None`): slices, pads and concatenations, which only move elements.
+pub fn gather_to<T: Element>(table: GatherTable) -> DestKernel {
+    Box::new(move |inputs, outputs| {
+        let sources = (0..inputs.len())
+            .map(|k| input::<T>(inputs, k))
+            .collect::<Result<smallvec::SmallVec<[&[T]; 4]>>>()?;
+        let ys = output::<T>(outputs, 0)?;
+        for (y, entry) in ys.iter_mut().zip(&table) {
+            *y = match *entry {
+                Some((i, k)) => sources[i as usize][k as usize],
+                None => T::default(),
+            };
+        }
+        Ok(())
+    })
+}
+
+/// The table of a strided slice of `from` (`start`, `step` per dimension) of shape `out`.
+pub fn slice_table(from: &[usize], start: &[usize], step: &[usize], out: &[usize]) -> GatherTable {
+    let s = strides(from);
+    let mut table = Vec::with_capacity(numel(out));
+    each_index(out, |i| {
+        let k: usize = (0..i.len())
+            .map(|d| (start[d] + i[d] * step[d]) * s[d])
+            .sum();
+        table.push(Some((0, k as u32)));
+    });
+    table
+}
+
+/// The table of a zero pad of `from` to `out`: input element `i` lands at `low + i * (interior
+/// + 1)` per dimension.
+pub fn pad_table(from: &[usize], low: &[usize], interior: &[usize], out: &[usize]) -> GatherTable {
+    let s = strides(out);
+    let mut table = vec![None; numel(out)];
+    let mut k = 0u32;
+    each_index(from, |i| {
+        let at: usize = (0..i.len())
+            .map(|d| (low[d] + i[d] * (interior[d] + 1)) * s[d])
+            .sum();
+        table[at] = Some((0, k));
+        k += 1;
+    });
+    table
+}
+
+/// The table of the concatenation of `inputs` along `axis`.
+pub fn concat_table(inputs: &[&[usize]], axis: usize, out: &[usize]) -> GatherTable {
+    let mut offsets = Vec::with_capacity(inputs.len());
+    let mut offset = 0;
+    for shape in inputs {
+        offsets.push(offset);
+        offset += shape[axis];
+    }
+    let input_strides: Vec<Vec<usize>> = inputs.iter().map(|s| strides(s)).collect();
+    let mut table = Vec::with_capacity(numel(out));
+    each_index(out, |i| {
+        let which = offsets.partition_point(|&o| o <= i[axis]) - 1;
+        let s = &input_strides[which];
+        let k: usize = (0..i.len())
+            .map(|d| if d == axis { i[d] - offsets[which] } else { i[d] } * s[d])
+            .sum();
+        table.push(Some((which as u16, k as u32)));
+    });
+    table
+}
+
+/// Whether a table for `n` elements of inputs `inputs` fits its index types.
+pub fn table_fits(inputs: usize, elements: &[&[usize]]) -> bool {
+    u16::try_from(inputs).is_ok() && elements.iter().all(|s| u32::try_from(numel(s)).is_ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +381,25 @@ mod tests {
         assert_eq!(table(&[3, 1], &[3, 2]), [0, 0, 1, 1, 2, 2]);
         assert_eq!(table(&[2], &[3, 2]), [0, 1, 0, 1, 0, 1]);
         assert!(Source::of(&[3], &[2]).is_none());
+    }
+
+    #[test]
+    fn gather_tables_slice_pad_and_concatenate() {
+        let at = |t: GatherTable| t.iter().map(|e| e.map(|(i, k)| (i, k))).collect::<Vec<_>>();
+        // x[2, 3] = 0..6: x[:, ::2] is [0, 2, 3, 5].
+        let slice = slice_table(&[2, 3], &[0, 0], &[1, 2], &[2, 2]);
+        assert_eq!(at(slice), [0, 2, 3, 5].map(|k| Some((0, k))));
+        // [a, b] padded by 1 low, 1 interior: [0, a, 0, b].
+        let pad = pad_table(&[2], &[1], &[1], &[4]);
+        assert_eq!(at(pad), [None, Some((0, 0)), None, Some((0, 1))]);
+        // [[a], [b]] ++ [[c, d], [e, f]] along axis 1.
+        let cat = concat_table(&[&[2, 1], &[2, 2]], 1, &[2, 3]);
+        let want = [(0, 0), (1, 0), (1, 1), (0, 1), (1, 2), (1, 3)].map(Some);
+        assert_eq!(at(cat), want);
+        let k = gather_to::<i32>(pad_table(&[2], &[1], &[1], &[4]));
+        let mut out = [Storage::I32(vec![9; 4])];
+        k(&[&Storage::I32(vec![5, 6])], &mut out).unwrap();
+        assert_eq!(i32::slice(&out[0]).unwrap(), [0, 5, 0, 6]);
     }
 
     #[test]

@@ -13,8 +13,11 @@ use smallvec::{smallvec, SmallVec};
 use super::attrs::op_attrs;
 use super::kernels::{self, Arith, PARALLEL_THRESHOLD};
 use super::rules::{check_dtype, Accepts};
-use super::{build, expect_arity, tangents, Grads, OpDef, Saved, Saves, Tangents, Types, Values};
-use crate::dtype::Element;
+use super::{
+    build, dest, expect_arity, tangents, DestKernel, Grads, OpDef, Saved, Saves, Tangents, Types,
+    Values,
+};
+use crate::dtype::{Element, Storage};
 use crate::emit::{Emitter, MlirValue};
 use crate::error::{Error, Result};
 use crate::ops::Context;
@@ -78,20 +81,30 @@ fn fold<T: Element + Arith>(
     init: T,
     f: impl Fn(T, T) -> T + Sync + Send,
 ) -> Result<Tensor> {
-    let data = x.as_slice::<T>()?;
-    let out_len = numel(out_shape);
-    if out_len == 0 || data.is_empty() {
-        return Tensor::from_vec(vec![init; out_len], out_shape);
-    }
-    let dims = merge_dims(x.shape(), axes);
-    let out = match dims.as_slice() {
-        [] => vec![fold_all(data, init, &f)],
-        [(_, false)] => return x.reshaped(out_shape),
-        [(_, true)] => vec![fold_all(data, init, &f)],
-        &[(r, true), (k, false)] => fold_leading(data, r, k, init, &f),
-        _ => fold_general(data, &dims, out_len, init, &f),
-    };
+    let mut out = vec![init; numel(out_shape)];
+    fold_into(x.as_slice::<T>()?, x.shape(), axes, &mut out, init, &f);
     Tensor::from_vec(out, out_shape)
+}
+
+/// `fold` of `data` (of `shape`) written into `out` (of the output's size).
+fn fold_into<T: Copy + Send + Sync>(
+    data: &[T],
+    shape: &[usize],
+    axes: &[usize],
+    out: &mut [T],
+    init: T,
+    f: &(impl Fn(T, T) -> T + Sync),
+) {
+    out.fill(init);
+    if out.is_empty() || data.is_empty() {
+        return;
+    }
+    match merge_dims(shape, axes).as_slice() {
+        [] | [(_, true)] => out[0] = fold_all(data, init, f),
+        [(_, false)] => out.copy_from_slice(data),
+        &[(r, true), (k, false)] => fold_leading(data, r, k, init, f, out),
+        dims => fold_general(data, dims, init, f, out),
+    }
 }
 
 /// The input's dimensions as (size, reduced), without size-1 dimensions and with neighbours of
@@ -158,10 +171,10 @@ fn fold_leading<T: Copy + Send + Sync>(
     k: usize,
     init: T,
     f: &(impl Fn(T, T) -> T + Sync),
-) -> Vec<T> {
-    let mut acc = vec![init; k];
+    acc: &mut [T],
+) {
     if data.len() < PARALLEL_ELEMENTS {
-        fold_rows_into(&mut acc, data, f);
+        fold_rows_into(acc, data, f);
     } else if k >= 4096 {
         acc.par_chunks_mut(1024).enumerate().for_each(|(c, block)| {
             let cols = c * 1024..c * 1024 + block.len();
@@ -182,9 +195,8 @@ fn fold_leading<T: Copy + Send + Sync>(
                 part
             })
             .collect();
-        partials.iter().for_each(|p| fold_rows_into(&mut acc, p, f));
+        partials.iter().for_each(|p| fold_rows_into(acc, p, f));
     }
-    acc
 }
 
 /// Any other pattern. Output units are single elements when the innermost dimension is reduced
@@ -193,10 +205,11 @@ fn fold_leading<T: Copy + Send + Sync>(
 fn fold_general<T: Copy + Send + Sync>(
     data: &[T],
     dims: &[(usize, bool)],
-    out_len: usize,
     init: T,
     f: &(impl Fn(T, T) -> T + Sync),
-) -> Vec<T> {
+    out: &mut [T],
+) {
+    let out_len = out.len();
     let (inner, inner_reduced) = dims[dims.len() - 1];
     let mut stride = 1;
     let mut strides: SmallVec<[usize; 4]> = smallvec![0; dims.len()];
@@ -240,7 +253,6 @@ fn fold_general<T: Copy + Send + Sync>(
                 .for_each(|&o| fold_rows_into(dst, &data[b + o..b + o + inner], f));
         }
     };
-    let mut out = vec![init; out_len];
     if data.len() < PARALLEL_ELEMENTS {
         out.chunks_mut(unit).enumerate().for_each(work);
     } else if inner_reduced && out_len < rayon::current_num_threads() && reduced.len() == 1 {
@@ -251,7 +263,6 @@ fn fold_general<T: Copy + Send + Sync>(
     } else {
         out.par_chunks_mut(unit).enumerate().for_each(work);
     }
-    out
 }
 
 macro_rules! reduction {
@@ -280,6 +291,22 @@ macro_rules! reduction {
                 let r = crate::with_numeric!(x.dtype(), T, { fold::<T>(x, &self.axes, out, reduction!(@init $init T), |$a: T, $b: T| $f)? },
                     return Err(Error::internal($opname, "bool reached the kernel")));
                 Ok(smallvec![r])
+            }
+
+            fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+                let x = &inputs[0];
+                if reduction!(@needs_identity $init) && self.axes.iter().any(|&a| x.shape[a] == 0) {
+                    return None;
+                }
+                let (shape, axes) = (x.shape.clone(), self.axes.clone());
+                crate::with_numeric!(x.dtype, T, {
+                    Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+                        let data = dest::input::<T>(ins, 0)?;
+                        let out = dest::output::<T>(outs, 0)?;
+                        fold_into(data, &shape, &axes, out, reduction!(@init $init T), &|$a: T, $b: T| $f);
+                        Ok(())
+                    }))
+                }, None)
             }
 
             fn saves(&self) -> Saves {

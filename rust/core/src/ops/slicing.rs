@@ -11,7 +11,7 @@ use smallvec::smallvec;
 use super::attrs::op_attrs;
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
-use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
 use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
@@ -93,6 +93,17 @@ impl OpDef for Slice {
             shape.push((b - a).div_ceil(s));
         }
         Ok(smallvec![TensorType::new(x.dtype, &shape)])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        let (x, out) = (&inputs[0].shape, &outputs[0].shape);
+        if !dest::table_fits(1, &[x, out]) {
+            return None;
+        }
+        let table = dest::slice_table(x, &self.start, &self.step, out);
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::gather_to::<T>(table)
+        }))
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
@@ -237,6 +248,17 @@ impl OpDef for Pad {
             shape.push(size);
         }
         Ok(smallvec![TensorType::new(x.dtype, &shape)])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        let (x, out) = (&inputs[0].shape, &outputs[0].shape);
+        if !dest::table_fits(1, &[x, out]) {
+            return None;
+        }
+        let table = dest::pad_table(x, &self.low, &self.interior, out);
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::gather_to::<T>(table)
+        }))
     }
 
     fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
