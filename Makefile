@@ -71,6 +71,7 @@ bench: dev
 	$(PY) benches/run.py
 	$(PY) benches/graph_mode.py
 	$(PY) benches/executor.py
+	$(PY) benches/ode.py
 	$(PY) benches/compiled_mode.py
 	$(PY) benches/forward_mode.py
 

@@ -3,7 +3,8 @@ frame executor and under `gl.jit` (llvm-cpu), with numpy where it applies, in on
 
 Usage: python benches/executor.py [--quick] [--repeats N] [--no-jit]
 
-W5  `while i < n: x = 0.999 x + 0.001 sin(x)` on float32[16], n passed at run time: ns/iteration.
+W5  `while i < n: x = 0.999 x + 0.001 sin(x)` on float32[16], n passed at run time: ns/iteration,
+    with the fused frame compiled to kernels on buffers (the default) and interpreted.
 W6  gradient of an RNN `h = tanh(h @ W + x_t @ U)`, H = D = 64, stopping when the running sum of
     |h| passes a threshold (1000 steps; no maximum_iterations), w.r.t. W and U: us/step.
 W7  steady-state call of a small function (a loop of 10 trips with a cond inside): us/call;
@@ -32,6 +33,19 @@ import gradloop as gl
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from graph_mode import ratio, stat
 from run import paired, print_table
+
+
+def frames_interpreted(fn: Callable) -> Callable:
+    """`fn` (a `gl.function`) called with fused frames run as register programs, not compiled."""
+
+    def call(*args):
+        gl._core.set_compiled_frames("off")
+        try:
+            return fn(*args)
+        finally:
+            gl._core.set_compiled_frames("on")
+
+    return call
 
 
 def on(runner: str, fn: Callable) -> Callable:
@@ -192,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     staged = gl.function(w5)
     fns = {
         "executor": lambda: staged(x, n),
+        "programs": lambda: frames_interpreted(staged)(x, n),
         "interpreter": lambda: on("interpreter", staged)(x, n),
         "numpy": lambda: w5_numpy(x16, n_iter // 10),
     }
@@ -203,7 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     t = paired(fns, number=1, repeats=repeats)
     per = 1e9 / n_iter
-    rows.append(("W5 tiny loop, executor, ns/iteration", *stat(t["executor"], per), "target 150"))
+    rows.append(("W5 tiny loop, executor, ns/iteration", *stat(t["executor"], per), "target 40"))
+    rows.append(("   frame interpreted, ns/iteration", *stat(t["programs"], per), ""))
+    rows.append(("   interpreted / compiled", *ratio(t["programs"], t["executor"]), ""))
     rows.append(("   interpreter, ns/iteration", *stat(t["interpreter"], per), ""))
     rows.append(("   interpreter / executor", *ratio(t["interpreter"], t["executor"]), ""))
     rows.append(("   numpy loop, ns/iteration", *stat(t["numpy"], per * 10), ""))
@@ -282,10 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     staged = gl.function(scalar_chain)
     fns = {
         "executor": lambda: staged(s),
+        "programs": lambda: frames_interpreted(staged)(s),
         "interpreter": lambda: on("interpreter", staged)(s),
     }
     t = paired(fns, number=20 if args.quick else 100, repeats=repeats)
-    rows.append(("N  executor, ns per scalar node", *stat(t["executor"], 1e9 / CHAIN), "target 50"))
+    rows.append(("N  executor, ns per scalar node", *stat(t["executor"], 1e9 / CHAIN), "target 15"))
+    rows.append(("   frame interpreted, ns per node", *stat(t["programs"], 1e9 / CHAIN), ""))
     rows.append(("   interpreter, ns per scalar node", *stat(t["interpreter"], 1e9 / CHAIN), ""))
     print_table(rows)
     return 0

@@ -3,12 +3,13 @@
 //!
 //! `cargo run --release -p gradloop --example executor_loop [iterations [runner]]` prints
 //! ns/iteration of each (medians of 5 runs); `runner` picks one: `interpreter`, `executor` (the
-//! loop fused into one program), `frames` (the loop a frame of tokens), `frames-1` (the same on
+//! loop fused into one program, compiled to kernels on buffers), `programs` (the same program
+//! interpreted), `frames` (the loop a frame of tokens), `frames-1` (the same on
 //! one thread); `show` prints the executor's graph.
 
 use std::time::Instant;
 
-use gradloop::executor::{Executor, Loops};
+use gradloop::executor::{set_compiled_frames, CompiledFrames, Executor, Loops};
 use gradloop::graph::parse_graph;
 use gradloop::interpret::{Interpreter, RtValue};
 use gradloop::Tensor;
@@ -70,9 +71,16 @@ fn main() -> gradloop::Result<()> {
         println!("{}", executor.graph());
         return Ok(());
     }
-    let runs: [(&str, &Run); 4] = [
+    let programs = || {
+        set_compiled_frames(CompiledFrames::Off);
+        let results = executor.run(args());
+        set_compiled_frames(CompiledFrames::On);
+        results
+    };
+    let runs: [(&str, &Run); 5] = [
         ("interpreter", &|| interpreter.run(&graph.entry, args())),
         ("executor", &|| executor.run(args())),
+        ("programs", &programs),
         ("frames", &|| frames.run(args())),
         ("frames-1", &|| single.run(args())),
     ];

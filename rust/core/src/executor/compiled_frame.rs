@@ -103,6 +103,8 @@ pub(crate) struct CompiledFrame {
     steps: Vec<Step>,
     /// Per register, what it holds.
     slots: Vec<Slot>,
+    /// Per register, whether it holds a value rather than a buffer (`Slot::Value`).
+    holds_value: Vec<bool>,
     inputs: Vec<Reg>,
     carried: Vec<Reg>,
     results: Vec<Reg>,
@@ -194,6 +196,7 @@ impl CompiledFrame {
         Some(CompiledFrame {
             fused: fused.clone(),
             steps,
+            holds_value: slots.iter().map(|s| matches!(s, Slot::Value(_))).collect(),
             slots,
             inputs: program.inputs().iter().map(|&(r, _)| r).collect(),
             carried: program.carried().to_vec(),
@@ -368,7 +371,9 @@ impl CompiledFrame {
                 let is_dead = control_dead || reads.iter().any(|r| !state.live[r.reg as usize]);
                 state.dead[step.node] = is_dead;
                 if is_dead {
-                    state.live[out..out + step.outputs as usize].fill(false);
+                    for live in &mut state.live[out..out + step.outputs as usize] {
+                        *live = false;
+                    }
                     return Ok(());
                 }
             }
@@ -488,9 +493,10 @@ impl CompiledFrame {
 
     /// Register `from`'s value into register `to`: moved at its last read (two buffer
     /// registers exchange buffers), else copied.
+    #[inline]
     fn transfer(&self, state: &mut State, from: Read, to: usize) {
         let r = from.reg as usize;
-        if let Slot::Value(_) = self.slots[r] {
+        if self.holds_value[r] {
             state.values[to] = if from.take {
                 state.values[r].take()
             } else {
@@ -516,14 +522,13 @@ impl CompiledFrame {
 
     /// Registers read for the last time in the iteration are empty afterwards (a value's
     /// reference dropped, so a stack threaded through the loop is pushed in place).
+    #[inline]
     fn release(&self, state: &mut State, reads: &[Read]) {
-        for r in reads {
-            if r.take {
-                let reg = r.reg as usize;
-                state.live[reg] = false;
-                if let Slot::Value(_) = self.slots[reg] {
-                    state.values[reg] = None;
-                }
+        for r in reads.iter().filter(|r| r.take) {
+            let reg = r.reg as usize;
+            state.live[reg] = false;
+            if self.holds_value[reg] {
+                state.values[reg] = None;
             }
         }
     }
