@@ -17,8 +17,9 @@ use smallvec::smallvec;
 
 use super::attrs::op_attrs;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
-use super::{build, expect_arity, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
+use crate::dtype::Storage;
 use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
@@ -324,6 +325,31 @@ impl OpDef for MatMul {
         let (mut shape, [m, _, n]) = self.dims(a, b)?;
         shape.extend([m, n]);
         Ok(smallvec![TensorType::new(a.dtype, &shape)])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        let plan = self.plan(&inputs[0], &inputs[1]).ok()?;
+        if plan.offsets.len() * plan.m * plan.n != numel(&outputs[0].shape) {
+            return None;
+        }
+        crate::with_numeric!(
+            inputs[0].dtype,
+            T,
+            {
+                Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+                    let (xs, ys) = (dest::input::<T>(ins, 0)?, dest::input::<T>(ins, 1)?);
+                    if !plan.fits(xs.len(), ys.len()) {
+                        let msg = "the kernel plan reaches outside an operand";
+                        return Err(Error::internal("matmul", msg));
+                    }
+                    let out = dest::output::<T>(outs, 0)?;
+                    out.fill(T::zero());
+                    T::product(&plan, xs, ys, out);
+                    Ok(())
+                }))
+            },
+            None
+        )
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
