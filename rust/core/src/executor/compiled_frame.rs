@@ -233,10 +233,9 @@ impl CompiledFrame {
         }
     }
 
-    /// Runs the frame on `inputs`, or `None` when they do not all have its static types (the
-    /// program runs them instead).
-    pub fn run(&self, inputs: &[RtValue]) -> Option<Result<SmallVec<[RtValue; 2]>, Failure>> {
-        let fits = inputs.len() == self.inputs.len()
+    /// Whether `inputs` have the frame's static types (else the program runs them).
+    pub fn accepts(&self, inputs: &[RtValue]) -> bool {
+        inputs.len() == self.inputs.len()
             && inputs
                 .iter()
                 .zip(&self.inputs)
@@ -246,10 +245,12 @@ impl CompiledFrame {
                         !matches!(v, RtValue::Tensor(_)) && v.mismatch(ty).is_none()
                     }
                     _ => false,
-                });
-        if !fits {
-            return None;
-        }
+                })
+    }
+
+    /// Runs the frame on `inputs`, which it `accepts`. They are given up, so a stack among
+    /// them stays the only handle to its items and is pushed and popped in place.
+    pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
         let spare = self
             .spare
             .lock()
@@ -257,7 +258,7 @@ impl CompiledFrame {
             .pop();
         let mut state = spare.unwrap_or_else(|| self.fresh_state());
         state.live.fill(false);
-        let outcome = self.load_inputs(&mut state, inputs.iter().cloned());
+        let outcome = self.load_inputs(&mut state, inputs.into_iter());
         let outcome = outcome.and_then(|()| self.run_in(&mut state));
         let outcome = outcome.and_then(|()| {
             self.results
@@ -271,7 +272,7 @@ impl CompiledFrame {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(state);
-        Some(outcome)
+        outcome
     }
 
     /// Loads `inputs` (of the frame's slots) into its input registers.
