@@ -1,0 +1,88 @@
+"""Compiled frames (fused loops compiled to kernels on buffers) against their register programs,
+through the public graph mode: the same bits either way, and the switch that chooses.
+
+The whole suite already runs in check mode (`conftest.py`); these tests run each way on its own
+and compare, and check the switch itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradloop as gl
+
+
+@pytest.fixture
+def frames_mode():
+    yield gl._core.set_compiled_frames
+    gl._core.set_compiled_frames("check")
+
+
+def each_way(fn, *args):
+    """`fn(*args)` with frames compiled and with their programs interpreted, as numpy arrays."""
+    out = {}
+    for mode in ("on", "off"):
+        gl._core.set_compiled_frames(mode)
+        out[mode] = [np.asarray(v) for v in gl.nest.flatten(fn(*args))]
+    gl._core.set_compiled_frames("check")
+    return out["on"], out["off"]
+
+
+def tiny_loop(x, n):
+    def body(i, x):
+        return i + 1, 0.999 * x + 0.001 * gl.sin(x)
+
+    return gl.while_loop(lambda i, x: i < n, body, (gl.tensor(0, dtype=gl.int32), x))[1]
+
+
+def branchy_loss(w, xs):
+    """A loop with a cond, a reduction, a slice and a product, and its gradient's stacks."""
+
+    def body(t, h, acc):
+        x = xs[t]
+        h = gl.tanh(gl.matmul(h, w) + x)
+        acc = gl.cond(gl.sum(h) > 0.0, lambda: acc + gl.sum(h[:2] ** 2.0), lambda: acc - h[0])
+        return t + 1, h, acc
+
+    start = (gl.tensor(0, dtype=gl.int32), xs[0] * 0.0, gl.tensor(0.0, dtype=gl.float64))
+    return gl.while_loop(lambda t, h, acc: t < 5, body, start)[2]
+
+
+def test_the_switch_names_its_modes_and_refuses_others(frames_mode):
+    assert gl._core.compiled_frames() == "check"
+    for mode in ("on", "off", "check"):
+        frames_mode(mode)
+        assert gl._core.compiled_frames() == mode
+    with pytest.raises(gl.errors.InvalidArgumentError, match="set_compiled_frames"):
+        frames_mode("fast")
+    assert gl._core.compiled_frames() == "check"
+
+
+def test_a_tiny_loop_gives_the_same_bits_compiled_and_interpreted(frames_mode):
+    x = gl.tensor(np.linspace(0.1, 1.6, 16, dtype=np.float32))
+    n = gl.tensor(257, dtype=gl.int32)
+    on, off = each_way(gl.function(tiny_loop), x, n)
+    np.testing.assert_array_equal(on[0], off[0])
+    np.testing.assert_allclose(on[0], np.asarray(tiny_loop(x, n)), rtol=1e-5)
+
+
+def test_a_loop_gradient_with_branches_and_stacks_gives_the_same_bits(frames_mode):
+    rng = np.random.default_rng(3)
+    w = gl.tensor(rng.standard_normal((4, 4)) * 0.5)
+    xs = gl.tensor(rng.standard_normal((5, 4)))
+    grad = gl.value_and_grad(branchy_loss)
+    on, off = each_way(gl.function(grad), w, xs)
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_array_equal(a, b)
+    eager = [np.asarray(v) for v in gl.nest.flatten(grad(w, xs))]
+    for a, b in zip(on, eager, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    # And the gradient itself, by central differences on two entries.
+    loss = gl.function(branchy_loss)
+    w_np = np.asarray(w)
+    for i, j in [(0, 1), (3, 2)]:
+        step = np.zeros_like(w_np)
+        step[i, j] = 1e-6
+        up = float(np.asarray(loss(gl.tensor(w_np + step), xs)))
+        down = float(np.asarray(loss(gl.tensor(w_np - step), xs)))
+        np.testing.assert_allclose(on[1][i, j], (up - down) / 2e-6, rtol=1e-5, atol=1e-8)
