@@ -56,9 +56,14 @@ struct Step {
     node: usize,
     action: Action,
     reads: SmallVec<[Read; 4]>,
+    /// Per read, the register whose buffer holds its elements: its own, or the loop input it
+    /// passes on unchanged (see `pass_invariants`).
+    data: SmallVec<[Reg; 4]>,
     controls: SmallVec<[u32; 2]>,
     out: Reg,
     outputs: u32,
+    /// Outputs of a pass or switch (bit k) whose elements stay in the input's buffer.
+    in_place: u32,
 }
 
 /// What a register holds: a tensor of a static type in a buffer, or another value (a stack,
@@ -187,12 +192,21 @@ impl CompiledFrame {
             steps.push(Step {
                 node: step.node,
                 action,
+                data: reads.iter().map(|r| r.reg).collect(),
                 reads,
                 controls: step.controls.clone(),
                 out: step.out,
                 outputs: step.outputs,
+                in_place: 0,
             });
         }
+        let invariant: Vec<Reg> = program
+            .inputs()
+            .iter()
+            .filter(|&&(_, inv)| inv)
+            .map(|&(r, _)| r)
+            .collect();
+        Self::pass_invariants(&mut steps, &slots, &invariant, program.results());
         Some(CompiledFrame {
             fused: fused.clone(),
             steps,
@@ -385,7 +399,9 @@ impl CompiledFrame {
                 state.live[out] = true;
             }
             Action::Pass => {
-                self.transfer(state, reads[0], out);
+                if step.in_place & 1 == 0 {
+                    self.transfer(state, reads[0], out);
+                }
                 self.release(state, reads);
                 state.live[out] = true;
             }
@@ -393,7 +409,9 @@ impl CompiledFrame {
                 let selector = &state.buffers[state.phys[reads[1].reg as usize] as usize];
                 let k = selected(selector, *n)?;
                 state.live[out..out + n].fill(false);
-                self.transfer(state, reads[0], out + k);
+                if step.in_place & (1 << k.min(31)) == 0 || k >= 32 {
+                    self.transfer(state, reads[0], out + k);
+                }
                 self.release(state, reads);
                 state.live[out + k] = true;
             }
@@ -402,7 +420,8 @@ impl CompiledFrame {
                 // Registers map to distinct buffers, so the output's is none of the inputs'.
                 let o = phys[out] as usize;
                 let mut written = std::mem::replace(&mut buffers[o], Storage::Bool(Vec::new()));
-                let input = |k: usize| &buffers[phys[reads[k].reg as usize] as usize];
+                let data = &step.data;
+                let input = |k: usize| &buffers[phys[data[k] as usize] as usize];
                 let outputs = std::slice::from_mut(&mut written);
                 let done = match reads.len() {
                     0 => kernel(&[], outputs),
@@ -419,7 +438,8 @@ impl CompiledFrame {
             Action::Node => {
                 let inputs = reads
                     .iter()
-                    .map(|&r| self.read(state, r))
+                    .zip(&step.data)
+                    .map(|(&r, &data)| self.read(state, r, data))
                     .collect::<Result<SmallVec<[RtValue; 4]>>>()?;
                 self.release(state, reads);
                 let outs = match &self.fused.nodes[step.node].kind {
@@ -433,7 +453,8 @@ impl CompiledFrame {
             Action::Loop(inner, index) => {
                 let inputs = reads
                     .iter()
-                    .map(|&r| self.read(state, r))
+                    .zip(&step.data)
+                    .map(|(&r, &data)| self.read(state, r, data))
                     .collect::<Result<SmallVec<[RtValue; 4]>>>()?;
                 self.release(state, reads);
                 let inner_state = &mut state.nested[*index];
@@ -455,13 +476,13 @@ impl CompiledFrame {
         Ok(())
     }
 
-    /// Register `r`'s value as the program holds it: a buffer's elements as a tensor, a
-    /// value moved out at its last read.
-    fn read(&self, state: &mut State, r: Read) -> Result<RtValue> {
+    /// Register `r`'s value as the program holds it: a buffer's elements (those of register
+    /// `data`) as a tensor, a value moved out at its last read.
+    fn read(&self, state: &mut State, r: Read, data: Reg) -> Result<RtValue> {
         let reg = r.reg as usize;
         match &self.slots[reg] {
             Slot::Buffer(ty) => Ok(RtValue::Tensor(unload(
-                &state.buffers[state.phys[reg] as usize],
+                &state.buffers[state.phys[data as usize] as usize],
                 ty,
             )?)),
             Slot::Value(_) => {
@@ -490,6 +511,47 @@ impl CompiledFrame {
         }
         state.live[r] = true;
         Ok(())
+    }
+
+    /// A loop input that does not change (an invariant: never written, never moved) reaches its
+    /// readers through switches and identities each iteration. Where every reader of such a
+    /// pass's output only reads elements (an op or a stack node, not a result or another pass),
+    /// the output keeps its liveness but its readers read the input's buffer: no copy per
+    /// iteration of a large operand (an RNN's weights, its input sequence).
+    fn pass_invariants(steps: &mut [Step], slots: &[Slot], invariant: &[Reg], results: &[Reg]) {
+        let mut only_read = vec![true; slots.len()];
+        for step in steps.iter() {
+            if !matches!(step.action, Action::Kernel(_) | Action::Node) {
+                for r in &step.reads {
+                    only_read[r.reg as usize] = false;
+                }
+            }
+        }
+        for &r in results {
+            only_read[r as usize] = false;
+        }
+        let mut source: Vec<Option<Reg>> = vec![None; slots.len()];
+        for step in steps.iter_mut() {
+            let passes = matches!(step.action, Action::Pass | Action::Switch(_));
+            let Some(from) = step.reads.first().map(|r| r.reg).filter(|_| passes) else {
+                continue;
+            };
+            if !invariant.contains(&from) || slots[from as usize].tensor().is_none() {
+                continue;
+            }
+            for k in 0..step.outputs.min(32) {
+                let out = (step.out + k) as usize;
+                if only_read[out] {
+                    step.in_place |= 1 << k;
+                    source[out] = Some(from);
+                }
+            }
+        }
+        for step in steps.iter_mut() {
+            for (data, r) in step.data.iter_mut().zip(&step.reads) {
+                *data = source[r.reg as usize].unwrap_or(r.reg);
+            }
+        }
     }
 
     /// Register `from`'s value into register `to`: moved at its last read (two buffer

@@ -356,6 +356,60 @@ pub fn concat_table(inputs: &[&[usize]], axis: usize, out: &[usize]) -> GatherTa
     table
 }
 
+/// A window of shape `window` inside an operand of shape `from`, read at run time from start
+/// positions (clamped as `dynamic_slice` and `dynamic_update_slice` clamp them): the window's
+/// flat offsets from its first element, and the operand's strides.
+#[derive(Clone, Debug)]
+pub struct Window {
+    offsets: Vec<u32>,
+    strides: Vec<usize>,
+    limits: Vec<i64>,
+}
+
+impl Window {
+    pub fn new(from: &[usize], window: &[usize]) -> Option<Window> {
+        if !table_fits(1, &[from]) || window.iter().zip(from).any(|(w, f)| w > f) {
+            return None;
+        }
+        let zeros = vec![0; from.len()];
+        let ones = vec![1; from.len()];
+        let offsets = slice_table(from, &zeros, &ones, window)
+            .into_iter()
+            .map(|e| e.map_or(0, |(_, k)| k))
+            .collect();
+        let limits = from
+            .iter()
+            .zip(window)
+            .map(|(f, w)| (f - w) as i64)
+            .collect();
+        Some(Window {
+            offsets,
+            strides: strides(from),
+            limits,
+        })
+    }
+
+    /// The flat index of the window's first element for the start tensors `starts` (scalar
+    /// i32 or i64 buffers), each clamped to `[0, dim - size]`.
+    pub fn base(&self, starts: &[&Storage]) -> Result<usize> {
+        let mut base = 0;
+        for ((s, &limit), &stride) in starts.iter().zip(&self.limits).zip(&self.strides) {
+            let v = match s {
+                Storage::I32(v) => v.first().map(|&x| i64::from(x)),
+                Storage::I64(v) => v.first().copied(),
+                _ => None,
+            };
+            let v = v.ok_or_else(buffer_bug)?;
+            base += v.clamp(0, limit) as usize * stride;
+        }
+        Ok(base)
+    }
+
+    pub fn offsets(&self) -> &[u32] {
+        &self.offsets
+    }
+}
+
 /// Whether a table for `n` elements of inputs `inputs` fits its index types.
 pub fn table_fits(inputs: usize, elements: &[&[usize]]) -> bool {
     u16::try_from(inputs).is_ok() && elements.iter().all(|s| u32::try_from(numel(s)).is_ok())
@@ -400,6 +454,20 @@ mod tests {
         let mut out = [Storage::I32(vec![9; 4])];
         k(&[&Storage::I32(vec![5, 6])], &mut out).unwrap();
         assert_eq!(i32::slice(&out[0]).unwrap(), [0, 5, 0, 6]);
+    }
+
+    #[test]
+    fn windows_clamp_their_starts_as_dynamic_slices_do() {
+        // A [2, 2] window of a [3, 4] operand: offsets from its first element.
+        let w = Window::new(&[3, 4], &[2, 2]).unwrap();
+        assert_eq!(w.offsets(), [0, 1, 4, 5]);
+        let at = |r: i64, c: i32| w.base(&[&Storage::I64(vec![r]), &Storage::I32(vec![c])]);
+        assert_eq!(at(1, 2).unwrap(), 6);
+        assert_eq!(at(-5, 9).unwrap(), 2, "clamped to [0, 1] and [0, 2]");
+        assert!(w
+            .base(&[&Storage::F32(vec![0.0]), &Storage::I32(vec![0])])
+            .is_err());
+        assert!(Window::new(&[3], &[4]).is_none());
     }
 
     #[test]

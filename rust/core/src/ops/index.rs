@@ -18,9 +18,9 @@ use super::attrs::op_attrs;
 pub use super::gather::{scatter_add, take, ScatterAdd, Take};
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
-use super::{build, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, dest, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
-use crate::dtype::DType;
+use crate::dtype::{DType, Storage};
 use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::Context;
@@ -66,6 +66,13 @@ fn int_scalar(op: &'static str, t: &Tensor) -> Result<i64> {
         }
     };
     v.ok_or_else(|| Error::internal(op, "an empty index tensor reached the kernel"))
+}
+
+/// Whether every start index is a scalar i32 or i64 (what the destination kernels read).
+fn scalar_indices(starts: &[TensorType]) -> bool {
+    starts
+        .iter()
+        .all(|t| t.shape.is_empty() && matches!(t.dtype, DType::I32 | DType::I64))
 }
 
 /// Start positions clamped to `[0, dim - size]`, so that the window lies inside the operand.
@@ -147,6 +154,25 @@ impl OpDef for DynamicSlice {
             return Err(Error::shape(op, message));
         }
         Ok(smallvec![TensorType::new(x.dtype, sizes)])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        let x = &inputs[0];
+        if !scalar_indices(&inputs[1..]) {
+            return None;
+        }
+        let window = dest::Window::new(&x.shape, &self.sizes)?;
+        crate::with_dtype!(x.dtype, T, {
+            Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+                let xs = dest::input::<T>(ins, 0)?;
+                let base = window.base(&ins[1..])?;
+                let ys = dest::output::<T>(outs, 0)?;
+                for (y, &k) in ys.iter_mut().zip(window.offsets()) {
+                    *y = xs[base + k as usize];
+                }
+                Ok(())
+            }))
+        })
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
@@ -253,6 +279,26 @@ impl OpDef for DynamicUpdateSlice {
         }
         check_starts(op, starts, x.ndim(), 2)?;
         Ok(smallvec![x.clone()])
+    }
+
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        let (x, u) = (&inputs[0], &inputs[1]);
+        if !scalar_indices(&inputs[2..]) {
+            return None;
+        }
+        let window = dest::Window::new(&x.shape, &u.shape)?;
+        crate::with_dtype!(x.dtype, T, {
+            Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+                let (xs, us) = (dest::input::<T>(ins, 0)?, dest::input::<T>(ins, 1)?);
+                let base = window.base(&ins[2..])?;
+                let ys = dest::output::<T>(outs, 0)?;
+                ys.copy_from_slice(xs);
+                for (&v, &k) in us.iter().zip(window.offsets()) {
+                    ys[base + k as usize] = v;
+                }
+                Ok(())
+            }))
+        })
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
