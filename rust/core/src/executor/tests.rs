@@ -396,6 +396,11 @@ func @inner(%0: i64[], %1: f64[], %2: stack<f64[]>) -> (i64[], f64[], stack<f64[
 fn errors_in_fused_loop_nests_name_every_iteration_as_the_interpreter_does() {
     let graph = parse_graph(FAILS_IN_NESTED_ITERATION).unwrap();
     let fused = Executor::new(&graph).unwrap();
+    let (compiled, total) = fused.compiled_frames();
+    assert!(
+        compiled == total && total >= 2,
+        "the nest runs compiled: {compiled} of {total}"
+    );
     assert_eq!(
         fused.graph().count("loop"),
         1,
