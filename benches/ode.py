@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 import gradloop as gl
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from executor import frames_interpreted
 from graph_mode import ratio, stat
 from run import paired, print_table
 
@@ -84,17 +85,6 @@ def solve(damping: gl.Tensor) -> gl.Tensor:
     return integrate(damping)[0][0] ** 2.0
 
 
-def compiled_frames(mode: str, fn: Callable) -> Callable:
-    def call(*args):
-        gl._core.set_compiled_frames(mode)
-        try:
-            return fn(*args)
-        finally:
-            gl._core.set_compiled_frames("on")
-
-    return call
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -109,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     staged = gl.function(grad)
     fns = {
         "graph": lambda: staged(damping),
-        "interpreted": compiled_frames("off", lambda: staged(damping)),
+        "interpreted": lambda: frames_interpreted(staged)(damping),
         "eager": lambda: grad(damping),
     }
     if not args.no_jit:

@@ -14,27 +14,8 @@ use gradloop::graph::parse_graph;
 use gradloop::interpret::{Interpreter, RtValue};
 use gradloop::Tensor;
 
-const LOOP: &str = r#"graph @main
-func @main(%0: f32[16], %1: i32[]) -> (f32[16]) {
-  %2 = const() {value=[0]} : i32[]
-  %3 = while(%2, %0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i32[], f32[16], i32[])
-  return %3#1
-}
-func @more(%0: i32[], %1: f32[16], %2: i32[]) -> (bool[]) {
-  %3 = less(%0, %2) : bool[]
-  return %3
-}
-func @step(%0: i32[], %1: f32[16], %2: i32[]) -> (i32[], f32[16], i32[]) {
-  %3 = const() {value=[1]} : i32[]
-  %4 = add(%0, %3) : i32[]
-  %5 = const() {value=[0.999]} : f32[]
-  %6 = mul(%1, %5) : f32[16]
-  %7 = sin(%1) : f32[16]
-  %8 = const() {value=[0.001]} : f32[]
-  %9 = mul(%7, %8) : f32[16]
-  %10 = add(%6, %9) : f32[16]
-  return %4, %10, %2
-}"#;
+/// W5's loop in graph text (shared with the executor's tests).
+const LOOP: &str = include_str!("tiny_loop.graph");
 
 /// One way to run the loop.
 type Run<'a> = dyn Fn() -> gradloop::Result<Vec<RtValue>> + 'a;

@@ -436,12 +436,7 @@ impl CompiledFrame {
                 state.live[out] = true;
             }
             Action::Node => {
-                let inputs = reads
-                    .iter()
-                    .zip(&step.data)
-                    .map(|(&r, &data)| self.read(state, r, data))
-                    .collect::<Result<SmallVec<[RtValue; 4]>>>()?;
-                self.release(state, reads);
+                let inputs = self.take_inputs(state, step)?;
                 let outs = match &self.fused.nodes[step.node].kind {
                     DfKind::Stack(s) => s.run(inputs)?,
                     _ => SmallVec::new(),
@@ -451,12 +446,7 @@ impl CompiledFrame {
                 }
             }
             Action::Loop(inner, index) => {
-                let inputs = reads
-                    .iter()
-                    .zip(&step.data)
-                    .map(|(&r, &data)| self.read(state, r, data))
-                    .collect::<Result<SmallVec<[RtValue; 4]>>>()?;
-                self.release(state, reads);
+                let inputs = self.take_inputs(state, step)?;
                 let inner_state = &mut state.nested[*index];
                 inner_state.live.fill(false);
                 inner.load_inputs(inner_state, inputs.into_iter())?;
@@ -474,6 +464,18 @@ impl CompiledFrame {
             Action::LoopMerge | Action::Merge | Action::NoOp => {}
         }
         Ok(())
+    }
+
+    /// A node's inputs as the program reads them (see `read`), its last reads released.
+    fn take_inputs(&self, state: &mut State, step: &Step) -> Result<SmallVec<[RtValue; 4]>> {
+        let inputs = step
+            .reads
+            .iter()
+            .zip(&step.data)
+            .map(|(&r, &data)| self.read(state, r, data))
+            .collect::<Result<_>>()?;
+        self.release(state, &step.reads);
+        Ok(inputs)
     }
 
     /// Register `r`'s value as the program holds it: a buffer's elements (those of register

@@ -702,28 +702,8 @@ fn a_stack_sum_adds_tops_and_keeps_the_longer_bottom() {
     }
 }
 
-/// W5's loop: a float32 vector and an int32 counter.
-const TINY_LOOP: &str = r#"graph @main
-func @main(%0: f32[16], %1: i32[]) -> (f32[16]) {
-  %2 = const() {value=[0]} : i32[]
-  %3 = while(%2, %0, %1) {cond=@more, body=@step, parallel_iterations=10} : (i32[], f32[16], i32[])
-  return %3#1
-}
-func @more(%0: i32[], %1: f32[16], %2: i32[]) -> (bool[]) {
-  %3 = less(%0, %2) : bool[]
-  return %3
-}
-func @step(%0: i32[], %1: f32[16], %2: i32[]) -> (i32[], f32[16], i32[]) {
-  %3 = const() {value=[1]} : i32[]
-  %4 = add(%0, %3) : i32[]
-  %5 = const() {value=[0.999]} : f32[]
-  %6 = mul(%5, %1) : f32[16]
-  %7 = sin(%1) : f32[16]
-  %8 = const() {value=[0.001]} : f32[]
-  %9 = mul(%8, %7) : f32[16]
-  %10 = add(%6, %9) : f32[16]
-  return %4, %10, %2
-}"#;
+/// W5's loop: a float32 vector and an int32 counter (the `executor_loop` example's).
+const TINY_LOOP: &str = include_str!("../../examples/tiny_loop.graph");
 
 #[test]
 fn frames_of_static_types_compile_and_agree_with_their_programs_bit_for_bit() {

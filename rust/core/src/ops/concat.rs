@@ -79,13 +79,10 @@ impl OpDef for Concatenate {
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
         let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.shape[..]).collect();
         let out = &outputs[0].shape;
-        if !dest::table_fits(inputs.len(), &[&shapes[..], &[out]].concat()) {
-            return None;
-        }
-        let table = dest::concat_table(&shapes, self.axis, out);
-        Some(crate::with_dtype!(outputs[0].dtype, T, {
-            dest::gather_to::<T>(table)
-        }))
+        let all = [&shapes[..], &[out]].concat();
+        dest::gather(outputs[0].dtype, inputs.len(), &all, || {
+            dest::concat_table(&shapes, self.axis, out)
+        })
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {

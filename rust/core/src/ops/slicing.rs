@@ -97,13 +97,9 @@ impl OpDef for Slice {
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
         let (x, out) = (&inputs[0].shape, &outputs[0].shape);
-        if !dest::table_fits(1, &[x, out]) {
-            return None;
-        }
-        let table = dest::slice_table(x, &self.start, &self.step, out);
-        Some(crate::with_dtype!(inputs[0].dtype, T, {
-            dest::gather_to::<T>(table)
-        }))
+        dest::gather(inputs[0].dtype, 1, &[x, out], || {
+            dest::slice_table(x, &self.start, &self.step, out)
+        })
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
@@ -252,13 +248,9 @@ impl OpDef for Pad {
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
         let (x, out) = (&inputs[0].shape, &outputs[0].shape);
-        if !dest::table_fits(1, &[x, out]) {
-            return None;
-        }
-        let table = dest::pad_table(x, &self.low, &self.interior, out);
-        Some(crate::with_dtype!(inputs[0].dtype, T, {
-            dest::gather_to::<T>(table)
-        }))
+        dest::gather(inputs[0].dtype, 1, &[x, out], || {
+            dest::pad_table(x, &self.low, &self.interior, out)
+        })
     }
 
     fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
