@@ -1,6 +1,8 @@
 //! Shared CPU kernel helpers: elementwise maps with numpy broadcasting, parallel above a size
 //! threshold (rayon). Op kernels are written against these, generic over the element type.
 
+use std::mem::MaybeUninit;
+
 use ndarray::{IxDyn, Zip};
 use rayon::prelude::*;
 
@@ -21,13 +23,39 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 /// more than the half of the work it takes over.
 pub const CHEAP_PARALLEL_THRESHOLD: usize = 1 << 18;
 
+/// Elements one task of a parallel elementwise kernel writes: large enough that rayon's split
+/// costs little beside it, small enough to balance two to a few dozen threads.
+const PARALLEL_CHUNK: usize = 1 << 14;
+
+/// A vector of `n` elements, chunk by chunk in parallel: `fill(start, chunk)` writes every
+/// element of `chunk`, those from `start` on. Each chunk is a plain loop over slices, which
+/// the compiler vectorises (a parallel iterator's `collect` writes one element at a time).
+fn collect_parallel<U: Element>(
+    n: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync + Send,
+) -> Vec<U> {
+    let mut out = Vec::with_capacity(n);
+    let chunks = out.spare_capacity_mut()[..n].par_chunks_mut(PARALLEL_CHUNK);
+    chunks
+        .enumerate()
+        .for_each(|(k, chunk)| fill(k * PARALLEL_CHUNK, chunk));
+    // SAFETY: the chunks cover `..n` and `fill` writes every element of each.
+    unsafe { out.set_len(n) };
+    out
+}
+
 /// `f` applied to every element.
 pub fn map<T: Element, U: Element>(x: &Tensor, f: impl Fn(T) -> U + Sync + Send) -> Result<Tensor> {
     let xs = x.as_slice::<T>()?;
     if xs.len() < CHEAP_PARALLEL_THRESHOLD {
         return Tensor::collect(x.shape(), xs.iter().map(|&v| f(v)));
     }
-    Tensor::from_vec(xs.par_iter().map(|&v| f(v)).collect(), x.shape())
+    let data = collect_parallel(xs.len(), |start, chunk| {
+        for (d, &v) in chunk.iter_mut().zip(&xs[start..]) {
+            d.write(f(v));
+        }
+    });
+    Tensor::from_vec(data, x.shape())
 }
 
 /// `map` of a float function `lanes` vectorises (`fun`); `scalar` is the op's kernel, for the
@@ -130,8 +158,8 @@ pub fn zip_into<T: Element>(
     f: impl Fn(T, T) -> T + Sync + Send,
 ) -> Option<Tensor> {
     fn apply<T: Element>(xs: &mut [T], ys: &[T], g: impl Fn(T, T) -> T + Sync + Send) {
-        if let [y] = ys {
-            xs.iter_mut().for_each(|x| *x = g(*x, *y));
+        if let &[y] = ys {
+            xs.iter_mut().for_each(|x| *x = g(*x, y));
         } else if xs.len() >= CHEAP_PARALLEL_THRESHOLD {
             xs.par_iter_mut()
                 .zip(ys.par_iter())
@@ -175,22 +203,31 @@ pub fn zip<T: Element, U: Element>(
         if !parallel {
             return Tensor::collect(out_shape, xs.iter().zip(ys).map(|(&x, &y)| f(x, y)));
         }
-        xs.par_iter()
-            .zip(ys.par_iter())
-            .map(|(&x, &y)| f(x, y))
-            .collect()
+        collect_parallel(n, |start, chunk| {
+            for ((d, &x), &y) in chunk.iter_mut().zip(&xs[start..]).zip(&ys[start..]) {
+                d.write(f(x, y));
+            }
+        })
     } else if ys.len() == 1 && a.shape() == out_shape {
         let y = ys[0];
         if !parallel {
             return Tensor::collect(out_shape, xs.iter().map(|&x| f(x, y)));
         }
-        xs.par_iter().map(|&x| f(x, y)).collect()
+        collect_parallel(n, |start, chunk| {
+            for (d, &x) in chunk.iter_mut().zip(&xs[start..]) {
+                d.write(f(x, y));
+            }
+        })
     } else if xs.len() == 1 && b.shape() == out_shape {
         let x = xs[0];
         if !parallel {
             return Tensor::collect(out_shape, ys.iter().map(|&y| f(x, y)));
         }
-        ys.par_iter().map(|&y| f(x, y)).collect()
+        collect_parallel(n, |start, chunk| {
+            for (d, &y) in chunk.iter_mut().zip(&ys[start..]) {
+                d.write(f(x, y));
+            }
+        })
     } else {
         let shape = IxDyn(out_shape);
         let av = a.view::<T>()?;
@@ -297,4 +334,55 @@ arith_int!(i32, i64);
 #[allow(clippy::eq_op)]
 pub fn is_nan<T: PartialEq>(x: T) -> bool {
     x != x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes past the parallel threshold, ending inside a chunk.
+    const N: usize = CHEAP_PARALLEL_THRESHOLD + 3 * PARALLEL_CHUNK + 7;
+
+    fn ramp(n: usize, scale: f64) -> Tensor {
+        let v: Vec<f64> = (0..n).map(|i| (i % 1013) as f64 * scale - 3.0).collect();
+        Tensor::from_vec(v, &[n]).unwrap()
+    }
+
+    #[test]
+    fn parallel_maps_write_every_element_in_order() {
+        let x = ramp(N, 0.01);
+        let got = map::<f64, f64>(&x, |v| v * v - 1.0).unwrap();
+        let want: Vec<f64> = x
+            .as_slice::<f64>()
+            .unwrap()
+            .iter()
+            .map(|v| v * v - 1.0)
+            .collect();
+        assert_eq!(got.as_slice::<f64>().unwrap(), &want[..]);
+        let signs = map::<f64, bool>(&x, |v| v > 0.0).unwrap();
+        assert_eq!(signs.numel(), N);
+        let xs = x.as_slice::<f64>().unwrap();
+        assert!(signs
+            .as_slice::<bool>()
+            .unwrap()
+            .iter()
+            .zip(xs)
+            .all(|(&s, &v)| s == (v > 0.0)));
+    }
+
+    #[test]
+    fn parallel_zips_broadcast_either_operand_in_order() {
+        let (a, b, s) = (ramp(N, 0.01), ramp(N, 0.03), ramp(1, 0.0));
+        let (xs, ys) = (a.as_slice::<f64>().unwrap(), b.as_slice::<f64>().unwrap());
+        let f = |x: f64, y: f64| x - 2.0 * y;
+        let same = zip::<f64, f64>(&a, &b, &[N], f).unwrap();
+        let want: Vec<f64> = xs.iter().zip(ys).map(|(&x, &y)| f(x, y)).collect();
+        assert_eq!(same.as_slice::<f64>().unwrap(), &want[..]);
+        let right = zip::<f64, f64>(&a, &s, &[N], f).unwrap();
+        let want: Vec<f64> = xs.iter().map(|&x| f(x, -3.0)).collect();
+        assert_eq!(right.as_slice::<f64>().unwrap(), &want[..]);
+        let left = zip::<f64, f64>(&s, &b, &[N], f).unwrap();
+        let want: Vec<f64> = ys.iter().map(|&y| f(-3.0, y)).collect();
+        assert_eq!(left.as_slice::<f64>().unwrap(), &want[..]);
+    }
 }
