@@ -1,7 +1,7 @@
 """Every op of the op table through the emitter and back through the importer: a traced
 program's MLIR (`gl.to_mlir`), imported again and run on the graph interpreter
 (`_core.mlir_run_reference`), gives what the program itself gives there. So the importer's
-inverse of each op's StableHLO (its row in `mlir/import/table.rs`) is checked against the op
+inverse of each op's StableHLO (its row in `import/table.rs`) is checked against the op
 table's own emission, on values that reach the special cases (negative, zero and large
 operands, rounding ties, NaN and infinities)."""
 

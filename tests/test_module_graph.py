@@ -26,3 +26,68 @@ def test_every_module_has_a_layer() -> None:
 def test_an_upward_edge_is_found() -> None:
     graph = {"dtype": {"error"}, "error": set(), "ops": {"mlir"}, "mlir": {"ops"}}
     assert module_graph.upward(graph) == {("ops", "mlir")}
+
+
+LAYERS = [{"low"}, {"mid_a", "mid_b"}, {"high"}]
+
+
+def plant(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    """A source tree of the modules `low`, `mid_a`, `mid_b`, `high` with these files."""
+    for name in ("low.rs", "mid_a.rs", "mid_b.rs", "high.rs"):
+        (tmp_path / name).write_text("pub fn f() {}\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def found(src: pathlib.Path) -> set[tuple[str, str]]:
+    return module_graph.upward(module_graph.edges(src), LAYERS)
+
+
+def test_an_edge_after_a_test_module_is_found(tmp_path: pathlib.Path) -> None:
+    mod = "#[cfg(test)]\nmod tests;\n\nuse crate::high::f;\npub mod inner;\n"
+    src = plant(tmp_path, {"low.rs": "", "low/mod.rs": mod, "low/inner.rs": ""})
+    (tmp_path / "low.rs").unlink()
+    assert found(src) == {("low", "high")}
+
+
+def test_grouped_and_nested_paths_are_found(tmp_path: pathlib.Path) -> None:
+    grouped = "use crate::{low::f, high::{g, h}};\n"
+    nested = "fn k() { super::super::high::f() }\n"
+    src = plant(tmp_path, {"mid_a.rs": grouped, "mid_b/mod.rs": "mod x;", "mid_b/x.rs": nested})
+    (tmp_path / "mid_b.rs").unlink()
+    assert found(src) == {("mid_a", "high"), ("mid_b", "high")}
+
+
+def test_a_cycle_within_a_layer_is_found(tmp_path: pathlib.Path) -> None:
+    src = plant(tmp_path, {"mid_a.rs": "use crate::mid_b;\n", "mid_b.rs": "use crate::mid_a;\n"})
+    graph = module_graph.edges(src)
+    assert found(src) == set()
+    assert module_graph.cycles_within_layers(graph, LAYERS) == [["mid_a", "mid_b", "mid_a"]]
+
+
+def test_tests_comments_and_strings_are_no_edges(tmp_path: pathlib.Path) -> None:
+    text = (
+        "// crate::high in a comment\n"
+        'const S: &str = "crate::high";\n'
+        "#[cfg(test)]\nmod tests {\n    use crate::high;\n    fn t() { let _ = '{'; }\n}\n"
+        "#[cfg(test)]\nfn helper() { crate::high::f() }\n"
+        "#[cfg(test)]\nmod support;\n"
+        "pub fn kept() { crate::mid_a::f() }\n"
+    )
+    src = plant(tmp_path, {"low/mod.rs": text, "low/support.rs": "use crate::high;\n"})
+    (tmp_path / "low.rs").unlink()
+    assert module_graph.edges(src)["low"] == {"mid_a"}
+    assert found(src) == {("low", "mid_a")}
+
+
+def test_the_core_has_no_cycle_within_a_layer() -> None:
+    assert module_graph.cycles_within_layers(module_graph.edges()) == []
+
+
+def test_modules_only_tests_compile_are_not_layered(tmp_path: pathlib.Path) -> None:
+    lib = "pub mod low;\n#[cfg(test)]\npub(crate) mod testing;\n"
+    src = plant(tmp_path, {"lib.rs": lib, "testing/mod.rs": "use crate::high;\n"})
+    assert "testing" not in module_graph.modules(src)
+    assert found(src) == set()

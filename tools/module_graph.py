@@ -2,10 +2,15 @@
 cycles.
 
 `python tools/module_graph.py` prints each module's dependencies, the layer order the core
-follows and every edge that points up it. `--check` (run by `make lint`) fails when an edge
-points up the order that `KNOWN_UPWARD` does not list (it lists none: the core is acyclic), so
-new code may not add a cycle. Test modules, and helpers a module declares under `#[cfg(test)]`,
-are skipped.
+follows, every edge that points up it and every cycle inside one layer. `--check` (run by
+`make lint`) fails on an edge up the order that `KNOWN_UPWARD` does not list (it lists none: the
+core is acyclic) and on any cycle within a layer, so new code may not add a cycle.
+
+What counts as a dependency: a path `crate::a...`, a group `crate::{a, b::c}`, or
+`super::super::a` from a module's subfolder, anywhere in a module's files (not only in `use`
+lines), with comments and string literals blanked first. Items under `#[cfg(test)]` (test
+modules, test helpers, a test function), wherever they sit in a file, and files only tests
+declare are skipped: tests may use anything.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import sys
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "rust" / "core" / "src"
 
-#: The layering, leaves first: a module may use those before it (and its own layer).
+#: The layering, leaves first: a module may use those before it (and its own layer, without a
+#: cycle).
 LAYERS: list[set[str]] = [
     {"error", "dtype", "location", "shape", "tensor", "value"},
     {"emit"},
@@ -29,91 +35,195 @@ LAYERS: list[set[str]] = [
     {"trace"},
     {"interpret", "mlir", "runtime", "executor"},
     {"control"},
+    {"import"},
 ]
 
 #: Edges that point up the layers today: debts, each to be removed, never added to.
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
-_USE = re.compile(r"\bcrate::([a-z_]+)|\bsuper::super::([a-z_]+)")
 
-
-def modules() -> list[str]:
-    return sorted(
+def modules(src: pathlib.Path = SRC) -> list[str]:
+    """The top-level modules, less those `lib.rs` compiles only for tests (`testing`)."""
+    lib = src / "lib.rs"
+    only_tests = set(_TEST_MOD.findall(_code(lib.read_text()))) if lib.exists() else set()
+    names = {
         p.stem if p.is_file() else p.name
-        for p in SRC.iterdir()
-        if (p.suffix == ".rs" and p.stem not in {"lib"} and not p.stem.endswith("_tests"))
-        or (p.is_dir())
-    )
+        for p in src.iterdir()
+        if (p.suffix == ".rs" and p.stem != "lib" and not p.stem.endswith("_tests")) or p.is_dir()
+    }
+    return sorted(names - only_tests)
 
 
-def _files(module: str) -> list[pathlib.Path]:
-    path = SRC / module
+def _files(module: str, src: pathlib.Path) -> list[pathlib.Path]:
+    path = src / module
     if path.is_dir():
         return [f for f in sorted(path.rglob("*.rs")) if not _is_test(f)]
-    return [SRC / f"{module}.rs"]
+    return [src / f"{module}.rs"]
 
 
-_TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([a-z]+\))?\s+)?mod ([a-z_]+);")
+_TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_0-9]+)\s*;")
 
 
 def _is_test(f: pathlib.Path) -> bool:
-    """A test file by its name, or one its parent declares under `#[cfg(test)]` (helpers)."""
+    """A test file by its name, or one its parent module declares under `#[cfg(test)]`."""
     if f.stem == "tests" or f.stem.endswith("_tests") or "tests" in f.parts[-2:-1]:
         return True
-    parent = f.parent / "mod.rs"
-    return parent.exists() and f.stem in _TEST_MOD.findall(parent.read_text())
+    parents = [f.parent / "mod.rs", f.parent.with_suffix(".rs")]
+    return any(p.exists() and f.stem in _TEST_MOD.findall(_code(p.read_text())) for p in parents)
 
 
-_COMMENT = re.compile(r"//.*")
+# Comments and string and char literals: blanked before scanning, so that neither a brace nor
+# a path inside them counts. (Lifetimes such as `'a` are not char literals: no closing quote.)
+_NOISE = re.compile(
+    r"//[^\n]*|/\*.*?\*/|r(#*)\".*?\"\1|b?\"(?:\\.|[^\"\\])*\"|b?'(?:\\.|[^'\\])'", re.S
+)
 
 
-def _strip_tests(text: str) -> str:
-    """The code before a `#[cfg(test)]` module (tests may use anything), comments removed (a
-    doc comment naming a module is no dependency)."""
-    return _COMMENT.sub("", text.split("#[cfg(test)]")[0])
+def _code(text: str) -> str:
+    return _NOISE.sub(" ", text)
 
 
-def edges() -> dict[str, set[str]]:
-    names = set(modules())
+_CFG_TEST = re.compile(r"#\[cfg\(test\)\]")
+
+
+def _item_end(code: str, k: int) -> int:
+    """Where the item starting at `k` ends: after its `;`, or after the brace closing its
+    body."""
+    depth = 0
+    while k < len(code):
+        c = code[k]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+        elif c == ";" and depth == 0:
+            return k + 1
+        k += 1
+    return k
+
+
+def strip_tests(text: str) -> str:
+    """The code of a file without comments, literals and `#[cfg(test)]` items."""
+    code = _code(text)
+    kept, at = [], 0
+    for m in _CFG_TEST.finditer(code):
+        if m.start() < at:
+            continue  # inside an item already skipped
+        kept.append(code[at : m.start()])
+        at = _item_end(code, m.end())
+    kept.append(code[at:])
+    return "".join(kept)
+
+
+_PATH = re.compile(r"\b(?:crate|super::super)::(\{|[a-z_][a-z0-9_]*)")
+
+
+def _group_heads(code: str, brace: int) -> list[str]:
+    """The first segment of each path of the `{...}` group opening at `brace`."""
+    heads, depth, start = [], 0, brace + 1
+    for k in range(brace, len(code)):
+        c = code[k]
+        depth += (c == "{") - (c == "}")
+        if (c == "," and depth == 1) or depth == 0:
+            head = re.match(r"\s*([a-z_][a-z0-9_]*)", code[start:k])
+            if head:
+                heads.append(head.group(1))
+            start = k + 1
+            if depth == 0:
+                break
+    return heads
+
+
+def uses(code: str) -> set[str]:
+    """The top-level modules that `code` names."""
+    found: set[str] = set()
+    for m in _PATH.finditer(code):
+        if m.group(1) == "{":
+            found.update(_group_heads(code, m.end() - 1))
+        else:
+            found.add(m.group(1))
+    return found
+
+
+def edges(src: pathlib.Path = SRC) -> dict[str, set[str]]:
+    names = set(modules(src))
     graph: dict[str, set[str]] = {m: set() for m in names}
     for m in names:
-        for f in _files(m):
-            text = _strip_tests(f.read_text())
-            for a, b in _USE.findall(text):
-                target = a or b
-                if target in names and target != m:
-                    graph[m].add(target)
+        for f in _files(m, src):
+            graph[m] |= {d for d in uses(strip_tests(f.read_text())) if d in names and d != m}
     return graph
 
 
-def layer(module: str) -> int:
-    for k, members in enumerate(LAYERS):
+def layer(module: str, layers: list[set[str]] = LAYERS) -> int:
+    for k, members in enumerate(layers):
         if module in members:
             return k
     raise SystemExit(f"module {module!r} is in no layer of tools/module_graph.py: add it")
 
 
-def upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    return {(m, d) for m, ds in graph.items() for d in ds if layer(d) > layer(m)}
+def upward(graph: dict[str, set[str]], layers: list[set[str]] = LAYERS) -> set[tuple[str, str]]:
+    return {(m, d) for m, ds in graph.items() for d in ds if layer(d, layers) > layer(m, layers)}
+
+
+def cycles_within_layers(
+    graph: dict[str, set[str]], layers: list[set[str]] = LAYERS
+) -> list[list[str]]:
+    """Each cycle among modules of one layer, as a path that returns to its first module."""
+    found: list[list[str]] = []
+    for members in layers:
+        sub = {m: sorted(graph.get(m, set()) & members) for m in sorted(members)}
+        done: set[str] = set()
+        for start in sub:
+            stack, path = [(start, iter(sub[start]))], [start]
+            while stack:
+                node, children = stack[-1]
+                child = next(children, None)
+                if child is None:
+                    stack.pop()
+                    path.pop()
+                    done.add(node)
+                elif child in path:
+                    cycle = [*path[path.index(child) :], child]
+                    if sorted(cycle[:-1]) not in [sorted(c[:-1]) for c in found]:
+                        found.append(cycle)
+                elif child not in done:
+                    stack.append((child, iter(sub[child])))
+                    path.append(child)
+    return found
+
+
+def problems(src: pathlib.Path = SRC, layers: list[set[str]] = LAYERS) -> list[str]:
+    """What `--check` reports: new upward edges, paid debts still listed, same-layer cycles."""
+    graph = edges(src)
+    up = upward(graph, layers)
+    out = [
+        f"new edge {m} -> {d} points up the layers (a cycle in the core)"
+        for m, d in sorted(up - KNOWN_UPWARD)
+    ]
+    gone = sorted(KNOWN_UPWARD - up)
+    out += [f"{m} -> {d} is gone: delete it from KNOWN_UPWARD" for m, d in gone]
+    out += [f"cycle within a layer: {' -> '.join(c)}" for c in cycles_within_layers(graph, layers)]
+    return out
 
 
 def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        found = problems()
+        for line in found:
+            print(f"module_graph: {line}")
+        return 1 if found else 0
     graph = edges()
     up = upward(graph)
-    if "--check" in argv:
-        new = sorted(up - KNOWN_UPWARD)
-        gone = sorted(KNOWN_UPWARD - up)
-        for m, d in new:
-            print(f"module_graph: new edge {m} -> {d} points up the layers (a cycle in the core)")
-        for m, d in gone:
-            print(f"module_graph: {m} -> {d} is gone: delete it from KNOWN_UPWARD")
-        return 1 if new or gone else 0
     print("layers (leaves first):", " <- ".join("/".join(sorted(s)) for s in LAYERS))
     for m in sorted(graph, key=lambda m: (layer(m), m)):
-        print(f"{m:10} -> {', '.join(sorted(graph[m])) or '-'}")
+        print(f"{m:14} -> {', '.join(sorted(graph[m])) or '-'}")
     print(f"{len(up)} edges point up the layers:")
     for m, d in sorted(up):
         print(f"  {m} -> {d}")
+    for c in cycles_within_layers(graph):
+        print(f"cycle within a layer: {' -> '.join(c)}")
     return 0
 
 

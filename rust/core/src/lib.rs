@@ -19,6 +19,7 @@ pub mod error;
 pub mod executor;
 pub mod forward;
 pub mod graph;
+pub mod import;
 pub mod interpret;
 pub mod location;
 pub mod mlir;
@@ -29,6 +30,8 @@ pub mod runtime_values;
 pub mod shape;
 pub mod tape;
 pub mod tensor;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod trace;
 pub mod value;
 

@@ -18,7 +18,7 @@ pub fn mlir_gradient_module(
     source: &str,
 ) -> PyResult<String> {
     runtime::call(py, usize::MAX, || {
-        gradloop::mlir::import::gradient_module(text, function, &wrt, source)
+        gradloop::import::gradient_module(text, function, &wrt, source)
     })
 }
 
@@ -33,7 +33,7 @@ pub fn mlir_jvp_module(
     source: &str,
 ) -> PyResult<String> {
     runtime::call(py, usize::MAX, || {
-        gradloop::mlir::import::jvp_module(text, function, &wrt, source)
+        gradloop::import::jvp_module(text, function, &wrt, source)
     })
 }
 
@@ -51,7 +51,7 @@ pub fn mlir_run_reference(
         .map(|a| concrete_input(a, "mlir_run_reference"))
         .collect::<PyResult<Vec<_>>>()?;
     let outputs = runtime::call(py, usize::MAX, || {
-        gradloop::mlir::import::run_reference(text, function, tensors, "<mlir>")
+        gradloop::import::run_reference(text, function, tensors, "<mlir>")
     })?;
     Ok(outputs.into_iter().map(PyTensor::new).collect())
 }
@@ -65,5 +65,5 @@ pub fn op_names() -> Vec<&'static str> {
 /// Names of the MLIR ops the importer converts.
 #[pyfunction]
 pub fn mlir_supported_ops() -> Vec<&'static str> {
-    gradloop::mlir::import::supported_ops().collect()
+    gradloop::import::supported_ops().collect()
 }

@@ -163,7 +163,10 @@ pub fn emit_if(
         then_branch.get().inner.clone(),
         else_branch.get().inner.clone(),
     );
-    run(py, 0, move |ctx| trace::emit_if(ctx, &pred, &t, &e)).map(py_tensors)
+    run(py, 0, move |ctx| {
+        gradloop::control::emit_if(ctx, &pred, &t, &e)
+    })
+    .map(py_tensors)
 }
 
 /// `Case(index, captures...)` over branches traced without parameters; an out-of-range index
@@ -176,7 +179,10 @@ pub fn emit_case(
 ) -> PyResult<Vec<PyTensor>> {
     let index = input(index)?;
     let branches: Vec<Branch> = branches.iter().map(|b| b.get().inner.clone()).collect();
-    run(py, 0, move |ctx| trace::emit_case(ctx, &index, &branches)).map(py_tensors)
+    run(py, 0, move |ctx| {
+        gradloop::control::emit_case(ctx, &index, &branches)
+    })
+    .map(py_tensors)
 }
 
 /// `While(loop_vars..., captures...)`: `cond` and `body` were traced with the loop variables'
@@ -201,7 +207,10 @@ pub fn emit_while(
         maximum_iterations,
         parallel_iterations,
     };
-    run(py, 0, move |ctx| trace::emit_while(ctx, &functions, &vars)).map(py_tensors)
+    run(py, 0, move |ctx| {
+        gradloop::control::emit_while(ctx, &functions, &vars)
+    })
+    .map(py_tensors)
 }
 
 /// The first output of a node that has one.
@@ -237,7 +246,7 @@ pub fn emit_custom_call(
         refused,
     };
     run(py, 0, move |ctx| {
-        trace::emit_custom_call(ctx, &inputs, &params, &results, &rules)
+        gradloop::control::emit_custom_call(ctx, &inputs, &params, &results, &rules)
     })
     .map(py_tensors)
 }

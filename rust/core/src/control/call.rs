@@ -20,16 +20,24 @@ use crate::dataflow::{Lower, LowerNode, Lowered};
 use crate::error::{Error, Result};
 use crate::graph::text::{FuncName, Quoted};
 use crate::graph::verify_nodes::{check_call, check_params};
+use crate::graph::with_params;
 use crate::graph::Node;
 use crate::graph::NodeKind;
 use crate::graph::{AttrReader, Call, Check, Library, NodeRule, ParseNode, ValueType};
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::stack_bounds::{PushFlow, Pushes};
+use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::{build, Context, Grads, Tangents};
+use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
+use crate::tensor::Tensor;
+use crate::trace::captures::{tracer_of, Branch, CustomRules};
 use crate::trace::gradients::{is_float_tensor, zero_like};
 use crate::trace::gradients::{ControlGradient, Differentiate};
+use crate::trace::lock;
 use crate::trace::Val;
+use crate::value::Value;
 use smallvec::smallvec;
 
 impl NodeRule for Call {
@@ -159,6 +167,13 @@ impl EmitMlir for Call {
         let outs = l.inline(&self.function, inputs)?;
         l.e.set_site(site);
         Ok(outs)
+    }
+
+    /// Inlined: nothing of its own.
+    fn module_facts(&self, _facts: &mut ModuleFacts) {}
+
+    fn stack_pushes(&self, flow: &PushFlow<'_>, ins: &[Pushes], _n: usize) -> Option<Vec<Pushes>> {
+        flow.function(&self.function, ins)
     }
 }
 
@@ -314,6 +329,10 @@ fn refusal(why: &str) -> Error {
 }
 
 impl Lower for Call {
+    fn is_loop(&self) -> bool {
+        false
+    }
+
     /// The callee inlined; the call's control inputs gate its inputs and constants.
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
         cx.b.inline_call(
@@ -323,5 +342,109 @@ impl Lower for Call {
             &cx.control,
             cx.needs_done,
         )
+    }
+}
+
+/// Closes the innermost frame, a custom function traced on `params` that computed `results`,
+/// and calls it through a `Call` node whose gradient and tangent are the `rules` (the user's
+/// functions, traced above that frame).
+///
+/// What a rule captured of the frame's own values (not its parameters) becomes extra results
+/// of the function: the residuals, as cond_v2 exposes intermediates. The gradient is then
+/// re-signed to take `(operands, results, cotangents)` and the tangent `(operands, results,
+/// operand tangents)` (`NodeKind::Call`), so a gradient it takes of an operand flows into that
+/// operand when differentiated again, while residuals are constants, as the eager forward pass
+/// of a custom gradient is not recorded. Returns the call's `results`.
+pub fn emit_custom_call(
+    ctx: &mut dyn Context<Val>,
+    inputs: &[Val],
+    params: &[Val],
+    results: &[Val],
+    rules: &CustomRules,
+) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "custom_gradient")?;
+    let (call, operands) = {
+        let mut t = lock(&tracer);
+        let frame = t.top_frame();
+        let mut residuals: Vec<Val> = Vec::new();
+        for c in [&rules.gradient, &rules.tangent]
+            .into_iter()
+            .flatten()
+            .flat_map(|b| &b.captures)
+        {
+            let own = matches!(c, Val::Symbol(s) if s.frame == frame);
+            let param = params.iter().any(|p| p.id() == c.id());
+            if own && !param && !residuals.iter().any(|r| r.id() == c.id()) {
+                residuals.push(c.clone());
+            }
+        }
+        let mut outs = results.to_vec();
+        outs.extend(residuals.iter().cloned());
+        let (function, captures) = t.pop_function(&outs)?;
+        let f = t.library().get(&function)?.clone();
+        let (n, n_out) = (f.params.len(), outs.len());
+        let out_types = f.result_types()?;
+        // Where a rule's capture is found among `(operands, results)`.
+        let slot = |c: &Val| -> Result<usize> {
+            let id = c.id();
+            if let Some(k) = params.iter().position(|p| p.id() == id) {
+                Ok(k)
+            } else if let Some(q) = captures.iter().position(|v| v.id() == id) {
+                Ok(params.len() + q)
+            } else if let Some(r) = residuals.iter().position(|v| v.id() == id) {
+                Ok(n + results.len() + r)
+            } else {
+                Err(Error::internal(
+                    "custom_gradient",
+                    "a value a custom rule captured is neither an operand nor a residual",
+                ))
+            }
+        };
+        // Each rule re-signed: `(operands, results, then its own leading parameters)`.
+        let mut resign = |branch: &Branch, suffix: &str, leading: &[ValueType]| -> Result<String> {
+            let g0 = t.library().get(&branch.name)?.clone();
+            let own = g0.params.len() - branch.captures.len();
+            let mut types = f.params.clone();
+            types.extend(out_types.iter().cloned());
+            types.extend(leading.iter().cloned());
+            let mut mapping: Vec<usize> = (0..own).map(|i| n + n_out + i).collect();
+            for c in &branch.captures {
+                mapping.push(slot(c)?);
+            }
+            let name = t.fresh_name(&format!("{function}_{suffix}"));
+            let g = with_params(&g0, &name, types, &mapping, &[])?;
+            t.add_function(g)?;
+            Ok(name)
+        };
+        let gradient = match &rules.gradient {
+            Some(b) => Some(resign(b, "grad", &out_types)?),
+            None => None,
+        };
+        let tangent = match &rules.tangent {
+            Some(b) => Some(resign(b, "jvp", &f.params)?),
+            None => None,
+        };
+        let call = Call {
+            function,
+            gradient,
+            tangent,
+            refused: rules.refused.clone(),
+        };
+        let mut operands = inputs.to_vec();
+        operands.extend(captures);
+        (call, operands)
+    };
+    let mut outputs = ctx.apply_node(&NodeKind::Call(call), &operands)?.into_vec();
+    outputs.truncate(results.len());
+    Ok(outputs)
+}
+
+impl PassRules for Call {
+    fn variable_threading(&self) -> Threading<'_> {
+        Threading::AfterResults
+    }
+
+    fn constant_choice(&self, _selector: &Tensor) -> Result<Option<usize>> {
+        Ok(None)
     }
 }

@@ -26,9 +26,17 @@ use crate::interpret::nodes::scalar;
 use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::function::flat_types_of;
 use crate::mlir::regions::{arrow, split_first, Terminator};
+use crate::mlir::stack_bounds::{PushFlow, Pushes};
+use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::ops::Context;
+use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
+use crate::tensor::Tensor;
+use crate::trace::captures::{tracer_of, unify, union, Branch};
 use crate::trace::gradients::{ControlGradient, Differentiate};
+use crate::trace::lock;
+use crate::trace::variables::{thread_variables, Carrier};
 use crate::trace::Val;
 
 impl NodeRule for Case {
@@ -120,6 +128,15 @@ impl EmitMlir for Case {
         let int = element_type(dtype.ok_or_else(|| l.e.bug("a stack as a case index"))?);
         case_chain(l, &i, int, branches, 0, &operands, &node.outputs)
     }
+
+    fn module_facts(&self, facts: &mut ModuleFacts) {
+        facts.regions = true;
+    }
+
+    fn stack_pushes(&self, flow: &PushFlow<'_>, ins: &[Pushes], n: usize) -> Option<Vec<Pushes>> {
+        let names: Vec<&str> = self.branches.iter().map(String::as_str).collect();
+        flow.branches(&names, ins.get(1..)?, n)
+    }
 }
 
 /// `branches[0]` when `i == k`, else the chain of the others; the last one alone is
@@ -181,6 +198,10 @@ impl Differentiate for Case {
 branch_gradient!(Case, "switch_case");
 
 impl Lower for Case {
+    fn is_loop(&self) -> bool {
+        false
+    }
+
     /// An n-way switch per operand on the index, every branch inlined behind its pivot, a
     /// merge per result; a single branch is a call.
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
@@ -203,5 +224,38 @@ impl Lower for Case {
             cx.needs_done,
             &mut |b, scope, k, args| b.lower_function(&names[k], args, scope),
         )
+    }
+}
+
+/// `Case(index, captures...)` over traced branches; an out-of-range index runs the last.
+pub fn emit_case(ctx: &mut dyn Context<Val>, index: &Val, branches: &[Branch]) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "switch_case")?;
+    let refs: Vec<&Branch> = branches.iter().collect();
+    let mut captures = union(&refs);
+    let names = unify(&tracer, &refs, 0, &captures, false)?;
+    let own = match names.first() {
+        Some(first) => lock(&tracer).library().get(first)?.results.len(),
+        None => 0,
+    };
+    let threaded = thread_variables(ctx, &tracer, &names, 0, Carrier::Branches, &mut captures)?;
+    let mut inputs = vec![index.clone()];
+    inputs.extend(captures);
+    let kind = NodeKind::Case(Case { branches: names });
+    let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    threaded.assign_after(ctx, outputs, own, Carrier::Branches)
+}
+
+impl PassRules for Case {
+    fn variable_threading(&self) -> Threading<'_> {
+        Threading::AfterResults
+    }
+
+    /// An index out of range runs the last branch, as in the IR.
+    fn constant_choice(&self, selector: &Tensor) -> Result<Option<usize>> {
+        let Some(&index) = selector.as_slice::<i32>()?.first() else {
+            return Ok(None);
+        };
+        let last = self.branches.len().saturating_sub(1);
+        Ok(Some(usize::try_from(index).map_or(last, |i| i.min(last))))
     }
 }

@@ -25,9 +25,17 @@ use crate::interpret::nodes::scalar;
 use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::function::flat_types_of;
 use crate::mlir::regions::{arrow, split_first, Terminator};
+use crate::mlir::stack_bounds::{PushFlow, Pushes};
+use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::ops::Context;
+use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
+use crate::tensor::Tensor;
+use crate::trace::captures::{tracer_of, unify, union, Branch};
 use crate::trace::gradients::{ControlGradient, Differentiate};
+use crate::trace::lock;
+use crate::trace::variables::{thread_variables, Carrier};
 use crate::trace::Val;
 
 impl NodeRule for If {
@@ -120,6 +128,14 @@ impl EmitMlir for If {
         l.e.line(&format!("}} {loc}"));
         l.unpack(&node.outputs, &names)
     }
+
+    fn module_facts(&self, facts: &mut ModuleFacts) {
+        facts.regions = true;
+    }
+
+    fn stack_pushes(&self, flow: &PushFlow<'_>, ins: &[Pushes], n: usize) -> Option<Vec<Pushes>> {
+        flow.branches(&[&self.then_branch, &self.else_branch], ins.get(1..)?, n)
+    }
 }
 
 impl crate::trace::tangents::Tangent for If {
@@ -146,6 +162,10 @@ impl Differentiate for If {
 branch_gradient!(If, "cond");
 
 impl Lower for If {
+    fn is_loop(&self) -> bool {
+        false
+    }
+
     /// A switch per operand on the predicate, both branches inlined behind their pivots, a
     /// merge per result.
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
@@ -163,5 +183,42 @@ impl Lower for If {
             cx.needs_done,
             &mut |b, scope, k, args| b.lower_function(names[k], args, scope),
         )
+    }
+}
+
+/// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
+pub fn emit_if(
+    ctx: &mut dyn Context<Val>,
+    pred: &Val,
+    then_branch: &Branch,
+    else_branch: &Branch,
+) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "cond")?;
+    let branches = [then_branch, else_branch];
+    let mut captures = union(&branches);
+    let names = unify(&tracer, &branches, 0, &captures, false)?;
+    let own = lock(&tracer).library().get(&names[0])?.results.len();
+    let threaded = thread_variables(ctx, &tracer, &names, 0, Carrier::Branches, &mut captures)?;
+    let kind = NodeKind::If(If {
+        then_branch: names[0].clone(),
+        else_branch: names[1].clone(),
+    });
+    let mut inputs = vec![pred.clone()];
+    inputs.extend(captures);
+    let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    threaded.assign_after(ctx, outputs, own, Carrier::Branches)
+}
+
+impl PassRules for If {
+    fn variable_threading(&self) -> Threading<'_> {
+        Threading::AfterResults
+    }
+
+    fn constant_choice(&self, selector: &Tensor) -> Result<Option<usize>> {
+        Ok(match selector.as_slice::<bool>()?.first() {
+            Some(true) => Some(0),
+            Some(false) => Some(1),
+            None => None,
+        })
     }
 }

@@ -5,32 +5,38 @@
 //! |---|---|---|
 //! | `gl.cond` | `If` | `if_else` |
 //! | `gl.switch_case` | `Case` | `case` |
-//! | `gl.while_loop` | `While` | `while_loop` |
+//! | `gl.while_loop` | `While` | `while_loop/` (with its loop-only helpers: trip plans, loop
+//! variables IREE needs special-cased, the bound on a loop's stack pushes) |
 //! | function calls, `custom_gradient` | `Call` | `call` |
 //! | `gl.Variable` reads and writes | `Variable(VariableOp)` | `variables` |
 //! | loop-gradient stacks | `Stack(StackOp)` | `stacks` |
 //!
 //! The node kinds are plain data in `graph::constructs`; each layer defines the trait it needs
-//! and dispatches through one exhaustive match over `NodeKind`, so a construct missing an
-//! implementation does not compile:
+//! and dispatches through one exhaustive match over `NodeKind` (one line per construct), so a
+//! construct missing an implementation does not compile:
 //!
 //! - `graph::NodeRule` + `graph::ParseNode`: text keyword and attributes, callees, type rule;
+//! - `passes::PassRules`: how variables its callees assign come back out of it (variable
+//!   threading) and which callee a constant selector runs (dead-branch elimination);
 //! - `trace::gradients::Differentiate`: its gradient (for `If`, `Case`, `While`, `Call`, an
 //!   `Augment` program transform: a new forward node that also returns residuals, and the
 //!   gradient node that takes them);
 //! - `trace::tangents::Tangent`: its forward mode (for `If`, `Case`, `While`, `Call`, the same
 //!   construct over the callees' tangent functions, tangents beside the values);
 //! - `interpret::Interpret`: running a node in the reference interpreter;
-//! - `mlir::EmitMlir`: its MLIR (`scf` regions, inlined calls, stack buffers);
+//! - `dataflow::Lower`: its Switch/Merge/Enter/Exit/NextIteration form for the frame executor,
+//!   and whether it repeats;
+//! - `mlir::EmitMlir`: its MLIR (`scf` regions, inlined calls, stack buffers), what it tells
+//!   compile policy (`ModuleFacts`) and how many values it pushes onto a stack (stack bounds);
+//! - tracing: `emit_if`, `emit_case`, `emit_while`, `emit_custom_call`, what the bindings and
+//!   the MLIR importer (`crate::import`, a front end above this module) call; the capture
+//!   unification they share is `trace::captures`.
 //!
-//! `Construct` names them together, and a compile-time check holds every construct to it.
-//!
-//! Tracing a construct from Python callbacks (`trace::emit_if`, ...: captures unified into one
-//! signature) stays in `trace`: the MLIR importer, below this module, traces through it too.
+//! `Construct` names the traits together, and a compile-time check holds every construct to it.
 //!
 //! Adding a construct: its data in `graph::constructs` and a `NodeKind` variant, one module
-//! here implementing `Construct`, and the variant in each layer's match (the compiler lists
-//! them).
+//! here implementing `Construct` (and its tracing function if Python builds it), and the
+//! variant in each layer's dispatch (the compiler lists them).
 
 mod branches;
 mod call;
@@ -39,23 +45,28 @@ mod if_else;
 mod stacks;
 mod variables;
 mod while_loop;
-mod while_trips;
+
+pub use call::emit_custom_call;
+pub use case::emit_case;
+pub use if_else::emit_if;
+pub use while_loop::emit_while;
 
 use crate::dataflow::Lower;
 use crate::graph::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 use crate::interpret::Interpret;
 use crate::mlir::EmitMlir;
+use crate::passes::PassRules;
 use crate::trace::gradients::Differentiate;
 use crate::trace::tangents::Tangent;
 
 /// Everything a construct implements, one trait per layer.
 pub(crate) trait Construct:
-    NodeRule + ParseNode + Differentiate + Tangent + Interpret + Lower + EmitMlir
+    NodeRule + ParseNode + PassRules + Differentiate + Tangent + Interpret + Lower + EmitMlir
 {
 }
 
-impl<T: NodeRule + ParseNode + Differentiate + Tangent + Interpret + Lower + EmitMlir> Construct
-    for T
+impl<T> Construct for T where
+    T: NodeRule + ParseNode + PassRules + Differentiate + Tangent + Interpret + Lower + EmitMlir
 {
 }
 

@@ -25,7 +25,11 @@ use crate::graph::verify_nodes::{arity, expect_compatible, expect_outputs, fixed
 use crate::graph::{AttrReader, Check, Library, NodeRule, ParseNode, StackOp, ValueType};
 use crate::interpret::nodes::input_tensor;
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::stack_bounds::{PushFlow, Pushes};
+use crate::mlir::ModuleFacts;
+use crate::passes::{PassRules, Threading};
 use crate::runtime_values::{RtValue, StackValue};
+use crate::tensor::Tensor;
 
 impl NodeRule for StackOp {
     fn keyword(&self) -> &'static str {
@@ -160,6 +164,16 @@ impl EmitMlir for StackOp {
                 Ok(vec![l.stack_add(a, b, &element)?])
             }
         }
+    }
+
+    fn module_facts(&self, _facts: &mut ModuleFacts) {}
+
+    fn stack_pushes(&self, _flow: &PushFlow<'_>, ins: &[Pushes], n: usize) -> Option<Vec<Pushes>> {
+        Some(match self {
+            StackOp::Push => vec![ins.first()?.plus(Some(1))],
+            StackOp::Pop => vec![*ins.first()?, Pushes::Unrelated],
+            StackOp::New { .. } | StackOp::Add => vec![Pushes::Unbounded; n],
+        })
     }
 }
 
@@ -296,6 +310,10 @@ impl GradientFunction<Val> for StackPopGradient {
 }
 
 impl Lower for StackOp {
+    fn is_loop(&self) -> bool {
+        false
+    }
+
     /// One node, run by the executor's kernel for it.
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
         let (inputs, control) = (cx.inputs.clone(), cx.control.clone());
@@ -357,5 +375,15 @@ impl Kernel for StackOp {
             StackOp::Pop => SmallVec::from_buf(pop(next()?)?),
             StackOp::Add => smallvec![add(next()?, next()?)?],
         })
+    }
+}
+
+impl PassRules for StackOp {
+    fn variable_threading(&self) -> Threading<'_> {
+        Threading::NoCallees
+    }
+
+    fn constant_choice(&self, _selector: &Tensor) -> Result<Option<usize>> {
+        Ok(None)
     }
 }

@@ -25,7 +25,11 @@ use crate::graph::{
 };
 use crate::interpret::nodes::input_tensor;
 use crate::interpret::{Interpret, NodeRun};
+use crate::mlir::stack_bounds::{PushFlow, Pushes};
+use crate::mlir::ModuleFacts;
+use crate::passes::{PassRules, Threading};
 use crate::runtime_values::RtValue;
+use crate::tensor::Tensor;
 
 impl NodeRule for VariableOp {
     fn keyword(&self) -> &'static str {
@@ -139,6 +143,13 @@ impl EmitMlir for VariableOp {
             .e
             .unsupported(format!("{name} is not supported by the MLIR emitter yet")))
     }
+
+    fn module_facts(&self, _facts: &mut ModuleFacts) {}
+
+    /// A stack's size does not flow through a variable: nothing known.
+    fn stack_pushes(&self, _flow: &PushFlow<'_>, _ins: &[Pushes], n: usize) -> Option<Vec<Pushes>> {
+        Some(vec![Pushes::Unbounded; n])
+    }
 }
 
 /// A Variable holds values, not tangents: a write of a value with a tangent is refused (its
@@ -195,6 +206,10 @@ impl GradientFunction<Val> for ReadVariableGradient {
 }
 
 impl Lower for VariableOp {
+    fn is_loop(&self) -> bool {
+        false
+    }
+
     /// One node, run by the executor's kernel for it.
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
         let (inputs, control) = (cx.inputs.clone(), cx.control.clone());
@@ -214,5 +229,15 @@ impl Kernel for VariableOp {
             VariableOp::AssignAdd => var.assign_add(&input_tensor(next()?, 1)?)?,
         }
         Ok(SmallVec::new())
+    }
+}
+
+impl PassRules for VariableOp {
+    fn variable_threading(&self) -> Threading<'_> {
+        Threading::NoCallees
+    }
+
+    fn constant_choice(&self, _selector: &Tensor) -> Result<Option<usize>> {
+        Ok(None)
     }
 }

@@ -65,6 +65,8 @@ pub struct LowerNode<'a, 'l> {
 /// How a construct becomes dataflow: implemented by each construct in `crate::control`.
 pub trait Lower {
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered>;
+    /// Whether its node repeats (an error inside it names the iteration).
+    fn is_loop(&self) -> bool;
 }
 
 /// Lowers branch `k` on its arguments behind the branch's gate (see `Builder::branches`).
@@ -246,7 +248,7 @@ impl<'l> Builder<'l> {
             let site = Scope {
                 origin: Some(Arc::new(Origin {
                     site: node_site(f, id),
-                    is_loop: matches!(node.kind, NodeKind::While(_)),
+                    is_loop: construct_lowering(&node.kind).is_some_and(|c| c.is_loop()),
                     parent: scope.origin.clone(),
                 })),
                 ..scope.clone()
@@ -411,18 +413,22 @@ impl<'l> Builder<'l> {
 }
 
 /// The one dispatch from a construct's node kind to its `Lower` implementation.
-fn lower_construct(kind: &NodeKind, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+fn construct_lowering(kind: &NodeKind) -> Option<&dyn Lower> {
     match kind {
-        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => {
-            Err(Error::internal("lower", "not a construct"))
-        }
-        NodeKind::If(c) => c.lower(cx),
-        NodeKind::Case(c) => c.lower(cx),
-        NodeKind::While(c) => c.lower(cx),
-        NodeKind::Call(c) => c.lower(cx),
-        NodeKind::Variable(c) => c.lower(cx),
-        NodeKind::Stack(c) => c.lower(cx),
+        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
+        NodeKind::If(c) => Some(c),
+        NodeKind::Case(c) => Some(c),
+        NodeKind::While(c) => Some(c),
+        NodeKind::Call(c) => Some(c),
+        NodeKind::Variable(c) => Some(c),
+        NodeKind::Stack(c) => Some(c),
     }
+}
+
+fn lower_construct(kind: &NodeKind, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+    construct_lowering(kind)
+        .ok_or_else(|| Error::internal("lower", "not a construct"))?
+        .lower(cx)
 }
 
 impl Builder<'_> {

@@ -24,7 +24,7 @@ pub struct EmitOptions {
     /// `control.rs`).
     pub yield_barriers: YieldBarriers,
     /// Loops of cheap ops run several iterations per trip of the `scf.while`: predicated, or
-    /// exactly for countdown loops such as loop gradients (`control::while_trips`).
+    /// exactly for countdown loops such as loop gradients (`control::while_loop::trips`).
     pub unroll_loops: bool,
 }
 

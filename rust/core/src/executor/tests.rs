@@ -4,7 +4,8 @@
 use super::{Executor, Loops};
 use crate::dataflow::lower;
 use crate::dtype::DType;
-use crate::graph::{examples, parse_graph, Graph, ValueType};
+use crate::testing::graphs as examples;
+use crate::graph::{parse_graph, Graph, ValueType};
 use crate::interpret::{run_graph, RtValue, VariableRef};
 use crate::tensor::Tensor;
 

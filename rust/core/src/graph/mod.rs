@@ -60,8 +60,6 @@ pub mod verify;
 pub mod verify_nodes;
 
 #[cfg(test)]
-pub(crate) mod examples;
-#[cfg(test)]
 mod text_tests;
 #[cfg(test)]
 mod verify_tests;

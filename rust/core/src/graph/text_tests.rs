@@ -2,7 +2,7 @@
 //! hand-written text, and parse errors with their positions.
 
 use super::builder::FunctionBuilder;
-use super::examples::{self, f32s};
+use crate::testing::graphs::{self as examples, f32s};
 use super::ir::{Function, Location, Node, NodeKind, Port};
 use super::library::{Graph, Library};
 use super::parse::{parse_function, parse_graph};

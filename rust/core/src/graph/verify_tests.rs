@@ -2,7 +2,7 @@
 //! message naming the node and function and showing the text around it.
 
 use super::builder::FunctionBuilder;
-use super::examples::{self, f32s, ty};
+use crate::testing::graphs::{self as examples, f32s, ty};
 use super::ir::{Call, Case, If, VariableOp, While};
 use super::ir::{Function, NodeKind, Port, ValueType};
 use super::library::{Graph, Library};

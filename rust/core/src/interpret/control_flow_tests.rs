@@ -3,10 +3,11 @@
 use crate::graph::{Call, Case};
 use std::time::Instant;
 
-use super::testing::{f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B};
+use crate::testing::interpret::{f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 use super::{run, run_graph, Interpreter, RtValue, StackValue, VariableRef};
 use crate::dtype::DType;
-use crate::graph::{examples, Library, NodeKind, ValueType};
+use crate::testing::graphs as examples;
+use crate::graph::{Library, NodeKind, ValueType};
 use crate::ops::EagerContext;
 use crate::ops::{binary, build, unary};
 use crate::shape::DYN;

@@ -1,7 +1,7 @@
 //! Interpreter tests for errors: they keep their kind and name the node, function and source
 //! line at every level; arguments and callee results are checked; bad graphs are typed errors.
 
-use super::testing::{if_kind, library, s, scalar_ty, ty, v, while_kind, B};
+use crate::testing::interpret::{if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 use super::{run, Interpreter, RtValue, VariableRef, MAX_CALL_DEPTH};
 use crate::dtype::DType;
 use crate::error::ErrorKind;
@@ -46,7 +46,7 @@ fn errors_keep_their_kind_and_name_node_function_and_location_at_every_level() {
         vec![v(&[1.0f32, 2.0]), v(&[0.5f32, 0.5]), s(0i32)],
     )
     .unwrap();
-    assert_eq!(super::testing::f64s(&out[0]), [2.5, 3.5]);
+    assert_eq!(crate::testing::interpret::f64s(&out[0]), [2.5, 3.5]);
 
     let err = run(
         &lib,

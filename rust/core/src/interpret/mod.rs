@@ -34,8 +34,6 @@ mod control_flow_tests;
 mod error_tests;
 #[cfg(test)]
 mod state_tests;
-#[cfg(test)]
-mod testing;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -4,7 +4,7 @@
 use crate::graph::{StackOp, VariableOp};
 use std::time::Instant;
 
-use super::testing::{f64_of, f64s, if_kind, library, s, scalar_ty, v, while_kind, B};
+use crate::testing::interpret::{f64_of, f64s, if_kind, library, s, scalar_ty, v, while_kind, B};
 use super::{run, Interpreter, RtValue, StackValue, VariableRef};
 use crate::dtype::DType;
 use crate::error::ErrorKind;

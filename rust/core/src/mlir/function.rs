@@ -14,7 +14,9 @@ use std::fmt::Write;
 
 use super::emitter::{element_type, string_literal, type_text, Emitter, MlirValue, Site, TypeText};
 use super::scalar::carrier_type;
+use super::stack_bounds::{PushFlow, Pushes};
 use super::stacks::{buffer_type, storage_type};
+use super::ModuleFacts;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
@@ -142,6 +144,27 @@ pub(crate) trait EmitMlir {
         node: &Node,
         inputs: Vec<Bound>,
     ) -> Result<Vec<Bound>>;
+
+    /// What its presence tells compile policy (`ModuleFacts`: regions, loops).
+    fn module_facts(&self, facts: &mut ModuleFacts);
+
+    /// How many values it pushes onto the stacks its operands are counted as (`ins`, one of
+    /// which at least is related to the stack followed); None when there is no known bound
+    /// (`stack_bounds`).
+    fn stack_pushes(&self, flow: &PushFlow<'_>, ins: &[Pushes], n: usize) -> Option<Vec<Pushes>>;
+}
+
+/// The one dispatch from a construct's node kind to its `EmitMlir` implementation.
+pub(crate) fn construct_emitter(kind: &NodeKind) -> Option<&dyn EmitMlir> {
+    match kind {
+        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
+        NodeKind::If(c) => Some(c),
+        NodeKind::Case(c) => Some(c),
+        NodeKind::While(c) => Some(c),
+        NodeKind::Call(c) => Some(c),
+        NodeKind::Variable(c) => Some(c),
+        NodeKind::Stack(c) => Some(c),
+    }
 }
 
 /// Emits the functions of one library into an `Emitter`.
@@ -423,12 +446,9 @@ impl<'g> Lowering<'g> {
                 vec![Bound::Tensor(self.e.constant(&c.0))]
             }
             NodeKind::Op(op) => self.apply(op, inputs)?,
-            NodeKind::If(c) => c.emit_mlir(self, node, inputs)?,
-            NodeKind::Case(c) => c.emit_mlir(self, node, inputs)?,
-            NodeKind::While(c) => c.emit_mlir(self, node, inputs)?,
-            NodeKind::Call(c) => c.emit_mlir(self, node, inputs)?,
-            NodeKind::Variable(c) => c.emit_mlir(self, node, inputs)?,
-            NodeKind::Stack(c) => c.emit_mlir(self, node, inputs)?,
+            kind => construct_emitter(kind)
+                .ok_or_else(|| self.e.bug("a construct without MLIR"))?
+                .emit_mlir(self, node, inputs)?,
         };
         self.coerce_all(outs, &node.outputs)
     }

@@ -28,36 +28,25 @@
 //! - Variables are made values first (`passes::functionalize_variables`). What has no MLIR
 //!   form yet (reshapes to unknown shapes, ...) is a `Compile` error naming the op, its node,
 //!   function and source line.
-//! - `import` is the way in: StableHLO / `scf` modules (in MLIR's generic form) imported into
-//!   the graph IR, and their gradient functions emitted back into them (`emit_function`).
+//! - The way in is `crate::import` (a front end above `control`): StableHLO / `scf` modules
+//!   imported into the graph IR, their gradient functions emitted here (`emit_function`).
 
 pub(crate) mod function;
-pub mod import;
-pub(crate) mod loop_vars;
 pub(crate) mod regions;
 mod scalar;
-mod stack_bounds;
+pub(crate) mod stack_bounds;
 mod stacks;
 
 #[cfg(test)]
-mod cases;
-#[cfg(test)]
-mod check;
-#[cfg(test)]
-mod filecheck;
-#[cfg(test)]
-mod ops_tests;
+pub(crate) mod ops_tests;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod traced;
 
 use crate::emit::emitter;
 pub use crate::emit::{
     element_type, float_literal, i64_array, names_text, string_literal, type_text, types_text,
     EmitOptions, Emitter, MlirValue, TypeText, YieldBarriers,
 };
-use crate::graph::{Case, If, While};
 pub(crate) use function::{Bound, EmitMlir, Lowering};
 
 use std::collections::BTreeSet;
@@ -115,7 +104,7 @@ pub fn emit_module_facts(graph: &Graph, options: EmitOptions) -> Result<(String,
 }
 
 /// The entry function alone, as a public `func.func` (no module around it): what is added to
-/// an existing module (`import::gradient_module`). Everything it calls is inlined, so it
+/// an existing module (`crate::import::gradient_module`). Everything it calls is inlined, so it
 /// refers to no other symbol.
 pub fn emit_function(graph: &Graph) -> Result<String> {
     Ok(emit(graph, false, EmitOptions::default())?.0)
@@ -134,21 +123,15 @@ fn graph_facts(graph: &Graph) -> ModuleFacts {
             facts.tensor_stacks |= matches!(ty, ValueType::Stack(t) if t.ndim() > 0);
         }
         for node in &f.nodes {
-            facts.loops |= matches!(node.kind, NodeKind::While(_));
             if matches!(node.kind, NodeKind::Op(_)) {
                 // an op of unknown size counts as heavy
                 let work = f.op_work(node).unwrap_or(usize::MAX);
                 facts.heaviest_op = facts.heaviest_op.max(work);
             }
+            if let Some(construct) = function::construct_emitter(&node.kind) {
+                construct.module_facts(&mut facts);
+            }
         }
-        facts.regions |= f.nodes.iter().any(|n| {
-            matches!(
-                n.kind,
-                NodeKind::If(If { .. })
-                    | NodeKind::Case(Case { .. })
-                    | NodeKind::While(While { .. })
-            )
-        });
     }
     facts
 }

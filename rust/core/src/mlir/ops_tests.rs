@@ -320,7 +320,7 @@ fn every_op_emits_stablehlo_with_its_location() {
         let g = one_op_graph(&c.op, &types, line);
         let text = emit_module(&g).unwrap_or_else(|e| panic!("{}: {e}", c.op.name()));
         let checks = format!("CHECK: func.func\nCHECK: {}", c.needle);
-        super::filecheck::filecheck(&text, &checks);
+        crate::testing::filecheck::filecheck(&text, &checks);
         // Every op carries the node's location (constants and reducer bodies included); an op
         // with a region has it after the region's closing brace.
         let loc = format!("loc(\"ops.py\":{line}:0)");

@@ -40,7 +40,7 @@
 //! its `after` block argument alone; the two blocks then differ, and the stream conversion of
 //! `scf.while` (which converts both blocks with the signature of the loop's operands) crashes
 //! `iree-compile` (out-of-bounds in `applySignatureConversion`). The barrier keeps such an
-//! argument read and such a value opaque; `loop_vars.rs` finds these variables. Only they go
+//! argument read and such a value opaque; `control/while_loop/loop_vars.rs` finds these variables. Only they go
 //! through it: a barrier on loop-carried values makes IREE wait for them on every trip.
 //! Dynamically shaped tensors (stack buffers) cannot: IREE's shape cleanup rejects them there.
 
@@ -151,40 +151,7 @@ impl Lowering<'_> {
     }
 }
 
-/// A loop's variables split by `split_invariants`: the passed-through ones' values (None for
-/// the others), then the carried ones' values and types.
-pub(crate) type Split = (Vec<Option<Bound>>, Vec<Bound>, Vec<ValueType>);
-
 impl Lowering<'_> {
-    /// A tensor the body passes through unchanged is not carried: both regions and the loop's
-    /// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
-    /// loop, IREE would copy it to the host on every trip.
-    pub(crate) fn split_invariants(
-        &mut self,
-        body: &crate::graph::Function,
-        inputs: Vec<Bound>,
-        types: &[ValueType],
-    ) -> Result<Split> {
-        let mut through = super::loop_vars::passes_through(body);
-        for (t, ty) in through.iter_mut().zip(types) {
-            *t &= ty.as_tensor().is_none_or(|t| t.ndim() > 0);
-        }
-        if through.iter().all(|&t| t) {
-            through.fill(false);
-        }
-        let (mut fixed, mut carried, mut ctypes) = (Vec::new(), Vec::new(), Vec::new());
-        for ((v, t), &through) in inputs.into_iter().zip(types).zip(&through) {
-            if through {
-                fixed.push(Some(self.coerce(v, t)?));
-            } else {
-                fixed.push(None);
-                carried.push(v);
-                ctypes.push(t.clone());
-            }
-        }
-        Ok((fixed, carried, ctypes))
-    }
-
     /// A tensor that starts two loop variables goes to the second through an optimization
     /// barrier: IREE 3.13's VM moves a buffer passed twice on the loop's entry branch out of
     /// one register before the other is read ("binding table slot requires a buffer", the
@@ -266,7 +233,7 @@ impl Lowering<'_> {
 
     /// `next` with the values of the `exposed` loop variables (statically shaped tensors only)
     /// replaced by results of one `stablehlo.optimization_barrier` over them and their block
-    /// arguments `args` (see the module doc and `loop_vars.rs`).
+    /// arguments `args` (see the module doc and `control/while_loop/loop_vars.rs`).
     pub(crate) fn loop_barrier(
         &mut self,
         args: &[Bound],

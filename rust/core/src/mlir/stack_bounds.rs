@@ -1,5 +1,6 @@
 //! How many values a bounded loop can push onto a stack, so that the stack's buffer can be
-//! made that large before the loop and its pushes need no growth check (see `stacks.rs`).
+//! made that large before the loop and its pushes need no growth check (see `stacks.rs`). Each
+//! construct counts its own (`EmitMlir::stack_pushes`); the loop's bound is `While`'s.
 //!
 //! A loop with `maximum_iterations = m` whose body pushes at most `p` values onto loop
 //! variable `k` per trip (counting pushes in branches, the larger branch, and in nested loops,
@@ -7,7 +8,7 @@
 //! touches the stack (a call to an unknown function, a stack moved to another loop variable)
 //! makes the count unknown, and the stack keeps its doubling buffer.
 
-use crate::graph::{Call, Case, If, StackOp, While};
+use super::function::construct_emitter;
 use crate::graph::{Function, Library, NodeKind};
 
 /// Nesting deeper than this is not analysed (the count is unknown).
@@ -15,7 +16,7 @@ const MAX_DEPTH: usize = 64;
 
 /// What a value is, relative to the stack being followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pushes {
+pub(crate) enum Pushes {
     /// Not that stack.
     Unrelated,
     /// That stack, with at most this many values pushed since the start.
@@ -25,7 +26,7 @@ enum Pushes {
 }
 
 impl Pushes {
-    fn plus(self, n: Option<u64>) -> Pushes {
+    pub(crate) fn plus(self, n: Option<u64>) -> Pushes {
         match (self, n) {
             (Pushes::AtMost(a), Some(b)) => {
                 a.checked_add(b).map_or(Pushes::Unbounded, Pushes::AtMost)
@@ -45,47 +46,6 @@ impl Pushes {
     }
 }
 
-/// The most values a `While` with `body` and `maximum_iterations` pushes onto its loop
-/// variable `k` over all its trips, or None when there is no known bound.
-pub(crate) fn loop_pushes(
-    library: &Library,
-    body: &str,
-    k: usize,
-    maximum_iterations: Option<i64>,
-) -> Option<u64> {
-    loop_pushes_at(library, body, k, maximum_iterations, 0)
-}
-
-fn loop_pushes_at(
-    library: &Library,
-    body: &str,
-    k: usize,
-    maximum_iterations: Option<i64>,
-    depth: usize,
-) -> Option<u64> {
-    let f = library.get(body).ok()?;
-    let mut start = vec![Pushes::Unrelated; f.params.len()];
-    *start.get_mut(k)? = Pushes::AtMost(0);
-    let results = flow(library, f, &start, depth + 1)?;
-    let per_trip = match results.get(k)? {
-        Pushes::AtMost(n) => *n,
-        _ => return None,
-    };
-    // the stack must stay loop variable k (not also become another one)
-    let elsewhere = results
-        .iter()
-        .enumerate()
-        .any(|(i, r)| i != k && *r != Pushes::Unrelated);
-    if elsewhere {
-        return None;
-    }
-    if per_trip == 0 {
-        return Some(0);
-    }
-    let trips = u64::try_from(maximum_iterations?.max(0)).ok()?;
-    trips.checked_mul(per_trip)
-}
-
 /// The counts of `f`'s results given its parameters' (None when `f` is not analysable).
 fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Option<Vec<Pushes>> {
     if depth > MAX_DEPTH {
@@ -102,43 +62,13 @@ fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Opti
         let related = ins.iter().any(|p| *p != Pushes::Unrelated);
         let outs = match &node.kind {
             NodeKind::Arg(i) => vec![start.get(*i).copied().unwrap_or(Pushes::Unrelated)],
-            NodeKind::Stack(StackOp::Push) => vec![ins.first()?.plus(Some(1))],
-            NodeKind::Stack(StackOp::Pop) => vec![*ins.first()?, Pushes::Unrelated],
             _ if !related => vec![Pushes::Unrelated; n],
-            NodeKind::If(If {
-                then_branch,
-                else_branch,
-            }) => branches(
-                library,
-                &[then_branch, else_branch],
-                ins.get(1..)?,
-                n,
-                depth,
-            )?,
-            NodeKind::Case(Case { branches: names }) => {
-                let names: Vec<&String> = names.iter().collect();
-                branches(library, &names, ins.get(1..)?, n, depth)?
-            }
-            NodeKind::Call(Call { function, .. }) => {
-                flow(library, library.get(function).ok()?, &ins, depth + 1)?
-            }
-            NodeKind::While(While {
-                body,
-                maximum_iterations,
-                ..
-            }) => ins
-                .iter()
-                .enumerate()
-                .map(|(k, c)| match c {
-                    Pushes::Unrelated => Pushes::Unrelated,
-                    c => c.plus(loop_pushes_at(library, body, k, *maximum_iterations, depth)),
-                })
-                .collect(),
             // values a stack's size does not flow through: nothing known
-            NodeKind::Const(_)
-            | NodeKind::Op(_)
-            | NodeKind::Variable(_)
-            | NodeKind::Stack(StackOp::New { .. } | StackOp::Add) => vec![Pushes::Unbounded; n],
+            NodeKind::Const(_) | NodeKind::Op(_) => vec![Pushes::Unbounded; n],
+            kind => {
+                let construct = construct_emitter(kind)?;
+                construct.stack_pushes(&PushFlow { library, depth }, &ins, n)?
+            }
         };
         values.push(outs);
     }
@@ -148,20 +78,36 @@ fn flow(library: &Library, f: &Function, start: &[Pushes], depth: usize) -> Opti
         .collect()
 }
 
-/// The counts of the results of whichever of `names` runs on operands counted `ins`.
-fn branches(
-    library: &Library,
-    names: &[&String],
-    ins: &[Pushes],
-    n: usize,
+/// Where a construct's stack counts are asked: the library, and how deep the analysis is.
+pub(crate) struct PushFlow<'l> {
+    pub library: &'l Library,
     depth: usize,
-) -> Option<Vec<Pushes>> {
-    let mut out = vec![Pushes::Unrelated; n];
-    for name in names {
-        let results = flow(library, library.get(name).ok()?, ins, depth + 1)?;
-        for (o, r) in out.iter_mut().zip(results) {
-            *o = o.either(r);
-        }
+}
+
+impl<'l> PushFlow<'l> {
+    pub(crate) fn new(library: &'l Library) -> Self {
+        PushFlow { library, depth: 0 }
     }
-    Some(out)
+
+    /// The counts of the results of function `name` on operands counted `ins`, one level
+    /// deeper.
+    pub(crate) fn function(&self, name: &str, ins: &[Pushes]) -> Option<Vec<Pushes>> {
+        flow(
+            self.library,
+            self.library.get(name).ok()?,
+            ins,
+            self.depth + 1,
+        )
+    }
+
+    /// The counts of the results of whichever of `names` runs on operands counted `ins`.
+    pub(crate) fn branches(&self, names: &[&str], ins: &[Pushes], n: usize) -> Option<Vec<Pushes>> {
+        let mut out = vec![Pushes::Unrelated; n];
+        for name in names {
+            for (o, r) in out.iter_mut().zip(self.function(name, ins)?) {
+                *o = o.either(r);
+            }
+        }
+        Some(out)
+    }
 }

@@ -51,7 +51,6 @@
 
 use super::emitter::{element_type, type_text, MlirValue, TypeText};
 use super::function::{Bound, Lowering};
-use super::stack_bounds;
 use crate::error::Result;
 use crate::ops::Op;
 use crate::shape::{ShapeDisplay, TensorType, DYN};
@@ -324,12 +323,11 @@ impl Lowering<'_> {
 
     /// Per loop variable of a `While` (`inputs`, its initial values): whether it is a stack
     /// with room for every push of the loop. An empty stack `stack_new` made gets a buffer of
-    /// that many rows when the loop bounds its pushes (`stack_bounds.rs`); a stack an
-    /// enclosing loop reserved for stays reserved.
+    /// `pushes(k)` rows when the loop bounds the pushes onto variable `k` (`stack_bounds.rs`);
+    /// a stack an enclosing loop reserved for stays reserved.
     pub(crate) fn reserve_stacks(
         &mut self,
-        body: &str,
-        maximum_iterations: Option<i64>,
+        pushes: &dyn Fn(usize) -> Option<u64>,
         inputs: &mut [Bound],
     ) -> Vec<bool> {
         let mut reserve = Vec::with_capacity(inputs.len());
@@ -340,9 +338,7 @@ impl Lowering<'_> {
             };
             let fresh = self.fresh_stacks.contains(&buffer.name);
             let reserved = self.reserved.contains(&buffer.name);
-            let rows = (fresh || reserved)
-                .then(|| stack_bounds::loop_pushes(self.library, body, k, maximum_iterations))
-                .flatten();
+            let rows = (fresh || reserved).then(|| pushes(k)).flatten();
             let row_bytes = crate::shape::numel(&buffer.ty.shape[1..]) * buffer.ty.dtype.size();
             let Some(rows) = rows.filter(|&r| r.saturating_mul(row_bytes as u64) <= MAX_RESERVED)
             else {

@@ -2,8 +2,8 @@
 //! (`{{*}}` matches anything within a line). `check.rs` additionally parses, compiles and runs
 //! these modules with IREE.
 
-use super::cases::{self, graph};
-use super::filecheck::filecheck;
+use crate::testing::mlir_cases::{self as cases, graph};
+use crate::testing::filecheck::filecheck;
 use super::*;
 use crate::error::ErrorKind;
 
@@ -218,7 +218,7 @@ fn nested_loops_nest_scf_while_regions() {
 fn traced_gradients_of_branches_emit_as_one_function() {
     // The first- and second-order gradients of a cond and a switch_case: the forward If/Case
     // gains the intermediates as outputs, the backward one reads them (see `trace`).
-    for g in [super::traced::cond(2), super::traced::switch(2)] {
+    for g in [crate::testing::traced::cond(2), crate::testing::traced::switch(2)] {
         let text = emit_module(&g).unwrap_or_else(|e| panic!("{e}\n{g}"));
         assert_eq!(text.matches("func.func").count(), 1, "{text}");
         filecheck(
@@ -235,7 +235,7 @@ fn loop_gradients_carry_stacks_as_growable_buffers() {
     // backward loop pops them (see `stacks.rs`). The second stack starts with another
     // capacity, so IREE cannot merge the two buffers. Both loops read c (%arg1), which they
     // pass through, directly; the bound n (rank 0) is carried.
-    let text = emit_module(&super::traced::while_sin(1)).unwrap();
+    let text = emit_module(&crate::testing::traced::while_sin(1)).unwrap();
     let checks = r#"
         CHECK: %3 = arith.constant 16 : index
         CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x2xf64>
@@ -272,7 +272,7 @@ fn loop_gradients_carry_stacks_as_growable_buffers() {
 fn variables_become_parameters_and_results() {
     // `passes::functionalize_variables`: the variable's value on entry is a parameter in its
     // resource's place; its final value (it is assigned) follows the results.
-    let g = crate::graph::examples::state_graph();
+    let g = crate::testing::graphs::state_graph();
     let text = emit_module(&g).unwrap();
     assert!(
         text.contains(
@@ -311,7 +311,7 @@ func @inner(%0: f32[3]) -> (f32[3]) {
 
 #[test]
 fn function_names_that_are_not_identifiers_are_quoted() {
-    let text = emit_module(&crate::graph::examples::constants_graph()).unwrap();
+    let text = emit_module(&crate::testing::graphs::constants_graph()).unwrap();
     filecheck(
         &text,
         r#"
@@ -378,7 +378,7 @@ fn a_bounded_loop_gets_its_stacks_made_full_size() {
     // maximum_iterations = 1000, one push per trip onto each stack: each buffer is made with
     // 1000 rows before the loop (or the next capacity no other stack of the module has), and
     // the pushes never grow it
-    let text = emit_module(&super::traced::while_sin_bounded(1, Some(1000))).unwrap();
+    let text = emit_module(&crate::testing::traced::while_sin_bounded(1, Some(1000))).unwrap();
     let checks = r#"
         CHECK: %3 = arith.constant 16 : index
         CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x2xf64>
@@ -402,10 +402,10 @@ fn a_bounded_loop_gets_its_stacks_made_full_size() {
 fn nested_bounded_loops_need_no_growth_checks() {
     // outer at most 4 trips, inner at most 3 (the gradient reruns the inner loop in the
     // backward one, with stacks of its own): every stack is made full size up front
-    let bounded = emit_module(&super::traced::nested_loops_bounded(1, Some(4))).unwrap();
+    let bounded = emit_module(&crate::testing::traced::nested_loops_bounded(1, Some(4))).unwrap();
     assert!(!bounded.contains("scf.if"), "{bounded}");
     // an unbounded outer loop: the stacks keep growing as needed
-    let unbounded = emit_module(&super::traced::nested_loops(1)).unwrap();
+    let unbounded = emit_module(&crate::testing::traced::nested_loops(1)).unwrap();
     assert!(unbounded.contains("scf.if"), "{unbounded}");
 }
 
@@ -416,7 +416,7 @@ fn list_stacks_keep_tensors_as_buffer_views() {
         list_stacks: true,
         ..Default::default()
     };
-    let text = super::emit_module_with(&super::traced::while_sin(1), options).unwrap();
+    let text = super::emit_module_with(&crate::testing::traced::while_sin(1), options).unwrap();
     let checks = r#"
         CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
         CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
@@ -440,7 +440,7 @@ fn an_unrolled_gradient_loop_pops_every_iteration_before_its_first_dispatch() {
         unroll_loops: true,
         ..Default::default()
     };
-    let text = super::emit_module_with(&super::traced::while_sin(1), options).unwrap();
+    let text = super::emit_module_with(&crate::testing::traced::while_sin(1), options).unwrap();
     let backward = text.match_indices("scf.while").nth(1).map(|(at, _)| at);
     let trip = backward
         .and_then(|at| text[at..].find("} do {").map(|d| at + d))

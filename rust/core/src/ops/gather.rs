@@ -459,7 +459,7 @@ pub fn scatter_add<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
     use crate::ErrorKind;
 

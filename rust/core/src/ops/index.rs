@@ -413,7 +413,7 @@ pub fn dynamic_update_slice<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp, smooth_loss};
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp, smooth_loss};
     use crate::ops::EagerContext;
 
     /// Mixed int32 / int64 starts: both are accepted together.
@@ -540,7 +540,7 @@ mod tests {
         };
         let mut shape = [1usize; 10];
         shape[0] = 2;
-        crate::ops::gradcheck::check_gradients(&f, &[ramp(&shape)]);
+        crate::testing::gradcheck::check_gradients(&f, &[ramp(&shape)]);
     }
 
     #[test]
@@ -550,7 +550,7 @@ mod tests {
             let y = dynamic_slice(ctx, &xs[0], &starts, &[1; 32])?;
             smooth_loss(ctx, &y)
         };
-        let r = crate::ops::gradcheck::tape_gradients(&mut EagerContext, &f, &[ramp(&[1; 32])]);
+        let r = crate::testing::gradcheck::tape_gradients(&mut EagerContext, &f, &[ramp(&[1; 32])]);
         expect_error(r, ErrorKind::Gradient, "dynamic_slice", &["rank 32"]);
     }
 }

@@ -265,7 +265,7 @@ pub fn getitem<V: Value>(ctx: &mut dyn Context<V>, x: &V, items: &[IndexItem<V>]
 mod tests {
     use super::IndexItem::{Ellipsis, Int, NewAxis};
     use super::*;
-    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
     use crate::tensor::Tensor;
 

@@ -319,7 +319,7 @@ pub fn squeeze<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
     use crate::ErrorKind;
 

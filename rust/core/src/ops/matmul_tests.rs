@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::dtype::{DType, Element};
-use crate::ops::gradcheck;
+use crate::testing::gradcheck;
 use crate::ops::EagerContext;
 use crate::ErrorKind;
 

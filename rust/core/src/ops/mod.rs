@@ -30,8 +30,6 @@ pub mod context;
 pub mod creation;
 pub mod dest;
 pub mod gather;
-#[cfg(test)]
-pub(crate) mod gradcheck;
 pub mod index;
 pub mod indexing;
 pub mod kernels;

@@ -373,7 +373,7 @@ pub fn pad<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gradcheck::{check_op_gradients, expect_error, iota, ramp};
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
     use crate::ErrorKind;
 

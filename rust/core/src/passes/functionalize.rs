@@ -30,7 +30,8 @@
 //! value assigned gets no gradient through the variable, and a read after the assignment
 //! credits the variable as every read does (`Assignments::Credited`).
 
-use crate::graph::{VariableOp, While};
+use super::{threading, Threading};
+use crate::graph::VariableOp;
 use std::collections::{HashMap, HashSet};
 
 use super::functionalize_rewrite::Rewrite;
@@ -224,7 +225,9 @@ pub(super) fn resource_roots(f: &Function) -> Result<HashMap<Port, usize>> {
             }
             let root = match (&node.kind, node.inputs.get(k)) {
                 (NodeKind::Arg(i), _) => *i,
-                (NodeKind::While(While { .. }), Some(input)) => root_of(f, &roots, *input)?,
+                (kind, Some(input)) if matches!(threading(kind), Threading::Loop { .. }) => {
+                    root_of(f, &roots, *input)?
+                }
                 _ => {
                     return Err(unsupported(
                         f,
@@ -305,7 +308,7 @@ impl<'l> Pass<'l> {
                     let Some((first, callees)) = calls(kind) else {
                         continue;
                     };
-                    if let NodeKind::While(While { cond, .. }) = kind {
+                    if let Threading::Loop { cond, .. } = threading(kind) {
                         if self.writes(cond)?.contains(&true) {
                             let why = "a while_loop condition that assigns a variable cannot be \
                                        compiled (assign it in the body)";

@@ -2,7 +2,8 @@
 //! order, the current value of each variable parameter kept, reads and assignments turned into
 //! that value, control flow passed and given back the values it may change.
 
-use crate::graph::{Call, VariableOp, While};
+use super::Threading;
+use crate::graph::{Call, VariableOp};
 use std::collections::HashMap;
 
 use super::functionalize::{
@@ -209,28 +210,30 @@ impl<'f> Rewrite<'f> {
         }
         written.sort_unstable();
         self.check_no_aliasing(id, node, first, &written)?;
-        if let NodeKind::While(While {
-            cond,
-            body,
-            maximum_iterations,
-            parallel_iterations,
-        }) = &node.kind
-        {
-            self.check_passed_through(pass, id, node, body)?;
-            let kind = NodeKind::While(While {
-                cond: pass.rewrite(cond, &[])?,
-                body: pass.rewrite(body, &[])?,
-                maximum_iterations: *maximum_iterations,
-                parallel_iterations: *parallel_iterations,
-            });
-            let outputs = node.outputs.iter().map(value_type).collect();
-            let inputs = self.operands(node)?;
-            let out = self.add(kind, node, &inputs, outputs)?;
-            for &p in &written {
-                let root = self.root(node.inputs[p])?;
-                self.current[root] = out[p];
+        let construct = node
+            .kind
+            .construct()
+            .ok_or_else(|| unsupported(f, id, node, "a node calling no function"))?;
+        match super::threading(&node.kind) {
+            Threading::Loop { body, .. } => {
+                self.check_passed_through(pass, id, node, body)?;
+                let renamed = callees
+                    .iter()
+                    .map(|c| pass.rewrite(c, &[]))
+                    .collect::<Result<Vec<_>>>()?;
+                let outputs = node.outputs.iter().map(value_type).collect();
+                let inputs = self.operands(node)?;
+                let out = self.add(construct.with_callees(renamed), node, &inputs, outputs)?;
+                for &p in &written {
+                    let root = self.root(node.inputs[p])?;
+                    self.current[root] = out[p];
+                }
+                return Ok(out);
             }
-            return Ok(out);
+            Threading::AfterResults => {}
+            Threading::NoCallees => {
+                return Err(unsupported(f, id, node, "a node calling no function"));
+            }
         }
         if node
             .outputs
@@ -267,10 +270,7 @@ impl<'f> Rewrite<'f> {
             .collect::<Result<Vec<_>>>()?;
         // A custom gradient no longer fits the re-signed callee (`with_callees` drops it);
         // gradients were built before this pass runs.
-        let kind = match node.kind.construct() {
-            Some(c) => c.with_callees(renamed),
-            None => return Err(unsupported(f, id, node, "a node calling no function")),
-        };
+        let kind = construct.with_callees(renamed);
         let mut outputs = node.outputs.clone();
         for &p in &written {
             outputs.push(value_type(f.port_type(node.inputs[first + p])?));

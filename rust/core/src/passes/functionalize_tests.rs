@@ -249,7 +249,7 @@ fn a_branch_shared_by_nodes_threading_different_variables_is_rewritten_for_each(
 
 #[test]
 fn graphs_without_variables_are_unchanged() {
-    let g = crate::graph::examples::while_graph();
+    let g = crate::testing::graphs::while_graph();
     assert_eq!(functionalize_variables(&g).unwrap(), g);
     assert!(assigned_variables(&g).unwrap().is_empty());
 }

@@ -33,6 +33,51 @@ pub use inline::inline_calls;
 pub use prune::{eliminate_dead_code, prune};
 pub use simplify::{eliminate_common_subexpressions, eliminate_dead_branches, fold_constants};
 
+use crate::error::Result;
+use crate::graph::NodeKind;
+use crate::tensor::Tensor;
+
+/// What the passes need of a construct (implemented in `control`, beside its other layers).
+pub(crate) trait PassRules {
+    /// How the variables its callees assign come back out of it (`functionalize_variables`).
+    fn variable_threading(&self) -> Threading<'_>;
+
+    /// The callee that runs when its selector (first input) is the constant `selector`, for a
+    /// construct that runs one of its callees by it; None otherwise (`eliminate_dead_branches`).
+    fn constant_choice(&self, selector: &Tensor) -> Result<Option<usize>>;
+}
+
+/// How a construct passes on the variables its callees assign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Threading<'a> {
+    /// Each callee takes a variable's value in its resource's place and returns, after its
+    /// results, the final value of every variable that any callee assigns (`If`, `Case`, `Call`).
+    AfterResults,
+    /// A loop: a variable is a loop variable, which `body` returns with its final value (and
+    /// already passes through); a `cond` that assigns one has no such form (`While`).
+    Loop { cond: &'a str, body: &'a str },
+    /// It calls no function (variable and stack nodes).
+    NoCallees,
+}
+
+/// The one dispatch from a construct's node kind to its `PassRules`.
+pub(crate) fn construct_rules(kind: &NodeKind) -> Option<&dyn PassRules> {
+    match kind {
+        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
+        NodeKind::If(c) => Some(c),
+        NodeKind::Case(c) => Some(c),
+        NodeKind::While(c) => Some(c),
+        NodeKind::Call(c) => Some(c),
+        NodeKind::Variable(c) => Some(c),
+        NodeKind::Stack(c) => Some(c),
+    }
+}
+
+/// `kind`'s threading; `NoCallees` for what is not a construct.
+pub(crate) fn threading(kind: &NodeKind) -> Threading<'_> {
+    construct_rules(kind).map_or(Threading::NoCallees, |c| c.variable_threading())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

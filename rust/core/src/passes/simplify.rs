@@ -67,31 +67,21 @@ pub fn eliminate_common_subexpressions(graph: &Graph) -> Result<Graph> {
 /// with its outputs in the new function.
 type Seen = HashMap<(&'static str, Vec<Port>), Vec<(NodeKind, Vec<Port>)>>;
 
-/// Every `If` on a constant predicate and `Case` on a constant index, replaced by a `Call` of
-/// the branch it runs (an index out of range runs the last branch, as in the IR).
+/// Every node that runs one of its callees by a constant selector (an `If` on a constant
+/// predicate, a `Case` on a constant index: `PassRules::constant_choice`), replaced by a
+/// `Call` of the callee it runs.
 pub fn eliminate_dead_branches(graph: &Graph) -> Result<Graph> {
     rewrite(graph, &mut |b, node, inputs, consts| {
-        let (NodeKind::If(_) | NodeKind::Case(_)) = &node.kind else {
+        let Some(rules) = super::construct_rules(&node.kind) else {
             return Ok(None);
         };
         let Some(selector) = inputs.first().and_then(|p| consts.get(p)) else {
             return Ok(None);
         };
-        let callees = node.kind.callees();
-        let chosen = match &node.kind {
-            NodeKind::If(_) => match selector.as_slice::<bool>()?.first() {
-                Some(true) => 0,
-                Some(false) => 1,
-                None => return Ok(None),
-            },
-            _ => {
-                let Some(&index) = selector.as_slice::<i32>()?.first() else {
-                    return Ok(None);
-                };
-                let last = callees.len().saturating_sub(1);
-                usize::try_from(index).map_or(last, |i| i.min(last))
-            }
+        let Some(chosen) = rules.constant_choice(selector)? else {
+            return Ok(None);
         };
+        let callees = node.kind.callees();
         let Some(function) = callees.get(chosen) else {
             return Ok(None);
         };

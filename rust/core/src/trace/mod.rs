@@ -19,16 +19,14 @@
 //!   capture: value of @f used in @cond_then  ->  new param of @cond_then, operand of the If
 //! ```
 
-mod control;
+pub(crate) mod captures;
 mod differentiate;
 pub mod gradients;
 mod replay;
 pub mod tangents;
 mod tracer;
-mod variables;
+pub(crate) mod variables;
 
-#[cfg(test)]
-pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
 
@@ -38,9 +36,7 @@ use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
 
 pub use crate::graph::join_types;
-pub use control::{
-    emit_case, emit_custom_call, emit_if, emit_while, Branch, CustomRules, LoopFunctions,
-};
+pub use captures::{Branch, CustomRules, LoopFunctions};
 pub use differentiate::{gradient_graph, jvp_graph, takes_cotangents};
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;

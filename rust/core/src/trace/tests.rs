@@ -1,8 +1,9 @@
 //! Tracing, capture, control-flow emission and control-flow gradients, checked against eager
 //! computation and central finite differences through the interpreter.
 
-use super::testing::{int, while_loop};
+use crate::testing::trace::{int, while_loop};
 use super::*;
+use crate::control::{emit_case, emit_if, emit_while};
 use crate::graph::{verify, NodeKind, ValueType};
 use crate::graph::{If, StackOp, VariableOp};
 use crate::interpret::{run_graph, RtValue};

@@ -201,7 +201,7 @@ impl Tracer {
     }
 
     /// A function name not used yet in this trace.
-    pub(super) fn fresh_name(&mut self, hint: &str) -> String {
+    pub(crate) fn fresh_name(&mut self, hint: &str) -> String {
         self.unique_name(hint)
     }
 
@@ -242,7 +242,7 @@ impl Tracer {
     }
 
     /// Adds a function built outside the frames (gradient transforms); its name must be fresh.
-    pub(super) fn add_function(&mut self, function: crate::graph::Function) -> Result<()> {
+    pub(crate) fn add_function(&mut self, function: crate::graph::Function) -> Result<()> {
         self.library.add(function)
     }
 

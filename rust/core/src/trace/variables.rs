@@ -24,7 +24,7 @@ use crate::passes;
 
 /// Which construct the functions belong to.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Construct {
+pub(crate) enum Carrier {
     /// `If` / `Case`: the branches return assigned Variables after their results.
     Branches,
     /// `While`: captures are loop variables, which carry the assigned Variables.
@@ -33,7 +33,7 @@ pub(super) enum Construct {
 
 /// The Variables a construct assigns: (index among its captures, resource).
 #[derive(Default)]
-pub(super) struct Threaded {
+pub(crate) struct Threaded {
     assigned: Vec<(usize, Val)>,
 }
 
@@ -41,12 +41,12 @@ pub(super) struct Threaded {
 /// `captures`) so that they take Variables as values (see the module doc), and replaces the
 /// resources among `captures` by reads. Leaves everything as it is for a construct that has
 /// no such form.
-pub(super) fn thread_variables(
+pub(crate) fn thread_variables(
     ctx: &mut dyn Context<Val>,
     tracer: &TracerRef,
     names: &[String],
     leading: usize,
-    construct: Construct,
+    construct: Carrier,
     captures: &mut [Val],
 ) -> Result<Threaded> {
     let resources: Vec<usize> = (0..captures.len())
@@ -63,7 +63,7 @@ pub(super) fn thread_variables(
             .collect();
         let helpers = t.assignment_helpers(&types)?;
         let callees: Vec<&str> = names.iter().map(String::as_str).collect();
-        passes::thread_variables(t.library(), &callees, construct == Construct::Loop, helpers)
+        passes::thread_variables(t.library(), &callees, construct == Carrier::Loop, helpers)
     };
     let (written, functions) = match rewritten {
         Ok(r) => r,
@@ -92,17 +92,17 @@ pub(super) fn thread_variables(
 impl Threaded {
     /// Assigns each Variable its final value among the node's `outputs`, after `own` results
     /// (its own results or loop variables); returns those.
-    pub(super) fn assign_after(
+    pub(crate) fn assign_after(
         self,
         ctx: &mut dyn Context<Val>,
         mut outputs: Vec<Val>,
         own: usize,
-        construct: Construct,
+        construct: Carrier,
     ) -> Result<Vec<Val>> {
         for (j, (i, resource)) in self.assigned.into_iter().enumerate() {
             let last = match construct {
-                Construct::Branches => outputs[own + j].clone(),
-                Construct::Loop => outputs[own + i].clone(),
+                Carrier::Branches => outputs[own + j].clone(),
+                Carrier::Loop => outputs[own + i].clone(),
             };
             ctx.apply_node(&NodeKind::Variable(VariableOp::Assign), &[resource, last])?;
         }

@@ -1,42 +1,42 @@
 //! Helpers for the interpreter's tests: types, scalar values and a terse function builder.
 
-use super::RtValue;
+use crate::interpret::RtValue;
 use crate::dtype::{DType, Element};
 use crate::graph::{Function, FunctionBuilder, Library, Location, NodeKind, Port, ValueType};
 use crate::graph::{If, While};
 use crate::ops::Op;
 use crate::tensor::Tensor;
 
-pub(super) fn ty(dtype: DType, shape: &[usize]) -> ValueType {
+pub(crate) fn ty(dtype: DType, shape: &[usize]) -> ValueType {
     ValueType::tensor(dtype, shape)
 }
 
-pub(super) fn scalar_ty(dtype: DType) -> ValueType {
+pub(crate) fn scalar_ty(dtype: DType) -> ValueType {
     ValueType::tensor(dtype, &[])
 }
 
 /// A scalar tensor value.
-pub(super) fn s<T: Element>(x: T) -> RtValue {
+pub(crate) fn s<T: Element>(x: T) -> RtValue {
     RtValue::Tensor(Tensor::scalar(x))
 }
 
 /// A vector tensor value.
-pub(super) fn v<T: Element>(xs: &[T]) -> RtValue {
+pub(crate) fn v<T: Element>(xs: &[T]) -> RtValue {
     RtValue::Tensor(Tensor::from_vec(xs.to_vec(), &[xs.len()]).unwrap())
 }
 
 /// The elements of a tensor value as f64.
-pub(super) fn f64s(value: &RtValue) -> Vec<f64> {
+pub(crate) fn f64s(value: &RtValue) -> Vec<f64> {
     value.as_tensor().expect("a tensor").to_f64_vec()
 }
 
 /// The single element of a tensor value as f64.
-pub(super) fn f64_of(value: &RtValue) -> f64 {
+pub(crate) fn f64_of(value: &RtValue) -> f64 {
     value.as_tensor().expect("a tensor").item_f64().unwrap()
 }
 
 /// A library holding `functions` (callees first is fine: order does not matter to the lookup).
-pub(super) fn library(functions: Vec<Function>) -> Library {
+pub(crate) fn library(functions: Vec<Function>) -> Library {
     let mut lib = Library::new();
     for f in functions {
         lib.add(f).unwrap();
@@ -45,7 +45,7 @@ pub(super) fn library(functions: Vec<Function>) -> Library {
 }
 
 /// A `FunctionBuilder` with short, panicking helpers (tests only).
-pub(super) struct B {
+pub(crate) struct B {
     pub b: FunctionBuilder,
     pub args: Vec<Port>,
     /// Nodes added so far: the id of the next node (nodes without outputs have no port).
@@ -110,7 +110,7 @@ impl B {
 }
 
 /// A `While` node kind without an iteration bound.
-pub(super) fn while_kind(cond: &str, body: &str, maximum_iterations: Option<i64>) -> NodeKind {
+pub(crate) fn while_kind(cond: &str, body: &str, maximum_iterations: Option<i64>) -> NodeKind {
     NodeKind::While(While {
         cond: cond.into(),
         body: body.into(),
@@ -119,7 +119,7 @@ pub(super) fn while_kind(cond: &str, body: &str, maximum_iterations: Option<i64>
     })
 }
 
-pub(super) fn if_kind(then_branch: &str, else_branch: &str) -> NodeKind {
+pub(crate) fn if_kind(then_branch: &str, else_branch: &str) -> NodeKind {
     NodeKind::If(If {
         then_branch: then_branch.into(),
         else_branch: else_branch.into(),

@@ -6,11 +6,12 @@
 use super::attr::Attribute;
 use super::importer::{import_error, Importer};
 use super::syntax::{Block, Operation, Region};
+use crate::control::{emit_case, emit_if, emit_while};
 use crate::error::Result;
 use crate::graph::ValueType;
 use crate::ops::build;
 use crate::tensor::Tensor;
-use crate::trace::{emit_case, emit_if, emit_while, Branch, LoopFunctions, Val};
+use crate::trace::{Branch, LoopFunctions, Val};
 use crate::value::Value;
 
 fn types_of(x: &[Val]) -> Vec<ValueType> {

@@ -1,5 +1,5 @@
 //! Which loop variables of a `While` body need their next value passed through the loop's
-//! `stablehlo.optimization_barrier` (see `control.rs` for why): IREE 3.13 rotates a loop into
+//! `stablehlo.optimization_barrier` (see `mlir/regions.rs` for why): IREE 3.13 rotates a loop into
 //! do-while form and canonicalizes it, and a variable of one of these kinds then loses its
 //! `before` or its `after` block argument, which crashes `iree-compile`:
 //!
@@ -13,8 +13,10 @@
 //!
 //! A variable passed through unchanged loses both arguments together, which is harmless.
 
+use crate::error::Result;
 use crate::graph::StackOp;
-use crate::graph::{Function, NodeKind, Port};
+use crate::graph::{Function, NodeKind, Port, ValueType};
+use crate::mlir::{Bound, Lowering};
 
 /// One flag per loop variable of `body` (its parameters, which are also its results): whether
 /// the variable is write-only, invariant or a duplicate (see the module doc).
@@ -112,4 +114,37 @@ fn read_args(body: &Function, n: usize) -> Vec<bool> {
         }
     }
     read
+}
+
+/// A loop's variables split by `split_invariants`: the passed-through ones' values (None for
+/// the others), then the carried ones' values and types.
+pub(super) type Split = (Vec<Option<Bound>>, Vec<Bound>, Vec<ValueType>);
+
+/// A tensor the body passes through unchanged is not carried: both regions and the loop's
+/// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
+/// loop, IREE would copy it to the host on every trip.
+pub(super) fn split_invariants(
+    l: &mut Lowering<'_>,
+    body: &Function,
+    inputs: Vec<Bound>,
+    types: &[ValueType],
+) -> Result<Split> {
+    let mut through = passes_through(body);
+    for (t, ty) in through.iter_mut().zip(types) {
+        *t &= ty.as_tensor().is_none_or(|t| t.ndim() > 0);
+    }
+    if through.iter().all(|&t| t) {
+        through.fill(false);
+    }
+    let (mut fixed, mut carried, mut ctypes) = (Vec::new(), Vec::new(), Vec::new());
+    for ((v, t), &through) in inputs.into_iter().zip(types).zip(&through) {
+        if through {
+            fixed.push(Some(l.coerce(v, t)?));
+        } else {
+            fixed.push(None);
+            carried.push(v);
+            ctypes.push(t.clone());
+        }
+    }
+    Ok((fixed, carried, ctypes))
 }

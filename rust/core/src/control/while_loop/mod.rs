@@ -14,7 +14,10 @@
 
 use std::sync::Arc;
 
-use super::while_trips::{self, Countdown};
+mod bounds;
+mod loop_vars;
+mod trips;
+
 use crate::dataflow::{DfKind, FunctionLowered, Lower, LowerNode, Lowered, Scope};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
@@ -29,20 +32,27 @@ use crate::interpret::nodes::{check_results, scalar};
 use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::function::one;
 use crate::mlir::function::{flat_names, flat_types_of};
-use crate::mlir::loop_vars;
 use crate::mlir::regions::Terminator;
+use crate::mlir::stack_bounds::{PushFlow, Pushes};
+use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::attrs::Attr;
 use crate::ops::binary;
+use crate::ops::Context;
+use crate::passes::{PassRules, Threading};
 use crate::runtime_values::RtValue;
 use crate::shape::TensorType;
 use crate::tape::GradientFunction;
 use crate::tensor::Tensor;
+use crate::trace::captures::{tracer_of, unify, union, LoopFunctions};
 use crate::trace::gradients::{
     add_function, differentiate, function, is_differentiable, is_float_stack, Augment, Built,
     ControlGradient, Differentiate, ExtraInput,
 };
+use crate::trace::variables::{thread_variables, Carrier};
 use crate::trace::{TracerRef, Val};
+use bounds::loop_pushes_at;
+use trips::Countdown;
 
 impl NodeRule for While {
     fn keyword(&self) -> &'static str {
@@ -166,14 +176,14 @@ fn in_iteration(mut e: Error, trip: i64) -> Error {
 
 impl EmitMlir for While {
     /// `While` -> `scf.while`, the loop vars typed as the node's outputs; a countdown loop
-    /// (`while_trips::countdown`) -> an unrolled `scf.while` then one for the remaining trips.
+    /// (`trips::countdown`) -> an unrolled `scf.while` then one for the remaining trips.
     fn emit_mlir(
         &self,
         l: &mut Lowering<'_>,
         node: &Node,
         inputs: Vec<Bound>,
     ) -> Result<Vec<Bound>> {
-        match while_trips::countdown(l, self)? {
+        match trips::countdown(l, self)? {
             Some(countdown) => {
                 let unrolled = self.emit_loop(l, node, inputs, Trips::Exact(countdown))?;
                 self.emit_loop(l, node, unrolled, Trips::One)
@@ -181,14 +191,28 @@ impl EmitMlir for While {
             None => self.emit_loop(l, node, inputs, Trips::Predicated),
         }
     }
+
+    fn module_facts(&self, facts: &mut ModuleFacts) {
+        facts.loops = true;
+        facts.regions = true;
+    }
+
+    fn stack_pushes(&self, flow: &PushFlow<'_>, ins: &[Pushes], _n: usize) -> Option<Vec<Pushes>> {
+        let trips = |k| loop_pushes_at(flow, &self.body, k, self.maximum_iterations);
+        let counts = ins.iter().enumerate().map(|(k, c)| match c {
+            Pushes::Unrelated => Pushes::Unrelated,
+            c => c.plus(trips(k)),
+        });
+        Some(counts.collect())
+    }
 }
 
-/// How a `scf.while` runs a loop's iterations (`while_trips`).
+/// How a `scf.while` runs a loop's iterations (`trips`).
 #[derive(Clone, Copy)]
 enum Trips {
     /// One iteration per trip.
     One,
-    /// `while_trips::predication` iterations per trip, each after the first kept where the
+    /// `trips::predication` iterations per trip, each after the first kept where the
     /// condition holds.
     Predicated,
     /// `per_trip` iterations per trip while the count is at least that.
@@ -211,10 +235,13 @@ impl While {
         } = self;
         let types = &node.outputs;
         let mut inputs = inputs;
-        let reserve = l.reserve_stacks(body, *maximum_iterations, &mut inputs);
+        let library = l.library;
+        let pushes = |k| bounds::loop_pushes(library, body, k, *maximum_iterations);
+        let reserve = l.reserve_stacks(&pushes, &mut inputs);
         let body_fn = l.library.get(body)?;
         let exposed = loop_vars::exposed(body_fn);
-        let (fixed, carried_inputs, ctypes) = l.split_invariants(body_fn, inputs, types)?;
+        let (fixed, carried_inputs, ctypes) =
+            loop_vars::split_invariants(l, body_fn, inputs, types)?;
         let mut inits = l.carried_all(carried_inputs, &ctypes)?;
         let pushed: Vec<bool> = match l.e.options.list_stacks {
             true => loop_vars::pushed(body_fn),
@@ -244,7 +271,7 @@ impl While {
         let (per_trip, host_vars) = match trips {
             Trips::One => (1, None),
             Trips::Predicated => {
-                let p = while_trips::predication(l, self)?;
+                let p = trips::predication(l, self)?;
                 (p.per_trip, p.host_vars)
             }
             Trips::Exact(c) => (c.per_trip, None),
@@ -705,6 +732,10 @@ fn result_dependencies(f: &Function) -> Vec<Vec<bool>> {
 }
 
 impl Lower for While {
+    fn is_loop(&self) -> bool {
+        true
+    }
+
     /// A frame: per loop variable `enter -> merge(enter, next_iteration) -> switch(merge,
     /// cond)`, the body on the switches' true side feeding `next_iteration`, `exit` on the
     /// false side. A variable the body returns unchanged is an invariant: a constant `enter`,
@@ -908,5 +939,51 @@ fn single_result(lowered: FunctionLowered) -> Result<Port> {
             );
             Err(Error::new(ErrorKind::ControlFlow, "while", msg))
         }
+    }
+}
+
+/// `While(vars..., captures...)`; cond and body were traced with the loop variables as
+/// parameters. Captures become extra loop variables the body passes through. Returns the
+/// final loop variables (without the captures).
+pub fn emit_while(
+    ctx: &mut dyn Context<Val>,
+    functions: &LoopFunctions,
+    vars: &[Val],
+) -> Result<Vec<Val>> {
+    let tracer = tracer_of(ctx, "while_loop")?;
+    let mut captures = union(&[&functions.cond, &functions.body]);
+    let cond = unify(&tracer, &[&functions.cond], vars.len(), &captures, false)?;
+    let body = unify(&tracer, &[&functions.body], vars.len(), &captures, true)?;
+    let names = [cond[0].clone(), body[0].clone()];
+    let threaded = thread_variables(
+        ctx,
+        &tracer,
+        &names,
+        vars.len(),
+        Carrier::Loop,
+        &mut captures,
+    )?;
+    let kind = NodeKind::While(While {
+        cond: cond[0].clone(),
+        body: body[0].clone(),
+        maximum_iterations: functions.maximum_iterations,
+        parallel_iterations: functions.parallel_iterations,
+    });
+    let mut inputs = vars.to_vec();
+    inputs.extend(captures);
+    let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
+    threaded.assign_after(ctx, outputs, vars.len(), Carrier::Loop)
+}
+
+impl PassRules for While {
+    fn variable_threading(&self) -> Threading<'_> {
+        Threading::Loop {
+            cond: &self.cond,
+            body: &self.body,
+        }
+    }
+
+    fn constant_choice(&self, _selector: &Tensor) -> Result<Option<usize>> {
+        Ok(None)
     }
 }

@@ -1,6 +1,7 @@
 //! Test helpers shared by the tracing and MLIR emitter tests: loops traced from closures.
 
-use super::{emit_while, lock, Branch, LoopFunctions, TraceContext, Val};
+use crate::trace::{lock, Branch, LoopFunctions, TraceContext, Val};
+use crate::control::emit_while;
 use crate::graph::ValueType;
 use crate::ops::Context;
 use crate::tensor::Tensor;

@@ -22,10 +22,10 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use super::cases::{self, graph};
-use super::emit_module;
-use super::ops_tests::{one_op_graph, op_cases, values};
+use super::mlir_cases::{self as cases, graph};
 use super::traced;
+use crate::mlir::emit_module;
+use crate::mlir::ops_tests::{one_op_graph, op_cases, values};
 use crate::dtype::Elements;
 use crate::graph::Graph;
 use crate::interpret::{run_graph, RtValue};

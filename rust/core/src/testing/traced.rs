@@ -2,12 +2,13 @@
 //! and nested loops, each with its value and (optionally) gradients, built the way
 //! `gl.function` and `gl.grad` build them (tracer, tape, symbolic gradients).
 
+use crate::control::{emit_case, emit_if};
 use crate::graph::{Graph, ValueType};
 use crate::ops::build;
 use crate::ops::Context;
 use crate::tape::{compute_gradient, Tape, TapeContext, TapeRef};
-use crate::trace::testing::{int, while_loop};
-use crate::trace::{emit_case, emit_if, graph_registry, lock, Branch, TraceContext, Tracer, Val};
+use crate::testing::trace::{int, while_loop};
+use crate::trace::{graph_registry, lock, Branch, TraceContext, Tracer, Val};
 use crate::value::Value;
 use crate::DType;
 
