@@ -294,7 +294,7 @@ def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
     assert "test_compiled.py" in str(e.value)
     # No stacks, no regions: one module (the emitter's facts say the other forms read the
     # same), with IREE's defaults and with each set of workaround flags.
-    assert len(loaded) == len(compiled._WORKAROUND_FLAGS)
+    assert len(loaded) == len(compiled._workarounds.choices("no_multi_use_fusion"))
 
 
 def test_a_form_that_does_not_load_gives_way_to_the_next_with_a_warning(monkeypatch) -> None:

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _compiler, _core, _runtime, _validate, _vm_repair, errors
+from . import _compiler, _core, _runtime, _validate, _vm_repair, _workarounds, errors
 from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
@@ -207,35 +207,16 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 class _Form(NamedTuple):
     """How a module is written for IREE: tensor stacks as lists of buffer views (O(1) per push)
-    or growable buffers (copied on every trip); which branch results go through barriers
-    (`_YIELD_BARRIERS`); `scf` as it is or lowered to `cf`; compiled with IREE's defaults, or
-    with one of `_WORKAROUND_FLAGS` (last: some branch-heavy modules fail as they run in every
-    other form); loops of cheap ops unrolled (several predicated iterations per trip, which
-    divides IREE's cost per trip) or not."""
+    or growable buffers (copied on every trip); which branch results go through barriers;
+    `scf` as it is or lowered to `cf`; compiled with IREE's defaults, or with workaround flags;
+    loops of cheap ops unrolled (several predicated iterations per trip, which divides IREE's
+    cost per trip) or not. All but the unrolling are IREE workarounds (`_workarounds`)."""
 
     list_stacks: bool
     yield_barriers: str
     cf: bool
     workaround_flags: tuple[str, ...] = ()
     unroll_loops: bool = False
-
-
-#: Which branch results go through barriers, in the order tried. IREE 3.13 returned wrong
-#: numbers, silently, for branch-heavy modules with fewer barriers: without any
-#: (`test_fuzz_found_nested_switches_second_order_without_yield_barriers_miscompiled`), with
-#: barriers on repeated constants (`..._miscompiled_with_barriers_on_constants`), and with
-#: them on repeats only (`test_fuzz_found_a_cond_in_a_switch_miscompiled_without_a_barrier_on_
-#: every_result`); with a barrier on every result it ran each of them right. (The modules that
-#: failed as they ran in some of these forms were IREE's VM bug that `_vm_repair.py` repairs.)
-_YIELD_BARRIERS = ("all", "repeats", "constants", "none")
-
-#: IREE flags that made modules compile that fail with the defaults in every other form: no
-#: fusion of values with several uses into one dispatch
-#: (`test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion`).
-_WORKAROUND_FLAGS: tuple[tuple[str, ...], ...] = (
-    (),
-    ("--iree-dispatch-creation-fuse-multi-use=false",),
-)
 
 
 def _forms(target: str) -> tuple[_Form, ...]:
@@ -246,14 +227,15 @@ def _forms(target: str) -> tuple[_Form, ...]:
     refuse as `scf` (nested regions) is refused unrolled or not, so its CFG comes next, before
     the same module not unrolled (W6's gradient: 0.25 s less). On Vulkan lists fail
     ("transient buffer has no staged Vulkan backing"); CUDA is compiled with buffers."""
-    stacks = (True, False) if target == "llvm-cpu" else (False,)
+    lists = _workarounds.choices("list_stacks")
+    stacks = lists if target == "llvm-cpu" else (False,)
     return tuple(
-        _Form(lists, barriers, cf, flags, unroll)
-        for flags in _WORKAROUND_FLAGS
-        for lists in stacks
-        for barriers in _YIELD_BARRIERS
+        _Form(listed, barriers, cf, flags, unroll)
+        for flags in _workarounds.choices("no_multi_use_fusion")
+        for listed in stacks
+        for barriers in _workarounds.choices("yield_barriers")
         for unroll in (True, False)
-        for cf in (False, True)
+        for cf in _workarounds.choices("scf_to_cf")
     )
 
 

@@ -1,0 +1,245 @@
+"""Canaries: each asserts that one IREE bug gradloop works around (`gradloop._workarounds`) is
+still there, on the workaround's reproducer (or a module distilled from it) compiled without
+the workaround. A canary that fails means IREE fixed its bug: retire the workaround and its
+entry (docs/architecture.md, "IREE workarounds")."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import gradloop as gl
+from gradloop import _compiler, _runtime, _workarounds, compiled
+from program_fuzz import Program
+from test_fuzz_modes import outputs
+
+TESTS = pathlib.Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def compile_text(text: str) -> bytes:
+    """`text` compiled for this CPU as it is (`scf`, IREE's default flags)."""
+    return compiled.compile_mlir(text, "llvm-cpu", False, False, (), False)
+
+
+def module_of(fn, *args, **form):
+    """The concrete function of `fn` on `args` and its MLIR in `form` (captures embedded)."""
+    concrete = gl.function(fn).concrete_function(*args)
+    mlir, facts = concrete.mlir_module(embed_captures=True, **form)
+    return concrete, mlir, facts
+
+
+def run(concrete, vmfb: bytes, *args, driver: str = "local-sync") -> list[np.ndarray]:
+    """The module's results on `args` and the values of the Variables the function reads (its
+    other captures are embedded)."""
+    from gradloop import _core
+
+    variables = [c.read() for c in concrete.captured_inputs if isinstance(c, _core.VariableHandle)]
+    entry = _runtime.Function(vmfb, driver, concrete.graph.entry)
+    return entry(*[np.asarray(a) for a in (*args, *variables)])
+
+
+# --- forms ----------------------------------------------------------------------------------
+
+
+def loop_loss(x, n):
+    body = lambda i, v: (i + 1, v * 0.9 + gl.sin(v) * 0.1)  # noqa: E731
+    return gl.while_loop(lambda i, v: i < n, body, (0, x))[1].sum()
+
+
+def test_canary_list_stacks_fail_on_an_asynchronous_device() -> None:
+    # A race: about one call in three failed with IREE 3.13; in 50 calls, one at least.
+    x, n = gl.tensor(np.array([0.3, -0.8])), gl.tensor(25)
+    form = {"list_stacks": True, "yield_barriers": "all", "unroll_loops": False}
+    concrete, mlir, facts = module_of(gl.value_and_grad(loop_loss), x, n, **form)
+    assert facts["tensor_stacks"]
+    vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, False, (), True)
+    failures = []
+    for _ in range(50):
+        try:
+            run(concrete, vmfb, x, n, driver="local-task")
+        except (RuntimeError, ValueError) as e:  # as IREE's runtime raises them
+            failures.append(str(e))
+    assert failures, "no call failed: retire the list stacks' restriction to local-sync"
+    assert all("transient buffer has not been committed" in f for f in failures)
+
+
+def form_stage(form: dict, cf: bool = False, flags: tuple[str, ...] = (), repair: bool = True):
+    """A stage for `test_fuzz_modes.outputs`: the function compiled in `form` and run."""
+
+    def stage(fn):
+        def call(x):
+            concrete, mlir, facts = module_of(fn, x, **form)
+            f64 = "float64" in facts["dtypes"]
+            if repair:
+                vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, cf, flags, f64)
+            else:  # without `_vm_repair` (and without the cache, whose modules are repaired)
+                text = compiled._to_cf(mlir) if cf else mlir
+                all_flags = [*compiled._flags("llvm-cpu", f64), *flags]
+                vmfb = _compiler.vm_to_bytecode(_compiler.compile_to_vm(text, all_flags))
+            return run(concrete, vmfb, x)
+
+        return call
+
+    return stage
+
+
+ROLLED = {"list_stacks": False, "yield_barriers": "all", "unroll_loops": False}
+
+
+def cond_while_cond(x):
+    def body(i, h):
+        h2 = gl.cond(gl.sum(h) > 0.0, lambda: gl.sin(h) * 1.1, lambda: h * 0.9)
+        return i + 1, h2
+
+    def outer():
+        return gl.while_loop(lambda i, h: i < 3, body, (gl.tensor(0), x))[1]
+
+    return gl.sum(gl.cond(gl.sum(x) > -5.0, outer, lambda: x))
+
+
+def test_canary_nested_regions_are_refused_as_scf() -> None:
+    second = gl.grad(lambda x: gl.sum(gl.grad(cond_while_cond)(x)))
+    x = gl.tensor(np.array([0.3, -0.2]))
+    want = np.asarray(second(x))
+    lists = dict(ROLLED, list_stacks=True)
+    with pytest.raises(gl.errors.CompileError, match=r"does not dominate|iteration count"):
+        form_stage(lists)(second)(x)
+    np.testing.assert_allclose(form_stage(lists, cf=True)(second)(x)[0], want, rtol=1e-10)
+
+
+def test_canary_multi_use_fusion_refuses_a_second_order_gradient() -> None:
+    term = (
+        "mul",
+        (("mul", (("leaf", "tanh"), ("leaf", "sin"))), ("add", (("leaf", "x"), ("leaf", "v")))),
+    )
+    program = Program(("add", (term, term)))
+    with pytest.raises(gl.errors.CompileError, match="workgroup distributed contexts"):
+        outputs(program, form_stage(ROLLED))
+    flags = _workarounds.choices("no_multi_use_fusion")[1]
+    eager = outputs(program, lambda f: f)
+    ran = outputs(program, form_stage(ROLLED, flags=flags))[: len(eager)]  # less the Variables
+    for got, want in zip(ran, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+
+
+# --- the VM bytecode encoder ----------------------------------------------------------------
+
+
+def test_canary_a_buffer_passed_twice_arrives_null() -> None:
+    switch = (
+        "switch",
+        [("add", (("leaf", "v"), ("leaf", "x"))), ("add", (("leaf", "cube"), ("leaf", "x")))],
+        False,
+    )
+    loop = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
+    program = Program(("mul", (switch, ("cond", -0.838163042084838, (loop, ("leaf", "x"))))))
+    with pytest.raises(IndexError, match="indirect buffer reference slot 0 is out range"):
+        outputs(program, form_stage(ROLLED, repair=False))
+    eager = outputs(program, lambda f: f)
+    ran = outputs(program, form_stage(ROLLED))[: len(eager)]  # less the Variables
+    for got, want in zip(ran, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+
+
+def test_canary_an_unrolled_loop_gradient_does_not_load_on_vulkan() -> None:
+    from test_compiled_targets import loop_loss
+
+    second = gl.grad(lambda x: gl.grad(loop_loss)(x, 3).sum())
+    x = gl.tensor(np.array([0.3, -0.2], np.float32))
+    form = {"list_stacks": False, "yield_barriers": "all", "unroll_loops": True}
+    concrete, mlir, facts = module_of(second, x, **form)
+    assert facts["unrolled_loops"]
+    vmfb = compiled.compile_mlir(mlir, "vulkan-spirv", False, None, (), False)
+    with pytest.raises(Exception, match=r"push_constant_ranges.*exceeds device limit"):
+        _runtime.Function(vmfb, "vulkan", concrete.graph.entry)
+
+
+# --- emissions ------------------------------------------------------------------------------
+
+BOOL_CONVERT_INTO_A_PRODUCT = """
+func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>, %w: tensor<4x4xf32>) -> tensor<4xf32> {
+  %c = stablehlo.compare GT, %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  %f = stablehlo.convert %c : (tensor<4xi1>) -> tensor<4xf32>
+  %d = stablehlo.dot_general %f, %w, contracting_dims = [0] x [0]
+    : (tensor<4xf32>, tensor<4x4xf32>) -> tensor<4xf32>
+  return %d : tensor<4xf32>
+}
+"""
+
+
+def test_canary_a_bool_convert_fused_into_a_product_fails_to_verify() -> None:
+    with pytest.raises(gl.errors.CompileError, match=r"linalg\.vecmat"):
+        compile_text(BOOL_CONVERT_INTO_A_PRODUCT)
+
+
+BOOL_SCALAR_INTO_A_TENSOR = """
+func.func @main(%x: tensor<f32>) -> tensor<i1> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.extract %x[] : tensor<f32>
+  %b = arith.cmpf ogt, %e, %z : f32
+  %t = tensor.from_elements %b : tensor<i1>
+  return %t : tensor<i1>
+}
+"""
+
+
+def test_canary_a_bool_scalar_into_a_tensor_is_refused() -> None:
+    with pytest.raises(gl.errors.CompileError, match="from_elements"):
+        compile_text(BOOL_SCALAR_INTO_A_TENSOR)
+
+
+POWER = """
+func.func @main(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
+  %p = stablehlo.power %a, %b : tensor<3xf32>
+  return %p : tensor<3xf32>
+}
+"""
+
+
+def test_canary_powers_of_negative_bases_are_nan() -> None:
+    entry = _runtime.Function(compile_text(POWER), "local-sync", "main")
+    a, b = np.array([-2.0, -3.0, 2.0], np.float32), np.array([2.0, 3.0, 2.0], np.float32)
+    got = entry(a, b)[0]
+    assert np.isnan(got[:2]).all() and got[2] == 4.0
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+
+def _test_names(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("w", _workarounds.WORKAROUNDS, ids=lambda w: w.name)
+def test_every_workaround_names_a_reproducer_and_a_canary_that_exist(w) -> None:
+    named = [w.reproducer] + ([w.canary] if w.canary else [])
+    for test in named:
+        path, _, name = test.partition("::")
+        assert name in _test_names(ROOT / path), f"{w.name}: no test {test}"
+    assert w.bug and w.knob
+    assert (w.canary is None) != (w.no_canary is None), f"{w.name}: a canary, or why none"
+    if w.upstream is not None:
+        assert re.match(r"https://github\.com/iree-org/iree/issues/\d+$", w.upstream)
+
+
+def test_the_forms_are_generated_from_the_registry() -> None:
+    forms = compiled._forms("llvm-cpu")
+    dims = {
+        "list_stacks": {f.list_stacks for f in forms},
+        "yield_barriers": {f.yield_barriers for f in forms},
+        "scf_to_cf": {f.cf for f in forms},
+        "no_multi_use_fusion": {f.workaround_flags for f in forms},
+    }
+    for name, seen in dims.items():
+        assert seen == set(_workarounds.choices(name)), name
+    # the preferred choice of every dimension comes first
+    first = forms[0]
+    assert first.list_stacks is _workarounds.choices("list_stacks")[0]
+    assert first.yield_barriers == _workarounds.choices("yield_barriers")[0]
+    assert first.cf is _workarounds.choices("scf_to_cf")[0]
