@@ -243,3 +243,23 @@ def test_the_forms_are_generated_from_the_registry() -> None:
     assert first.list_stacks is _workarounds.choices("list_stacks")[0]
     assert first.yield_barriers == _workarounds.choices("yield_barriers")[0]
     assert first.cf is _workarounds.choices("scf_to_cf")[0]
+
+
+def test_the_private_names_the_compiler_worker_uses_still_exist() -> None:
+    # `_compiler` reaches IREE's compiler library and an invocation's handle through private
+    # names (`PRIVATE_NAMES`): an IREE that renames them fails here, by name.
+    from gradloop import _compiler
+
+    api = _compiler._load()
+    lib = _compiler._library(api)
+    for symbol in (
+        "ireeCompilerInvocationSetCompileToPhase",
+        "ireeCompilerInvocationSetCompileFromPhase",
+        "ireeCompilerInvocationEnableCallbackDiagnostics",
+    ):
+        assert getattr(lib, symbol) is not None
+    session = api.Session()
+    try:
+        assert _compiler._handle(session.invocation())
+    finally:
+        session.close()

@@ -91,3 +91,34 @@ def test_modules_only_tests_compile_are_not_layered(tmp_path: pathlib.Path) -> N
     src = plant(tmp_path, {"lib.rs": lib, "testing/mod.rs": "use crate::high;\n"})
     assert "testing" not in module_graph.modules(src)
     assert found(src) == set()
+
+
+def python_imports() -> dict[str, set[str]]:
+    """Each module of the `gradloop` package and the package modules it imports when it is
+    imported (module-level `from . import a` and `from .a import b`; not those inside
+    functions or under `if TYPE_CHECKING:`)."""
+    import ast
+
+    pkg = pathlib.Path(__file__).resolve().parent.parent / "py" / "gradloop"
+    names = {f.stem for f in pkg.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for f in pkg.glob("*.py"):
+        deps: set[str] = set()
+        for node in ast.parse(f.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module is None:
+                    deps |= {a.name for a in node.names}
+                else:
+                    deps.add(node.module.split(".")[0])
+        graph[f.stem] = (deps & names) - {f.stem}
+    return graph
+
+
+def test_the_python_package_imports_no_cycle() -> None:
+    graph = python_imports()
+    assert module_graph.cycles_within_layers(graph, [set(graph)]) == []
+
+
+def test_a_python_import_cycle_is_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert module_graph.cycles_within_layers(graph, [set(graph)]) == [["a", "b", "c", "a"]]

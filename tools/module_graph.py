@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     {"passes"},
     {"dataflow"},
     {"trace"},
-    {"interpret", "mlir", "runtime", "executor"},
+    {"interpret", "mlir", "front_end", "executor"},
     {"control"},
     {"import"},
 ]

@@ -71,7 +71,7 @@ def _load() -> Any:
     if _api is None:
         from iree.compiler.api import ctypes_dl
 
-        lib = ctypes_dl._dylib
+        lib = _library(ctypes_dl)
         lib.ireeCompilerInvocationSetCompileToPhase.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.ireeCompilerInvocationSetCompileToPhase.restype = None
         lib.ireeCompilerInvocationSetCompileFromPhase.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
@@ -87,11 +87,27 @@ def _load() -> Any:
     return _api
 
 
+#: The two private names of `iree.compiler.api` this module relies on (the package declares
+#: no public way to reach the library or an invocation's handle); `tests/test_iree_canaries.py`
+#: checks that both still exist, so an IREE that renames them fails there, by name.
+PRIVATE_NAMES = ("ctypes_dl._dylib", "Invocation._inv_p")
+
+
+def _library(ctypes_dl: Any) -> Any:
+    """The compiler library `iree.compiler.api` loaded (`PRIVATE_NAMES`)."""
+    return ctypes_dl._dylib
+
+
+def _handle(invocation: Any) -> Any:
+    """An invocation's C handle (`PRIVATE_NAMES`)."""
+    return invocation._inv_p
+
+
 def _compile_here(
     text: bytes, flags: list[str], to_phase: str, from_phase: str, bytecode: bool
 ) -> bytes:
     api = _load()
-    lib = api._dylib
+    lib = _library(api)
     messages: list[tuple[int, str]] = []
 
     def collect(severity: int, message: int, size: int, _user: int) -> None:
@@ -111,11 +127,12 @@ def _compile_here(
         except ValueError as e:
             raise CompilerFailure(f"error: {e}") from None
         invocation = session.invocation()
-        lib.ireeCompilerInvocationEnableCallbackDiagnostics(invocation._inv_p, 0, callback, None)
+        handle = _handle(invocation)
+        lib.ireeCompilerInvocationEnableCallbackDiagnostics(handle, 0, callback, None)
         if to_phase:
-            lib.ireeCompilerInvocationSetCompileToPhase(invocation._inv_p, to_phase.encode())
+            lib.ireeCompilerInvocationSetCompileToPhase(handle, to_phase.encode())
         if from_phase:
-            lib.ireeCompilerInvocationSetCompileFromPhase(invocation._inv_p, from_phase.encode())
+            lib.ireeCompilerInvocationSetCompileFromPhase(handle, from_phase.encode())
         source = api.Source.wrap_buffer(session, text + b"\0")
         if not invocation.parse_source(source):
             raise failure("parsing")

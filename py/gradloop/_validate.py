@@ -14,7 +14,19 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from . import _core, errors, nest, variables
+from . import _core, errors, nest
+
+#: The types that stand for a Variable here (a value read with `.read()`): `variables.Variable`
+#: registers itself, so that these checks need not import the module (it imports this one).
+VARIABLE_TYPES: tuple[type, ...] = ()
+
+
+def register_variable_type(cls: type) -> type:
+    """Makes instances of `cls` count as Variables in the checks (a class decorator)."""
+    global VARIABLE_TYPES
+    VARIABLE_TYPES = (*VARIABLE_TYPES, cls)
+    return cls
+
 
 _INT_DTYPES = (_core.int32, _core.int64)
 
@@ -58,7 +70,7 @@ def check_callable(fn: str, arg: str, value: Any) -> None:
 
 def _host_scalar(x: Any) -> Any:
     """Reads a Variable's value; a tensor stays a tensor (read on the host by the caller)."""
-    return x.read() if isinstance(x, variables.Variable) else x
+    return x.read() if isinstance(x, VARIABLE_TYPES) else x
 
 
 def is_symbolic(x: Any) -> bool:
@@ -287,7 +299,7 @@ def check_loop_body_output(
 
 def check_gradient_source(x: Any, path: str, where: str) -> Any:
     """A gradient source must be a float tensor or Variable (integers have no gradient)."""
-    if not isinstance(x, (_core.Tensor, variables.Variable)):
+    if not isinstance(x, (_core.Tensor, *VARIABLE_TYPES)):
         raise errors.GradientError(
             at_user(
                 f"{where}: source at {nest.path_str(path)} must be a Tensor or a Variable; "
@@ -367,7 +379,7 @@ def check_scalar_output(out: Any, where: str) -> _core.Tensor:
 
 def input_tensor(x: Any, i: int, where: str) -> _core.Tensor:
     """A positional argument of a custom_gradient/recompute_grad function, as a tensor."""
-    x = x.read() if isinstance(x, variables.Variable) else convert_number(x)
+    x = x.read() if isinstance(x, VARIABLE_TYPES) else convert_number(x)
     if not isinstance(x, _core.Tensor):
         raise errors.InvalidArgumentError(
             at_user(f"{where}: argument {i} must be a tensor; got {type(x).__name__}")

@@ -14,10 +14,12 @@ import functools
 import re
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _core, _validate, errors, nest
-from . import variables as _variables
+
+if TYPE_CHECKING:  # variables.py imports this module
+    from .variables import Variable
 
 __all__ = [
     "GradientTape",
@@ -51,7 +53,7 @@ def _paused() -> Iterator[None]:
         _core.resume_recording(token)
 
 
-def note_variable_read(variable: _variables.Variable, value: _core.Tensor) -> None:
+def note_variable_read(variable: Variable, value: _core.Tensor) -> None:
     """Called by `Variable.read()`: makes the read visible to the recording tapes."""
     if variable.trainable and value.dtype.is_floating and _core.any_tape_active():
         _core.watch_on_active_tapes(value)
@@ -59,7 +61,7 @@ def note_variable_read(variable: _variables.Variable, value: _core.Tensor) -> No
         tape._note_read(variable, value)
 
 
-def note_variable_use(variable: _variables.Variable, resource: _core.Tensor) -> None:
+def note_variable_use(variable: Variable, resource: _core.Tensor) -> None:
     """Called by `Variable.read()` while tracing, before the read: the recording tapes watch
     the variable's resource, whose gradient sums those of every read recorded after it,
     including reads inside `cond` branches and `while_loop` bodies."""
@@ -97,8 +99,8 @@ class GradientTape:
         self._tape = _core.Tape(self._persistent)
         _owners[self._tape.key] = self
         self._used = False
-        self._watched_vars: dict[_variables.Variable, None] = {}  # ordered set
-        self._reads: dict[_variables.Variable, list[_core.Tensor]] = {}
+        self._watched_vars: dict[Variable, None] = {}  # ordered set
+        self._reads: dict[Variable, list[_core.Tensor]] = {}
 
     @property
     def persistent(self) -> bool:
@@ -150,16 +152,16 @@ class GradientTape:
         """Watches a float tensor, a Variable, or a nested structure of them."""
         for path, leaf in nest.flatten_with_paths(x):
             _validate.check_gradient_source(leaf, path, "GradientTape.watch")
-            if isinstance(leaf, _variables.Variable):
+            if isinstance(leaf, _validate.VARIABLE_TYPES):
                 self._watched_vars.setdefault(leaf)
             else:
                 self._tape.watch(leaf)
 
-    def watched_variables(self) -> tuple[_variables.Variable, ...]:
+    def watched_variables(self) -> tuple[Variable, ...]:
         """Variables watched explicitly or read while recording, in first-seen order."""
         return tuple(self._watched_vars)
 
-    def _note_read(self, variable: _variables.Variable, value: _core.Tensor) -> None:
+    def _note_read(self, variable: Variable, value: _core.Tensor) -> None:
         if not value.dtype.is_floating:
             return
         if not variable.trainable:
@@ -209,7 +211,7 @@ class GradientTape:
         ]
         # A Variable stands for every value read from it: its gradient is their sum.
         groups = [
-            self._reads.get(s, []) if isinstance(s, _variables.Variable) else [s] for s in flat
+            self._reads.get(s, []) if isinstance(s, _validate.VARIABLE_TYPES) else [s] for s in flat
         ]
         raw = iter(self._tape.gradient(targets, [t for g in groups for t in g], seeds))
         self._used = True
@@ -223,7 +225,7 @@ class GradientTape:
 
     @staticmethod
     def _target(leaf: Any, path: str) -> _core.Tensor:
-        if isinstance(leaf, _variables.Variable):
+        if isinstance(leaf, _validate.VARIABLE_TYPES):
             return leaf.read()
         if not isinstance(leaf, _core.Tensor):
             raise errors.GradientError(
@@ -317,7 +319,7 @@ def grad(
 
 def stop_gradient(x: Any) -> Any:
     """`x` (a tensor, Variable or nested structure of them) with gradients blocked."""
-    read = lambda v: v.read() if isinstance(v, _variables.Variable) else v  # noqa: E731
+    read = lambda v: v.read() if isinstance(v, _validate.VARIABLE_TYPES) else v  # noqa: E731
     return nest.map_structure(lambda leaf: _core.stop_gradient(read(leaf)), x)
 
 

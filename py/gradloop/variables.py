@@ -27,6 +27,7 @@ def _fresh(t: _core.Tensor) -> _core.Tensor:
     return _core.identity(_core.stop_gradient(t))
 
 
+@_validate.register_variable_type
 class Variable:
     """Mutable state: `read()`, `assign(value)`, `assign_add(delta)`, `assign_sub(delta)`.
 

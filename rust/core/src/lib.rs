@@ -4,7 +4,7 @@
 //! seam ops are applied through, `ops::context`) and the gradient tape (`tape`), the graph IR
 //! (`graph`, `trace`, `interpret`), the MLIR emitter (`mlir`), control flow as a table of
 //! constructs (`control`: one module per construct, each implementing every layer's trait) and
-//! a front end's per-thread state (`runtime`). The Python bindings are a thin layer over this.
+//! a front end's per-thread state (`front_end`). The Python bindings are a thin layer over this.
 //!
 //! From Rust: build a graph ([`graph::parse_graph`], [`graph::FunctionBuilder`]), differentiate
 //! it ([`trace::gradient_graph`]), run it ([`interpret::run_graph`]) or single ops
@@ -18,6 +18,7 @@ pub mod emit;
 pub mod error;
 pub mod executor;
 pub mod forward;
+pub mod front_end;
 pub mod graph;
 pub mod import;
 pub mod interpret;
@@ -25,7 +26,6 @@ pub mod location;
 pub mod mlir;
 pub mod ops;
 pub mod passes;
-pub mod runtime;
 pub mod runtime_values;
 pub mod shape;
 pub mod tape;

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use gradloop::forward::AccumulatorRef;
-use gradloop::runtime::{Mode, Phase, Runtime};
+use gradloop::front_end::{Mode, Phase, Runtime};
 use gradloop::trace::{lock, TracerRef, Val};
 use gradloop::{Context, EagerContext, Error, TapeRef, Tensor};
 use pyo3::prelude::*;

@@ -4,10 +4,10 @@
 use super::{Executor, Loops};
 use crate::dataflow::lower;
 use crate::dtype::DType;
-use crate::testing::graphs as examples;
 use crate::graph::{parse_graph, Graph, ValueType};
 use crate::interpret::{run_graph, RtValue, VariableRef};
 use crate::tensor::Tensor;
+use crate::testing::graphs as examples;
 
 /// Deterministic arguments for `params` (variables start from the same values each call).
 fn args_for(params: &[ValueType], seed: f64) -> Vec<RtValue> {

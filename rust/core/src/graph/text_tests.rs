@@ -2,7 +2,6 @@
 //! hand-written text, and parse errors with their positions.
 
 use super::builder::FunctionBuilder;
-use crate::testing::graphs::{self as examples, f32s};
 use super::ir::{Function, Location, Node, NodeKind, Port};
 use super::library::{Graph, Library};
 use super::parse::{parse_function, parse_graph};
@@ -12,6 +11,7 @@ use crate::error::ErrorKind;
 use crate::ops::{binary, creation, layout, reduce, unary, Op};
 use crate::shape::{numel, TensorType, DYN};
 use crate::tensor::Tensor;
+use crate::testing::graphs::{self as examples, f32s};
 
 /// parse(print(g)) == g and print(parse(print(g))) == print(g).
 fn assert_round_trip(g: &Graph) {

@@ -2,7 +2,6 @@
 //! message naming the node and function and showing the text around it.
 
 use super::builder::FunctionBuilder;
-use crate::testing::graphs::{self as examples, f32s, ty};
 use super::ir::{Call, Case, If, VariableOp, While};
 use super::ir::{Function, NodeKind, Port, ValueType};
 use super::library::{Graph, Library};
@@ -11,6 +10,7 @@ use crate::dtype::DType;
 use crate::error::ErrorKind;
 use crate::ops::{reduce, unary};
 use crate::shape::TensorType;
+use crate::testing::graphs::{self as examples, f32s, ty};
 
 /// `g` with function `name` changed by `edit`.
 fn mutate(mut g: Graph, name: &str, edit: impl FnOnce(&mut Function)) -> Graph {

@@ -3,15 +3,17 @@
 use crate::graph::{Call, Case};
 use std::time::Instant;
 
-use crate::testing::interpret::{f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 use super::{run, run_graph, Interpreter, RtValue, StackValue, VariableRef};
 use crate::dtype::DType;
-use crate::testing::graphs as examples;
 use crate::graph::{Library, NodeKind, ValueType};
 use crate::ops::EagerContext;
 use crate::ops::{binary, build, unary};
 use crate::shape::DYN;
 use crate::tensor::Tensor;
+use crate::testing::graphs as examples;
+use crate::testing::interpret::{
+    f64_of, f64s, if_kind, library, s, scalar_ty, ty, v, while_kind, B,
+};
 
 #[test]
 fn an_interpreter_can_be_shared_between_threads() {

@@ -1,7 +1,6 @@
 //! Interpreter tests for errors: they keep their kind and name the node, function and source
 //! line at every level; arguments and callee results are checked; bad graphs are typed errors.
 
-use crate::testing::interpret::{if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 use super::{run, Interpreter, RtValue, VariableRef, MAX_CALL_DEPTH};
 use crate::dtype::DType;
 use crate::error::ErrorKind;
@@ -10,6 +9,7 @@ use crate::graph::{Function, Library, Location, Node, NodeKind, Port, ValueType}
 use crate::ops::{binary, layout};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
+use crate::testing::interpret::{if_kind, library, s, scalar_ty, ty, v, while_kind, B};
 
 fn any_f32() -> ValueType {
     ty(DType::F32, &[DYN])

@@ -4,7 +4,6 @@
 use crate::graph::{StackOp, VariableOp};
 use std::time::Instant;
 
-use crate::testing::interpret::{f64_of, f64s, if_kind, library, s, scalar_ty, v, while_kind, B};
 use super::{run, Interpreter, RtValue, StackValue, VariableRef};
 use crate::dtype::DType;
 use crate::error::ErrorKind;
@@ -12,6 +11,7 @@ use crate::graph::{Library, NodeKind, ValueType};
 use crate::ops::binary;
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
+use crate::testing::interpret::{f64_of, f64s, if_kind, library, s, scalar_ty, v, while_kind, B};
 
 fn i64s() -> ValueType {
     scalar_ty(DType::I64)

@@ -2,10 +2,10 @@
 //! (`{{*}}` matches anything within a line). `check.rs` additionally parses, compiles and runs
 //! these modules with IREE.
 
-use crate::testing::mlir_cases::{self as cases, graph};
-use crate::testing::filecheck::filecheck;
 use super::*;
 use crate::error::ErrorKind;
+use crate::testing::filecheck::filecheck;
+use crate::testing::mlir_cases::{self as cases, graph};
 
 fn emit(text: &str) -> String {
     emit_module(&graph(text)).unwrap_or_else(|e| panic!("{e}\n{text}"))
@@ -218,7 +218,10 @@ fn nested_loops_nest_scf_while_regions() {
 fn traced_gradients_of_branches_emit_as_one_function() {
     // The first- and second-order gradients of a cond and a switch_case: the forward If/Case
     // gains the intermediates as outputs, the backward one reads them (see `trace`).
-    for g in [crate::testing::traced::cond(2), crate::testing::traced::switch(2)] {
+    for g in [
+        crate::testing::traced::cond(2),
+        crate::testing::traced::switch(2),
+    ] {
         let text = emit_module(&g).unwrap_or_else(|e| panic!("{e}\n{g}"));
         assert_eq!(text.matches("func.func").count(), 1, "{text}");
         filecheck(

@@ -193,8 +193,8 @@ pub fn stack<V: Value>(ctx: &mut dyn Context<V>, xs: &[V], axis: usize) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ErrorKind;
 
     #[test]

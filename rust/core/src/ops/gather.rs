@@ -459,8 +459,8 @@ pub fn scatter_add<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ErrorKind;
 
     fn idx(v: Vec<i64>, shape: &[usize]) -> Tensor {

@@ -413,8 +413,8 @@ pub fn dynamic_update_slice<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp, smooth_loss};
     use crate::ops::EagerContext;
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp, smooth_loss};
 
     /// Mixed int32 / int64 starts: both are accepted together.
     fn at(a: i32, b: i64) -> Vec<Tensor> {

@@ -265,9 +265,9 @@ pub fn getitem<V: Value>(ctx: &mut dyn Context<V>, x: &V, items: &[IndexItem<V>]
 mod tests {
     use super::IndexItem::{Ellipsis, Int, NewAxis};
     use super::*;
-    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
     use crate::tensor::Tensor;
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
 
     type Item = IndexItem<Tensor>;
 

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::dtype::{DType, Element};
-use crate::testing::gradcheck;
 use crate::ops::EagerContext;
+use crate::testing::gradcheck;
 use crate::ErrorKind;
 
 /// Small integers in [-3, 3]: products and sums stay exact in every dtype.

@@ -226,8 +226,8 @@ pub fn reverse<V: Value>(ctx: &mut dyn Context<V>, x: &V, axes: &[usize]) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ErrorKind;
 
     #[test]

@@ -373,8 +373,8 @@ pub fn pad<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ops::EagerContext;
+    use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ErrorKind;
 
     #[test]

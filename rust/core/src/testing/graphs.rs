@@ -2,11 +2,11 @@
 //! feature of the IR (elementwise chain, reduction, If, While, Case, While nested in If,
 //! variables and stacks, constants of every dtype).
 
+use crate::dtype::DType;
 use crate::graph::FunctionBuilder;
 use crate::graph::{Case, If, StackOp, VariableOp, While};
 use crate::graph::{Function, Location, NodeKind, Port, ValueType};
 use crate::graph::{Graph, Library};
-use crate::dtype::DType;
 use crate::ops::{binary, creation, reduce, unary, Op};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;

@@ -1,9 +1,9 @@
 //! Helpers for the interpreter's tests: types, scalar values and a terse function builder.
 
-use crate::interpret::RtValue;
 use crate::dtype::{DType, Element};
 use crate::graph::{Function, FunctionBuilder, Library, Location, NodeKind, Port, ValueType};
 use crate::graph::{If, While};
+use crate::interpret::RtValue;
 use crate::ops::Op;
 use crate::tensor::Tensor;
 

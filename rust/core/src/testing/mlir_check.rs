@@ -24,11 +24,11 @@ use std::path::PathBuf;
 
 use super::mlir_cases::{self as cases, graph};
 use super::traced;
-use crate::mlir::emit_module;
-use crate::mlir::ops_tests::{one_op_graph, op_cases, values};
 use crate::dtype::Elements;
 use crate::graph::Graph;
 use crate::interpret::{run_graph, RtValue};
+use crate::mlir::emit_module;
+use crate::mlir::ops_tests::{one_op_graph, op_cases, values};
 use crate::ops::attrs::dtype_short_name;
 use crate::shape::TensorType;
 use crate::tensor::Tensor;

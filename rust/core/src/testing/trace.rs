@@ -1,10 +1,10 @@
 //! Test helpers shared by the tracing and MLIR emitter tests: loops traced from closures.
 
-use crate::trace::{lock, Branch, LoopFunctions, TraceContext, Val};
 use crate::control::emit_while;
 use crate::graph::ValueType;
 use crate::ops::Context;
 use crate::tensor::Tensor;
+use crate::trace::{lock, Branch, LoopFunctions, TraceContext, Val};
 
 /// A traced loop cond or body: loop variables in, results out.
 pub(crate) type LoopFn<'a> = &'a dyn Fn(&mut dyn Context<Val>, &[Val]) -> Vec<Val>;

@@ -1,7 +1,6 @@
 //! Tracing, capture, control-flow emission and control-flow gradients, checked against eager
 //! computation and central finite differences through the interpreter.
 
-use crate::testing::trace::{int, while_loop};
 use super::*;
 use crate::control::{emit_case, emit_if, emit_while};
 use crate::graph::{verify, NodeKind, ValueType};
@@ -11,6 +10,7 @@ use crate::ops::build;
 use crate::ops::Context;
 use crate::tape::{compute_gradient, Tape, TapeContext, TapeRef};
 use crate::tensor::Tensor;
+use crate::testing::trace::{int, while_loop};
 use crate::DType;
 
 fn f64_ty(shape: &[usize]) -> ValueType {
