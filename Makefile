@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all dev test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz
+.PHONY: test-fast all dev test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz
 
 all: dev
 
@@ -40,6 +40,11 @@ test-python: dev vulkan-driver
 	$(PY) -m pytest -q
 	$(PY) -m pytest -q --graph-runner=frames $(GRAPH_SUITES)
 	$(PY) -m pytest -q --graph-runner=interpreter $(GRAPH_SUITES)
+
+# The Python tests less those marked slow (IREE compiles, hundreds of random programs): a fast
+# subset to run while working; `make test` runs everything.
+test-fast: dev
+	$(PY) -m pytest -q -m "not slow"
 
 # Mesa's software Vulkan for the vulkan-spirv tests: installed once when missing, else a no-op.
 vulkan-driver:

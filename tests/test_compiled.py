@@ -17,6 +17,9 @@ import pytest
 import gradloop as gl
 import test_graph_mode as programs
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compiler")
 
 

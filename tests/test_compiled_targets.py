@@ -14,6 +14,9 @@ import pytest
 import gradloop as gl
 from gradloop import compiled
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compiler")
 
 F32 = {"rtol": 2e-5, "atol": 2e-6}

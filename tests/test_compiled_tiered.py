@@ -14,6 +14,9 @@ import pytest
 import gradloop as gl
 from gradloop import _compiler, compiled
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compiler")
 
 

@@ -15,6 +15,9 @@ import pytest
 
 import gradloop as gl
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compiler")
 
 MODES = ("eager", "graph", "jit")

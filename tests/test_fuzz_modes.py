@@ -27,6 +27,9 @@ from gradcheck import numerical_gradient
 from program_fuzz import Program, assigns_in_nested_loop, depth, is_pure, programs
 from runners import run_on
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "80"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
 # About a second per program in gl.jit (one IREE compile each), a few ms in graph mode.

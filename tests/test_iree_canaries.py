@@ -17,6 +17,9 @@ from gradloop import _compiler, _runtime, _workarounds, compiled
 from program_fuzz import Program
 from test_fuzz_modes import outputs
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
 

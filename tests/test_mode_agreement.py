@@ -13,6 +13,9 @@ import gradloop as gl
 from gradcheck import numerical_gradient
 from test_fuzz_modes import check
 
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch) -> None:

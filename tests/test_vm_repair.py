@@ -9,6 +9,7 @@ moves, as IREE's annotated output lists them, word by word (`vm_remaps.py`)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from iree import compiler
 from iree import runtime as rt
 
@@ -18,6 +19,9 @@ from gradloop._vm_repair import repair, separate_repeated_refs, widen_mixed_bloc
 from program_fuzz import Program
 from test_mode_agreement import SWITCHES_OF_CONDS
 from vm_remaps import misordered_branches
+
+#: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
+pytestmark = pytest.mark.slow
 
 B, F = "!vm.ref<!hal.buffer>", "!vm.ref<!hal.fence>"
 BB2 = f"^bb2(%0, %0, %f, %f : {B}, {B}, {F}, {F})"
