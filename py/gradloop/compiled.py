@@ -110,7 +110,7 @@ def _flags(
             flags.append("--iree-input-demote-f64-to-f32=false")
         if uses_f64 or not portable:
             # A system shared library instead of IREE's embedded ELF: f64 transcendentals link
-            # against libm, and linking takes about 40 ms less per module (what `jit` waits for).
+            # against libm, and linking takes less time per module (what `jit` waits for).
             flags.append("--iree-llvmcpu-link-embedded=false")
     elif uses_f64:
         if target == "vulkan-spirv":

@@ -284,6 +284,10 @@ pub fn numpy_view<'py>(
     Ok(array)
 }
 
+#[allow(
+    unsafe_code,
+    reason = "a numpy array over the tensor's storage, made read-only"
+)]
 fn view_as<'py, T: Element + numpy::Element>(
     t: &Tensor,
     owner: Bound<'py, PyAny>,
@@ -293,6 +297,8 @@ fn view_as<'py, T: Element + numpy::Element>(
     // Arc to it) keeps alive for the array's lifetime; storage is immutable and the array is made
     // read-only below, so no one can write through it.
     let array: Bound<'py, PyArrayDyn<T>> = unsafe { PyArray::borrow_from_array(&view, owner) };
+    // SAFETY: `array` is a live numpy array just made, so its object pointer is valid; clearing
+    // the writeable flag is the documented way to make it read-only.
     unsafe {
         (*array.as_array_ptr()).fields.flags &= !numpy::npyffi::NPY_ARRAY_WRITEABLE;
     }

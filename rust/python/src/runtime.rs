@@ -125,7 +125,7 @@ pub fn run<T: Send>(
 ///
 /// `TraceContext` over concrete values without a trace only executes kernels; running the same
 /// builder on `EagerContext` over plain tensors does exactly that, without converting every
-/// input and output between `Val` and `Tensor` (the eager hot path costs ~350 ns per op).
+/// input and output between `Val` and `Tensor` (the eager hot path).
 pub fn eager_ok<const N: usize>(inputs: &[Val; N]) -> bool {
     let concrete = inputs.iter().all(Val::is_concrete);
     concrete && phase() == Phase::Eager

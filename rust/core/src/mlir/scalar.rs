@@ -2,7 +2,7 @@
 //!
 //! IREE runs `scf` control flow on the host and every StableHLO op as a device dispatch, even on
 //! a `tensor<f64>`: a loop whose counter, predicate and state are scalars pays a dispatch, a
-//! fence and a read-back per op and iteration (about 20 µs on `local-task`). Scalar `arith` /
+//! fence and a read-back per op and iteration. Scalar `arith` /
 //! `math` ops instead run in IREE's VM on the host, tens of nanoseconds each (IREE's own
 //! detensoring pass is off by default since 3.x). So:
 //!

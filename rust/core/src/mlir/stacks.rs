@@ -18,10 +18,9 @@
 //!   stack_pop(s)     %n - 1; util.list.get %l[%n - 1]
 //! ```
 //!
-//! Measured with IREE 3.13 on the gradient of a scalar loop: the tensor buffer costs a device
-//! write and a read-back per push and pop, about 5 µs per iteration on `local-sync` and 30 µs on
-//! `local-task`; the list, set and read by IREE's VM, about 60 ns, linear up to 10^6
-//! iterations. A list is mutable, so a push is visible through every SSA name of the list; the
+//! With IREE 3.13 a tensor buffer costs a device write and a read-back per push and pop; the
+//! list, set and read by IREE's VM, costs a small fraction of that, linear in the iterations
+//! (`docs/notes.md`). A list is mutable, so a push is visible through every SSA name of the list; the
 //! gradient's stacks are used linearly (pushed by one loop, then only popped), and a pop reads
 //! without removing, so that is safe. Bool elements keep the tensor buffer (an `i1` list is
 //! not a VM type).
@@ -32,9 +31,9 @@
 //!
 //! Doubling makes the copies O(1) amortised per push as far as the IR goes, but IREE 3.13 does
 //! not update a buffer that `scf.while` carries in place: it copies the whole buffer on every
-//! trip, static shape or not (`benches/iree_loop_stacks.py`: 15, 59, 445 µs per push at 10^3,
-//! 4*10^3, 1.6*10^4 rows of 64 floats). With `EmitOptions::list_stacks` a stack of tensors is
-//! a `!util.list<?>` of buffer views instead, O(1) per push (2.4-2.8 µs flat):
+//! trip, static shape or not (`benches/iree_loop_stacks.py` measures the cost per push growing
+//! with the rows). With `EmitOptions::list_stacks` a stack of tensors is a `!util.list<?>` of
+//! buffer views instead, O(1) per push:
 //!
 //! ```text
 //!   stack_push(s, v) %b = hal.tensor.export %v; util.list.resize; util.list.set %l[%n], %b

@@ -30,6 +30,10 @@ const PARALLEL_CHUNK: usize = 1 << 14;
 /// A vector of `n` elements, chunk by chunk in parallel: `fill(start, chunk)` writes every
 /// element of `chunk`, those from `start` on. Each chunk is a plain loop over slices, which
 /// the compiler vectorises (a parallel iterator's `collect` writes one element at a time).
+#[allow(
+    unsafe_code,
+    reason = "writes the result in place, uninitialised before"
+)]
 fn collect_parallel<U: Element>(
     n: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync + Send,

@@ -27,9 +27,9 @@ use crate::shape::{broadcast_shapes, numel, Shape, ShapeDisplay, TensorType, DYN
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-/// Multiply-adds from which one product is split over threads. Measured (2 cores, AVX-512):
-/// below ~4M (64x128x512: ~55 us on one core) rayon's start-up and gemm's split packing cost
-/// more than the second core saves; many smaller products are spread one per task instead.
+/// Multiply-adds from which one product is split over threads: below it rayon's start-up and
+/// gemm's split packing cost more than a second core saves (measured on 2 cores with AVX-512);
+/// many smaller products are spread one per task instead.
 const GEMM_PARALLEL_FLOPS: usize = 1 << 22;
 
 /// `op_a(a) @ op_b(b)`, where `op_x` swaps the last two axes when `transpose_x` is set.
@@ -219,12 +219,12 @@ macro_rules! kernel {
 kernel!(f32 => gemm_product, f64 => gemm_product, i32 => loop_product, i64 => loop_product);
 
 /// Float products through gemm, which reads both operands through strides. Plain loops
-/// (AVX2, vectorised i-k-j rows and 16-lane dot products) were measured against it at the
-/// sizes of an RNN step and lost or tied: 1x64 @ 64x64 335 against 307 ns, its transposed form
-/// 256 against 135 ns, a 64x64 outer product 562 against 292 ns; gemm serves these without
-/// packing, so every float product goes through it. Many small
+/// (vectorised i-k-j rows and dot products) lost or tied against it at the sizes of an RNN step
+/// (vector times 64x64 matrix, its transpose, outer products; `docs/notes.md`): gemm serves
+/// these without packing, so every float product goes through it. Many small
 /// products are spread over threads one per task; large ones are split by gemm itself.
 /// Only instantiated for f32 and f64 (gemm panics on other types).
+#[allow(unsafe_code, reason = "gemm takes raw pointers and strides")]
 fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let flops = m * n * k;

@@ -63,10 +63,9 @@ fn reduce_infer(
     )])
 }
 
-/// Inputs below this many elements are reduced on one thread. Measured: one thread reduces
-/// about 10 elements per ns, so below it the work takes under ~25 us, which splitting over
-/// rayon barely beats (and loses to on a busy machine). Softmax rows and bias gradients of
-/// typical batches stay below it.
+/// Inputs below this many elements are reduced on one thread: one thread reduces them in less
+/// time than splitting over rayon saves (measured: `docs/notes.md`), and loses less on a busy
+/// machine. Softmax rows and bias gradients of typical batches stay below it.
 const PARALLEL_ELEMENTS: usize = 8 * PARALLEL_THRESHOLD;
 /// Input elements per parallel task.
 const TASK_ELEMENTS: usize = 2 * PARALLEL_THRESHOLD;

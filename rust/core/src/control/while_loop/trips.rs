@@ -1,6 +1,6 @@
 //! How many iterations of a `While` one trip of its emitted `scf.while` runs.
 //!
-//! A trip of an IREE loop costs about 2 µs on the host (fences, a queue submission, transient
+//! A trip of an IREE loop has a fixed cost on the host (fences, a queue submission, transient
 //! buffers) whatever its dispatches compute, so loops of cheap iterations run several per trip,
 //! recorded into the trip's one command buffer and submitted once. Two shapes:
 //!
@@ -29,13 +29,12 @@ use crate::tensor::Tensor;
 const UNROLL: usize = 32;
 
 /// Work (elements, or multiply-adds) one trip of a predicated loop may hold, which bounds what
-/// its last trip throws away: a trip's fixed cost in IREE (2-4 µs) is that of some ten
-/// thousand elements of arithmetic. W6's forward loop runs 8 iterations a trip at 2^16, 4 at
-/// 2^15 (its gradient 4.8-5.3 against 5.7-6.3 µs per step; 1.8 against 1.5 s to compile).
+/// its last trip throws away: a trip's fixed cost in IREE is that of some ten thousand
+/// elements of arithmetic (W6's forward loop runs 8 iterations a trip at this budget).
 const UNROLL_BUDGET: usize = 1 << 16;
 
 /// The most iterations per trip of an exact loop: past 8, a trip's fixed cost is a few percent
-/// of its iterations' (W6's gradient loop: 12.4, 10.3 and 8.8 µs per iteration at 1, 4 and 8).
+/// of its iterations' (measured on W6's gradient loop at 1, 4 and 8: `docs/notes.md`).
 const EXACT_UNROLL: usize = 8;
 
 /// Work one trip of an exact loop may hold (nothing is wasted: the bound is on code size and
@@ -104,9 +103,8 @@ pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
         .results
         .first()
         .is_some_and(|&r| scalar_of(cond, r, &host));
-    // Measured on W6: its forward loop with the gradient's pushes went from 4.2 to about 3 µs
-    // per iteration kept on the device; the loss alone from 4.0 to 3.7 (once the slice index
-    // of `xs[t]` stayed on the host: it was 5.2 before).
+    // Rank-0 state kept on the device within a trip, host values computed every iteration:
+    // one wait for the device per trip (W6's forward loop: `docs/notes.md`).
     let work = cond_work.saturating_add(body_work);
     let nodes = (cond_nodes + body_nodes).max(1);
     Ok(Predicated {
