@@ -412,17 +412,9 @@ impl<'l> Builder<'l> {
     }
 }
 
-/// The one dispatch from a construct's node kind to its `Lower` implementation.
+/// A construct's `Lower` implementation (`None` for arguments, constants and ops).
 fn construct_lowering(kind: &NodeKind) -> Option<&dyn Lower> {
-    match kind {
-        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
-        NodeKind::If(c) => Some(c),
-        NodeKind::Case(c) => Some(c),
-        NodeKind::While(c) => Some(c),
-        NodeKind::Call(c) => Some(c),
-        NodeKind::Variable(c) => Some(c),
-        NodeKind::Stack(c) => Some(c),
-    }
+    crate::graph::construct_as!(kind, Lower)
 }
 
 fn lower_construct(kind: &NodeKind, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {

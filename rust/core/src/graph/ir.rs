@@ -130,18 +130,30 @@ pub enum NodeKind {
     Stack(StackOp),
 }
 
+/// The construct behind a node kind as `&dyn $layer_trait` (`None` for `Arg`, `Const`, `Op`):
+/// the one match through which every layer reaches its construct trait, so a new construct is
+/// added here once and the compiler asks each layer for its trait.
+macro_rules! construct_as {
+    ($kind:expr, $layer_trait:path) => {
+        match $kind {
+            $crate::graph::NodeKind::Arg(_)
+            | $crate::graph::NodeKind::Const(_)
+            | $crate::graph::NodeKind::Op(_) => None,
+            $crate::graph::NodeKind::If(c) => Some(c as &dyn $layer_trait),
+            $crate::graph::NodeKind::Case(c) => Some(c as &dyn $layer_trait),
+            $crate::graph::NodeKind::While(c) => Some(c as &dyn $layer_trait),
+            $crate::graph::NodeKind::Call(c) => Some(c as &dyn $layer_trait),
+            $crate::graph::NodeKind::Variable(c) => Some(c as &dyn $layer_trait),
+            $crate::graph::NodeKind::Stack(c) => Some(c as &dyn $layer_trait),
+        }
+    };
+}
+pub(crate) use construct_as;
+
 impl NodeKind {
     /// The construct behind a control-flow or stateful node; `None` for `Arg`, `Const`, `Op`.
     pub fn construct(&self) -> Option<&dyn NodeRule> {
-        match self {
-            NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
-            NodeKind::If(c) => Some(c),
-            NodeKind::Case(c) => Some(c),
-            NodeKind::While(c) => Some(c),
-            NodeKind::Call(c) => Some(c),
-            NodeKind::Variable(c) => Some(c),
-            NodeKind::Stack(c) => Some(c),
-        }
+        construct_as!(self, NodeRule)
     }
 
     /// The construct written `keyword(...) {attrs}` in graph text, if one answers to it.

@@ -66,6 +66,7 @@ mod verify_tests;
 
 pub use builder::FunctionBuilder;
 pub use constructs::{join_types, joined_results, Check};
+pub(crate) use ir::construct_as;
 pub use ir::{builtin_names, Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 pub use ir::{
     tensor_types_compatible, Constant, Function, Location, Node, NodeId, NodeKind, Port, ValueType,

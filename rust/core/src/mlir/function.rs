@@ -154,17 +154,9 @@ pub(crate) trait EmitMlir {
     fn stack_pushes(&self, flow: &PushFlow<'_>, ins: &[Pushes], n: usize) -> Option<Vec<Pushes>>;
 }
 
-/// The one dispatch from a construct's node kind to its `EmitMlir` implementation.
+/// A construct's `EmitMlir` implementation (`None` for arguments, constants and ops).
 pub(crate) fn construct_emitter(kind: &NodeKind) -> Option<&dyn EmitMlir> {
-    match kind {
-        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
-        NodeKind::If(c) => Some(c),
-        NodeKind::Case(c) => Some(c),
-        NodeKind::While(c) => Some(c),
-        NodeKind::Call(c) => Some(c),
-        NodeKind::Variable(c) => Some(c),
-        NodeKind::Stack(c) => Some(c),
-    }
+    crate::graph::construct_as!(kind, EmitMlir)
 }
 
 /// Emits the functions of one library into an `Emitter`.

@@ -60,17 +60,9 @@ pub(crate) enum Threading<'a> {
     NoCallees,
 }
 
-/// The one dispatch from a construct's node kind to its `PassRules`.
+/// A construct's `PassRules` (`None` for arguments, constants and ops).
 pub(crate) fn construct_rules(kind: &NodeKind) -> Option<&dyn PassRules> {
-    match kind {
-        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => None,
-        NodeKind::If(c) => Some(c),
-        NodeKind::Case(c) => Some(c),
-        NodeKind::While(c) => Some(c),
-        NodeKind::Call(c) => Some(c),
-        NodeKind::Variable(c) => Some(c),
-        NodeKind::Stack(c) => Some(c),
-    }
+    crate::graph::construct_as!(kind, PassRules)
 }
 
 /// `kind`'s threading; `NoCallees` for what is not a construct.
