@@ -1,16 +1,15 @@
 """IREE's compiler through its C embedding API (`iree.compiler.api`), in a worker process that
 this process starts once and keeps.
 
-`iree.compiler.compile_str` starts an `iree-compile` process per module; here one worker
-process loads the library once (about 80 ms, started in the background by `warm_up`) and each
-later module costs only its pass pipeline and two pipe transfers (W7's: about 180 ms against 300
-through `iree-compile`). The worker is what bounds a compile: IREE cannot be interrupted in
-process, and some modules never finish (a 45-line loop sat in IREE's passes for more than ten
-minutes). A compile that runs past its `timeout` has its worker killed and raises
-`CompileTimeout`; the next compile starts a fresh worker. The caller waits with the GIL released,
-so Python keeps running while a module compiles in the background (`gl.jit(tiered=True)`).
-Diagnostics are collected through the API's callback and raised as a `CompilerFailure` carrying
-IREE's messages (`error:` lines first), as `iree-compile` prints them.
+`iree.compiler.compile_str` starts an `iree-compile` process per module; here one worker process
+loads the library once (started in the background by `warm_up`) and each later module costs only
+its pass pipeline and two pipe transfers (`docs/notes.md` has the figures). The worker is what
+bounds a compile: IREE cannot be interrupted in process, and some modules never finish (a 45-line
+loop sat in IREE's passes for more than ten minutes). A compile that runs past its `timeout` has
+its worker killed and raises `CompileTimeout`; the next compile starts a fresh worker. The caller
+waits with the GIL released, so Python keeps running while a module compiles in the background
+(`gl.jit(tiered=True)`). Diagnostics are collected through the API's callback and raised as a
+`CompilerFailure` carrying IREE's messages (`error:` lines first), as `iree-compile` prints them.
 
 `iree.compiler.api`'s Python classes declare part of the C API; the calls that choose the
 phases to compile from and to and that deliver diagnostics to a callback exist in the same
@@ -66,7 +65,7 @@ def timeout_s() -> float:
 
 def _load() -> Any:
     """`iree.compiler.api`'s ctypes module, the library loaded and the missing calls declared
-    (importing it loads and initialises the compiler: about 80 ms)."""
+    (importing it loads and initialises the compiler, which takes a while)."""
     global _api
     if _api is None:
         from iree.compiler.api import ctypes_dl
@@ -248,8 +247,7 @@ def _stop_worker() -> None:
 def warm_up() -> None:
     """Starts the compiler's worker process (once per process; it loads IREE while the caller
     goes on), so that the first compile does not wait for it. It compiles nothing: a compile
-    beside the caller's first one would take a core from it (measured: a warm-up compile made
-    an immediate first call 40 ms slower, and one 0.5 s later 50 ms faster)."""
+    beside the caller's first one would take a core from it (measured: `docs/notes.md`)."""
     with _lock:
         _running_worker()
 

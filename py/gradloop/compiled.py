@@ -67,7 +67,7 @@ def driver(target: str, facts: dict[str, Any]) -> str:
     steps through IREE's VM and synchronises with the host (`local-task` hands each step to its
     pool, several times slower per trip: benches/driver_overhead.py); `local-task` (dispatches
     spread over the cores) for loop-free modules and those with ops of `DENSE_WORK` or more,
-    whose dispatches outweigh the hand-offs (the MLP step: 1.0 vs 1.5 ms). A module holding
+    whose dispatches outweigh the hand-offs (the MLP step, `docs/notes.md`). A module holding
     tensor stacks as lists of buffer views (`facts["list_stacks"]`) runs on `local-sync`
     always: IREE 3.13 lets a pushed view into its list before an asynchronous device has
     allocated its buffer, and a later pop fails ("transient buffer has not been committed",
