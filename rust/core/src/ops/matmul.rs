@@ -202,7 +202,7 @@ impl Plan {
 }
 
 /// The matmul kernel of one element type: writes every batch element's product into `out`
-/// (zeroed, row-major [batch, m, n]).
+/// (row-major [batch, m, n]; whatever it held before is overwritten).
 trait Kernel: Arith {
     fn product(plan: &Plan, a: &[Self], b: &[Self], out: &mut [Self]);
 }
@@ -229,9 +229,11 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let flops = m * n * k;
     if flops == 0 {
+        out.fill(T::zero()); // an empty contraction sums nothing
         return;
     }
     let ((ars, acs), (brs, bcs)) = (plan.a_strides, plan.b_strides);
+    // gemm overwrites `dst` (`read_dst` false): no zeroing first.
     // SAFETY: `Plan::fits` checked that every element gemm reads lies inside `a` and `b`;
     // `dst` holds exactly m * n elements, written with row stride n.
     #[rustfmt::skip]
@@ -259,6 +261,7 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
 /// Integer products, one output row at a time in i-k-j order: the innermost loop walks a row
 /// of b and the output row contiguously (unless b is transposed). Wrapping, as numpy.
 fn loop_product<T: Arith>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
+    out.fill(T::zero()); // the rows accumulate
     if out.is_empty() {
         return;
     }
@@ -346,9 +349,7 @@ impl OpDef for MatMul {
                         let msg = "the kernel plan reaches outside an operand";
                         return Err(Error::internal("matmul", msg));
                     }
-                    let out = dest::output::<T>(outs, 0)?;
-                    out.fill(T::zero());
-                    T::product(&plan, xs, ys, out);
+                    T::product(&plan, xs, ys, dest::output::<T>(outs, 0)?);
                     Ok(())
                 }))
             },

@@ -275,3 +275,40 @@ fn transposed_operand_gradients_match_finite_differences() {
         gradcheck::check_gradients(&f, &[a, b]);
     }
 }
+
+#[test]
+fn destination_kernels_overwrite_what_the_buffer_held() {
+    // Compiled frames reuse buffers between iterations: the kernel must not read them.
+    let cases: &[(&[usize], &[usize], bool, bool)] = &[
+        (&[1, 64], &[64, 64], false, false),
+        (&[1, 64], &[1, 64], true, false),
+        (&[3, 2, 5], &[5, 4], false, false),
+        (&[3, 0], &[0, 4], false, false),
+        (&[2, 3], &[4, 3], false, true),
+    ];
+    for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+        for &(sa, sb, ta, tb) in cases {
+            let op = MatMul {
+                transpose_a: ta,
+                transpose_b: tb,
+            };
+            let (a, b) = (data(sa, 3, dtype), data(sb, 4, dtype));
+            let want = op.compute(&[a.clone(), b.clone()], &[]).unwrap().remove(0);
+            let kernel = op
+                .kernel_into(&[a.ty().clone(), b.ty().clone()], &[want.ty().clone()])
+                .unwrap();
+            crate::with_dtype!(dtype, T, {
+                let storage = |t: &Tensor| T::into_storage(t.as_slice::<T>().unwrap().to_vec());
+                let (xs, ys) = (storage(&a), storage(&b));
+                let mut out = [T::into_storage(vec![T::from_f64(7.0); want.numel()])];
+                kernel(&[&xs, &ys], &mut out).unwrap();
+                let got = T::slice(&out[0]).unwrap();
+                assert_eq!(
+                    got,
+                    want.as_slice::<T>().unwrap(),
+                    "{dtype:?} {sa:?} {sb:?}"
+                );
+            });
+        }
+    }
+}
