@@ -16,6 +16,7 @@ import gradloop as gl
 from gradloop import _compiler, _runtime, _workarounds, compiled
 from program_fuzz import Program
 from test_fuzz_modes import outputs
+from test_mode_agreement import ONE_BUFFER_PASSED_TWICE, ONLY_WITHOUT_MULTI_USE_FUSION
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
@@ -116,11 +117,7 @@ def test_canary_nested_regions_are_refused_as_scf() -> None:
 
 
 def test_canary_multi_use_fusion_refuses_a_second_order_gradient() -> None:
-    term = (
-        "mul",
-        (("mul", (("leaf", "tanh"), ("leaf", "sin"))), ("add", (("leaf", "x"), ("leaf", "v")))),
-    )
-    program = Program(("add", (term, term)))
+    program = Program(ONLY_WITHOUT_MULTI_USE_FUSION)
     with pytest.raises(gl.errors.CompileError, match="workgroup distributed contexts"):
         outputs(program, form_stage(ROLLED))
     flags = _workarounds.choices("no_multi_use_fusion")[1]
@@ -134,13 +131,7 @@ def test_canary_multi_use_fusion_refuses_a_second_order_gradient() -> None:
 
 
 def test_canary_a_buffer_passed_twice_arrives_null() -> None:
-    switch = (
-        "switch",
-        [("add", (("leaf", "v"), ("leaf", "x"))), ("add", (("leaf", "cube"), ("leaf", "x")))],
-        False,
-    )
-    loop = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
-    program = Program(("mul", (switch, ("cond", -0.838163042084838, (loop, ("leaf", "x"))))))
+    program = Program(ONE_BUFFER_PASSED_TWICE)
     with pytest.raises(IndexError, match="indirect buffer reference slot 0 is out range"):
         outputs(program, form_stage(ROLLED, repair=False))
     eager = outputs(program, lambda f: f)

@@ -473,15 +473,18 @@ def test_fuzz_found_a_cond_in_a_switch_miscompiled_without_a_barrier_on_every_re
     check(("switch", [branch, branch], True))
 
 
+_TERM = (
+    "mul",
+    (("mul", (("leaf", "tanh"), ("leaf", "sin"))), ("add", (("leaf", "x"), ("leaf", "v")))),
+)
+#: No control flow: iree-compile 3.13 refused its second-order gradient ("'linalg.generic' op
+#: write affecting operations on global resources are restricted to workgroup distributed
+#: contexts") unless `--iree-dispatch-creation-fuse-multi-use=false`.
+ONLY_WITHOUT_MULTI_USE_FUSION = ("add", (_TERM, _TERM))
+
+
 def test_fuzz_found_a_module_that_compiles_only_without_multi_use_fusion() -> None:
-    # No control flow: iree-compile 3.13 refused the second-order gradient ("'linalg.generic'
-    # op write affecting operations on global resources are restricted to workgroup
-    # distributed contexts") unless `--iree-dispatch-creation-fuse-multi-use=false`.
-    term = (
-        "mul",
-        (("mul", (("leaf", "tanh"), ("leaf", "sin"))), ("add", (("leaf", "x"), ("leaf", "v")))),
-    )
-    check(("add", (term, term)))
+    check(ONLY_WITHOUT_MULTI_USE_FUSION)
 
 
 def test_fuzz_found_a_loop_hessian_that_failed_in_every_form() -> None:
@@ -518,18 +521,21 @@ def test_fuzz_found_a_loop_hessian_that_failed_in_every_form() -> None:
     np.testing.assert_allclose(hx, directional, rtol=1e-5, atol=1e-7)
 
 
+_SWITCH = (
+    "switch",
+    [("add", (("leaf", "v"), ("leaf", "x"))), ("add", (("leaf", "cube"), ("leaf", "x")))],
+    False,
+)
+_LOOP = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
+#: IREE 3.13 failed this one as it ran in every form and with every flag ("indirect buffer
+#: reference slot 0 is out range"): its bytecode passed one buffer (two loop-carried tensors
+#: packed into one allocation) twice on a loop's entry branch and moved it out for the first,
+#: leaving null for the second. The VM repair (`_vm_repair.py`) copies the repeat.
+ONE_BUFFER_PASSED_TWICE = ("mul", (_SWITCH, ("cond", -0.838163042084838, (_LOOP, ("leaf", "x")))))
+
+
 def test_fuzz_found_a_loop_entry_passing_one_buffer_twice() -> None:
-    # IREE 3.13 failed this one as it ran in every form and with every flag ("indirect buffer
-    # reference slot 0 is out range"): its bytecode passed one buffer (two loop-carried tensors
-    # packed into one allocation) twice on a loop's entry branch and moved it out for the
-    # first, leaving null for the second. The VM repair (`_vm_repair.py`) copies the repeat.
-    switch = (
-        "switch",
-        [("add", (("leaf", "v"), ("leaf", "x"))), ("add", (("leaf", "cube"), ("leaf", "x")))],
-        False,
-    )
-    loop = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
-    check(("mul", (switch, ("cond", -0.838163042084838, (loop, ("leaf", "x"))))))
+    check(ONE_BUFFER_PASSED_TWICE)
 
 
 #: A cond over two switches whose branches are conds (the shrunk program); its gradient records
