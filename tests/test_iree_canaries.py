@@ -16,7 +16,11 @@ import gradloop as gl
 from gradloop import _compiler, _runtime, _workarounds, compiled
 from program_fuzz import Program
 from test_fuzz_modes import outputs
-from test_mode_agreement import ONE_BUFFER_PASSED_TWICE, ONLY_WITHOUT_MULTI_USE_FUSION
+from test_mode_agreement import (
+    ONE_BUFFER_PASSED_TWICE,
+    ONLY_WITHOUT_MULTI_USE_FUSION,
+    cond_while_cond,
+)
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
@@ -56,20 +60,22 @@ def loop_loss(x, n):
 
 
 def test_canary_list_stacks_fail_on_an_asynchronous_device() -> None:
-    # A race: about one call in three failed with IREE 3.13; in 50 calls, one at least.
-    x, n = gl.tensor(np.array([0.3, -0.8])), gl.tensor(25)
+    # A race: with 25 trips some processes never lose it; with 200, about 9 calls in 10 failed
+    # in every process tried (IREE 3.13). Up to 200 calls, until one fails.
+    x, n = gl.tensor(np.array([0.3, -0.8])), gl.tensor(200)
     form = {"list_stacks": True, "yield_barriers": "all", "unroll_loops": False}
     concrete, mlir, facts = module_of(gl.value_and_grad(loop_loss), x, n, **form)
     assert facts["tensor_stacks"]
     vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, False, (), True)
-    failures = []
-    for _ in range(50):
+    failure = None
+    for _ in range(200):
         try:
             run(concrete, vmfb, x, n, driver="local-task")
         except (RuntimeError, ValueError) as e:  # as IREE's runtime raises them
-            failures.append(str(e))
-    assert failures, "no call failed: retire the list stacks' restriction to local-sync"
-    assert all("transient buffer has not been committed" in f for f in failures)
+            failure = str(e)
+            break
+    assert failure is not None, "no call failed: retire the list stacks' restriction to local-sync"
+    assert "transient buffer has not been committed" in failure
 
 
 def form_stage(form: dict, cf: bool = False, flags: tuple[str, ...] = (), repair: bool = True):
@@ -93,17 +99,6 @@ def form_stage(form: dict, cf: bool = False, flags: tuple[str, ...] = (), repair
 
 
 ROLLED = {"list_stacks": False, "yield_barriers": "all", "unroll_loops": False}
-
-
-def cond_while_cond(x):
-    def body(i, h):
-        h2 = gl.cond(gl.sum(h) > 0.0, lambda: gl.sin(h) * 1.1, lambda: h * 0.9)
-        return i + 1, h2
-
-    def outer():
-        return gl.while_loop(lambda i, h: i < 3, body, (gl.tensor(0), x))[1]
-
-    return gl.sum(gl.cond(gl.sum(x) > -5.0, outer, lambda: x))
 
 
 def test_canary_nested_regions_are_refused_as_scf() -> None:
