@@ -423,10 +423,12 @@ def emit_while(
     loop_vars: Sequence[TensorLike],
     maximum_iterations: int | None = None,
     parallel_iterations: int = 10,
+    checkpoints: int | None = None,
 ) -> list[Tensor]:
     """A `while` node: `cond` and `body` were traced with the loop variables' types as their
     parameters (`body` returns the next loop variables). Returns the final loop variables;
-    active tapes record it (its gradient is a reverse `while` over stacks)."""
+    active tapes record it (its gradient is a reverse `while` over stacks, or over
+    `checkpoints` snapshots of the loop variables when given)."""
 
 def emit_custom_call(
     inputs: Sequence[TensorLike],

@@ -242,6 +242,18 @@ def check_parallel_iterations(fn: str, value: Any) -> int:
     return int(value)
 
 
+def check_checkpoints(fn: str, value: Any) -> int | None:
+    """None (stacks), or a positive Python int: how many loop states the gradient keeps. A
+    static attribute, so a tensor is refused even when it holds an int."""
+    if value is None:
+        return None
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        fail(fn, f"checkpoints must be None or a positive int; got {describe(value)}")
+    if not 1 <= value < 2**31:
+        fail(fn, f"checkpoints must be None or a positive int (below 2**31); got {int(value)}")
+    return int(value)
+
+
 def convert_loop_vars(fn: str, loop_vars: Any) -> Any:
     """Loop variables as a structure of tensors (Python scalars and numpy arrays converted)."""
     flat = nest.flatten_with_paths(loop_vars)

@@ -118,6 +118,7 @@ def while_loop(
     *,
     maximum_iterations: Any = None,
     parallel_iterations: int = 10,
+    checkpoints: int | None = None,
 ) -> Any:
     """Repeats `body` while `cond` is true, starting from `loop_vars`.
 
@@ -152,10 +153,11 @@ def while_loop(
     _validate.check_callable("while_loop", "body", body)
     _validate.check_parallel_iterations("while_loop", parallel_iterations)
     limit = _validate.check_maximum_iterations("while_loop", maximum_iterations)
+    checkpoints = _validate.check_checkpoints("while_loop", checkpoints)
     loop_vars = _validate.convert_loop_vars("while_loop", loop_vars)
     call = _caller(isinstance(loop_vars, (tuple, list)))
     if _core.mode() == "tracing":
-        return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations)
+        return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
     values, i = loop_vars, 0
     while limit is None or i < limit:
         if not _validate.check_predicate("while_loop", call(cond, values), "the result of cond"):
@@ -205,6 +207,7 @@ def _graph_while(
     call: Callable[[Callable[..., Any], Any], Any],
     limit: int | None,
     parallel_iterations: int,
+    checkpoints: int | None = None,
 ) -> Any:
     """Traces cond and body over symbolic loop variables and emits a `While` node."""
     flat = nest.flatten(loop_vars)
@@ -226,5 +229,5 @@ def _graph_while(
 
     cond_fn = _traced("while_cond", specs, run_cond)
     body_fn = _traced("while_body", specs, run_body)
-    outputs = _core.emit_while(cond_fn, body_fn, flat, limit, parallel_iterations)
+    outputs = _core.emit_while(cond_fn, body_fn, flat, limit, parallel_iterations, checkpoints)
     return nest.pack_sequence_as(loop_vars, outputs)

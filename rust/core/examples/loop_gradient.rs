@@ -47,6 +47,7 @@ fn program() -> Result<Graph> {
         body: "grow_body".into(),
         maximum_iterations: None,
         parallel_iterations: 10,
+        checkpoints: None,
     });
     let grown = main.add_call_node(grow, &params, &library)?;
     let squashed = main.add_op1(unary::Tanh, &[grown[0]], None)?;

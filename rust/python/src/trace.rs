@@ -186,9 +186,10 @@ pub fn emit_case(
 }
 
 /// `While(loop_vars..., captures...)`: `cond` and `body` were traced with the loop variables'
-/// types as parameters. Returns the final loop variables.
+/// types as parameters. Returns the final loop variables. With `checkpoints`, the gradient keeps
+/// that many snapshots of the loop variables instead of stacks.
 #[pyfunction]
-#[pyo3(signature = (cond, body, loop_vars, maximum_iterations=None, parallel_iterations=10))]
+#[pyo3(signature = (cond, body, loop_vars, maximum_iterations=None, parallel_iterations=10, checkpoints=None))]
 pub fn emit_while(
     py: Python<'_>,
     cond: &Bound<'_, PyBranch>,
@@ -196,6 +197,7 @@ pub fn emit_while(
     loop_vars: &Bound<'_, PyAny>,
     maximum_iterations: Option<i64>,
     parallel_iterations: u32,
+    checkpoints: Option<u32>,
 ) -> PyResult<Vec<PyTensor>> {
     let seq = loop_vars.cast::<PySequence>()?;
     let vars: Vec<Val> = (0..seq.len()?)
@@ -206,6 +208,7 @@ pub fn emit_while(
         body: body.get().inner.clone(),
         maximum_iterations,
         parallel_iterations,
+        checkpoints,
     };
     run(py, 0, move |ctx| {
         gradloop::control::emit_while(ctx, &functions, &vars)

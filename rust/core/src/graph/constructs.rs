@@ -37,6 +37,9 @@ pub struct While {
     pub body: String,
     pub maximum_iterations: Option<i64>,
     pub parallel_iterations: u32,
+    /// With `Some(c)`, the gradient keeps c snapshots of the loop variables and recomputes
+    /// trips from them (`control::while_loop::checkpointed`) instead of stacking residuals.
+    pub checkpoints: Option<u32>,
 }
 
 /// `(operands...) -> function(operands...)`. With `gradient` (a `custom_gradient` traced in

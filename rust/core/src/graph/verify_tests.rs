@@ -208,6 +208,7 @@ fn rejects_bad_while_and_call_nodes() {
             body: "w_body".into(),
             maximum_iterations: Some(-1),
             parallel_iterations: 1,
+            checkpoints: None,
         });
     });
     rejects(&iters, &["maximum_iterations must be >= 0"]);
@@ -249,6 +250,7 @@ fn errors_inside_nested_functions_name_that_function() {
             body: "n_then".into(),
             maximum_iterations: None,
             parallel_iterations: 10,
+            checkpoints: None,
         });
     });
     rejects(

@@ -76,6 +76,7 @@ fn run_loop(im: &mut Importer<'_>, cond: Branch, body: Branch, x: &[Val]) -> Res
         body,
         maximum_iterations: None,
         parallel_iterations: 10,
+        checkpoints: im.checkpoints,
     };
     emit_while(im.ctx(), &functions, x)
 }

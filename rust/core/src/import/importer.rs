@@ -32,6 +32,8 @@ pub(crate) struct Importer<'m> {
     calls: Vec<String>,
     /// Shown instead of `-` (the name MLIR gives text parsed from memory) in locations.
     source: &'m str,
+    /// What every imported loop's gradient keeps (`While::checkpoints`).
+    pub checkpoints: Option<u32>,
 }
 
 /// An error from an import problem (unsupported op, attribute or type): a `Compile` error.
@@ -58,6 +60,7 @@ impl<'m> Importer<'m> {
             copies: HashMap::new(),
             calls: Vec::new(),
             source,
+            checkpoints: None,
         }
     }
 

@@ -118,6 +118,7 @@ fn while_kind(prefix: &str, maximum_iterations: Option<i64>) -> NodeKind {
         body: format!("{prefix}body"),
         maximum_iterations,
         parallel_iterations: 10,
+        checkpoints: None,
     })
 }
 

@@ -116,6 +116,7 @@ pub(crate) fn while_kind(cond: &str, body: &str, maximum_iterations: Option<i64>
         body: body.into(),
         maximum_iterations,
         parallel_iterations: 10,
+        checkpoints: None,
     })
 }
 

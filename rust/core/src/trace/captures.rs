@@ -35,6 +35,7 @@ pub struct LoopFunctions {
     pub body: Branch,
     pub maximum_iterations: Option<i64>,
     pub parallel_iterations: u32,
+    pub checkpoints: Option<u32>,
 }
 
 pub(crate) fn tracer_of(ctx: &dyn Context<Val>, what: &str) -> Result<super::TracerRef> {

@@ -402,6 +402,8 @@ pub(crate) struct Built {
 pub(crate) enum ExtraInput {
     Zero(DType),
     EmptyStack(TensorType),
+    /// A tensor of this type, every element the value.
+    Fill(TensorType, f64),
 }
 
 impl ControlGradient {
@@ -459,6 +461,7 @@ impl ControlGradient {
         for extra in &built.forward_extra {
             inputs.push(match extra {
                 ExtraInput::Zero(dtype) => build::fill(ctx, *dtype, &[], 0.0)?,
+                ExtraInput::Fill(t, value) => build::fill(ctx, t.dtype, &t.shape, *value)?,
                 ExtraInput::EmptyStack(t) => ctx
                     .apply_node(&NodeKind::Stack(StackOp::New { element: t.clone() }), &[])?
                     .remove(0),

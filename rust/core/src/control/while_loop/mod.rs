@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 mod bounds;
+mod checkpointed;
 mod loop_vars;
 mod trips;
 
@@ -68,6 +69,9 @@ impl NodeRule for While {
             attrs.push(("maximum_iterations", Attr::Int(m).to_string()));
         }
         attrs.push(("parallel_iterations", self.parallel_iterations.to_string()));
+        if let Some(c) = self.checkpoints {
+            attrs.push(("checkpoints", c.to_string()));
+        }
         attrs
     }
 
@@ -83,12 +87,18 @@ impl NodeRule for While {
             body: next(&self.body),
             maximum_iterations: self.maximum_iterations,
             parallel_iterations: self.parallel_iterations,
+            checkpoints: self.checkpoints,
         })
     }
 
     fn check(&self, library: &Library, vars: &[&ValueType], outs: &[&ValueType]) -> Check {
-        if self.maximum_iterations.is_some_and(|m| m < 0) || self.parallel_iterations == 0 {
-            return Err("maximum_iterations must be >= 0 and parallel_iterations >= 1".into());
+        if self.maximum_iterations.is_some_and(|m| m < 0)
+            || self.parallel_iterations == 0
+            || self.checkpoints == Some(0)
+        {
+            return Err(
+                "maximum_iterations must be >= 0, parallel_iterations and checkpoints >= 1".into(),
+            );
         }
         let bool_scalar = ValueType::Tensor(TensorType::scalar(DType::Bool));
         check_call(library, "cond", &self.cond, vars, &[&bool_scalar])?;
@@ -119,6 +129,7 @@ impl ParseNode for While {
             body: attrs.function("body")?,
             maximum_iterations: attrs.optional_int("maximum_iterations")?,
             parallel_iterations: attrs.int("parallel_iterations")?,
+            checkpoints: attrs.optional_int("checkpoints")?,
         })
     }
 }
@@ -519,6 +530,7 @@ impl Augment for While {
             body,
             maximum_iterations,
             parallel_iterations,
+            checkpoints,
         } = self;
         let body_fn = function(tracer, body)?;
         let cond_fn = function(tracer, cond)?;
@@ -551,6 +563,17 @@ impl Augment for While {
             carried.extend(grown);
             carried.sort_unstable();
         };
+        if let Some(c) = *checkpoints {
+            let lp = checkpointed::Loop {
+                cond: &cond_fn,
+                body: &body_fn,
+                carried: &carried,
+                float_vars: &float_vars,
+                maximum_iterations: *maximum_iterations,
+                parallel_iterations: *parallel_iterations,
+            };
+            return checkpointed::augment(tracer, &lp, &d, c);
+        }
         // Which residuals are stacked, which are loop invariant.
         let mut stacked: Vec<usize> = Vec::new();
         let mut invariant: Vec<(usize, usize)> = Vec::new(); // (residual, var)
@@ -658,6 +681,7 @@ impl Augment for While {
                 body: fwd_body,
                 maximum_iterations: *maximum_iterations,
                 parallel_iterations: *parallel_iterations,
+                checkpoints: None,
             }),
             forward_extra,
             backward: NodeKind::While(While {
@@ -665,6 +689,7 @@ impl Augment for While {
                 body: grad_body,
                 maximum_iterations: None,
                 parallel_iterations: *parallel_iterations,
+                checkpoints: None,
             }),
             backward_outputs: (n..n + 1 + stacked.len()).collect(),
             backward_inputs: invariant.iter().map(|&(_, i)| i).collect(),
@@ -968,6 +993,7 @@ pub fn emit_while(
         body: body[0].clone(),
         maximum_iterations: functions.maximum_iterations,
         parallel_iterations: functions.parallel_iterations,
+        checkpoints: functions.checkpoints,
     });
     let mut inputs = vars.to_vec();
     inputs.extend(captures);

@@ -1,0 +1,604 @@
+//! The gradient of a `While` with `checkpoints = c`: c snapshots of the loop variables instead
+//! of a stack per residual, so its memory does not depend on the trip count.
+//!
+//! ```text
+//!   forward:  (vars, step, bufs, steps, placement) -> before each trip, the placement picks
+//!             a slot (or none) for the state x_step: bufs[v][slot] = x_step[v]; steps[slot] = step
+//!   backward: (cotangents, g = trips, bufs, steps, invariants) while g > 0:
+//!               x = the kept state x_at with the greatest at < g
+//!               advance (an inner While): x = body(x) until at = g - 1, keeping states in
+//!                 free slots where treeverse says (halfway, or every one when they suffice)
+//!               the body's forward and backward functions on x_{g-1}: cotangents of x_{g-1}
+//!               g -= 1; slots of states at or past g are freed
+//! ```
+//!
+//! The placement is Stumm and Walther's online Algorithm I up to (c+1)(c+2)/2 - 1 trips, then
+//! the dynamic checkpointing of Wang, Moin and Iaccarino (levels, dispensable slots); the
+//! backward pass is Griewank's treeverse. `py/gradloop/_checkpoints.py` holds the same schedule
+//! in plain Python, with the proofs of its bounds as tests; here it is graph IR of scalar and
+//! `[c]` integer ops, so the executor, the interpreter, the MLIR emitter and the tape all run
+//! it as they run any program (its own gradient, for second derivatives, uses stacks).
+//!
+//! Every snapshot buffer has c + 1 rows: a state that is not kept goes to row c, so the
+//! program has no branch and every shape is static. Loop variables the body passes through
+//! unchanged are not kept: the backward node takes them from the loop's inputs.
+
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result};
+use crate::graph::{inline_into, Function, FunctionBuilder, NodeKind, Port, ValueType, While};
+use crate::ops::{binary, creation, index, layout, reduce, unary, Op};
+use crate::shape::{TensorType, DYN};
+use crate::tensor::Tensor;
+use crate::trace::gradients::{add_function, function, Built, Differentiated, ExtraInput};
+use crate::trace::TracerRef;
+
+/// The loop being differentiated, as `Augment for While` found it.
+pub(super) struct Loop<'a> {
+    pub cond: &'a Function,
+    pub body: &'a Function,
+    /// Loop variables whose cotangents the backward loop carries (sorted).
+    pub carried: &'a [usize],
+    /// Loop variables the body's backward function returns gradients for, in its order.
+    pub float_vars: &'a [usize],
+    pub maximum_iterations: Option<i64>,
+    pub parallel_iterations: u32,
+}
+
+/// Builds the forward and backward `While` nodes of a loop checkpointed with `c` snapshots.
+pub(super) fn augment(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    c: u32,
+) -> Result<Built> {
+    let n = lp.body.params.len();
+    let types = &lp.body.params;
+    let kept: Vec<usize> = (0..n).filter(|&i| !d.passthrough[i]).collect();
+    let kept_types = kept
+        .iter()
+        .map(|&i| match &types[i] {
+            ValueType::Tensor(t) if !t.shape.contains(&DYN) => Ok(t.clone()),
+            other => Err(Error::new(
+                ErrorKind::ControlFlow,
+                "while_loop",
+                format!(
+                    "checkpoints={c} keeps snapshots of the loop variables the body changes, \
+                     which must be tensors of static shape; loop variable {i} is {other}"
+                ),
+            )),
+        })
+        .collect::<Result<Vec<TensorType>>>()?;
+    let invariant: Vec<usize> = (0..n).filter(|&i| d.passthrough[i]).collect();
+    let c = c as usize;
+    let schedule = Schedule::new(c);
+    let buffer_types: Vec<ValueType> = kept_types
+        .iter()
+        .map(|t| {
+            let mut shape = vec![c + 1];
+            shape.extend_from_slice(&t.shape);
+            ValueType::tensor(t.dtype, &shape)
+        })
+        .collect();
+    let nk = kept.len();
+
+    // Forward loop variables: (vars, step, bufs, steps, placement).
+    let mut fparams = types.clone();
+    fparams.push(i64_type(&[]));
+    fparams.extend(buffer_types.iter().cloned());
+    fparams.push(i64_type(&[c]));
+    fparams.extend(Placement::types(c));
+    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_fwd", lp.body.name), fparams.clone());
+    let step = args[n];
+    let (bufs, steps) = (&args[n + 1..n + 1 + nk], args[n + 1 + nk]);
+    let placement = Placement::from_ports(&args[n + 2 + nk..]);
+    let mut ir = Ir { b: &mut b };
+    let (slot, placement) = schedule.place(&mut ir, step, steps, &placement)?;
+    let row = schedule.row(&mut ir, slot)?;
+    let mut results_after: Vec<Port> = Vec::new();
+    for (k, &i) in kept.iter().enumerate() {
+        results_after.push(ir.write_row(bufs[k], args[i], row, &kept_types[k])?);
+    }
+    let steps = schedule.record(&mut ir, steps, slot, step)?;
+    let next = ir.add(step, 1)?;
+    let (res, effects) = inline_into(&mut b, lp.body, &args[..n])?;
+    let mut results: Vec<Port> = res[..n].to_vec();
+    results.push(next);
+    results.extend(results_after);
+    results.push(steps);
+    results.extend(placement.ports());
+    let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
+    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_fwd", lp.cond.name), fparams);
+    let (res, _) = inline_into(&mut b, lp.cond, &args[..n])?;
+    let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+
+    // Backward loop variables: (cotangents, trips left, bufs, steps, invariant vars).
+    let bwd = function(tracer, &d.backward)?;
+    let fwd = function(tracer, &d.forward)?;
+    let nc = lp.carried.len();
+    let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
+    bparams.push(i64_type(&[]));
+    bparams.extend(buffer_types.iter().cloned());
+    bparams.push(i64_type(&[c]));
+    bparams.extend(invariant.iter().map(|&i| types[i].clone()));
+    let advance = advance_loop(tracer, lp, &schedule, &kept, &kept_types, &buffer_types)?;
+    let (mut b, args) =
+        FunctionBuilder::new(format!("{}_ckpt_grad", lp.body.name), bparams.clone());
+    let trips = args[nc];
+    let (bufs, steps) = (&args[nc + 1..nc + 1 + nk], args[nc + 1 + nk]);
+    let invariants = &args[nc + 2 + nk..];
+    let mut ir = Ir { b: &mut b };
+    let (at, slot) = schedule.latest_below(&mut ir, steps, trips)?;
+    let mut state: Vec<Option<Port>> = vec![None; n];
+    for (k, &i) in kept.iter().enumerate() {
+        state[i] = Some(ir.read_row(bufs[k], slot, &kept_types[k])?);
+    }
+    for (j, &i) in invariant.iter().enumerate() {
+        state[i] = Some(invariants[j]);
+    }
+    let free = schedule.free(&mut ir, steps)?;
+    let target = schedule.next_keep(&mut ir, at, trips, free)?;
+    let mut adv_inputs: Vec<Port> = state.into_iter().flatten().collect();
+    adv_inputs.extend([at, target, free, trips]);
+    adv_inputs.extend_from_slice(bufs);
+    adv_inputs.push(steps);
+    let adv_types = function(tracer, &advance.body)?.params;
+    let advanced = b.add_node(
+        NodeKind::While(While {
+            cond: advance.cond,
+            body: advance.body,
+            maximum_iterations: None,
+            parallel_iterations: lp.parallel_iterations,
+            checkpoints: None,
+        }),
+        &adv_inputs,
+        adv_types,
+    )?;
+    let x = &advanced[..n];
+    let (bufs, steps) = (&advanced[n + 4..n + 4 + nk], advanced[n + 4 + nk]);
+    let (replayed, _) = inline_into(&mut b, &fwd, x)?;
+    let mut bargs: Vec<Port> = args[..nc].to_vec();
+    bargs.extend_from_slice(&replayed[n..]);
+    let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
+    let mut results: Vec<Port> = lp
+        .carried
+        .iter()
+        .map(|i| {
+            let k = lp.float_vars.iter().position(|v| v == i);
+            k.map(|k| grads[k]).ok_or_else(|| {
+                Error::internal("while_loop", "a carried variable has no gradient")
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut ir = Ir { b: &mut b };
+    let left = ir.add(trips, -1)?;
+    let steps = schedule.free_from(&mut ir, steps, left)?;
+    results.push(left);
+    results.extend_from_slice(bufs);
+    results.push(steps);
+    results.extend_from_slice(invariants);
+    let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
+    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_grad", lp.cond.name), bparams);
+    let more = Ir { b: &mut b }.cmp(binary::Greater, args[nc], 0)?;
+    let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
+
+    let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
+    forward_extra.extend(
+        buffer_types
+            .iter()
+            .map(|t| ExtraInput::Fill(t.inner().clone(), 0.0)),
+    );
+    forward_extra.push(ExtraInput::Fill(TensorType::new(DType::I64, &[c]), -1.0));
+    forward_extra.extend(Placement::initial(c));
+    Ok(Built {
+        forward: NodeKind::While(While {
+            cond: fwd_cond,
+            body: fwd_body,
+            maximum_iterations: lp.maximum_iterations,
+            parallel_iterations: lp.parallel_iterations,
+            checkpoints: None,
+        }),
+        forward_extra,
+        backward: NodeKind::While(While {
+            cond: grad_cond,
+            body: grad_body,
+            maximum_iterations: None,
+            parallel_iterations: lp.parallel_iterations,
+            checkpoints: None,
+        }),
+        backward_outputs: (n..n + 2 + nk).collect(),
+        backward_inputs: invariant,
+        cotangents: lp.carried.to_vec(),
+        differentiable: lp.carried.to_vec(),
+    })
+}
+
+struct Advance {
+    cond: String,
+    body: String,
+}
+
+/// The inner loop of a backward trip: `(vars, at, target, free, g, bufs, steps)`, running the
+/// body from x_at while at + 1 < g and keeping x_at in a free slot when at reaches target.
+fn advance_loop(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    schedule: &Schedule,
+    kept: &[usize],
+    kept_types: &[TensorType],
+    buffer_types: &[ValueType],
+) -> Result<Advance> {
+    let n = lp.body.params.len();
+    let nk = kept.len();
+    let c = schedule.c;
+    let mut params = lp.body.params.clone();
+    params.extend(std::iter::repeat_n(i64_type(&[]), 4));
+    params.extend(buffer_types.iter().cloned());
+    params.push(i64_type(&[c]));
+    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_advance", lp.body.name), params.clone());
+    let (at, target, free, trips) = (args[n], args[n + 1], args[n + 2], args[n + 3]);
+    let (bufs, steps) = (&args[n + 4..n + 4 + nk], args[n + 4 + nk]);
+    let (x, _) = inline_into(&mut b, lp.body, &args[..n])?;
+    let mut ir = Ir { b: &mut b };
+    let at = ir.add(at, 1)?;
+    let store = ir.op(binary::Equal, &[at, target])?;
+    let first = schedule.first_free(&mut ir, steps)?;
+    let none = ir.i64(c as i64);
+    let row = ir.select(store, first, none)?;
+    let mut new_bufs = Vec::with_capacity(nk);
+    for (k, &i) in kept.iter().enumerate() {
+        new_bufs.push(ir.write_row(bufs[k], x[i], row, &kept_types[k])?);
+    }
+    let steps = schedule.record(&mut ir, steps, row, at)?;
+    let one = ir.i64(1);
+    let zero = ir.i64(0);
+    let used = ir.select(store, one, zero)?;
+    let free = ir.op(binary::Sub, &[free, used])?;
+    let next = schedule.next_keep(&mut ir, at, trips, free)?;
+    let target = ir.select(store, next, target)?;
+    let mut results = x[..n].to_vec();
+    results.extend([at, target, free, trips]);
+    results.extend(new_bufs);
+    results.push(steps);
+    let body = add_function(tracer, b.finish(&results, &[])?)?;
+    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_advance_cond", lp.body.name), params);
+    let mut ir = Ir { b: &mut b };
+    let next = ir.add(args[n], 1)?;
+    let more = ir.op(binary::Less, &[next, args[n + 3]])?;
+    let cond = add_function(tracer, b.finish(&[more], &[])?)?;
+    Ok(Advance { cond, body })
+}
+
+fn i64_type(shape: &[usize]) -> ValueType {
+    ValueType::tensor(DType::I64, shape)
+}
+
+/// A function builder with the scalar and `[c]` integer arithmetic the schedule is made of.
+struct Ir<'a> {
+    b: &'a mut FunctionBuilder,
+}
+
+impl Ir<'_> {
+    fn i64(&mut self, v: i64) -> Port {
+        self.b.add_const(Tensor::scalar(v))
+    }
+
+    fn op(&mut self, op: impl Into<Op>, inputs: &[Port]) -> Result<Port> {
+        self.b.add_op1(op, inputs, None)
+    }
+
+    fn add(&mut self, x: Port, v: i64) -> Result<Port> {
+        let v = self.i64(v);
+        self.op(binary::Add, &[x, v])
+    }
+
+    /// `x <op> v` for a constant `v`.
+    fn cmp(&mut self, op: impl Into<Op>, x: Port, v: i64) -> Result<Port> {
+        let v = self.i64(v);
+        self.op(op, &[x, v])
+    }
+
+    fn select(&mut self, cond: Port, a: Port, b: Port) -> Result<Port> {
+        self.op(binary::Select, &[cond, a, b])
+    }
+
+    fn and(&mut self, a: Port, b: Port) -> Result<Port> {
+        self.op(binary::LogicalAnd, &[a, b])
+    }
+
+    fn max(&mut self, x: Port) -> Result<Port> {
+        self.op(
+            reduce::ReduceMax {
+                axes: vec![0],
+                keepdims: false,
+            },
+            &[x],
+        )
+    }
+
+    fn min(&mut self, x: Port) -> Result<Port> {
+        self.op(
+            reduce::ReduceMin {
+                axes: vec![0],
+                keepdims: false,
+            },
+            &[x],
+        )
+    }
+
+    fn cast(&mut self, x: Port, to: DType) -> Result<Port> {
+        self.op(creation::Cast { to }, &[x])
+    }
+
+    /// `buf` with row `row` replaced by `x` (of type `ty`).
+    fn write_row(&mut self, buf: Port, x: Port, row: Port, ty: &TensorType) -> Result<Port> {
+        let mut shape = vec![1];
+        shape.extend_from_slice(&ty.shape);
+        let update = self.op(layout::Reshape { shape: shape.into() }, &[x])?;
+        let mut inputs = vec![buf, update, row];
+        for _ in &ty.shape {
+            inputs.push(self.i64(0));
+        }
+        self.op(index::DynamicUpdateSlice {}, &inputs)
+    }
+
+    /// Row `row` of `buf`, as a value of type `ty`.
+    fn read_row(&mut self, buf: Port, row: Port, ty: &TensorType) -> Result<Port> {
+        let mut sizes = vec![1];
+        sizes.extend_from_slice(&ty.shape);
+        let mut inputs = vec![buf, row];
+        for _ in &ty.shape {
+            inputs.push(self.i64(0));
+        }
+        let sliced = self.op(index::DynamicSlice { sizes }, &inputs)?;
+        self.op(
+            layout::Reshape {
+                shape: ty.shape.clone(),
+            },
+            &[sliced],
+        )
+    }
+}
+
+/// The schedule's integer logic over `steps` (`i64[c]`: the trip whose state each slot holds,
+/// -1 when empty).
+struct Schedule {
+    c: usize,
+}
+
+impl Schedule {
+    fn new(c: usize) -> Self {
+        Schedule { c }
+    }
+
+    fn slots(&self, ir: &mut Ir<'_>) -> Result<Port> {
+        let arange = Tensor::collect::<i64>(&[self.c], 0..self.c as i64)?;
+        Ok(ir.b.add_const(arange))
+    }
+
+    /// The buffer row a state goes to: its slot, or the spare row c when it is not kept.
+    fn row(&self, ir: &mut Ir<'_>, slot: Port) -> Result<Port> {
+        let none = ir.cmp(binary::Less, slot, 0)?;
+        let spare = ir.i64(self.c as i64);
+        ir.select(none, spare, slot)
+    }
+
+    /// `steps` with `step` recorded in `slot` (a slot of -1 or c changes nothing).
+    fn record(&self, ir: &mut Ir<'_>, steps: Port, slot: Port, step: Port) -> Result<Port> {
+        let slots = self.slots(ir)?;
+        let hit = ir.op(binary::Equal, &[slots, slot])?;
+        ir.select(hit, step, steps)
+    }
+
+    /// The lowest empty slot (c when none is).
+    fn first_free(&self, ir: &mut Ir<'_>, steps: Port) -> Result<Port> {
+        let slots = self.slots(ir)?;
+        let empty = ir.cmp(binary::Less, steps, 0)?;
+        let none = ir.i64(self.c as i64);
+        let candidates = ir.select(empty, slots, none)?;
+        ir.min(candidates)
+    }
+
+    /// How many slots are empty.
+    fn free(&self, ir: &mut Ir<'_>, steps: Port) -> Result<Port> {
+        let empty = ir.cmp(binary::Less, steps, 0)?;
+        let empty = ir.cast(empty, DType::I64)?;
+        ir.op(
+            reduce::Sum {
+                axes: vec![0],
+                keepdims: false,
+            },
+            &[empty],
+        )
+    }
+
+    /// `steps` with the slots of states at or past trip `from` emptied.
+    fn free_from(&self, ir: &mut Ir<'_>, steps: Port, from: Port) -> Result<Port> {
+        let past = ir.op(binary::GreaterEqual, &[steps, from])?;
+        let empty = ir.i64(-1);
+        ir.select(past, empty, steps)
+    }
+
+    /// The latest kept trip before `trips`, and its slot.
+    fn latest_below(&self, ir: &mut Ir<'_>, steps: Port, trips: Port) -> Result<(Port, Port)> {
+        let slots = self.slots(ir)?;
+        let below = ir.op(binary::Less, &[steps, trips])?;
+        let none = ir.i64(-1);
+        let candidates = ir.select(below, steps, none)?;
+        let at = ir.max(candidates)?;
+        let found = ir.op(binary::Equal, &[steps, at])?;
+        let found = ir.and(found, below)?;
+        let candidates = ir.select(found, slots, none)?;
+        Ok((at, ir.max(candidates)?))
+    }
+
+    /// Treeverse's next state to keep, advancing from x_at toward trip `trips - 1` with `free`
+    /// slots: every state when they cover the gap, else halfway; none (-1) within two trips.
+    /// As `_checkpoints._next_keep`.
+    fn next_keep(&self, ir: &mut Ir<'_>, at: Port, trips: Port, free: Port) -> Result<Port> {
+        let gap = ir.op(binary::Sub, &[trips, at])?;
+        let no_slot = ir.cmp(binary::LessEqual, free, 0)?;
+        let near = ir.cmp(binary::LessEqual, gap, 2)?;
+        let none = ir.op(binary::LogicalOr, &[no_slot, near])?;
+        let beyond = ir.add(gap, -2)?;
+        let dense = ir.op(binary::LessEqual, &[beyond, free])?;
+        let gap_f = ir.cast(gap, DType::F64)?;
+        let half = ir.b.add_const(Tensor::scalar(0.5f64));
+        let half = ir.op(binary::Mul, &[gap_f, half])?;
+        let half = ir.op(unary::Floor, &[half])?;
+        let half = ir.cast(half, DType::I64)?;
+        let halfway = ir.op(binary::Add, &[at, half])?;
+        let next = ir.add(at, 1)?;
+        let target = ir.select(dense, next, halfway)?;
+        let never = ir.i64(-1);
+        ir.select(none, never, target)
+    }
+
+    /// The slot that keeps the state before trip `step` (-1 for none), and the placement's
+    /// next state. As `_checkpoints.Placement.keep`.
+    fn place(
+        &self,
+        ir: &mut Ir<'_>,
+        step: Port,
+        steps: Port,
+        p: &Placement,
+    ) -> Result<(Port, Placement)> {
+        let c = self.c as i64;
+        let last_binomial = (c + 1) * (c + 2) / 2 - 1;
+        let binomial = ir.cmp(binary::Less, step, last_binomial)?;
+        // Stumm and Walther, Algorithm I: (next slot, checkpoints left, next pivot, saving).
+        let none = ir.i64(-1);
+        let slot_sw = ir.select(p.saving, p.next, none)?;
+        let inc = ir.add(p.next, 1)?;
+        let wraps = ir.op(binary::Greater, &[inc, p.left])?;
+        let one = ir.i64(1);
+        let wrapped = ir.select(wraps, one, inc)?;
+        let next = ir.select(p.saving, wrapped, p.next)?;
+        let after = ir.add(step, 1)?;
+        let before_pivot = ir.op(binary::NotEqual, &[after, p.pivot])?;
+        let saving = ir.and(p.saving, before_pivot)?;
+        let at_pivot = ir.op(binary::Equal, &[step, p.pivot])?;
+        let left_less = ir.add(p.left, -1)?;
+        let left = ir.select(at_pivot, left_less, p.left)?;
+        let moved = ir.op(binary::Add, &[p.pivot, p.left])?;
+        let pivot = ir.select(at_pivot, moved, p.pivot)?;
+        let next = ir.select(at_pivot, left, next)?;
+        let any_left = ir.cmp(binary::Greater, left, 0)?;
+        let saving = ir.select(at_pivot, any_left, saving)?;
+        // Wang, Moin and Iaccarino: a new state takes an empty slot, else the latest
+        // dispensable one, else the latest one, one level up (the lower ones become
+        // dispensable). Slot 0 keeps x_0 for good.
+        let (slot_wm, levels, dispensable) = if self.c == 1 {
+            (none, p.levels, p.dispensable)
+        } else {
+            let slots = self.slots(ir)?;
+            let first = self.first_free(ir, steps)?;
+            let has_empty = ir.cmp(binary::Less, first, c)?;
+            let filled = ir.cmp(binary::GreaterEqual, steps, 0)?;
+            let dispensable = ir.and(p.dispensable, filled)?;
+            let d_steps = ir.select(dispensable, steps, none)?;
+            let best = ir.max(d_steps)?;
+            let has_dispensable = ir.cmp(binary::GreaterEqual, best, 0)?;
+            let is_best = ir.op(binary::Equal, &[steps, best])?;
+            let is_best = ir.and(is_best, dispensable)?;
+            let d_slots = ir.select(is_best, slots, none)?;
+            let slot_d = ir.max(d_slots)?;
+            let latest = ir.max(steps)?;
+            let is_latest = ir.op(binary::Equal, &[steps, latest])?;
+            let l_slots = ir.select(is_latest, slots, none)?;
+            let slot_l = ir.max(l_slots)?;
+            let is_l = ir.op(binary::Equal, &[slots, slot_l])?;
+            let zero = ir.i64(0);
+            let l_levels = ir.select(is_l, p.levels, zero)?;
+            let level = ir.op(
+                reduce::Sum {
+                    axes: vec![0],
+                    keepdims: false,
+                },
+                &[l_levels],
+            )?;
+            let reuse = ir.op(binary::LogicalOr, &[has_empty, has_dispensable])?;
+            let slot = ir.select(has_dispensable, slot_d, slot_l)?;
+            let slot = ir.select(has_empty, first, slot)?;
+            let lower = ir.op(binary::Less, &[p.levels, level])?;
+            let not_first = ir.cmp(binary::Greater, slots, 0)?;
+            let lower = ir.and(lower, not_first)?;
+            let grown = ir.op(binary::LogicalOr, &[p.dispensable, lower])?;
+            let dispensable = ir.select(reuse, p.dispensable, grown)?;
+            let hit = ir.op(binary::Equal, &[slots, slot])?;
+            let kept = ir.op(unary::LogicalNot, &[hit])?;
+            let dispensable = ir.and(dispensable, kept)?;
+            let up = ir.add(level, 1)?;
+            let new_level = ir.select(reuse, zero, up)?;
+            let levels = ir.select(hit, new_level, p.levels)?;
+            let levels = ir.select(binomial, p.levels, levels)?;
+            let dispensable = ir.select(binomial, p.dispensable, dispensable)?;
+            (slot, levels, dispensable)
+        };
+        let slot = ir.select(binomial, slot_sw, slot_wm)?;
+        Ok((
+            slot,
+            Placement {
+                next,
+                left,
+                pivot,
+                saving,
+                levels,
+                dispensable,
+            },
+        ))
+    }
+}
+
+/// The placement's state, carried by the forward loop.
+struct Placement {
+    next: Port,
+    left: Port,
+    pivot: Port,
+    saving: Port,
+    levels: Port,
+    dispensable: Port,
+}
+
+impl Placement {
+    fn types(c: usize) -> Vec<ValueType> {
+        let mut t = vec![i64_type(&[]); 3];
+        t.push(ValueType::tensor(DType::Bool, &[]));
+        t.push(i64_type(&[c]));
+        t.push(ValueType::tensor(DType::Bool, &[c]));
+        t
+    }
+
+    fn initial(c: usize) -> Vec<ExtraInput> {
+        let scalar = |v: f64| ExtraInput::Fill(TensorType::new(DType::I64, &[]), v);
+        vec![
+            scalar(0.0),
+            scalar(c as f64),
+            scalar(c as f64),
+            ExtraInput::Fill(TensorType::new(DType::Bool, &[]), 1.0),
+            ExtraInput::Fill(TensorType::new(DType::I64, &[c]), 0.0),
+            ExtraInput::Fill(TensorType::new(DType::Bool, &[c]), 0.0),
+        ]
+    }
+
+    fn from_ports(ports: &[Port]) -> Self {
+        Placement {
+            next: ports[0],
+            left: ports[1],
+            pivot: ports[2],
+            saving: ports[3],
+            levels: ports[4],
+            dispensable: ports[5],
+        }
+    }
+
+    fn ports(&self) -> [Port; 6] {
+        [
+            self.next,
+            self.left,
+            self.pivot,
+            self.saving,
+            self.levels,
+            self.dispensable,
+        ]
+    }
+}
