@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import _core, _validate, nest
+from . import _core, _validate, autodiff, nest
 
 __all__ = ["cond", "switch_case", "while_loop"]
 
@@ -155,9 +155,18 @@ def while_loop(
     limit = _validate.check_maximum_iterations("while_loop", maximum_iterations)
     checkpoints = _validate.check_checkpoints("while_loop", checkpoints)
     loop_vars = _validate.convert_loop_vars("while_loop", loop_vars)
+    flat = nest.flatten(loop_vars)
     call = _caller(isinstance(loop_vars, (tuple, list)))
     if _core.mode() == "tracing":
         return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
+    if checkpoints is not None and _core.any_tape_active() and not autodiff.perturbed(flat):
+        from . import _checkpointed_loop
+
+        def traced(values: Any) -> Any:
+            values = nest.pack_sequence_as(loop_vars, values)
+            return _graph_while(cond, body, values, call, limit, parallel_iterations, checkpoints)
+
+        return _checkpointed_loop.run(cond, body, loop_vars, call, limit, checkpoints, traced)
     values, i = loop_vars, 0
     while limit is None or i < limit:
         if not _validate.check_predicate("while_loop", call(cond, values), "the result of cond"):

@@ -13,6 +13,7 @@ differentiable: the stored value is cut from the tape (gradients flow through re
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,15 @@ __all__ = ["Variable"]
 def _fresh(t: _core.Tensor) -> _core.Tensor:
     """`t`'s value under a new identity, cut from every tape (assignment has no gradient)."""
     return _core.identity(_core.stop_gradient(t))
+
+
+#: Every Variable alive, to find one from its handle (`live_variable`).
+_live: weakref.WeakSet[Variable] = weakref.WeakSet()
+
+
+def live_variable(handle: Any) -> Variable | None:
+    """The live Variable whose handle `handle` is (a handle a trace captured), if any."""
+    return next((v for v in list(_live) if v._handle.same(handle)), None)
 
 
 @_validate.register_variable_type
@@ -62,6 +72,7 @@ class Variable:
         else:
             value = _core.tensor(initial_value, dtype=dtype)
         self._handle = _core.VariableHandle(_fresh(value))
+        _live.add(self)
 
     @property
     def _value(self) -> _core.Tensor:

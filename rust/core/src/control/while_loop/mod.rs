@@ -979,6 +979,9 @@ pub fn emit_while(
     let mut captures = union(&[&functions.cond, &functions.body]);
     let cond = unify(&tracer, &[&functions.cond], vars.len(), &captures, false)?;
     let body = unify(&tracer, &[&functions.body], vars.len(), &captures, true)?;
+    if let Some(c) = functions.checkpoints {
+        refuse_side_effects(&tracer, &body[0], c)?;
+    }
     let names = [cond[0].clone(), body[0].clone()];
     let threaded = thread_variables(
         ctx,
@@ -999,6 +1002,25 @@ pub fn emit_while(
     inputs.extend(captures);
     let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
     threaded.assign_after(ctx, outputs, vars.len(), Carrier::Loop)
+}
+
+/// A checkpointed loop runs its body again to recompute states: a body with side effects
+/// (a Variable assigned) would repeat them.
+fn refuse_side_effects(tracer: &TracerRef, body: &str, c: u32) -> Result<()> {
+    let effects = !crate::trace::lock(tracer)
+        .library()
+        .get(body)?
+        .control_outputs
+        .is_empty();
+    if effects {
+        let msg = format!(
+            "checkpoints={c} runs the loop body again to recompute the states its gradient \
+             needs, which would repeat the body's side effects: it assigns a Variable (reading \
+             one is fine); assign outside the loop, or leave checkpoints=None"
+        );
+        return Err(Error::new(ErrorKind::ControlFlow, "while_loop", msg));
+    }
+    Ok(())
 }
 
 impl PassRules for While {
