@@ -44,28 +44,38 @@ def run(
         new = call(body, pack(values))
         return nest.flatten(_validate.check_loop_body_output("while_loop", loop_vars, new, i, body))
 
-    placement = _checkpoints.Placement(checkpoints)
-    by_slot: dict[int, list[Any]] = {}
-    values, n = flat, 0
-    with autodiff._paused():
-        while limit is None or n < limit:
-            predicate = call(cond, pack(values))
-            if not _validate.check_predicate("while_loop", predicate, "the result of cond"):
-                break
+    def forward(trips: int | None) -> tuple[list[Any], int, dict[int, list[Any]]]:
+        """The loop from `flat` (for `trips` trips, else until cond says stop): the final
+        values, the trip count and the kept states by trip."""
+        placement = _checkpoints.Placement(checkpoints)
+        by_slot: dict[int, list[Any]] = {}
+        values, n = flat, 0
+        while (trips is None or n < trips) and (limit is None or n < limit):
+            if trips is None:
+                predicate = call(cond, pack(values))
+                if not _validate.check_predicate("while_loop", predicate, "the result of cond"):
+                    break
             slot = placement.keep(n)
             if slot is not None:
                 by_slot[slot] = values
             values = trip(values, n)
             n += 1
-    stats["forward"] += n
-    kept = {step: by_slot[s] for s, step in enumerate(placement.steps) if step is not None}
+        stats["forward"] += n
+        steps = enumerate(placement.steps)
+        return values, n, {step: by_slot[s] for s, step in steps if step is not None}
+
+    with autodiff._paused():
+        values, n, kept = forward(None)
     floats = [i for i, x in enumerate(flat) if x.dtype.is_floating]
     outputs = [_core.identity(x) for x in values]
     inputs = [flat[i] for i in floats] + closed
 
     def backward(*cotangents: _core.Tensor) -> list[Any]:
-        grads = _reverse(trip, kept, n, checkpoints, floats, closed, list(cotangents))
-        return grads
+        # Tapes recording now differentiate this gradient again: the states it starts from
+        # must then be connected to the inputs, so the forward trips are recorded once more.
+        connected = _core.any_tape_active()
+        states = forward(n)[2] if connected else kept
+        return _reverse(trip, states, n, checkpoints, floats, closed, list(cotangents), connected)
 
     _core.record_custom_gradient(
         f"while_loop(checkpoints={checkpoints})",
@@ -109,9 +119,11 @@ def _reverse(
     floats: list[int],
     closed: list[Any],
     cotangents: list[Any],
+    connected: bool,
 ) -> list[Any]:
     """The gradients of the loop op's inputs (float loop variables, then `closed`), from the
-    cotangents of its float outputs, by `_checkpoints.reverse`."""
+    cotangents of its float outputs, by `_checkpoints.reverse`; recomputed trips are recorded
+    by the active tapes when `connected`."""
     states = dict(kept)
     current: list[Any] = []
     at = 0
@@ -121,8 +133,11 @@ def _reverse(
         if action == "restore":
             current, at = states[k], k
         elif action == "advance":
-            with autodiff._paused():
+            if connected:
                 current = trip(current, at)
+            else:
+                with autodiff._paused():
+                    current = trip(current, at)
             at += 1
             stats["advance"] += 1
         elif action == "store":

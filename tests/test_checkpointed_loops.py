@@ -1,0 +1,216 @@
+"""`while_loop(..., checkpoints=c)`: gradients in bounded memory, equal to the stacks' gradients.
+
+The checkpointed gradient runs the same ops again from kept states, so eagerly and in graph mode
+it must give the stacks' gradient bit for bit; under `gl.jit` the two are different programs
+compiled by IREE (1e-12 relative in float64). Trip counts cover the schedule's regimes: none,
+one, c, c + 1, the last trip of the binomial placement ((c+1)(c+2)/2 - 1, u below) and past it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradloop as gl
+from gradloop import _checkpointed_loop, _checkpoints
+from tests.gradcheck import check_grads
+from tests.runners import staged
+
+RNG = np.random.default_rng(7)
+W0 = RNG.standard_normal((4, 4)) * 0.4
+X0 = np.linspace(-1.0, 1.0, 4)
+
+
+def rnn(c, W, x, n):
+    """h <- tanh(W h + 0.1) for n trips (n a tensor: the trip count is data); sum(h^2)."""
+
+    def body(i, h):
+        return i + 1, gl.tanh(gl.matmul(W, h[:, None])[:, 0] + 0.1)
+
+    _, h = gl.while_loop(lambda i, h: i < n, body, (gl.tensor(0), x), checkpoints=c)
+    return gl.sum(h * h)
+
+
+def gradient(mode, c, n):
+    g = gl.grad(lambda W, x, n: rnn(c, W, x, n), argnums=(0, 1))
+    return [np.asarray(t) for t in staged(mode, g)(gl.tensor(W0), gl.tensor(X0), gl.tensor(n))]
+
+
+def u(c):
+    return (c + 1) * (c + 2) // 2 - 1
+
+
+@pytest.mark.parametrize("mode", ["eager", "executor"])
+@pytest.mark.parametrize("c", [1, 2, 3])
+def test_gradients_equal_the_stacks_bit_for_bit(mode, c):
+    for n in sorted({0, 1, 2, c, c + 1, u(c), u(c) + 1, 5 * c * c + 7}):
+        want = gradient(mode, None, n)
+        got = gradient(mode, c, n)
+        for a, b in zip(want, got, strict=True):
+            assert np.array_equal(a, b), f"{mode} c={c} n={n}: {np.abs(a - b).max()}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("c", [1, 3])
+def test_compiled_gradients_match_the_stacks(c):
+    for n in [0, 1, c + 1, u(c) + 1, 40]:
+        want = gradient("executor", None, n)
+        got = gradient("compiled", c, n)
+        for a, b in zip(want, got, strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-300, err_msg=f"c={c} n={n}")
+
+
+def test_interpreter_agrees():
+    for n in [0, 3, 11]:
+        want = gradient("executor", None, n)
+        got = gradient("interpreter", 2, n)
+        for a, b in zip(want, got, strict=True):
+            assert np.array_equal(a, b)
+
+
+def test_eager_evaluations_within_the_schedule_bound():
+    c, n = 4, 200
+    _checkpointed_loop.stats.update(forward=0, advance=0, reverse=0)
+    gradient("eager", c, n)
+    stats = _checkpointed_loop.stats
+    untaped, taped = _checkpoints.evaluations(n, c)
+    assert stats["forward"] == n and stats["reverse"] == n == taped
+    assert stats["forward"] + stats["advance"] == untaped
+    # The documented bound past the binomial range: n (1 + log2 n) untaped evaluations.
+    assert untaped <= n * (1 + np.log2(n))
+
+
+def _second_order_fn(c):
+    def f(W, x):
+        def body(i, h):
+            return i + 1, gl.tanh(gl.matmul(W, h[:, None])[:, 0] * 0.9 + 0.1)
+
+        cond = lambda i, h: gl.logical_and(i < 9, gl.sum(h * h) < 50.0)  # noqa: E731
+        _, h = gl.while_loop(cond, body, (gl.tensor(0), x), checkpoints=c)
+        return gl.sum(h * h * h)
+
+    return f
+
+
+@pytest.mark.parametrize("c", [1, 2])
+def test_second_order_against_finite_differences(c):
+    check_grads(_second_order_fn(c), [W0, X0], order=2, modes=("tape", "grad", "graph"))
+
+
+def test_hessian_and_jvp_through_a_checkpointed_loop():
+    f = lambda x: _second_order_fn(2)(gl.tensor(W0), x)  # noqa: E731
+    g = lambda x: _second_order_fn(None)(gl.tensor(W0), x)  # noqa: E731
+    x = gl.tensor(X0)
+    np.testing.assert_array_equal(np.asarray(gl.hessian(f)(x)), np.asarray(gl.hessian(g)(x)))
+    t = gl.tensor(np.ones(4))
+    got = gl.jvp(f, (x,), (t,))[1]
+    want = gl.jvp(g, (x,), (t,))[1]
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+    traced = gl.function(lambda x: gl.hessian(f)(x))(x)
+    np.testing.assert_allclose(np.asarray(traced), np.asarray(gl.hessian(g)(x)), rtol=1e-12)
+
+
+def _nested(c_outer, c_inner):
+    def f(x):
+        def inner(j, h):
+            return j + 1, gl.sin(h) * 1.1 + 0.05
+
+        def outer(i, h):
+            _, h = gl.while_loop(lambda j, h: j < gl.minimum(i, 2) + 1, inner, (0, h), checkpoints=c_inner)
+            return i + 1, gl.cond(gl.sum(h) > 0.0, lambda: h * 0.9, lambda: h * h)
+
+        _, h = gl.while_loop(lambda i, h: i < 7, outer, (0, x), checkpoints=c_outer)
+        return gl.sum(h)
+
+    return f
+
+
+@pytest.mark.parametrize("mode", ["eager", "executor"])
+def test_nested_loops_and_branches_in_the_body(mode):
+    x = gl.tensor(X0)
+    want = np.asarray(staged(mode, gl.grad(_nested(None, None)))(x))
+    for cs in [(2, 1), (1, None), (None, 3), (3, 3)]:
+        got = np.asarray(staged(mode, gl.grad(_nested(*cs)))(x))
+        assert np.array_equal(got, want), cs
+    check_grads(_nested(2, 1), [X0], order=1, modes=("grad", "graph"))
+
+
+@pytest.mark.parametrize("mode", ["eager", "executor"])
+def test_switch_case_maximum_iterations_and_variables_read(mode):
+    v = gl.Variable(np.array([0.5, -0.25, 1.0, 2.0]))
+
+    def f(x, c):
+        def body(i, h):
+            index = gl.cast(gl.sum(h) > 0.0, gl.int32) + gl.cast(i > 4, gl.int32)
+            h = gl.switch_case(index, [lambda: h * v.read(), lambda: gl.cos(h), lambda: h + 1.0])
+            return i + 1, h
+
+        _, h = gl.while_loop(
+            lambda i, h: gl.sum(h) < 1e6, body, (0, x), maximum_iterations=10, checkpoints=c
+        )
+        return gl.sum(h * h)
+
+    for c in [None, 2]:
+        run = staged(mode, lambda x, c=c: gl.grad(lambda v_, x: f(x, c), argnums=(0, 1))(v, x))
+        got = [np.asarray(t) for t in run(gl.tensor(X0))]
+        if c is None:
+            want = got
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert np.abs(want[0]).max() > 0  # the Variable's gradient flows
+
+
+def test_custom_rules_in_the_body():
+    @gl.custom_gradient
+    def scaled(x):
+        return x * 2.0, lambda g: g * 3.0  # a deliberately "wrong" rule: it must be honoured
+
+    @gl.custom_jvp
+    def cube(x):
+        return x * x * x
+
+    @cube.defjvp
+    def _(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return cube(x), 3.0 * x * x * t
+
+    def f(x, c):
+        def body(i, h):
+            return i + 1, cube(scaled(h)) * 0.1
+
+        return gl.sum(gl.while_loop(lambda i, h: i < 4, body, (0, x), checkpoints=c)[1])
+
+    x = gl.tensor(X0 * 0.5)
+    for mode in ["eager", "executor"]:
+        want = np.asarray(staged(mode, gl.grad(lambda x: f(x, None)))(x))
+        got = np.asarray(staged(mode, gl.grad(lambda x: f(x, 2)))(x))
+        assert np.array_equal(got, want), mode
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, True, None.__class__, "4"])
+def test_bad_checkpoints_name_the_argument(bad):
+    value = gl.tensor(3) if bad is None.__class__ else bad
+    with pytest.raises(gl.errors.ControlFlowError, match="checkpoints"):
+        gl.while_loop(lambda h: h < 10.0, lambda h: h * 2.0, gl.tensor(1.0), checkpoints=value)
+
+
+@pytest.mark.parametrize("mode", ["eager", "executor"])
+def test_a_body_that_assigns_a_variable_is_refused(mode):
+    v = gl.Variable(0.0)
+
+    def f(x):
+        def body(h):
+            v.assign_add(1.0)
+            return h * 2.0
+
+        return gl.while_loop(lambda h: h < 10.0, body, x, checkpoints=2)
+
+    with pytest.raises(gl.errors.ControlFlowError, match="assigns a Variable"):
+        staged(mode, gl.grad(f))(gl.tensor(1.0))
+
+
+def test_without_a_tape_the_loop_just_runs():
+    out = gl.while_loop(lambda h: h < 10.0, lambda h: h * 2.0, gl.tensor(1.0), checkpoints=1)
+    assert float(out) == 16.0
+    traced = gl.function(lambda x: gl.while_loop(lambda h: h < 10.0, lambda h: h * 2.0, x, checkpoints=1))
+    assert float(traced(gl.tensor(1.0))) == 16.0
+    assert "checkpoints=1" in str(traced.graph(gl.tensor(1.0)))
