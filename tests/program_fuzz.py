@@ -10,7 +10,8 @@ drawn too, and an int32 vector. Leaves may go through `custom_gradient` (a delib
 gradient, so ignoring it shows), `custom_jvp` (a deliberately skewed rule, in forward and reverse
 mode), `recompute_grad`, `stop_gradient`, `x ** 2`/`x ** 3` (negative bases), a float32 detour,
 and Variable reads; loop bodies may `assign_add` to a second Variable or to the one the leaves
-read, forward the state into another variable's place or make a variable a constant.
+read, forward the state into another variable's place or make a variable a constant; a loop
+that assigns nothing may keep `checkpoints` instead of stacks for its gradient.
 
 `build(spec)` returns `(fn, pure)`: `fn(x)` gives a float64 scalar, and `pure` says whether the
 program's gradient is its true derivative (no custom gradient or stop_gradient), so that it can
@@ -95,6 +96,9 @@ def _extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
             # Assign in the body: nothing, the accumulating Variable, or the Variable `v` that
             # leaves read (later reads, and gradients' reruns, must see the new value).
             st.sampled_from([False, True, "v"]),
+            # The gradient's memory: stacks, or this many checkpoints (a body that assigns
+            # refuses them, so it keeps stacks).
+            st.sampled_from([None, 1, 2, 5]),
         ),
     )
 
@@ -143,6 +147,18 @@ def assigns_in_nested_loop(spec: Any, nested: bool = False) -> bool:
     return (nested and bool(spec[5])) or assigns_in_nested_loop(spec[1], True)
 
 
+def assigns(spec: Any) -> bool:
+    """Whether a loop in `spec` assigns a Variable (a checkpointed loop around it refuses)."""
+    kind = spec[0]
+    if kind == "leaf":
+        return False
+    if kind in ("add", "mul", "cond"):
+        return any(assigns(c) for c in spec[-1])
+    if kind == "switch":
+        return any(assigns(c) for c in spec[1])
+    return bool(spec[5]) or assigns(spec[1])
+
+
 class Program:
     """A program tree as a function of `x`, with its closed-over tensor and Variables."""
 
@@ -186,7 +202,7 @@ class Program:
         return self._while(spec, x)
 
     def _while(self, spec: Any, x: gl.Tensor) -> gl.Tensor:
-        _, body_spec, offset, bound, extra, assign = spec
+        _, body_spec, offset, bound, extra, assign, checkpoints = spec
         # Data-dependent trip count: 0 to offset + 2 trips.
         n = gl.minimum(gl.cast(gl.abs(gl.sum(x * self.w)) * 3.0, gl.int32), 2) + offset - 1
 
@@ -220,7 +236,13 @@ class Program:
             x * 0.25,
             gl.tensor(np.arange(N), dtype=gl.int32),  # an integer vector, mixed with the rest
         )
-        _i, count, flag, h, h32, e, k = gl.while_loop(cond, body, init, maximum_iterations=bound)
+        _i, count, flag, h, h32, e, k = gl.while_loop(
+            cond,
+            body,
+            init,
+            maximum_iterations=bound,
+            checkpoints=None if assigns(spec) else checkpoints,
+        )
         # The float32 copy counts through its sign only: piecewise constant, so that finite
         # differences in float64 agree with its zero gradient.
         out = h + gl.cast(h32 > 0.0, gl.float64) * 0.1

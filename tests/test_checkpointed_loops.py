@@ -13,8 +13,8 @@ import pytest
 
 import gradloop as gl
 from gradloop import _checkpointed_loop, _checkpoints
-from tests.gradcheck import check_grads
-from tests.runners import staged
+from gradcheck import check_grads
+from runners import staged
 
 RNG = np.random.default_rng(7)
 W0 = RNG.standard_normal((4, 4)) * 0.4
