@@ -214,3 +214,29 @@ def test_without_a_tape_the_loop_just_runs():
     traced = gl.function(lambda x: gl.while_loop(lambda h: h < 10.0, lambda h: h * 2.0, x, checkpoints=1))
     assert float(traced(gl.tensor(1.0))) == 16.0
     assert "checkpoints=1" in str(traced.graph(gl.tensor(1.0)))
+
+
+# ---- imported MLIR ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_imported_mlir_gradient_with_checkpoints(tmp_path):
+    pytest.importorskip("iree.compiler", reason="MLIR import needs iree-base-compiler")
+    from test_mlir_import import Compiled, fixture, gradloop_command
+
+    text = fixture("long_loop")
+    stacked = gl.mlir.grad(text, wrt=(0, 1))
+    kept = gl.mlir.grad(text, wrt=(0, 1), checkpoints=3)
+    assert "util.list" in stacked and "util.list" not in kept  # static shapes only
+    args = [np.float64(0.1), np.float64(0.01)]
+    want = Compiled(stacked)("main_grad", *args)
+    got = Compiled(kept)("main_grad", *args)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    with pytest.raises(gl.errors.ControlFlowError, match="checkpoints"):
+        gl.mlir.grad(text, checkpoints=0)
+    src, out = tmp_path / "f.mlir", tmp_path / "g.mlir"
+    src.write_text(text)
+    r = gradloop_command("grad", str(src), "-o", str(out), "--wrt", "0,1", "--checkpoints", "3")
+    assert r.returncode == 0, r.stderr
+    assert "util.list" not in out.read_text()
+    np.testing.assert_allclose(Compiled(out.read_text())("main_grad", *args), want, rtol=1e-12)

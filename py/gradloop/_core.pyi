@@ -444,10 +444,13 @@ def emit_custom_call(
     tangent per parameter, returning one per result); `refused` is why it has neither, raised
     when a derivative is asked. Returns the call's results."""
 
-def mlir_gradient_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+def mlir_gradient_module(
+    text: str, function: str, wrt: Sequence[int], source: str, checkpoints: int | None = None
+) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
     gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
-    error locations. Raises CompileError for ops or types the importer does not support."""
+    error locations; `checkpoints` is what every loop's gradient keeps (None: stacks). Raises
+    CompileError for ops or types the importer does not support."""
 
 def mlir_jvp_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_jvp` added (its

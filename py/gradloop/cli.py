@@ -82,7 +82,9 @@ def _indices(text: str) -> tuple[int, ...]:
 def _run_grad(args: argparse.Namespace) -> int:
     from . import mlir
 
-    text = mlir.grad_module(_read(args.input), args.function, args.wrt, source=args.input)
+    text = mlir.grad_module(
+        _read(args.input), args.function, args.wrt, source=args.input, checkpoints=args.checkpoints
+    )
     _write(args.output, text)
     return 0
 
@@ -126,6 +128,14 @@ def _add_grad(commands: argparse._SubParsersAction) -> None:
         "with a public function @<function>_grad added: it takes <function>'s arguments (then "
         "one cotangent per result when there are several results or a non-scalar one) and "
         "returns the gradients with respect to the --wrt arguments.",
+    )
+    parser.add_argument(
+        "--checkpoints",
+        type=int,
+        default=None,
+        metavar="C",
+        help="keep C snapshots of each loop's variables instead of stacks: the gradient's "
+        "memory does not grow with the trip count (default: stacks)",
     )
     parser.set_defaults(run=_run_grad)
 

@@ -36,15 +36,25 @@ def supported_ops() -> list[str]:
     return list(_core.mlir_supported_ops())
 
 
-def grad(mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,)) -> str:
+def grad(
+    mlir_text: str,
+    function: str = "main",
+    wrt: Sequence[int] = (0,),
+    *,
+    checkpoints: int | None = None,
+) -> str:
     """The module `mlir_text` with a public function `@<function>_grad` added.
 
     `@<function>_grad` takes `@<function>`'s arguments, followed by one cotangent per result
     when `@<function>` has a non-scalar result or several results (a single scalar result is
     seeded with 1), and returns the gradients with respect to the arguments `wrt` (indices),
     in that order. The rest of the module is unchanged.
+
+    With `checkpoints=c`, the gradient of every loop keeps c snapshots of the loop variables
+    and recomputes trips from them (as `while_loop(..., checkpoints=c)`): no stacks, so its
+    memory does not grow with the trip count and every shape is static.
     """
-    return grad_module(mlir_text, function, wrt, source="<mlir>")
+    return grad_module(mlir_text, function, wrt, source="<mlir>", checkpoints=checkpoints)
 
 
 def jvp(mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,)) -> str:
@@ -64,10 +74,17 @@ def jvp_module(text: str, function: str, wrt: Sequence[int], source: str) -> str
     return _derived(text, function, wrt, source, _core.mlir_jvp_module)
 
 
-def grad_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+def grad_module(
+    text: str, function: str, wrt: Sequence[int], source: str, checkpoints: int | None = None
+) -> str:
     """`grad`, naming the text `source` in error locations (the command line passes the
     file name)."""
-    return _derived(text, function, wrt, source, _core.mlir_gradient_module)
+    c = _validate.check_checkpoints("gl.mlir.grad", checkpoints)
+
+    def derive(text: str, function: str, wrt: list[int], source: str) -> str:
+        return _core.mlir_gradient_module(text, function, wrt, source, c)
+
+    return _derived(text, function, wrt, source, derive)
 
 
 def _derived(text: str, function: str, wrt: Sequence[int], source: str, derive: Any) -> str:

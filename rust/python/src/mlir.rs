@@ -8,17 +8,20 @@ use crate::tensor::PyTensor;
 
 /// The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
 /// gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
-/// error locations. Raises CompileError for ops or types the importer does not support.
+/// error locations; `checkpoints` is what every loop's gradient keeps (None: stacks). Raises
+/// CompileError for ops or types the importer does not support.
 #[pyfunction]
+#[pyo3(signature = (text, function, wrt, source, checkpoints=None))]
 pub fn mlir_gradient_module(
     py: Python<'_>,
     text: &str,
     function: &str,
     wrt: Vec<usize>,
     source: &str,
+    checkpoints: Option<u32>,
 ) -> PyResult<String> {
     runtime::call(py, usize::MAX, || {
-        gradloop::import::gradient_module(text, function, &wrt, source)
+        gradloop::import::gradient_module(text, function, &wrt, source, checkpoints)
     })
 }
 

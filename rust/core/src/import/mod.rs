@@ -52,6 +52,17 @@ use importer::{entry_block, import_error, symbol_name, Importer};
 /// named after it. `source` names the text in locations where MLIR says `-` (text parsed from
 /// memory).
 pub fn import_function(module: &Operation, function: &str, source: &str) -> Result<Graph> {
+    import_function_with(module, function, source, None)
+}
+
+/// `import_function`, with every loop's gradient keeping `checkpoints` snapshots (None:
+/// stacks; see `While::checkpoints`).
+pub fn import_function_with(
+    module: &Operation,
+    function: &str,
+    source: &str,
+    checkpoints: Option<u32>,
+) -> Result<Graph> {
     let found =
         module_ops(module).find(|op| op.name == "func.func" && symbol_name(op) == Some(function));
     let Some(f) = found else {
@@ -88,6 +99,7 @@ pub fn import_function(module: &Operation, function: &str, source: &str) -> Resu
     }
     let (tracer, args) = Tracer::new(function, params);
     let mut importer = Importer::new(module, tracer.clone(), source);
+    importer.checkpoints = checkpoints;
     let results = importer.block(block, &args)?;
     let traced = lock(&tracer).finish(&results)?;
     if !traced.captured_inputs.is_empty() {
@@ -126,8 +138,16 @@ pub fn run_reference(
 /// The generic-form module `text` with a public `func.func @<function>_grad` added: it takes
 /// `@function`'s arguments (then one cotangent per result when there are several results or a
 /// non-scalar one) and returns the gradients with respect to the arguments `wrt`, in order.
-pub fn gradient_module(text: &str, function: &str, wrt: &[usize], source: &str) -> Result<String> {
-    derived_module(text, function, "grad", source, |graph, name| {
+/// With `checkpoints`, every loop's gradient keeps that many snapshots of its variables
+/// instead of stacks (memory independent of the trip count, static shapes).
+pub fn gradient_module(
+    text: &str,
+    function: &str,
+    wrt: &[usize],
+    source: &str,
+    checkpoints: Option<u32>,
+) -> Result<String> {
+    derived_module(text, function, "grad", source, checkpoints, |graph, name| {
         gradient_graph(graph, wrt, name)
     })
 }
@@ -136,7 +156,7 @@ pub fn gradient_module(text: &str, function: &str, wrt: &[usize], source: &str) 
 /// `@function`'s arguments, then one tangent per argument in `wrt`, and returns `@function`'s
 /// results, then the tangent of each float result.
 pub fn jvp_module(text: &str, function: &str, wrt: &[usize], source: &str) -> Result<String> {
-    derived_module(text, function, "jvp", source, |graph, name| {
+    derived_module(text, function, "jvp", source, None, |graph, name| {
         crate::trace::jvp_graph(graph, wrt, name)
     })
 }
@@ -147,6 +167,7 @@ fn derived_module(
     function: &str,
     suffix: &str,
     source: &str,
+    checkpoints: Option<u32>,
     derive: impl FnOnce(&crate::graph::Graph, &str) -> Result<crate::graph::Graph>,
 ) -> Result<String> {
     let module = parse_generic(text)?;
@@ -157,7 +178,7 @@ fn derived_module(
             format!("the module already defines @{name}, the name of the {suffix} function"),
         ));
     }
-    let graph = import_function(&module, function, source)?;
+    let graph = import_function_with(&module, function, source, checkpoints)?;
     // Values the derived function does not use (a gradient's forward result) are dropped here
     // rather than left to the compiler.
     let derived = crate::passes::eliminate_dead_code(&derive(&graph, &name)?)?;
