@@ -174,6 +174,27 @@ pub fn zip3_to<A: Element, B: Element, C: Element, U: Element>(
         Source::of(&types[1].shape, &out.shape)?,
         Source::of(&types[2].shape, &out.shape)?,
     ];
+    // Operands of the output's shape or of one element (a `where` over a mask and a scalar):
+    // index k or 0 by a stride, without a match per element.
+    let strides = sources.clone().map(|s| match s {
+        Source::Same => Some(1usize),
+        Source::One => Some(0),
+        Source::Table(_) => None,
+    });
+    if let [Some(sa), Some(sb), Some(sc)] = strides {
+        return Some(Box::new(move |inputs, outputs| {
+            let (a, b, c) = (
+                input::<A>(inputs, 0)?,
+                input::<B>(inputs, 1)?,
+                input::<C>(inputs, 2)?,
+            );
+            let zs = output::<U>(outputs, 0)?;
+            for (k, z) in zs.iter_mut().enumerate() {
+                *z = f(a[k * sa], b[k * sb], c[k * sc]);
+            }
+            Ok(())
+        }));
+    }
     Some(Box::new(move |inputs, outputs| {
         let (a, b, c) = (
             input::<A>(inputs, 0)?,
