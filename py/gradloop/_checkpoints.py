@@ -27,6 +27,7 @@ n log n for fixed c; `evaluations` counts them for a given (n, c), and the tests
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["Placement", "evaluations", "reverse"]
@@ -114,33 +115,32 @@ def _next_keep(at: int, grad: int, free: int) -> int | None:
     return at + (grad - at) // 2
 
 
-def reverse(kept: list[int], n: int, c: int) -> list[tuple[str, int]]:
+def reverse(kept: list[int], n: int, c: int) -> Iterator[tuple[str, int]]:
     """The backward pass over n trips from the forward pass's kept trips (`Placement.steps`,
     x_0 among them), as actions: ("restore", k) loads x_k from its slot, ("advance", k) runs
     trip k (x_k to x_{k+1}) without a tape, ("store", k) keeps x_k in a free slot, ("drop", k)
     frees x_k's slot, ("reverse", k) runs trip k under a tape and pulls the cotangent of
-    x_{k+1} back to x_k. Never more than c states are kept."""
+    x_{k+1} back to x_k. Never more than c states are kept. Yielded one at a time: there are
+    about n log n of them, and the memory is to stay independent of n."""
     stack = sorted(k for k in kept if k < n)
     if 0 not in stack:
         raise ValueError("x_0 must be kept")
-    actions: list[tuple[str, int]] = []
     grad = n
     while grad > 0:
         at = stack[-1]
-        actions.append(("restore", at))
+        yield ("restore", at)
         target = _next_keep(at, grad, c - len(stack))
         while at + 1 < grad:
-            actions.append(("advance", at))
+            yield ("advance", at)
             at += 1
             if at == target:
                 stack.append(at)
-                actions.append(("store", at))
+                yield ("store", at)
                 target = _next_keep(at, grad, c - len(stack))
-        actions.append(("reverse", at))
+        yield ("reverse", at)
         grad -= 1
         while stack and stack[-1] >= grad and grad > 0:
-            actions.append(("drop", stack.pop()))
-    return actions
+            yield ("drop", stack.pop())
 
 
 def evaluations(n: int, c: int) -> tuple[int, int]:
@@ -150,6 +150,8 @@ def evaluations(n: int, c: int) -> tuple[int, int]:
     for step in range(n):
         placement.keep(step)
     kept = [s for s in placement.steps if s is not None]
-    actions = reverse(kept, n, c)
-    advances = sum(1 for a, _ in actions if a == "advance")
-    return n + advances, sum(1 for a, _ in actions if a == "reverse")
+    counts = {"advance": 0, "reverse": 0}
+    for action, _ in reverse(kept, n, c):
+        if action in counts:
+            counts[action] += 1
+    return n + counts["advance"], counts["reverse"]
