@@ -79,3 +79,12 @@ def test_one_slot_recomputes_from_the_start() -> None:
 def test_bad_slot_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         ck.Placement(0)
+
+
+@pytest.mark.parametrize("c", [1, 2, 3, 7, 100])
+def test_every_slot_is_full_after_c_trips(c):
+    # The graph placement relies on it past the binomial trips: no empty slot to look for.
+    placement = ck.Placement(c)
+    for step in range(c):
+        placement.keep(step)
+    assert None not in placement.steps

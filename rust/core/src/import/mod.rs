@@ -147,9 +147,14 @@ pub fn gradient_module(
     source: &str,
     checkpoints: Option<u32>,
 ) -> Result<String> {
-    derived_module(text, function, "grad", source, checkpoints, |graph, name| {
-        gradient_graph(graph, wrt, name)
-    })
+    derived_module(
+        text,
+        function,
+        "grad",
+        source,
+        checkpoints,
+        |graph, name| gradient_graph(graph, wrt, name),
+    )
 }
 
 /// The generic-form module `text` with a public `func.func @<function>_jvp` added: it takes

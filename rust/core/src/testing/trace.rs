@@ -32,6 +32,7 @@ pub(crate) fn while_loop(
         body,
         maximum_iterations: max,
         parallel_iterations: 10,
+        checkpoints: None,
     };
     emit_while(ctx, &functions, vars).unwrap()
 }

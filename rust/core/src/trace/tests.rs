@@ -239,6 +239,7 @@ fn traced_loop(ctx: &mut dyn Context<Val>, x: &Val, c: &Val, n: &Val) -> Val {
         body,
         maximum_iterations: None,
         parallel_iterations: 10,
+        checkpoints: None,
     };
     let out = emit_while(ctx, &functions, &[i0, x.clone()]).unwrap();
     build::sum(ctx, &out[1], &[], false).unwrap()

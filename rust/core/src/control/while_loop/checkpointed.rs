@@ -165,9 +165,8 @@ pub(super) fn augment(
         .iter()
         .map(|i| {
             let k = lp.float_vars.iter().position(|v| v == i);
-            k.map(|k| grads[k]).ok_or_else(|| {
-                Error::internal("while_loop", "a carried variable has no gradient")
-            })
+            k.map(|k| grads[k])
+                .ok_or_else(|| Error::internal("while_loop", "a carried variable has no gradient"))
         })
         .collect::<Result<_>>()?;
     let mut ir = Ir { b: &mut b };
@@ -238,7 +237,8 @@ fn advance_loop(
     params.extend(std::iter::repeat_n(i64_type(&[]), 4));
     params.extend(buffer_types.iter().cloned());
     params.push(i64_type(&[c]));
-    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_advance", lp.body.name), params.clone());
+    let (mut b, args) =
+        FunctionBuilder::new(format!("{}_ckpt_advance", lp.body.name), params.clone());
     let (at, target, free, trips) = (args[n], args[n + 1], args[n + 2], args[n + 3]);
     let (bufs, steps) = (&args[n + 4..n + 4 + nk], args[n + 4 + nk]);
     let mut ir = Ir { b: &mut b };
@@ -373,7 +373,12 @@ impl Ir<'_> {
     fn write_row(&mut self, buf: Port, x: Port, row: Port, ty: &TensorType) -> Result<Port> {
         let mut shape = vec![1];
         shape.extend_from_slice(&ty.shape);
-        let update = self.op(layout::Reshape { shape: shape.into() }, &[x])?;
+        let update = self.op(
+            layout::Reshape {
+                shape: shape.into(),
+            },
+            &[x],
+        )?;
         let mut inputs = vec![buf, update, row];
         for _ in &ty.shape {
             inputs.push(self.i64(0));
@@ -529,54 +534,40 @@ impl Schedule {
         // Wang, Moin and Iaccarino: a new state takes an empty slot, else the latest
         // dispensable one, else the latest one, one level up (the lower ones become
         // dispensable). Slot 0 keeps x_0 for good.
-        let (slot_wm, levels, dispensable) = if self.c == 1 {
-            (none, p.levels, p.dispensable)
+        // Past the binomial trips every slot is full (Algorithm I fills them by trip c - 1),
+        // and the latest state is the last one kept: its slot and level are carried.
+        let zero = ir.i64(0);
+        let (slot_wm, level_wm, levels, dispensable) = if self.c == 1 {
+            (none, zero, p.levels, p.dispensable)
         } else {
             let slots = self.slots(ir)?;
-            let first = self.first_free(ir, steps)?;
-            let has_empty = ir.cmp(binary::Less, first, c)?;
-            let filled = ir.cmp(binary::GreaterEqual, steps, 0)?;
-            let dispensable = ir.and(p.dispensable, filled)?;
-            let d_steps = ir.select(dispensable, steps, none)?;
+            let d_steps = ir.select(p.dispensable, steps, none)?;
             let best = ir.max(d_steps)?;
-            let has_dispensable = ir.cmp(binary::GreaterEqual, best, 0)?;
+            let reuse = ir.cmp(binary::GreaterEqual, best, 0)?;
             let is_best = ir.op(binary::Equal, &[steps, best])?;
-            let is_best = ir.and(is_best, dispensable)?;
             let d_slots = ir.select(is_best, slots, none)?;
             let slot_d = ir.max(d_slots)?;
-            let latest = ir.max(steps)?;
-            let is_latest = ir.op(binary::Equal, &[steps, latest])?;
-            let l_slots = ir.select(is_latest, slots, none)?;
-            let slot_l = ir.max(l_slots)?;
-            let is_l = ir.op(binary::Equal, &[slots, slot_l])?;
-            let zero = ir.i64(0);
-            let l_levels = ir.select(is_l, p.levels, zero)?;
-            let level = ir.op(
-                reduce::Sum {
-                    axes: vec![0],
-                    keepdims: false,
-                },
-                &[l_levels],
-            )?;
-            let reuse = ir.op(binary::LogicalOr, &[has_empty, has_dispensable])?;
-            let slot = ir.select(has_dispensable, slot_d, slot_l)?;
-            let slot = ir.select(has_empty, first, slot)?;
-            let lower = ir.op(binary::Less, &[p.levels, level])?;
-            let not_first = ir.cmp(binary::Greater, slots, 0)?;
+            let slot = ir.select(reuse, slot_d, p.last_slot)?;
+            let lower = ir.op(binary::Less, &[p.levels, p.last_level])?;
+            let not_first = self.not_first(ir)?;
             let lower = ir.and(lower, not_first)?;
             let grown = ir.op(binary::LogicalOr, &[p.dispensable, lower])?;
             let dispensable = ir.select(reuse, p.dispensable, grown)?;
             let hit = ir.op(binary::Equal, &[slots, slot])?;
             let kept = ir.op(unary::LogicalNot, &[hit])?;
             let dispensable = ir.and(dispensable, kept)?;
-            let up = ir.add(level, 1)?;
+            let up = ir.add(p.last_level, 1)?;
             let new_level = ir.select(reuse, zero, up)?;
             let levels = ir.select(hit, new_level, p.levels)?;
             let levels = ir.select(binomial, p.levels, levels)?;
             let dispensable = ir.select(binomial, p.dispensable, dispensable)?;
-            (slot, levels, dispensable)
+            (slot, new_level, levels, dispensable)
         };
         let slot = ir.select(binomial, slot_sw, slot_wm)?;
+        let stored = ir.cmp(binary::GreaterEqual, slot, 0)?;
+        let last_slot = ir.select(stored, slot, p.last_slot)?;
+        let level = ir.select(binomial, zero, level_wm)?;
+        let last_level = ir.select(stored, level, p.last_level)?;
         Ok((
             slot,
             Placement {
@@ -584,10 +575,18 @@ impl Schedule {
                 left,
                 pivot,
                 saving,
+                last_slot,
+                last_level,
                 levels,
                 dispensable,
             },
         ))
+    }
+
+    /// `[c]` bools: every slot but 0 (x_0's, never given up).
+    fn not_first(&self, ir: &mut Ir<'_>) -> Result<Port> {
+        let mask = Tensor::collect::<bool>(&[self.c], (0..self.c).map(|k| k > 0))?;
+        Ok(ir.b.add_const(mask))
     }
 }
 
@@ -597,6 +596,9 @@ struct Placement {
     left: Port,
     pivot: Port,
     saving: Port,
+    /// The slot and level of the latest kept state.
+    last_slot: Port,
+    last_level: Port,
     levels: Port,
     dispensable: Port,
 }
@@ -605,6 +607,7 @@ impl Placement {
     fn types(c: usize) -> Vec<ValueType> {
         let mut t = vec![i64_type(&[]); 3];
         t.push(ValueType::tensor(DType::Bool, &[]));
+        t.extend([i64_type(&[]), i64_type(&[])]);
         t.push(i64_type(&[c]));
         t.push(ValueType::tensor(DType::Bool, &[c]));
         t
@@ -617,6 +620,8 @@ impl Placement {
             scalar(c as f64),
             scalar(c as f64),
             ExtraInput::Fill(TensorType::new(DType::Bool, &[]), 1.0),
+            scalar(0.0),
+            scalar(0.0),
             ExtraInput::Fill(TensorType::new(DType::I64, &[c]), 0.0),
             ExtraInput::Fill(TensorType::new(DType::Bool, &[c]), 0.0),
         ]
@@ -628,19 +633,141 @@ impl Placement {
             left: ports[1],
             pivot: ports[2],
             saving: ports[3],
-            levels: ports[4],
-            dispensable: ports[5],
+            last_slot: ports[4],
+            last_level: ports[5],
+            levels: ports[6],
+            dispensable: ports[7],
         }
     }
 
-    fn ports(&self) -> [Port; 6] {
+    fn ports(&self) -> [Port; 8] {
         [
             self.next,
             self.left,
             self.pivot,
             self.saving,
+            self.last_slot,
+            self.last_level,
             self.levels,
             self.dispensable,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Graph, Library};
+    use crate::interpret::{run_graph, RtValue};
+    use crate::testing::interpret::while_kind;
+
+    /// `_checkpoints.Placement` (Python): the slot each trip's state goes to, and the trip
+    /// each slot holds after `n` trips.
+    fn reference(c: usize, n: usize) -> Vec<i64> {
+        let mut steps = vec![-1i64; c];
+        let (mut i, mut o, mut p, mut s) = (0i64, c as i64, c as i64, true);
+        let mut levels = vec![0i64; c];
+        levels[0] = 1 << 62;
+        let mut dispensable = vec![false; c];
+        let last_binomial = ((c + 1) * (c + 2) / 2 - 1) as i64;
+        for step in 0..n as i64 {
+            let slot = if step < last_binomial {
+                let slot = s.then_some(i as usize);
+                if s {
+                    i += 1;
+                    if i > o {
+                        i = 1;
+                    }
+                }
+                if step + 1 == p {
+                    s = false;
+                }
+                if step == p {
+                    (p, o) = (p + o, o - 1);
+                    (i, s) = (o, o > 0);
+                }
+                slot
+            } else if c == 1 {
+                None
+            } else {
+                let disp = (0..c).filter(|&k| dispensable[k] && steps[k] >= 0);
+                let slot = if let Some(k) = disp.max_by_key(|&k| steps[k]) {
+                    dispensable[k] = false;
+                    levels[k] = 0;
+                    k
+                } else {
+                    let k = (0..c).max_by_key(|&k| steps[k]).unwrap();
+                    let level = levels[k];
+                    for j in 0..c {
+                        dispensable[j] |= levels[j] < level;
+                    }
+                    levels[k] = level + 1;
+                    k
+                };
+                Some(slot)
+            };
+            if let Some(k) = slot {
+                steps[k] = step;
+            }
+        }
+        steps
+    }
+
+    /// The forward loop's placement alone, as IR, run by the interpreter for `n` trips.
+    fn placed(c: usize, n: i64) -> Vec<i64> {
+        let schedule = Schedule::new(c);
+        let mut params = vec![i64_type(&[]), i64_type(&[]), i64_type(&[c])];
+        params.extend(Placement::types(c));
+        let (mut b, args) = FunctionBuilder::new("body", params.clone());
+        let placement = Placement::from_ports(&args[3..]);
+        let mut ir = Ir { b: &mut b };
+        let (slot, placement) = schedule
+            .place(&mut ir, args[0], args[2], &placement)
+            .unwrap();
+        let steps = schedule.record(&mut ir, args[2], slot, args[0]).unwrap();
+        let next = ir.add(args[0], 1).unwrap();
+        let mut results = vec![next, args[1], steps];
+        results.extend(placement.ports());
+        let body = b.finish(&results, &[]).unwrap();
+        let (mut b, args) = FunctionBuilder::new("cond", params.clone());
+        let more = b.add_op1(binary::Less, &[args[0], args[1]], None).unwrap();
+        let cond = b.finish(&[more], &[]).unwrap();
+        let (mut b, args) = FunctionBuilder::new("main", params.clone());
+        let lib_for_types = params.clone();
+        let out = b
+            .add_node(while_kind("cond", "body", None), &args, lib_for_types)
+            .unwrap();
+        let main = b.finish(&[out[2]], &[]).unwrap();
+        let mut library = Library::new();
+        for f in [body, cond, main] {
+            library.add(f).unwrap();
+        }
+        let graph = Graph::new(library, "main").unwrap();
+        let mut inputs = vec![
+            RtValue::Tensor(Tensor::scalar(0i64)),
+            RtValue::Tensor(Tensor::scalar(n)),
+            RtValue::Tensor(Tensor::filled(DType::I64, &[c], -1.0)),
+        ];
+        for extra in Placement::initial(c) {
+            let ExtraInput::Fill(t, v) = extra else {
+                panic!("a placement input that is not a fill")
+            };
+            inputs.push(RtValue::Tensor(Tensor::filled(t.dtype, &t.shape, v)));
+        }
+        let out = run_graph(&graph, inputs).unwrap();
+        let RtValue::Tensor(steps) = &out[0] else {
+            panic!("steps is not a tensor")
+        };
+        steps.as_slice::<i64>().unwrap().to_vec()
+    }
+
+    #[test]
+    fn the_graph_placement_is_the_reference_placement() {
+        for c in [1, 2, 3, 5, 8] {
+            let last = (c + 1) * (c + 2) / 2 - 1;
+            for n in [0, 1, 2, c, c + 1, last, last + 1, last + 7, 3 * last + 11] {
+                assert_eq!(placed(c, n as i64), reference(c, n), "c={c} n={n}");
+            }
+        }
     }
 }
