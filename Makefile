@@ -77,6 +77,7 @@ bench: dev
 	$(PY) benches/graph_mode.py
 	$(PY) benches/executor.py
 	$(PY) benches/ode.py
+	$(PY) benches/checkpointed.py
 	$(PY) benches/compiled_mode.py
 	$(PY) benches/forward_mode.py
 
