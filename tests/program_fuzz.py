@@ -202,7 +202,9 @@ class Program:
         return self._while(spec, x)
 
     def _while(self, spec: Any, x: gl.Tensor) -> gl.Tensor:
-        _, body_spec, offset, bound, extra, assign, checkpoints = spec
+        # Specs written before `checkpoints` was drawn (the named regressions) have none.
+        _, body_spec, offset, bound, extra, assign, *drawn = spec
+        checkpoints = drawn[0] if drawn else None
         # Data-dependent trip count: 0 to offset + 2 trips.
         n = gl.minimum(gl.cast(gl.abs(gl.sum(x * self.w)) * 3.0, gl.int32), 2) + offset - 1
 
