@@ -306,3 +306,19 @@ def test_a_million_trips_in_bounded_memory(mode):
     assert kept < 5, f"{mode}: checkpoints=100 grew the process by {kept:.1f} MB"
     assert stacked > 100, f"{mode}: stacks grew the process by only {stacked:.1f} MB"
     assert g_kept == pytest.approx(g_stacked, rel=1e-12)
+
+
+def test_the_compiled_gradient_has_no_stack():
+    # Static shapes only: the snapshots are [c + 1, ...] tensors, nothing grows.
+    def loss(x, n, c):
+        def body(i, h):
+            return i + 1, gl.sin(h) * 0.999 + 0.001
+
+        _, h = gl.while_loop(lambda i, h: i < n, body, (gl.tensor(0), x), checkpoints=c)
+        return gl.sum(h)
+
+    args = (gl.tensor(np.zeros(16)), gl.tensor(5))
+    stacked = gl.to_mlir(gl.grad(lambda x, n: loss(x, n, None)), *args)
+    kept = gl.to_mlir(gl.grad(lambda x, n: loss(x, n, 4)), *args)
+    assert "util.list" in stacked
+    assert "util.list" not in kept and "tensor<5x16xf64>" in kept
