@@ -25,7 +25,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{inline_into, Function, FunctionBuilder, NodeKind, Port, ValueType, While};
+use crate::graph::{inline_into, Function, FunctionBuilder, If, NodeKind, Port, ValueType, While};
 use crate::ops::{binary, creation, index, layout, reduce, unary, Op};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
@@ -244,23 +244,23 @@ fn advance_loop(
     let mut ir = Ir { b: &mut b };
     let at = ir.add(at, 1)?;
     let store = ir.op(binary::Equal, &[at, target])?;
-    let first = schedule.first_free(&mut ir, steps)?;
-    let none = ir.i64(c as i64);
-    let row = ir.select(store, first, none)?;
-    let mut new_bufs = Vec::with_capacity(nk);
-    for (k, &i) in kept.iter().enumerate() {
-        new_bufs.push(ir.write_row(bufs[k], x[i], row, &kept_types[k])?);
-    }
-    let steps = schedule.record(&mut ir, steps, row, at)?;
-    let one = ir.i64(1);
-    let zero = ir.i64(0);
-    let used = ir.select(store, one, zero)?;
-    let free = ir.op(binary::Sub, &[free, used])?;
+    // The store in a branch: most trips keep nothing, and under `gl.jit` the free slot's
+    // search (a reduction) would otherwise be read back to the host on every trip.
+    let branches = store_branches(tracer, &lp.body.name, schedule, kept_types, buffer_types)?;
+    let mut inputs = vec![store];
+    inputs.extend_from_slice(bufs);
+    inputs.extend([steps, free, at]);
+    inputs.extend(kept.iter().map(|&i| x[i]));
+    let mut types = buffer_types.to_vec();
+    types.extend([i64_type(&[c]), i64_type(&[])]);
+    let stored = b.add_node(NodeKind::If(branches), &inputs, types)?;
+    let (new_bufs, steps, free) = (&stored[..nk], stored[nk], stored[nk + 1]);
+    let mut ir = Ir { b: &mut b };
     let next = schedule.next_keep(&mut ir, at, trips, free)?;
     let target = ir.select(store, next, target)?;
     let mut results = x[..n].to_vec();
     results.extend([at, target, free, trips]);
-    results.extend(new_bufs);
+    results.extend_from_slice(new_bufs);
     results.push(steps);
     let body = add_function(tracer, b.finish(&results, &[])?)?;
     let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_advance_cond", lp.body.name), params);
@@ -269,6 +269,38 @@ fn advance_loop(
     let more = ir.op(binary::Less, &[next, args[n + 3]])?;
     let cond = add_function(tracer, b.finish(&[more], &[])?)?;
     Ok(Advance { cond, body })
+}
+
+/// The branches of an advance trip's store: `(bufs, steps, free, at, kept vars) -> (bufs,
+/// steps, free)`, keeping x_at in the first free slot, or nothing.
+fn store_branches(
+    tracer: &TracerRef,
+    name: &str,
+    schedule: &Schedule,
+    kept_types: &[TensorType],
+    buffer_types: &[ValueType],
+) -> Result<If> {
+    let nk = kept_types.len();
+    let mut params = buffer_types.to_vec();
+    params.extend([i64_type(&[schedule.c]), i64_type(&[]), i64_type(&[])]);
+    params.extend(kept_types.iter().map(|t| ValueType::Tensor(t.clone())));
+    let (mut b, args) = FunctionBuilder::new(format!("{name}_ckpt_store"), params.clone());
+    let (steps, free, at) = (args[nk], args[nk + 1], args[nk + 2]);
+    let mut ir = Ir { b: &mut b };
+    let first = schedule.first_free(&mut ir, steps)?;
+    let mut results = Vec::with_capacity(nk + 2);
+    for (k, ty) in kept_types.iter().enumerate() {
+        results.push(ir.write_row(args[k], args[nk + 3 + k], first, ty)?);
+    }
+    results.push(schedule.record(&mut ir, steps, first, at)?);
+    results.push(ir.add(free, -1)?);
+    let then_branch = add_function(tracer, b.finish(&results, &[])?)?;
+    let (b, args) = FunctionBuilder::new(format!("{name}_ckpt_keep"), params);
+    let else_branch = add_function(tracer, b.finish(&args[..nk + 2], &[])?)?;
+    Ok(If {
+        then_branch,
+        else_branch,
+    })
 }
 
 fn i64_type(shape: &[usize]) -> ValueType {
