@@ -144,10 +144,17 @@ def while_loop(
             lets the gradient's loop stacks be allocated once, before the loop.
         parallel_iterations: a positive int: how many iterations graph mode may run at once.
             Eager iterations run one after another.
+        checkpoints: None, or a positive int c: the gradient keeps at most c snapshots of the
+            loop variables instead of stacks of every trip's intermediates, and runs trips
+            again from the nearest snapshot (online binomial checkpointing: memory independent
+            of the trip count, the same gradient, more body evaluations). The body must not
+            assign a Variable (the recomputation would repeat it). Eagerly under a tape, the
+            loop is recorded as one op; without a tape it only runs.
 
     Returns:
         The final loop variables, with the structure of `loop_vars`. Every op of every
-        iteration is recorded by the active tapes, so gradients flow for any trip count.
+        iteration is recorded by the active tapes (with `checkpoints`, the loop as one op), so
+        gradients flow for any trip count.
     """
     _validate.check_callable("while_loop", "cond", cond)
     _validate.check_callable("while_loop", "body", body)
