@@ -19,8 +19,9 @@
 //! `[c]` integer ops, so the executor, the interpreter, the MLIR emitter and the tape all run
 //! it as they run any program (its own gradient, for second derivatives, uses stacks).
 //!
-//! Every snapshot buffer has c + 1 rows: a state that is not kept goes to row c, so the
-//! program has no branch and every shape is static. Loop variables the body passes through
+//! Every snapshot buffer has c + 1 rows: a state the forward loop does not keep goes to row
+//! c, so that loop has no branch and every shape is static (the backward's rarer stores are an
+//! `If`). Loop variables the body passes through
 //! unchanged are not kept: the backward node takes them from the loop's inputs.
 
 use crate::dtype::DType;
