@@ -40,9 +40,18 @@ def run(
     closed = _closed_over(flat, traced_while)
     pack = lambda values: nest.pack_sequence_as(loop_vars, list(values))  # noqa: E731
 
-    def trip(values: list[Any], i: int | None) -> list[Any]:
+    def checked(values: list[Any], i: int | None) -> list[Any]:
         new = call(body, pack(values))
         return nest.flatten(_validate.check_loop_body_output("while_loop", loop_vars, new, i, body))
+
+    def trip(values: list[Any], i: int | None) -> list[Any]:
+        """A trip run again: the body returned valid tensors for these values before, so only
+        a result that needs converting (a Python number) goes through the checks (they were
+        most of an eager recomputation's time)."""
+        new = nest.flatten(call(body, pack(values)))
+        if len(new) == len(flat) and all(isinstance(t, _core.Tensor) for t in new):
+            return new
+        return checked(values, i)
 
     def forward(trips: int | None) -> tuple[list[Any], int, dict[int, list[Any]]]:
         """The loop from `flat` (for `trips` trips, else until cond says stop): the final
@@ -58,7 +67,7 @@ def run(
             slot = placement.keep(n)
             if slot is not None:
                 by_slot[slot] = values
-            values = trip(values, n)
+            values = checked(values, n)
             n += 1
         stats["forward"] += n
         steps = enumerate(placement.steps)
