@@ -296,7 +296,10 @@ def peak_growth_mb(mode: str, checkpoints: str, trips: int) -> tuple[float, floa
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux")
+@pytest.mark.skipif(
+    not __import__("os").path.exists("/proc/self/clear_refs"),
+    reason="measures peak memory with Linux's /proc/self/clear_refs (a peak reset)",
+)
 @pytest.mark.parametrize("mode", ["graph", "jit"])
 def test_a_million_trips_in_bounded_memory(mode):
     # 10^6 trips of a float64[16] state: the stacks keep over 100 MB of residuals, the

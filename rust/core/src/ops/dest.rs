@@ -181,20 +181,6 @@ pub fn zip3_to<A: Element, B: Element, C: Element, U: Element>(
         Source::One => Some(0),
         Source::Table(_) => None,
     });
-    if let [Some(sa), Some(sb), Some(sc)] = strides {
-        return Some(Box::new(move |inputs, outputs| {
-            let (a, b, c) = (
-                input::<A>(inputs, 0)?,
-                input::<B>(inputs, 1)?,
-                input::<C>(inputs, 2)?,
-            );
-            let zs = output::<U>(outputs, 0)?;
-            for (k, z) in zs.iter_mut().enumerate() {
-                *z = f(a[k * sa], b[k * sb], c[k * sc]);
-            }
-            Ok(())
-        }));
-    }
     Some(Box::new(move |inputs, outputs| {
         let (a, b, c) = (
             input::<A>(inputs, 0)?,
@@ -202,6 +188,12 @@ pub fn zip3_to<A: Element, B: Element, C: Element, U: Element>(
             input::<C>(inputs, 2)?,
         );
         let zs = output::<U>(outputs, 0)?;
+        if let [Some(sa), Some(sb), Some(sc)] = strides {
+            for (k, z) in zs.iter_mut().enumerate() {
+                *z = f(a[k * sa], b[k * sb], c[k * sc]);
+            }
+            return Ok(());
+        }
         for (k, z) in zs.iter_mut().enumerate() {
             *z = f(
                 a[sources[0].at(k)],

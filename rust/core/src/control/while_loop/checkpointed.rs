@@ -144,13 +144,7 @@ pub(super) fn augment(
     adv_inputs.push(steps);
     let adv_types = function(tracer, &advance.body)?.params;
     let advanced = b.add_node(
-        NodeKind::While(While {
-            cond: advance.cond,
-            body: advance.body,
-            maximum_iterations: None,
-            parallel_iterations: lp.parallel_iterations,
-            checkpoints: None,
-        }),
+        While::stacked(advance.cond, advance.body, None, lp.parallel_iterations),
         &adv_inputs,
         adv_types,
     )?;
@@ -190,21 +184,14 @@ pub(super) fn augment(
     forward_extra.push(ExtraInput::Fill(TensorType::new(DType::I64, &[c]), -1.0));
     forward_extra.extend(Placement::initial(c));
     Ok(Built {
-        forward: NodeKind::While(While {
-            cond: fwd_cond,
-            body: fwd_body,
-            maximum_iterations: lp.maximum_iterations,
-            parallel_iterations: lp.parallel_iterations,
-            checkpoints: None,
-        }),
+        forward: While::stacked(
+            fwd_cond,
+            fwd_body,
+            lp.maximum_iterations,
+            lp.parallel_iterations,
+        ),
         forward_extra,
-        backward: NodeKind::While(While {
-            cond: grad_cond,
-            body: grad_body,
-            maximum_iterations: None,
-            parallel_iterations: lp.parallel_iterations,
-            checkpoints: None,
-        }),
+        backward: While::stacked(grad_cond, grad_body, None, lp.parallel_iterations),
         backward_outputs: (n..n + 2 + nk).collect(),
         backward_inputs: invariant,
         cotangents: lp.carried.to_vec(),

@@ -231,6 +231,22 @@ enum Trips {
 }
 
 impl While {
+    /// A loop node whose own gradient keeps stacks (the loops a gradient transform builds).
+    pub(crate) fn stacked(
+        cond: String,
+        body: String,
+        maximum_iterations: Option<i64>,
+        parallel_iterations: u32,
+    ) -> NodeKind {
+        NodeKind::While(While {
+            cond,
+            body,
+            maximum_iterations,
+            parallel_iterations,
+            checkpoints: None,
+        })
+    }
+
     fn emit_loop(
         &self,
         l: &mut Lowering<'_>,
@@ -676,21 +692,14 @@ impl Augment for While {
                 .map(|t| ExtraInput::EmptyStack(t.inner().clone())),
         );
         Ok(Built {
-            forward: NodeKind::While(While {
-                cond: fwd_cond,
-                body: fwd_body,
-                maximum_iterations: *maximum_iterations,
-                parallel_iterations: *parallel_iterations,
-                checkpoints: None,
-            }),
+            forward: While::stacked(
+                fwd_cond,
+                fwd_body,
+                *maximum_iterations,
+                *parallel_iterations,
+            ),
             forward_extra,
-            backward: NodeKind::While(While {
-                cond: grad_cond,
-                body: grad_body,
-                maximum_iterations: None,
-                parallel_iterations: *parallel_iterations,
-                checkpoints: None,
-            }),
+            backward: While::stacked(grad_cond, grad_body, None, *parallel_iterations),
             backward_outputs: (n..n + 1 + stacked.len()).collect(),
             backward_inputs: invariant.iter().map(|&(_, i)| i).collect(),
             cotangents: carried.clone(),
