@@ -17,6 +17,7 @@ use std::sync::Arc;
 mod bounds;
 mod checkpointed;
 mod loop_vars;
+mod schedule;
 mod trips;
 
 use crate::dataflow::{DfKind, FunctionLowered, Lower, LowerNode, Lowered, Scope};
