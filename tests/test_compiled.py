@@ -684,6 +684,31 @@ def test_loops_the_device_decides_index_on_the_host() -> None:
         assert_compiled_matches_eager(grad, *args)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["floor", "ceil", "round"])
+def test_rounding_of_a_loop_scalar_runs_on_the_host(name, dtype) -> None:
+    """floor, ceil and round of a rank-0 loop variable are `math` ops in IREE's VM (the
+    checkpoint schedule halves its gaps so): no dispatch and read-back per trip, and the
+    values numpy gives, ties to even."""
+    op = getattr(gl, name)
+
+    def rounded(x):
+        def body(i, s):
+            return i + 1, s + op(s * 0.25 + gl.cast(i, x.dtype) + 0.5)
+
+        return gl.while_loop(lambda i, s: i < 6, body, (gl.tensor(0), x))[1]
+
+    x = gl.tensor(np.array(1.5, dtype=dtype))
+    mlir = gl.jit(rounded).mlir(x)
+    mnemonic = {"floor": "math.floor", "ceil": "math.ceil", "round": "math.roundeven"}[name]
+    assert mnemonic in mlir and "stablehlo.round" not in mlir and f"stablehlo.{name}" not in mlir
+    want, rule = np.array(1.5, dtype=dtype), getattr(np, name)
+    for i in range(6):
+        want = want + rule(want * np.asarray(0.25, dtype) + np.asarray(i + 0.5, dtype))
+    assert np.asarray(gl.jit(rounded)(x)) == want
+    assert_compiled_matches_eager(rounded, x)
+
+
 def test_results_stay_the_callers_after_later_calls() -> None:
     """Results are copied out of IREE's buffers into tensors once (the runtime hands back views
     of mapped result buffers): a later call, which may reuse buffers, changes no earlier result."""

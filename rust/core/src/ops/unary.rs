@@ -353,7 +353,8 @@ unary_op! {
     kernel: |x: T| x.floor(),
     saves: Saves::NOTHING,
     grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.floor", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.floor", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.floor")
 }
 
 unary_op! {
@@ -362,7 +363,8 @@ unary_op! {
     kernel: |x: T| x.ceil(),
     saves: Saves::NOTHING,
     grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.ceil", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.ceil", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.ceil")
 }
 
 unary_op! {
@@ -371,7 +373,8 @@ unary_op! {
     kernel: |x: T| x.round_ties_even(),
     saves: Saves::NOTHING,
     grad: |ctx, saved, g| Ok(Some(build::zeros_like(ctx, g)?)),
-    mlir: |e, x| Ok(e.elementwise("stablehlo.round_nearest_even", &[x], &x.ty))
+    mlir: |e, x| Ok(e.elementwise("stablehlo.round_nearest_even", &[x], &x.ty)),
+    scalar: |d| ScalarForm::float(d, "math.roundeven")
 }
 
 unary_op! {
