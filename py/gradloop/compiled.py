@@ -47,7 +47,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _compiler, _core, _runtime, _validate, _vm_repair, _workarounds, errors
+from . import (
+    _compiler,
+    _core,
+    _runtime,
+    _stablehlo,
+    _validate,
+    _vm_repair,
+    _workarounds,
+    errors,
+)
 from .function import Function
 
 __all__ = ["export", "jit", "to_mlir"]
@@ -89,9 +98,23 @@ def _function(fn: Callable[..., Any]) -> Function:
     return fn if isinstance(fn, Function) else Function(fn)
 
 
-def to_mlir(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+#: `to_mlir`'s dialects: StableHLO inside `scf` with IREE's host-side forms (what `jit`
+#: compiles), or pure StableHLO (`_stablehlo.py`).
+DIALECTS = ("iree", "stablehlo")
+
+
+def to_mlir(fn: Callable[..., Any], *args: Any, dialect: str = "iree", **kwargs: Any) -> str:
     """The MLIR module of `fn` traced for these arguments: a public `func.func` taking the
-    tensor arguments (captured tensors embedded as constants)."""
+    tensor arguments (captured tensors embedded as constants). `dialect="iree"`: StableHLO
+    inside `scf`, with the `arith`, `tensor` and `util` ops IREE runs on the host;
+    `dialect="stablehlo"`: `func` and `stablehlo` ops alone, static shapes, loop gradients in
+    fixed-size state (see `gradloop._stablehlo`), for any StableHLO consumer."""
+    if dialect == "stablehlo":
+        return _stablehlo.module(_function(fn), *args, **kwargs)
+    if dialect != "iree":
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"unknown dialect {dialect!r}; expected one of {list(DIALECTS)}")
+        )
     return _function(fn).concrete_function(*args, **kwargs).to_mlir(embed_captures=True)
 
 
@@ -673,18 +696,42 @@ def jit(fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False) 
     return Jit(fn, target, tiered)
 
 
+#: `export`'s formats: an IREE `.vmfb`, or a StableHLO portable artifact.
+FORMATS = ("vmfb", "stablehlo")
+
+
 def export(
-    fn: Callable[..., Any], *args: Any, path: str | os.PathLike[str], target: str = "llvm-cpu"
+    fn: Callable[..., Any],
+    *args: Any,
+    path: str | os.PathLike[str],
+    target: str = "llvm-cpu",
+    format: str = "vmfb",  # noqa: A002 - DESIGN's name
 ) -> pathlib.Path:
-    """Writes `fn` traced for `args` as a `.vmfb` at `path` and its MLIR beside it (`.mlir`).
-    The module is self-contained: run it with `iree-run-module --module=PATH
-    --function=<name> --input=...` (the function is named after `fn`).
+    """Writes `fn` traced for `args` at `path`, its MLIR text beside it (`.mlir`).
+
+    `format="vmfb"`: an IREE module for `target`, self-contained: run it with
+    `iree-run-module --module=PATH --function=<name> --input=...` (the function is named after
+    `fn`). `format="stablehlo"`: a StableHLO portable artifact (versioned bytecode, written
+    through jaxlib's StableHLO bindings) of the pure StableHLO module
+    (`to_mlir(..., dialect="stablehlo")`), for any StableHLO consumer; `target` is not used.
 
     Signature: the tensor arguments in order (Python values are fixed at their traced
     values), then one input per Variable `fn` uses, its value on entry, in the order `fn`
     first used them; it returns the results, then the final value of each Variable `fn` may
     assign, in that same order (Variables it only reads have no output). Closed-over tensors
     are embedded as constants."""
+    if format == "stablehlo":
+        text = _stablehlo.module(_function(fn), *args)
+        artifact = _stablehlo.portable_artifact(text)
+        out = pathlib.Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".mlir").write_text(text)
+        out.write_bytes(artifact)
+        return out
+    if format != "vmfb":
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"unknown format {format!r}; expected one of {list(FORMATS)}")
+        )
     concrete = _function(fn).concrete_function(*args)
     # Stacks as buffers: the module may run on an asynchronous device (`iree-run-module`'s
     # default `local-task`, CUDA), where lists of buffer views fail (see `driver`).

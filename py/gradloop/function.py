@@ -145,15 +145,21 @@ class Function:
             leaves.append(leaf)
         return structure, leaves
 
-    def _concrete(self, structure: Any, leaves: list[Any]) -> _Concrete:
+    def _concrete(
+        self, structure: Any, leaves: list[Any], fixed_state_loops: int | None = None
+    ) -> _Concrete:
         key = (nest.format_structure(structure, lambda _: "*"), tuple(map(_leaf_spec, leaves)))
+        if fixed_state_loops is not None:
+            key = (*key, fixed_state_loops)
         found = self._cache.get(key)
         if found is None:
-            found = self._trace(structure, leaves)
+            found = self._trace(structure, leaves, fixed_state_loops)
             self._cache[key] = found
         return found
 
-    def _trace(self, structure: Any, leaves: list[Any]) -> _Concrete:
+    def _trace(
+        self, structure: Any, leaves: list[Any], fixed_state_loops: int | None = None
+    ) -> _Concrete:
         self._traces += 1
         if self._traces > RETRACE_WARNING_THRESHOLD:
             warnings.warn(
@@ -167,7 +173,7 @@ class Function:
             )
         tensors = [x for x in leaves if isinstance(x, _core.Tensor)]
         specs = [(t.dtype, tuple(t.shape)) for t in tensors]
-        symbols = iter(_core.trace_begin(self._name, specs))
+        symbols = iter(_core.trace_begin(self._name, specs, fixed_state_loops))
         try:
             traced_leaves = [next(symbols) if isinstance(x, _core.Tensor) else x for x in leaves]
             args, kwargs = nest.pack_sequence_as(structure, traced_leaves)
@@ -217,6 +223,14 @@ class Function:
         """The traced function for these arguments' signature: `.graph`, `.captured_inputs`."""
         structure, leaves = self._flatten(args, kwargs)
         return self._concrete(structure, leaves).fn
+
+    def fixed_state_function(self, checkpoints: int, *args: Any, **kwargs: Any) -> Any:
+        """`concrete_function`, traced with every loop gradient in fixed-size state, as pure
+        StableHLO needs: a loop without `checkpoints` keeps one snapshot per possible trip when
+        `maximum_iterations` bounds it, else `checkpoints` snapshots (a body that assigns a
+        Variable keeps stacks, which such an export refuses)."""
+        structure, leaves = self._flatten(args, kwargs)
+        return self._concrete(structure, leaves, checkpoints).fn
 
 
 def function(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:

@@ -258,6 +258,7 @@ impl PyConcreteFunction {
         list_stacks: bool,
         yield_barriers: &str,
         unroll_loops: bool,
+        pure_stablehlo: bool,
     ) -> PyResult<(String, gradloop::mlir::ModuleFacts)> {
         let yield_barriers =
             gradloop::mlir::YieldBarriers::from_name(yield_barriers).ok_or_else(|| {
@@ -275,6 +276,7 @@ impl PyConcreteFunction {
             list_stacks,
             yield_barriers,
             unroll_loops,
+            pure_stablehlo,
         };
         if !embed_captures {
             return gradloop::mlir::emit_module_facts(&self.graph, options).py(py);
@@ -304,19 +306,26 @@ impl PyConcreteFunction {
     /// captured input after those. Variables are values: the module returns, after the
     /// results, the final value of each variable in `assigned_variables`. `list_stacks` keeps
     /// tensor stacks as lists of buffer views; `yield_barriers` ("none", "repeats",
-    /// "constants" or "all") puts branch results through barriers
-    /// (`EmitOptions`).
-    #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none"))]
+    /// "constants" or "all") puts branch results through barriers; `pure_stablehlo` writes
+    /// only `func` and `stablehlo` ops (`EmitOptions`).
+    #[pyo3(signature = (embed_captures=false, list_stacks=false, yield_barriers="none", pure_stablehlo=false))]
     fn to_mlir(
         &self,
         py: Python<'_>,
         embed_captures: bool,
         list_stacks: bool,
         yield_barriers: &str,
+        pure_stablehlo: bool,
     ) -> PyResult<String> {
-        Ok(self
-            .emit(py, embed_captures, list_stacks, yield_barriers, false)?
-            .0)
+        let emitted = self.emit(
+            py,
+            embed_captures,
+            list_stacks,
+            yield_barriers,
+            false,
+            pure_stablehlo,
+        )?;
+        Ok(emitted.0)
     }
 
     /// `to_mlir`'s text and what compile policy needs to know of it, so that it never reads
@@ -339,6 +348,7 @@ impl PyConcreteFunction {
             list_stacks,
             yield_barriers,
             unroll_loops,
+            false,
         )?;
         let dict = PyDict::new(py);
         let dtypes: Vec<&str> = facts.dtypes.iter().map(|d| d.name()).collect();

@@ -81,12 +81,15 @@ pub fn require_tracer(py: Python<'_>, what: &'static str) -> PyResult<TracerRef>
 }
 
 /// Starts tracing function `name` with parameters of the given types; returns the symbolic
-/// parameters. Errors if this thread is already tracing.
+/// parameters. Errors if this thread is already tracing. With `fixed_state_loops`, loop
+/// gradients keep fixed-size state (`Tracer::fixed_state_loops`: what pure StableHLO needs).
 #[pyfunction]
+#[pyo3(signature = (name, params, fixed_state_loops=None))]
 pub fn trace_begin(
     py: Python<'_>,
     name: &str,
     params: &Bound<'_, PyAny>,
+    fixed_state_loops: Option<u32>,
 ) -> PyResult<Vec<PyTensor>> {
     let types = param_types(params)?;
     if runtime::active_tracer().is_some() {
@@ -99,6 +102,7 @@ pub fn trace_begin(
         ));
     }
     let (tracer, vals) = Tracer::new(name, types);
+    lock(&tracer).fixed_state_loops = fixed_state_loops;
     runtime::begin_trace(tracer);
     Ok(py_tensors(vals))
 }

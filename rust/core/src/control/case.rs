@@ -123,6 +123,13 @@ impl EmitMlir for Case {
     ) -> Result<Vec<Bound>> {
         let Case { branches } = self;
         let (index, operands) = split_first(l, inputs)?;
+        if l.e.options.pure_stablehlo {
+            // stablehlo.case runs the last branch for an index out of range, as the IR says
+            let index = l.tensor_input(&index)?;
+            let i = l.e.convert(&index, crate::dtype::DType::I32)?;
+            let names: Vec<&str> = branches.iter().map(String::as_str).collect();
+            return l.stablehlo_branches("stablehlo.case", &i, &names, &operands, &node.outputs);
+        }
         let i = l.scalar_input(&index)?;
         let dtype = index.tensor_type().map(|t| t.dtype);
         let int = element_type(dtype.ok_or_else(|| l.e.bug("a stack as a case index"))?);

@@ -114,6 +114,11 @@ impl EmitMlir for If {
             else_branch,
         } = self;
         let (pred, operands) = split_first(l, inputs)?;
+        if l.e.options.pure_stablehlo {
+            let p = l.tensor_input(&pred)?;
+            let branches = [then_branch.as_str(), else_branch.as_str()];
+            return l.stablehlo_branches("stablehlo.if", &p, &branches, &operands, &node.outputs);
+        }
         let p = l.scalar_input(&pred)?;
         let flat = flat_types_of(&l.e, &node.outputs)?;
         let (prefix, names) = l.result_names(&flat);

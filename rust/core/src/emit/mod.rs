@@ -26,6 +26,10 @@ pub struct EmitOptions {
     /// Loops of cheap ops run several iterations per trip of the `scf.while`: predicated, or
     /// exactly for countdown loops such as loop gradients (`control::while_loop::trips`).
     pub unroll_loops: bool,
+    /// Only `func` and `stablehlo` ops, as every StableHLO consumer reads (`mlir/pure.rs`):
+    /// rank-0 values stay tensors, control flow is `stablehlo.while` / `if` / `case`, shapes
+    /// are static, and what needs more (stacks) is a `Compile` error naming it.
+    pub pure_stablehlo: bool,
 }
 
 /// Branch results that go through their own `stablehlo.optimization_barrier` (IREE 3.13 fails

@@ -92,8 +92,12 @@ impl Bound {
 /// The MLIR types a value of type `ty` lowers to where regions carry it (one per SSA value, in
 /// `Bound::names` order): rank-0 tensors are carried as scalars (see `scalar.rs`).
 pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
+    let pure = e.options.pure_stablehlo;
     match ty {
-        ValueType::Tensor(t) if t.ndim() == 0 => Ok(vec![carrier_type(t.dtype).to_string()]),
+        ValueType::Tensor(t) if t.ndim() == 0 && !pure => {
+            Ok(vec![carrier_type(t.dtype).to_string()])
+        }
+        ValueType::Stack(_) if pure => Err(no_stacks_in_stablehlo(e)),
         ValueType::Tensor(t) => Ok(vec![type_text(t)]),
         ValueType::Resource(t) => Err(e.unsupported(format!(
             "variables (a resource<{}> value) are not supported by the MLIR emitter yet",
@@ -104,6 +108,16 @@ pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
             "index".to_string(),
         ]),
     }
+}
+
+/// Stacks are growable state, which StableHLO cannot hold: a loop gradient exported to it
+/// keeps fixed-size buffers instead (checkpoints), unless its body assigns a Variable.
+pub(crate) fn no_stacks_in_stablehlo(e: &Emitter) -> Error {
+    e.unsupported(
+        "a loop gradient here keeps growable stacks, which StableHLO cannot express: its loop \
+         body assigns a Variable (so its states cannot be recomputed from checkpoints); assign \
+         outside the loop to export it as StableHLO",
+    )
 }
 
 /// `flat_types` of several values, concatenated.
@@ -228,6 +242,12 @@ impl<'g> Lowering<'g> {
                     "{kind} are not supported by the MLIR emitter yet: {why}"
                 )));
             };
+            if self.e.options.pure_stablehlo && t.shape.contains(&crate::shape::DYN) {
+                return Err(self.e.unsupported(format!(
+                    "parameter {i} of @{} has type {t}: pure StableHLO needs static shapes",
+                    f.name
+                )));
+            }
             let name = format!("%arg{i}");
             params.push(format!("{name}: {}", TypeText(t)));
             args.push(Bound::Tensor(MlirValue {
@@ -313,6 +333,9 @@ impl<'g> Lowering<'g> {
     /// their `carrier_type` (so the result's names are what a terminator yields, not values
     /// to compute with; `unpack` reverses it).
     pub fn carried(&mut self, value: Bound, ty: &ValueType) -> Result<Bound> {
+        if self.e.options.pure_stablehlo {
+            return self.coerce(value, ty);
+        }
         match self.coerce(value, ty)? {
             b @ (Bound::Tensor(_) | Bound::Scalar(_))
                 if b.tensor_type().is_some_and(|t| t.ndim() == 0) =>
@@ -335,6 +358,7 @@ impl<'g> Lowering<'g> {
         let mut out = Vec::with_capacity(types.len());
         for t in types {
             let b = match Bound::from_names(t, &mut it)? {
+                Bound::Scalar(v) if self.e.options.pure_stablehlo => Bound::Tensor(v),
                 Bound::Scalar(v) => {
                     let name = self.narrow(&v.name, v.ty.dtype);
                     Bound::Scalar(MlirValue { name, ty: v.ty })
@@ -426,6 +450,9 @@ impl<'g> Lowering<'g> {
 
     /// One node's MLIR; returns its outputs typed as the node declares them.
     fn node(&mut self, node: &Node, inputs: Vec<Bound>, args: &[Bound]) -> Result<Vec<Bound>> {
+        if self.e.options.pure_stablehlo {
+            self.static_outputs(node)?;
+        }
         let outs = match &node.kind {
             NodeKind::Arg(i) => {
                 let a = args
@@ -443,6 +470,24 @@ impl<'g> Lowering<'g> {
                 .emit_mlir(self, node, inputs)?,
         };
         self.coerce_all(outs, &node.outputs)
+    }
+
+    /// StableHLO's shapes are static: a node with a dynamically shaped output cannot be
+    /// exported as pure StableHLO.
+    fn static_outputs(&self, node: &Node) -> Result<()> {
+        for ty in &node.outputs {
+            match ty {
+                ValueType::Tensor(t) if t.shape.contains(&crate::shape::DYN) => {
+                    return Err(self.e.unsupported(format!(
+                        "its result type {t} has a dimension known only at run time; pure \
+                         StableHLO needs static shapes"
+                    )));
+                }
+                ValueType::Stack(_) => return Err(no_stacks_in_stablehlo(&self.e)),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The results of `op` on `inputs`: on the host where `try_scalar_op` takes it, else its

@@ -102,6 +102,11 @@ impl Lowering<'_> {
             self.distinct_yields(&mut results);
         }
         self.e.set_site(site);
+        if self.e.options.pure_stablehlo {
+            self.stablehlo_return(results, term)?;
+            self.e.dedent();
+            return Ok(());
+        }
         match term {
             Terminator::Yield | Terminator::BranchYield => {
                 let names = flat_names(&results);
@@ -152,6 +157,86 @@ impl Lowering<'_> {
 }
 
 impl Lowering<'_> {
+    /// A region's end as pure StableHLO (`EmitOptions::pure_stablehlo`): `stablehlo.return` of
+    /// its results, or of a loop's predicate (`and` the counter below its limit, both
+    /// `tensor<i64>`); a counting body returns its counter plus one first.
+    fn stablehlo_return(&mut self, results: Vec<Bound>, term: Terminator<'_>) -> Result<()> {
+        let loc = self.e.loc();
+        let mut values = results
+            .iter()
+            .map(|b| self.tensor_input(b))
+            .collect::<Result<Vec<_>>>()?;
+        match term {
+            Terminator::Yield | Terminator::BranchYield => {}
+            Terminator::YieldCounting { counter, one } => {
+                let next = self.e.fresh();
+                self.e.line(&format!(
+                    "{next} = stablehlo.add {counter}, {one} : tensor<i64> {loc}"
+                ));
+                let ty = crate::shape::TensorType::scalar(crate::dtype::DType::I64);
+                values.insert(0, MlirValue { name: next, ty });
+            }
+            Terminator::Condition { counter, .. } => {
+                let [pred] = values.as_slice() else {
+                    return Err(self.e.bug("a loop condition must return one bool[]"));
+                };
+                let mut go = pred.clone();
+                if let Some((k, max)) = counter {
+                    let below = self.e.fresh();
+                    self.e.line(&format!(
+                        "{below} = stablehlo.compare LT, {k}, {max}, SIGNED : (tensor<i64>, \
+                         tensor<i64>) -> tensor<i1> {loc}"
+                    ));
+                    let both = self.e.fresh();
+                    self.e.line(&format!(
+                        "{both} = stablehlo.and {}, {below} : tensor<i1> {loc}",
+                        go.name
+                    ));
+                    go.name = both;
+                }
+                values = vec![go];
+            }
+        }
+        let flat: Vec<String> = values.iter().map(|v| type_text(&v.ty)).collect();
+        self.e.line(&format!(
+            "\"stablehlo.return\"({}) : ({}) -> ()",
+            names_text(&values),
+            flat.join(", ")
+        ));
+        Ok(())
+    }
+
+    /// `stablehlo.if` or `stablehlo.case` on `selector`: one region per branch, each the
+    /// branch inlined on `operands` and returned as `types`.
+    pub(crate) fn stablehlo_branches(
+        &mut self,
+        op: &str,
+        selector: &MlirValue,
+        branches: &[&str],
+        operands: &[Bound],
+        types: &[ValueType],
+    ) -> Result<Vec<Bound>> {
+        let flat = flat_types_of(&self.e, types)?;
+        let (prefix, names) = self.result_names(&flat);
+        let (site, loc) = (self.e.site().clone(), self.e.loc());
+        self.e
+            .line(&format!("{prefix}\"{op}\"({}) ({{", selector.name));
+        for (k, branch) in branches.iter().enumerate() {
+            if k > 0 {
+                self.e.line("}, {");
+            }
+            let body = |l: &mut Self| l.inline(branch, operands.to_vec());
+            self.region(None, types, body, Terminator::BranchYield)?;
+        }
+        self.e.set_site(site);
+        self.e.line(&format!(
+            "}}) : ({}) -> ({}) {loc}",
+            type_text(&selector.ty),
+            flat.join(", ")
+        ));
+        self.unpack(types, &names)
+    }
+
     /// A tensor that starts two loop variables goes to the second through an optimization
     /// barrier: IREE 3.13's VM moves a buffer passed twice on the loop's entry branch out of
     /// one register before the other is read ("binding table slot requires a buffer", the

@@ -161,6 +161,9 @@ impl Lowering<'_> {
         let rank0 = |b: &Bound| {
             matches!(b, Bound::Scalar(_)) || b.tensor_type().is_some_and(|t| t.ndim() == 0)
         };
+        if self.e.options.pure_stablehlo {
+            return Ok(None);
+        }
         let any_scalar = inputs.iter().any(|b| matches!(b, Bound::Scalar(_)));
         // constants, and ops IREE folds to one (`fill`), are no device values
         let on_device = |b: &Bound| matches!(b, Bound::Tensor(v) if !self.e.is_constant(v));

@@ -127,6 +127,9 @@ pub struct Tracer {
     pub(super) augmented: HashMap<(FrameId, NodeId), Arc<super::gradients::Augmented>>,
     /// The assignment helpers of `passes::Assignments::Credited`, by variable type.
     assignment_helpers: HashMap<TensorType, (String, String)>,
+    /// Loop gradients in fixed-size state (`While::fixed_state`): what a loop without
+    /// `checkpoints` keeps when it has no `maximum_iterations`; None: stacks.
+    pub fixed_state_loops: Option<u32>,
 }
 
 fn control_flow_error(message: String) -> Error {
@@ -158,6 +161,7 @@ impl Tracer {
             location: None,
             augmented: HashMap::new(),
             assignment_helpers: HashMap::new(),
+            fixed_state_loops: None,
         };
         let name = tracer.unique_name(name);
         let (frame, vals) = Frame::new(&name, params);

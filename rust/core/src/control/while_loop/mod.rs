@@ -18,6 +18,7 @@ mod bounds;
 mod checkpointed;
 mod loop_vars;
 mod schedule;
+mod stablehlo;
 mod trips;
 
 use crate::dataflow::{DfKind, FunctionLowered, Lower, LowerNode, Lowered, Scope};
@@ -195,6 +196,9 @@ impl EmitMlir for While {
         node: &Node,
         inputs: Vec<Bound>,
     ) -> Result<Vec<Bound>> {
+        if l.e.options.pure_stablehlo {
+            return self.emit_stablehlo(l, node, inputs);
+        }
         match trips::countdown(l, self)? {
             Some(countdown) => {
                 let unrolled = self.emit_loop(l, node, inputs, Trips::Exact(countdown))?;
@@ -580,7 +584,9 @@ impl Augment for While {
             carried.extend(grown);
             carried.sort_unstable();
         };
-        if let Some(c) = *checkpoints {
+        let checkpoints =
+            checkpoints.or_else(|| fixed_state(tracer, &body_fn, *maximum_iterations));
+        if let Some(c) = checkpoints {
             let lp = checkpointed::Loop {
                 cond: &cond_fn,
                 body: &body_fn,
@@ -1012,6 +1018,26 @@ pub fn emit_while(
     inputs.extend(captures);
     let outputs = ctx.apply_node(&kind, &inputs)?.into_vec();
     threaded.assign_after(ctx, outputs, vars.len(), Carrier::Loop)
+}
+
+/// The snapshots a loop's gradient keeps where the trace asks for fixed-size state
+/// (`Tracer::fixed_state_loops`, as pure StableHLO needs) and the loop names none: one per
+/// possible trip when `maximum_iterations` bounds it (every state kept, nothing recomputed),
+/// else the trace's default. A body that assigns a Variable cannot be recomputed: it keeps
+/// stacks (which such an export then refuses, naming them).
+fn fixed_state(
+    tracer: &TracerRef,
+    body: &Function,
+    maximum_iterations: Option<i64>,
+) -> Option<u32> {
+    let default = crate::trace::lock(tracer).fixed_state_loops?;
+    if !body.control_outputs.is_empty() {
+        return None;
+    }
+    Some(match maximum_iterations {
+        Some(m) => u32::try_from(m.max(1)).unwrap_or(u32::MAX),
+        None => default,
+    })
 }
 
 /// A checkpointed loop runs its body again to recompute states: a body with side effects
