@@ -133,8 +133,14 @@ impl Lowering<'_> {
         op: &Op,
         inputs: Vec<Bound>,
     ) -> Result<Vec<MlirValue>> {
+        // In pure StableHLO rank-0 values are tensors, and IREE's own detensoring makes the
+        // same casts host `arith` ops its VM cannot run: the barrier keeps them on the device.
+        let pure = self.e.options.pure_stablehlo;
         let device_cast = |b: &Bound| match (op, b) {
             (Op::Cast(c), Bound::Scalar(v)) => !host_cast(v.ty.dtype, c.to),
+            (Op::Cast(c), Bound::Tensor(v)) if pure && v.ty.ndim() == 0 => {
+                !host_cast(v.ty.dtype, c.to)
+            }
             _ => false,
         };
         inputs

@@ -585,3 +585,30 @@ fn countdown_loops_unroll_exactly_then_finish_one_iteration_per_trip() {
     assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
     assert_eq!(text.matches("arith.cmpi slt").count(), 1 + 31, "{text}");
 }
+
+#[test]
+fn pure_stablehlo_writes_stablehlo_control_flow_and_refuses_what_it_cannot_express() {
+    let pure = EmitOptions {
+        pure_stablehlo: true,
+        ..Default::default()
+    };
+    // a loop's gradient with stacks: growable state has no StableHLO form
+    let stacked = crate::testing::traced::while_sin(1);
+    let err = emit_module_with(&stacked, pure).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Compile);
+    assert!(err.message.contains("growable stacks"), "{}", err.message);
+    // a loop alone: stablehlo.while, its rank-0 state a tensor, no scf, arith or tensor ops
+    let graph = graph(cases::WHILE);
+    let text = emit_module_with(&graph, pure).unwrap();
+    assert!(text.contains("\"stablehlo.while\""), "{text}");
+    assert!(text.contains("stablehlo.compare LT"), "{text}"); // the counter's test
+    for foreign in ["scf.", "arith.", "tensor.", "util."] {
+        assert!(!text.contains(foreign), "{foreign} in {text}");
+    }
+    // a dimension known only at run time
+    let dynamic =
+        crate::graph::parse_graph("graph @f\nfunc @f(%0: f32[?]) -> (f32[?]) {\n  return %0\n}")
+            .unwrap();
+    let err = emit_module_with(&dynamic, pure).unwrap_err();
+    assert!(err.message.contains("static shapes"), "{}", err.message);
+}
