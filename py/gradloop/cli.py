@@ -83,7 +83,12 @@ def _run_grad(args: argparse.Namespace) -> int:
     from . import mlir
 
     text = mlir.grad_module(
-        _read(args.input), args.function, args.wrt, source=args.input, checkpoints=args.checkpoints
+        _read(args.input),
+        args.function,
+        args.wrt,
+        source=args.input,
+        checkpoints=args.checkpoints,
+        dialect=args.format,
     )
     _write(args.output, text)
     return 0
@@ -92,7 +97,9 @@ def _run_grad(args: argparse.Namespace) -> int:
 def _run_jvp(args: argparse.Namespace) -> int:
     from . import mlir
 
-    text = mlir.jvp_module(_read(args.input), args.function, args.wrt, source=args.input)
+    text = mlir.jvp_module(
+        _read(args.input), args.function, args.wrt, source=args.input, dialect=args.format
+    )
     _write(args.output, text)
     return 0
 
@@ -115,6 +122,14 @@ def _derivative_parser(
         default=(0,),
         help="comma-separated indices of the arguments to differentiate with respect to "
         "(default: 0)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("iree", "stablehlo"),
+        default="iree",
+        help="how the added function is written: StableHLO inside scf, as IREE compiles it, "
+        "or pure StableHLO (func and stablehlo ops, static shapes, loop gradients in "
+        "fixed-size state) for any StableHLO consumer (default: %(default)s)",
     )
     return parser
 

@@ -42,6 +42,7 @@ def grad(
     wrt: Sequence[int] = (0,),
     *,
     checkpoints: int | None = None,
+    dialect: str = "iree",
 ) -> str:
     """The module `mlir_text` with a public function `@<function>_grad` added.
 
@@ -53,38 +54,73 @@ def grad(
     With `checkpoints=c`, the gradient of every loop keeps c snapshots of the loop variables
     and recomputes trips from them (as `while_loop(..., checkpoints=c)`): no stacks, so its
     memory does not grow with the trip count and every shape is static.
+
+    `dialect="stablehlo"` writes `@<function>_grad` as `func` and `stablehlo` ops alone (as
+    `gl.to_mlir(..., dialect="stablehlo")`): a module exported from JAX comes back pure
+    StableHLO, for XLA or any StableHLO consumer; loops keep `checkpoints` snapshots
+    (`gradloop._stablehlo.DEFAULT_CHECKPOINTS` when None).
     """
-    return grad_module(mlir_text, function, wrt, source="<mlir>", checkpoints=checkpoints)
+    return grad_module(
+        mlir_text, function, wrt, source="<mlir>", checkpoints=checkpoints, dialect=dialect
+    )
 
 
-def jvp(mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,)) -> str:
+def jvp(
+    mlir_text: str, function: str = "main", wrt: Sequence[int] = (0,), *, dialect: str = "iree"
+) -> str:
     """The module `mlir_text` with a public function `@<function>_jvp` added.
 
     `@<function>_jvp` takes `@<function>`'s arguments followed by one tangent per argument in
     `wrt` (each typed as its argument), and returns `@<function>`'s results followed by the
     tangent of each float result (integer results have none). Data-dependent loops are
     differentiated forward: memory does not grow with their trip count. The rest of the
-    module is unchanged.
+    module is unchanged. `dialect="stablehlo"` writes `@<function>_jvp` as pure StableHLO.
     """
-    return jvp_module(mlir_text, function, wrt, source="<mlir>")
+    return jvp_module(mlir_text, function, wrt, source="<mlir>", dialect=dialect)
 
 
-def jvp_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+def jvp_module(
+    text: str, function: str, wrt: Sequence[int], source: str, dialect: str = "iree"
+) -> str:
     """`jvp`, naming the text `source` in error locations."""
-    return _derived(text, function, wrt, source, _core.mlir_jvp_module)
+    pure = _pure("gl.mlir.jvp", dialect)
+
+    def derive(text: str, function: str, wrt: list[int], source: str) -> str:
+        return _core.mlir_jvp_module(text, function, wrt, source, pure)
+
+    return _derived(text, function, wrt, source, derive)
 
 
 def grad_module(
-    text: str, function: str, wrt: Sequence[int], source: str, checkpoints: int | None = None
+    text: str,
+    function: str,
+    wrt: Sequence[int],
+    source: str,
+    checkpoints: int | None = None,
+    dialect: str = "iree",
 ) -> str:
     """`grad`, naming the text `source` in error locations (the command line passes the
     file name)."""
     c = _validate.check_checkpoints("gl.mlir.grad", checkpoints)
+    pure = _pure("gl.mlir.grad", dialect)
+    if pure and c is None:
+        from ._stablehlo import DEFAULT_CHECKPOINTS
+
+        c = DEFAULT_CHECKPOINTS
 
     def derive(text: str, function: str, wrt: list[int], source: str) -> str:
-        return _core.mlir_gradient_module(text, function, wrt, source, c)
+        return _core.mlir_gradient_module(text, function, wrt, source, c, pure)
 
     return _derived(text, function, wrt, source, derive)
+
+
+def _pure(fn: str, dialect: str) -> bool:
+    """Whether `dialect` asks for pure StableHLO ("stablehlo") or IREE's form ("iree")."""
+    if dialect not in ("iree", "stablehlo"):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(f"{fn}: unknown dialect {dialect!r}; expected 'iree' or 'stablehlo'")
+        )
+    return dialect == "stablehlo"
 
 
 def _derived(text: str, function: str, wrt: Sequence[int], source: str, derive: Any) -> str:

@@ -8,10 +8,11 @@ use crate::tensor::PyTensor;
 
 /// The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
 /// gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
-/// error locations; `checkpoints` is what every loop's gradient keeps (None: stacks). Raises
+/// error locations; `checkpoints` is what every loop's gradient keeps (None: stacks);
+/// `pure_stablehlo` writes the gradient as `func` and `stablehlo` ops alone. Raises
 /// CompileError for ops or types the importer does not support.
 #[pyfunction]
-#[pyo3(signature = (text, function, wrt, source, checkpoints=None))]
+#[pyo3(signature = (text, function, wrt, source, checkpoints=None, pure_stablehlo=false))]
 pub fn mlir_gradient_module(
     py: Python<'_>,
     text: &str,
@@ -19,24 +20,27 @@ pub fn mlir_gradient_module(
     wrt: Vec<usize>,
     source: &str,
     checkpoints: Option<u32>,
+    pure_stablehlo: bool,
 ) -> PyResult<String> {
     runtime::call(py, usize::MAX, || {
-        gradloop::import::gradient_module(text, function, &wrt, source, checkpoints)
+        gradloop::import::gradient_module(text, function, &wrt, source, checkpoints, pure_stablehlo)
     })
 }
 
 /// The generic-form MLIR module `text` with a public `func.func @<function>_jvp` added (its
 /// results and their tangents along the arguments `wrt`). Errors as `mlir_gradient_module`'s.
 #[pyfunction]
+#[pyo3(signature = (text, function, wrt, source, pure_stablehlo=false))]
 pub fn mlir_jvp_module(
     py: Python<'_>,
     text: &str,
     function: &str,
     wrt: Vec<usize>,
     source: &str,
+    pure_stablehlo: bool,
 ) -> PyResult<String> {
     runtime::call(py, usize::MAX, || {
-        gradloop::import::jvp_module(text, function, &wrt, source)
+        gradloop::import::jvp_module(text, function, &wrt, source, pure_stablehlo)
     })
 }
 

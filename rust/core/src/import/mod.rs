@@ -139,42 +139,67 @@ pub fn run_reference(
 /// `@function`'s arguments (then one cotangent per result when there are several results or a
 /// non-scalar one) and returns the gradients with respect to the arguments `wrt`, in order.
 /// With `checkpoints`, every loop's gradient keeps that many snapshots of its variables
-/// instead of stacks (memory independent of the trip count, static shapes).
+/// instead of stacks (memory independent of the trip count, static shapes). With
+/// `pure_stablehlo` the added function is `func` and `stablehlo` ops alone
+/// (`EmitOptions::pure_stablehlo`).
 pub fn gradient_module(
     text: &str,
     function: &str,
     wrt: &[usize],
     source: &str,
     checkpoints: Option<u32>,
+    pure_stablehlo: bool,
 ) -> Result<String> {
-    derived_module(
-        text,
-        function,
-        "grad",
-        source,
+    let derivation = Derivation {
+        suffix: "grad",
         checkpoints,
-        |graph, name| gradient_graph(graph, wrt, name),
-    )
+        pure_stablehlo,
+    };
+    derived_module(text, function, source, derivation, |graph, name| {
+        gradient_graph(graph, wrt, name)
+    })
 }
 
 /// The generic-form module `text` with a public `func.func @<function>_jvp` added: it takes
 /// `@function`'s arguments, then one tangent per argument in `wrt`, and returns `@function`'s
 /// results, then the tangent of each float result.
-pub fn jvp_module(text: &str, function: &str, wrt: &[usize], source: &str) -> Result<String> {
-    derived_module(text, function, "jvp", source, None, |graph, name| {
+pub fn jvp_module(
+    text: &str,
+    function: &str,
+    wrt: &[usize],
+    source: &str,
+    pure_stablehlo: bool,
+) -> Result<String> {
+    let derivation = Derivation {
+        suffix: "jvp",
+        checkpoints: None,
+        pure_stablehlo,
+    };
+    derived_module(text, function, source, derivation, |graph, name| {
         crate::trace::jvp_graph(graph, wrt, name)
     })
+}
+
+/// How a derived function is named, imported and written.
+struct Derivation {
+    suffix: &'static str,
+    checkpoints: Option<u32>,
+    pure_stablehlo: bool,
 }
 
 /// `text` with `@<function>_<suffix>`, the function `derive` builds from `@function`'s graph.
 fn derived_module(
     text: &str,
     function: &str,
-    suffix: &str,
     source: &str,
-    checkpoints: Option<u32>,
+    derivation: Derivation,
     derive: impl FnOnce(&crate::graph::Graph, &str) -> Result<crate::graph::Graph>,
 ) -> Result<String> {
+    let Derivation {
+        suffix,
+        checkpoints,
+        pure_stablehlo,
+    } = derivation;
     let module = parse_generic(text)?;
     let name = format!("{function}_{suffix}");
     if module_ops(&module).any(|op| symbol_name(op) == Some(name.as_str())) {
@@ -193,7 +218,11 @@ fn derived_module(
             format!("the {suffix} function is named @{}", derived.entry),
         ));
     }
-    let func = crate::mlir::emit_function(&derived)?;
+    let options = crate::mlir::EmitOptions {
+        pure_stablehlo,
+        ..Default::default()
+    };
+    let func = crate::mlir::emit_function_with(&derived, options)?;
     // The text of the module's body ends at its region's closing brace; a text of bare
     // top-level ops (an implicit module) ends at the end.
     let at = match module.regions.first() {

@@ -107,7 +107,12 @@ pub fn emit_module_facts(graph: &Graph, options: EmitOptions) -> Result<(String,
 /// an existing module (`crate::import::gradient_module`). Everything it calls is inlined, so it
 /// refers to no other symbol.
 pub fn emit_function(graph: &Graph) -> Result<String> {
-    Ok(emit(graph, false, EmitOptions::default())?.0)
+    emit_function_with(graph, EmitOptions::default())
+}
+
+/// `emit_function` with `options`.
+pub fn emit_function_with(graph: &Graph, options: EmitOptions) -> Result<String> {
+    Ok(emit(graph, false, options)?.0)
 }
 
 /// The facts that follow from the graph's types and nodes (the emitter adds the rest).
