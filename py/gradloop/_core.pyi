@@ -341,7 +341,11 @@ class ConcreteFunction:
     """A finished trace: its graph and the values it captured, callable on concrete tensors."""
 
     def to_mlir(
-        self, embed_captures: bool = False, list_stacks: bool = False, yield_barriers: str = "none"
+        self,
+        embed_captures: bool = False,
+        list_stacks: bool = False,
+        yield_barriers: str = "none",
+        pure_stablehlo: bool = False,
     ) -> str:
         """The graph as MLIR text (StableHLO inside `scf`). With `embed_captures` the captured
         tensors become constants and the module takes the `num_params` arguments followed by
@@ -385,11 +389,15 @@ class ConcreteFunction:
         it was traced from. Raises ControlFlowError when called while a trace is active."""
 
 def trace_begin(
-    name: str, params: Sequence[tuple[DType | str | type, Sequence[int | None]]]
+    name: str,
+    params: Sequence[tuple[DType | str | type, Sequence[int | None]]],
+    fixed_state_loops: int | None = None,
 ) -> list[Tensor]:
     """Starts tracing function `name` on this thread with parameters `[(dtype, shape), ...]`
     (None in a shape: a dimension known only at run time); returns the symbolic parameters.
-    Raises ControlFlowError if this thread is already tracing."""
+    With `fixed_state_loops`, loop gradients keep fixed-size state (`maximum_iterations` slots,
+    else that many checkpoints), as pure StableHLO needs. Raises ControlFlowError if this
+    thread is already tracing."""
 
 def trace_active() -> bool:
     """Whether a function is being traced on this thread."""
@@ -445,14 +453,22 @@ def emit_custom_call(
     when a derivative is asked. Returns the call's results."""
 
 def mlir_gradient_module(
-    text: str, function: str, wrt: Sequence[int], source: str, checkpoints: int | None = None
+    text: str,
+    function: str,
+    wrt: Sequence[int],
+    source: str,
+    checkpoints: int | None = None,
+    pure_stablehlo: bool = False,
 ) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
     gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
-    error locations; `checkpoints` is what every loop's gradient keeps (None: stacks). Raises
-    CompileError for ops or types the importer does not support."""
+    error locations; `checkpoints` is what every loop's gradient keeps (None: stacks);
+    `pure_stablehlo` writes it as `func` and `stablehlo` ops alone. Raises CompileError for
+    ops or types the importer does not support."""
 
-def mlir_jvp_module(text: str, function: str, wrt: Sequence[int], source: str) -> str:
+def mlir_jvp_module(
+    text: str, function: str, wrt: Sequence[int], source: str, pure_stablehlo: bool = False
+) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_jvp` added (its
     results and their tangents along the arguments `wrt`)."""
 
