@@ -173,3 +173,13 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`gl.jax` (JAX interop) is imported on first use: JAX is an optional dependency
+    (`gradloop[jax]`), and importing it costs a second."""
+    if name == "jax":
+        import importlib
+
+        return importlib.import_module(".jax", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

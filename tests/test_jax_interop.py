@@ -1,0 +1,187 @@
+"""`gradloop.jax`: `jax.grad` through JAX's own data-dependent loops, which JAX refuses, with
+gradloop's VJP of the exported module (`with_vjp`, `differentiable`). Each gradient is checked
+against central finite differences in float64 and, where the same program is written in
+gradloop, against gradloop's own gradient; a program JAX can differentiate itself gives JAX's
+gradient to 1e-12."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="gradloop.jax needs JAX (gradloop[jax])")
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+import gradloop as gl  # noqa: E402
+import gradloop.jax as gj  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def central(f, x, eps=1e-6):
+    """Central finite differences of a scalar function of a float64 array (or pytree leaf)."""
+    x = np.asarray(x, dtype=np.float64)
+    flat = x.reshape(-1)
+    out = np.zeros_like(flat)
+    for k in range(flat.size):
+        e = np.zeros_like(flat)
+        e[k] = eps
+        out[k] = (f((flat + e).reshape(x.shape)) - f((flat - e).reshape(x.shape))) / (2 * eps)
+    return out.reshape(x.shape)
+
+
+def halving(x):
+    """Halve until below a threshold: the trip count depends on x."""
+    y = lax.while_loop(lambda y: jnp.sum(y * y) > 0.01, lambda y: y * 0.5 + 0.01 * jnp.sin(y), x)
+    return jnp.sum(y**3) * 1e4
+
+
+def gl_halving(x):
+    y = gl.while_loop(
+        lambda y: gl.sum(y * y) > 0.01, lambda y: y * 0.5 + 0.01 * gl.sin(y), (x,)
+    )[0]
+    return gl.sum(y**3) * 1e4
+
+
+def newton(a):
+    """sqrt(a) by Newton's method to a tolerance."""
+
+    def body(s):
+        x, _ = s
+        nxt = 0.5 * (x + a / x)
+        return nxt, jnp.abs(nxt - x)
+
+    x, _ = lax.while_loop(lambda s: s[1] > 1e-12, body, (a, jnp.asarray(1.0)))
+    return x
+
+
+def projectile(theta):
+    """A projectile flown with drag until it lands; the range."""
+    dt, g, k = 0.01, 9.81, 0.05
+
+    def body(s):
+        px, py, vx, vy = s
+        speed = jnp.sqrt(vx * vx + vy * vy)
+        return px + dt * vx, py + dt * vy, vx - dt * k * speed * vx, vy - dt * (g + k * speed * vy)
+
+    v = 30.0
+    s = (0.0, 0.0, v * jnp.cos(theta), v * jnp.sin(theta))
+    s = lax.while_loop(lambda s: s[1] >= 0.0, body, jax.tree_util.tree_map(jnp.asarray, s))
+    return s[0]
+
+
+def rnn(w, h0):
+    """h <- tanh(W h) until the running sum of |h|^2 passes 3; a switch and a cond inside."""
+
+    def body(s):
+        h, total, i = s
+        h = jnp.tanh(w @ h + 0.1)
+        k = jnp.clip(jnp.floor(jnp.abs(jnp.sum(h)) * 2.0), 0, 2).astype(jnp.int32)
+        h = lax.switch(k, [lambda h: h, lambda h: h * 0.9, lambda h: jnp.sin(h)], h)
+        h = lax.cond(total > 1.0, lambda h: h * 1.01, lambda h: h, h)
+        return h, total + jnp.sum(h * h), i + 1
+
+    h, _, _ = lax.while_loop(lambda s: s[1] < 3.0, body, (h0, 0.0, 0))
+    return jnp.sum(h)
+
+
+def test_jax_refuses_and_gradloop_differentiates_halving() -> None:
+    x = np.array([0.9, -0.4, 0.7])
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.grad(halving)(x)
+    got = np.asarray(jax.grad(gj.differentiable(halving))(x))
+    np.testing.assert_allclose(got, central(lambda v: float(halving(v)), x), rtol=1e-6)
+    own = np.asarray(gl.grad(gl_halving)(gl.tensor(x)))
+    np.testing.assert_allclose(got, own, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("fn", "x"), [(newton, 2.3), (projectile, 0.7)], ids=["newton", "projectile"]
+)
+def test_scalar_loops_against_finite_differences(fn, x) -> None:
+    got = float(jax.grad(gj.differentiable(fn))(x))
+    want = float(central(lambda v: float(fn(float(v))), np.float64(x), eps=1e-6))
+    # the projectile's range moves in steps of dt where the landing trip changes
+    np.testing.assert_allclose(got, want, rtol=1e-5 if fn is newton else 2e-2)
+    if fn is newton:
+        np.testing.assert_allclose(got, 0.5 / np.sqrt(x), rtol=1e-10)
+
+
+def test_an_rnn_with_switch_and_cond_under_jit_and_pytrees() -> None:
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 4)) * 0.4
+    h0 = rng.standard_normal(4) * 0.3
+    params = {"w": w, "h0": h0}
+    loss = gj.differentiable(lambda p: rnn(p["w"], p["h0"]))
+    got = jax.jit(jax.grad(loss))(params)
+    fd_w = central(lambda v: float(rnn(v, h0)), w)
+    fd_h = central(lambda v: float(rnn(w, v)), h0)
+    np.testing.assert_allclose(np.asarray(got["w"]), fd_w, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(got["h0"]), fd_h, rtol=1e-5, atol=1e-8)
+    value, grads = jax.value_and_grad(loss)(params)
+    np.testing.assert_allclose(float(value), float(rnn(w, h0)), rtol=1e-12)
+    out, pullback = jax.vjp(loss, params)
+    (back,) = pullback(jnp.asarray(2.0))
+    np.testing.assert_allclose(np.asarray(back["w"]), 2 * np.asarray(grads["w"]), rtol=1e-12)
+
+
+def test_nested_loops_and_float32() -> None:
+    def nested(x):
+        def outer(s):
+            j, y = s
+            y = lax.while_loop(lambda z: jnp.sum(z * z) < 4.0 + j, lambda z: z * 1.2 + 0.05, y)
+            return j + 1, y * 0.8
+
+        return jnp.sum(lax.while_loop(lambda s: s[0] < 3, outer, (0, x))[1] ** 2)
+
+    x = np.array([0.3, 0.6])
+    got = np.asarray(jax.grad(gj.differentiable(nested))(x))
+    np.testing.assert_allclose(got, central(lambda v: float(nested(v)), x), rtol=1e-6)
+    x32 = x.astype(np.float32)
+    got32 = jax.grad(gj.differentiable(nested))(x32)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got32), got, rtol=1e-4)
+
+
+def test_what_jax_differentiates_itself_comes_out_the_same() -> None:
+    def scanned(x):
+        def step(c, _):
+            return jnp.sin(c) * 1.1 + 0.1, c
+
+        return jnp.sum(lax.scan(step, x, None, length=7)[0] ** 2)
+
+    def fori(x):
+        return jnp.sum(lax.fori_loop(0, 5, lambda i, y: y * jnp.cos(y) + i * 0.1, x))
+
+    x = np.array([0.2, -0.5, 0.9])
+    for fn in (scanned, fori):
+        got = np.asarray(jax.grad(gj.differentiable(fn))(x))
+        np.testing.assert_allclose(got, np.asarray(jax.grad(fn)(x)), rtol=1e-12, atol=1e-15)
+
+
+def test_serialized_with_its_vjp_and_second_order() -> None:
+    def grow(x):
+        return lax.while_loop(lambda y: y < 20.0, lambda y: y * 1.5 + jnp.sin(y), x) ** 2
+
+    spec = jax.ShapeDtypeStruct((), jnp.float64)
+    exported = gj.with_vjp(jax.export.export(jax.jit(grow))(spec))
+    back = jax.export.deserialize(exported.serialize(vjp_order=2))
+    x = 0.7
+    first = lambda v: float(grow(v))  # noqa: E731
+    fd = float(central(first, np.float64(x), eps=1e-5))
+    np.testing.assert_allclose(float(jax.grad(back.call)(x)), fd, rtol=1e-6)
+    fd2 = float(central(lambda v: float(central(first, v, eps=1e-5)), np.float64(x), eps=1e-4))
+    np.testing.assert_allclose(float(jax.grad(jax.grad(back.call))(x)), fd2, rtol=1e-4)
+    np.testing.assert_allclose(
+        float(jax.jit(jax.grad(jax.grad(exported.call)))(x)),
+        float(jax.grad(jax.grad(back.call))(x)),
+        rtol=1e-12,
+    )
+
+
+def test_with_vjp_takes_an_exported() -> None:
+    with pytest.raises(gl.errors.InvalidArgumentTypeError, match="jax.export.Exported"):
+        gj.with_vjp(lambda x: x)
