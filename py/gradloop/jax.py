@@ -189,8 +189,7 @@ def _wrap(grad: str, ins: Any, outs: Any, kept: list[int], floats: list[int]) ->
             g = f"%g#{i}" if len(grad_types) > 1 else "%g"
             if scalar_seed:
                 lines.append(
-                    f"%s{k} = stablehlo.broadcast_in_dim %c0, dims = [] : "
-                    f"({_type(outs[0])}) -> {t}"
+                    f"%s{k} = stablehlo.broadcast_in_dim %c0, dims = [] : ({_type(outs[0])}) -> {t}"
                 )
                 lines.append(f"%r{k} = stablehlo.multiply {g}, %s{k} : {t}")
                 g = f"%r{k}"
