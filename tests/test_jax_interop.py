@@ -184,3 +184,27 @@ def test_serialized_with_its_vjp_and_second_order() -> None:
 def test_with_vjp_takes_an_exported() -> None:
     with pytest.raises(gl.errors.InvalidArgumentTypeError, match=r"jax\.export\.Exported"):
         gj.with_vjp(lambda x: x)
+
+
+def test_the_example_fits_the_angle() -> None:
+    """`examples/jax_while_grad.py`: JAX's refusal, then a fit through gradloop's gradient,
+    which agrees with finite differences of the (smoothly interpolated) landing point."""
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parent.parent / "examples" / "jax_while_grad.py"
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True, timeout=600
+    ).stdout
+    assert "jax.grad refuses: Reverse-mode differentiation does not work" in out
+    landed = float(out.split("lands at ")[1].split(" m")[0])
+    assert abs(landed - 24.0) < 0.05, out
+    sys.path.insert(0, str(script.parent))
+    try:
+        from jax_while_grad import flight_range
+    finally:
+        sys.path.remove(str(script.parent))
+    got = float(jax.grad(gj.differentiable(flight_range))(0.3))
+    want = float(central(lambda v: float(flight_range(float(v))), np.float64(0.3), eps=1e-6))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
