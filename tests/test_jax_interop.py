@@ -86,6 +86,28 @@ def rnn(w, h0):
     return jnp.sum(h)
 
 
+def gl_newton(a):
+    def body(x, _):
+        nxt = 0.5 * (x + a / x)
+        return nxt, gl.abs(nxt - x)
+
+    x, _ = gl.while_loop(lambda x, d: d > 1e-12, body, (a, gl.tensor(1.0, dtype=gl.float64)))
+    return x
+
+
+def gl_rnn(w, h0):
+    def body(h, total, i):
+        h = gl.tanh(gl.matmul(w, h[:, None])[:, 0] + 0.1)
+        k = gl.cast(gl.minimum(gl.maximum(gl.floor(gl.abs(gl.sum(h)) * 2.0), 0.0), 2.0), gl.int32)
+        h = gl.switch_case(k, [lambda: h, lambda: h * 0.9, lambda: gl.sin(h)])
+        h = gl.cond(total > 1.0, lambda: h * 1.01, lambda: h)
+        return h, total + gl.sum(h * h), i + 1
+
+    zero = gl.tensor(0.0, dtype=gl.float64)
+    h, _, _ = gl.while_loop(lambda h, t, i: t < 3.0, body, (h0, zero, gl.tensor(0)))
+    return gl.sum(h)
+
+
 def test_jax_refuses_and_gradloop_differentiates_halving() -> None:
     x = np.array([0.9, -0.4, 0.7])
     with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
@@ -106,6 +128,8 @@ def test_scalar_loops_against_finite_differences(fn, x) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5 if fn is newton else 2e-2)
     if fn is newton:
         np.testing.assert_allclose(got, 0.5 / np.sqrt(x), rtol=1e-10)
+        own = float(gl.grad(gl_newton)(gl.tensor(x, dtype=gl.float64)))
+        np.testing.assert_allclose(got, own, rtol=1e-12)
 
 
 def test_an_rnn_with_switch_and_cond_under_jit_and_pytrees() -> None:
@@ -119,6 +143,9 @@ def test_an_rnn_with_switch_and_cond_under_jit_and_pytrees() -> None:
     fd_h = central(lambda v: float(rnn(w, v)), h0)
     np.testing.assert_allclose(np.asarray(got["w"]), fd_w, rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(np.asarray(got["h0"]), fd_h, rtol=1e-5, atol=1e-8)
+    own = gl.grad(gl_rnn, argnums=(0, 1))(gl.tensor(w), gl.tensor(h0))
+    np.testing.assert_allclose(np.asarray(got["w"]), np.asarray(own[0]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(got["h0"]), np.asarray(own[1]), rtol=1e-12)
     value, grads = jax.value_and_grad(loss)(params)
     np.testing.assert_allclose(float(value), float(rnn(w, h0)), rtol=1e-12)
     out, pullback = jax.vjp(loss, params)
