@@ -158,6 +158,25 @@ def test_a_bounded_loop_keeps_one_slot_per_possible_trip() -> None:
     assert "stablehlo.case" in text and "tensor<13x3xf64>" in text
 
 
+def test_a_loose_bound_checkpoints_instead_of_a_buffer_of_every_state() -> None:
+    """`maximum_iterations=10**6` is a safety net, not a size: a buffer of every state could
+    exhaust memory, so the gradient keeps the default checkpoints."""
+
+    def loose(x):
+        def body(i, y):
+            return i + 1, gl.sin(y) * 0.1 + y * 1.2
+
+        _, y = gl.while_loop(
+            lambda i, y: gl.sum(y) < 10.0, body, (gl.tensor(0), x), maximum_iterations=10**6
+        )
+        return gl.sum(y * y)
+
+    x = f64(0.5, 0.25)
+    text = gl.to_mlir(gl.grad(loose), x, dialect="stablehlo")
+    assert "tensor<101x2xf64>" in text and "1000001x" not in text
+    np.testing.assert_allclose(reference(text, np.asarray(x))[0], gl.grad(loose)(x), rtol=1e-12)
+
+
 def test_nested_loops_second_order_and_explicit_checkpoints() -> None:
     def nested(x):
         def outer(j, y):

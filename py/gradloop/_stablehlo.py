@@ -5,8 +5,9 @@ reads (XLA through JAX or any PJRT plugin, the StableHLO reference interpreter, 
 The emitter writes such a module with `pure_stablehlo` (`rust/core/src/mlir/`): rank-0 values
 stay tensors, `While`/`If`/`Case` become `stablehlo.while`/`if`/`case`, shapes are static. A loop
 gradient needs fixed-size state, so the function is traced with every loop gradient in it
-keeping snapshots (`Function.fixed_state_function`): one per possible trip when
-`maximum_iterations` bounds the loop, else the loop's `checkpoints`, else `DEFAULT_CHECKPOINTS`.
+keeping snapshots (`Function.fixed_state_function`): the loop's `checkpoints`, else one per
+possible trip when `maximum_iterations` bounds the loop by at most 4096 trips
+(`ALL_STATES_UP_TO` in `control/while_loop`), else `DEFAULT_CHECKPOINTS`.
 What cannot be expressed (a dynamic shape, a loop gradient whose body assigns a Variable) is a
 `CompileError` naming the op and the user's line.
 

@@ -227,8 +227,7 @@ class Function:
     def fixed_state_function(self, checkpoints: int, *args: Any, **kwargs: Any) -> Any:
         """`concrete_function`, traced with every loop gradient in fixed-size state, as pure
         StableHLO needs: a loop without `checkpoints` keeps one snapshot per possible trip when
-        `maximum_iterations` bounds it, else `checkpoints` snapshots (a body that assigns a
-        Variable keeps stacks, which such an export refuses)."""
+        `maximum_iterations` bounds it by at most 4096, else `checkpoints` snapshots."""
         structure, leaves = self._flatten(args, kwargs)
         return self._concrete(structure, leaves, checkpoints).fn
 

@@ -1020,11 +1020,16 @@ pub fn emit_while(
     threaded.assign_after(ctx, outputs, vars.len(), Carrier::Loop)
 }
 
+/// The most trips a bounded loop's fixed-size gradient state keeps one slot each for
+/// (`fixed_state`): past it a bound is a safety net more than a size, and a buffer of every
+/// state could exhaust memory, so the loop checkpoints instead.
+pub const ALL_STATES_UP_TO: i64 = 4096;
+
 /// The snapshots a loop's gradient keeps where the trace asks for fixed-size state
 /// (`Tracer::fixed_state_loops`, as pure StableHLO needs) and the loop names none: one per
-/// possible trip when `maximum_iterations` bounds it (every state kept, nothing recomputed),
-/// else the trace's default. A body that assigns a Variable cannot be recomputed: it keeps
-/// stacks (which such an export then refuses, naming them).
+/// possible trip when `maximum_iterations` bounds it by at most `ALL_STATES_UP_TO` (every
+/// state kept, nothing recomputed), else the trace's default. A body that assigns a Variable
+/// cannot be recomputed: it keeps stacks (which such an export then refuses, naming them).
 fn fixed_state(
     tracer: &TracerRef,
     body: &Function,
@@ -1034,10 +1039,10 @@ fn fixed_state(
     if !body.control_outputs.is_empty() {
         return None;
     }
-    Some(match maximum_iterations {
-        Some(m) => u32::try_from(m.max(1)).unwrap_or(u32::MAX),
-        None => default,
-    })
+    match maximum_iterations {
+        Some(m) if m <= ALL_STATES_UP_TO => u32::try_from(m.max(1)).ok(),
+        _ => Some(default),
+    }
 }
 
 /// A checkpointed loop runs its body again to recompute states: a body with side effects
