@@ -120,6 +120,14 @@ fn read_args(body: &Function, n: usize) -> Vec<bool> {
 /// the others), then the carried ones' values and types.
 pub(super) type Split = (Vec<Option<Bound>>, Vec<Bound>, Vec<ValueType>);
 
+/// The loop variables a trip carries: `next` without the `fixed` ones (`split_invariants`).
+pub(super) fn carried_only(next: Vec<Bound>, fixed: &[Option<Bound>]) -> Vec<Bound> {
+    next.into_iter()
+        .zip(fixed)
+        .filter_map(|(v, f)| f.is_none().then_some(v))
+        .collect()
+}
+
 /// A tensor the body passes through unchanged is not carried: both regions and the loop's
 /// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
 /// loop, IREE would copy it to the host on every trip.

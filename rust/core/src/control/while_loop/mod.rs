@@ -445,11 +445,7 @@ impl While {
             }
             l.device_rank0 = device_rank0;
             let next = l.loop_barrier(&args, next, &exposed)?;
-            Ok(next
-                .into_iter()
-                .zip(&fixed)
-                .filter_map(|(v, f)| f.is_none().then_some(v))
-                .collect())
+            Ok(loop_vars::carried_only(next, &fixed))
         };
         l.region(Some(header), &ctypes, next, term)?;
         l.e.set_site(site);

@@ -85,11 +85,7 @@ impl While {
             let vars = l.with_fixed(&fixed, carried)?;
             let next = l.inline(&self.body, vars)?;
             let next = l.coerce_all(next, types)?;
-            Ok(next
-                .into_iter()
-                .zip(&fixed)
-                .filter_map(|(v, f)| f.is_none().then_some(v))
-                .collect())
+            Ok(loop_vars::carried_only(next, &fixed))
         };
         l.region(Some(header), &ctypes, step, term)?;
         l.e.set_site(site);
