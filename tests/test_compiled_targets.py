@@ -215,6 +215,21 @@ def test_cuda_export_writes_the_module(tmp_path) -> None:
     assert "scf.while" in path.with_suffix(".mlir").read_text()
 
 
+def test_driver_flags_are_known_to_the_runtime() -> None:
+    """The runtime flags `gl.jit` sets before creating a driver (CUDA's command buffers as
+    graphs) are read only where that driver runs, which CI lacks: a flag this runtime does not
+    know would fail the first call there, so each one is parsed here."""
+    from iree import runtime
+
+    from gradloop import _runtime
+
+    assert _runtime.DRIVER_FLAGS["cuda"]
+    for flags in _runtime.DRIVER_FLAGS.values():
+        runtime.flags.parse_flags(*flags)
+    with pytest.raises(ValueError, match="not recognized"):
+        runtime.flags.parse_flags("--cuda_use_streamz=false")
+
+
 def test_gpu_check_bundle_runs_on_the_cpu(tmp_path) -> None:
     """`tools/cuda_check.py` (the GPU check) itself: its bundle, built for `llvm-cpu` and run by
     its script on `local-task` with `iree-run-module`, agrees with eager mode."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import gradloop as gl
+from gradloop import _runtime, compiled
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benches")]
@@ -77,6 +78,8 @@ def prepare(out: pathlib.Path, target: str, bench: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     manifest, lines = [], ["set -u", 'bin="$1"; results="$2"; mkdir -p "$results"']
     lines.append('device="${DEVICE:-cuda}"')
+    # the flags `gl.jit` runs the driver with, so that the timings are its own
+    driver_flags = _runtime.DRIVER_FLAGS.get(compiled.TARGETS[target], ())
     for name, fn, args, timed in _cases():
         case = out / name
         case.mkdir(exist_ok=True)
@@ -87,7 +90,7 @@ def prepare(out: pathlib.Path, target: str, bench: bool = True) -> None:
             continue
         function = _function_name((case / "module.mlir").read_text())
         inputs = [np.asarray(a) for a in _flat(args) if isinstance(a, gl.Tensor)]
-        flags = [f"--module={name}/module.vmfb", f"--function={function}"]
+        flags = [f"--module={name}/module.vmfb", f"--function={function}", *driver_flags]
         for i, value in enumerate(inputs):
             np.save(case / f"in{i}.npy", value)
             flags.append(f"--input=@{name}/in{i}.npy")

@@ -19,12 +19,19 @@ __all__ = ["Function", "device"]
 # One runtime configuration (device and VM instance) per driver: creating a device is slow.
 _configs: dict[str, Any] = {}
 
+#: Runtime flags read when a driver is created. CUDA runs command buffers as CUDA graphs rather
+#: than on streams: on an H100, W6's loop gradient (several dispatches per trip) took 218 against
+#: 1,646 ms per call, W5's one-dispatch trips 10.6 against 7.1 us, W4 unchanged (docs/notes.md).
+DRIVER_FLAGS = {"cuda": ("--cuda_use_streams=false",)}
+
 
 def _config(driver: str) -> Any:
     from iree import runtime
 
     found = _configs.get(driver)
     if found is None:
+        if DRIVER_FLAGS.get(driver):
+            runtime.flags.parse_flags(*DRIVER_FLAGS[driver])
         # A device of our own, not iree.runtime's shared one: a lost device must be replaceable.
         device = runtime.get_device(driver, cache=False)
         found = _configs[driver] = runtime.Config(device=device)
