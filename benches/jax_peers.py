@@ -12,6 +12,7 @@ so that compiled-mode figures measured on another target have a peer from the sa
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 
@@ -81,7 +82,7 @@ def main() -> None:
     xs = rng.standard_normal((RNN_STEPS, 16)).astype(np.float32)
     sizes = (784, 512, 512, 10)
     params = []
-    for fan_in, fan_out in zip(sizes, sizes[1:], strict=False):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         params += [
             (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2 / fan_in)).astype(np.float32),
             np.zeros(fan_out, np.float32),
