@@ -176,10 +176,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """`gl.jax` (JAX interop) is imported on first use: JAX is an optional dependency
-    (`gradloop[jax]`), and importing it costs a second."""
-    if name == "jax":
+    """`gl.jax` (JAX interop) and `gl.distributed` (Ray) are imported on first use: JAX and
+    Ray are optional dependencies (`gradloop[jax]`, `gradloop[ray]`)."""
+    if name in ("jax", "distributed"):
         import importlib
 
-        return importlib.import_module(".jax", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

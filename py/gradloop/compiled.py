@@ -407,11 +407,14 @@ _IREE_FAILURES = (RuntimeError, ValueError, LookupError, OSError)
 
 
 class _Compiled:
-    """One signature compiled: the module's entry and where the Variables go."""
+    """One signature compiled: the module's entry and where the Variables go. `portable`
+    compiles for a generic CPU (`llvm-cpu`): a module that travels to other machines
+    (`gl.distributed`) keeps it in `vmfb`."""
 
-    def __init__(self, concrete: Any, target: str) -> None:
+    def __init__(self, concrete: Any, target: str, portable: bool = False) -> None:
         self.concrete = concrete
         self.target = target
+        self.portable = portable
         self._tried: set[_Form] = set()
         self._load(None)
         self.captured = concrete.captured_inputs
@@ -429,7 +432,7 @@ class _Compiled:
             try:
                 with _progress(f"{name} for {self.target}"):
                     self.mlir, vmfb, facts, self._later_forms = _compile_concrete(
-                        self.concrete, self.target, False, forms=forms, tried=self._tried
+                        self.concrete, self.target, False, self.portable, forms, self._tried
                     )
             except errors.CompileError as e:
                 if refused is None:
@@ -442,6 +445,7 @@ class _Compiled:
             _runtime.device(self.driver)  # a missing device is no module's failure
             try:
                 self.entry = _runtime.Function(vmfb, self.driver, name)
+                self.vmfb = vmfb
                 return
             except _IREE_FAILURES as e:
                 refused = failure = _first_line(str(e))

@@ -293,6 +293,54 @@ impl PyConcreteFunction {
 
 #[pymethods]
 impl PyConcreteFunction {
+    /// The function of a graph's text (`str(fn.graph)`) taking `num_params` arguments followed
+    /// by `captured_inputs` (tensors and variables, as `captured_inputs` lists them): how a
+    /// pickled function is rebuilt in another process. The graph is verified first.
+    #[staticmethod]
+    fn from_graph(
+        py: Python<'_>,
+        text: &str,
+        num_params: usize,
+        captured_inputs: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let graph = gradloop::graph::parse_graph(text).py(py)?;
+        verify(&graph).py(py)?;
+        let captured = captured_inputs
+            .iter()
+            .map(|c| match c.cast::<PyVariableHandle>() {
+                Ok(v) => Ok(Captured::Variable(v.get().inner().clone())),
+                Err(_) => concrete_input(c, "ConcreteFunction.from_graph").map(Captured::Tensor),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let params = graph.library.get(&graph.entry).py(py)?.params.len();
+        if params != num_params + captured.len() {
+            let msg = format!(
+                "@{} has {params} parameters, not {num_params} arguments and {} captured inputs",
+                graph.entry,
+                captured.len()
+            );
+            let kind = ErrorKind::InvalidArgument;
+            return Err(new_err(py, kind, "ConcreteFunction.from_graph", msg));
+        }
+        Ok(PyConcreteFunction {
+            graph: Arc::new(graph),
+            num_params,
+            captured_inputs: captured,
+            executors: [OnceLock::new(), OnceLock::new()],
+        })
+    }
+
+    /// Pickles as its graph's text and captured inputs (`from_graph` rebuilds it): graph
+    /// functions travel to other processes (`gl.distributed`) without their Python.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (String, usize, Vec<Py<PyAny>>))> {
+        let this = slf.get();
+        let rebuild = slf.get_type().getattr("from_graph")?;
+        let captured = this.captured_inputs(slf.py())?;
+        Ok((rebuild, (this.graph.to_string(), this.num_params, captured)))
+    }
+
     #[getter]
     fn graph(&self) -> PyGraph {
         PyGraph {

@@ -110,6 +110,15 @@ impl PyTensor {
         numpy_view(slf, "Tensor.numpy")
     }
 
+    /// Pickles as its values (a numpy array of its own), so tensors travel to other
+    /// processes (`multiprocessing`, Ray); a symbolic tensor has no values and refuses.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyAny>,))> {
+        let values = numpy_view(slf, "pickle")?.call_method0("copy")?;
+        Ok((slf.py().import("gradloop")?.getattr("tensor")?, (values,)))
+    }
+
     #[pyo3(signature = (dtype=None, copy=None))]
     fn __array__<'py>(
         slf: &Bound<'py, Self>,

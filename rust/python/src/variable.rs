@@ -28,6 +28,10 @@ impl PyVariableHandle {
         PyVariableHandle { inner }
     }
 
+    pub fn inner(&self) -> &VariableRef {
+        &self.inner
+    }
+
     /// `obj` as a value to store: Python scalars take the variable's dtype.
     fn value(&self, py: Python<'_>, obj: &Bound<'_, PyAny>, op: &'static str) -> PyResult<Val> {
         match operand(obj)? {
@@ -84,6 +88,15 @@ impl PyVariableHandle {
     #[getter]
     fn dtype(&self, py: Python<'_>) -> PyResult<Py<PyDType>> {
         py_dtype(py, self.inner.ty().dtype)
+    }
+
+    /// Pickles as a new variable holding the current value: a copy in the process that
+    /// unpickles it, whose assignments stay there.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (PyTensor,))> {
+        let value = PyTensor::new(slf.get().inner.read());
+        Ok((slf.get_type().into_any(), (value,)))
     }
 
     #[getter]

@@ -1,0 +1,267 @@
+"""`gl.distributed` on a real local Ray instance (`ray.init(num_cpus=2)`, started once for this
+module): results in input order and equal to local runs, payloads loaded once per worker,
+typed errors per item, bad input refused before anything is sent, `mean_gradient` against the
+single-process gradient. The multi-node and fault cases are in `test_distributed_cluster.py`."""
+
+from __future__ import annotations
+
+import pathlib
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradloop as gl
+from gradloop.distributed import _pool, _staging, _worker
+from gradloop.examples import projectile
+
+ray = pytest.importorskip("ray", reason="gradloop[ray] is installed by make test")
+
+F64 = gl.float64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    gl.distributed.shutdown()
+    ray.shutdown()
+
+
+def _items(n: int = 24) -> list[tuple[gl.Tensor, gl.Tensor]]:
+    thetas = np.linspace(0.05, 1.3, n)
+    targets = np.linspace(20.0, 40.0, n)
+    return [(gl.tensor(t, dtype=F64), gl.tensor(d, dtype=F64)) for t, d in zip(thetas, targets)]
+
+
+def _leaves(x):
+    return [np.asarray(v) for v in gl.nest.flatten(x)]
+
+
+value_and_grad = gl.value_and_grad(projectile.loss, has_aux=True)
+jitted = gl.jit(value_and_grad)
+graph = gl.function(value_and_grad)
+
+
+def test_compiled_map_agrees_with_eager_mode_in_input_order() -> None:
+    items = _items()
+    results = gl.distributed.map(jitted, items, chunk_size=3)
+    assert len(results) == len(items)
+    for item, result in zip(items, results, strict=True):
+        (value, trips), grad = result  # the function's own output structure
+        eager = value_and_grad(*item)
+        np.testing.assert_allclose(_leaves(result)[0], _leaves(eager)[0], rtol=1e-12)
+        assert int(trips) == int(eager[0][1])
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(eager[1]), rtol=1e-12)
+    trips = [int(r[0][1]) for r in results]
+    assert min(trips) < 100 and max(trips) > 400  # uneven items, balanced dynamically
+
+
+def test_graph_map_equals_the_local_graph_function_bit_for_bit() -> None:
+    items = _items(10)
+    results = gl.distributed.map(graph, items)
+    for item, result in zip(items, results, strict=True):
+        for got, want in zip(_leaves(result), _leaves(graph(*item)), strict=True):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_each_worker_loads_a_payload_once_and_keeps_it_between_maps() -> None:
+    fn = gl.jit(lambda x: gl.sin(x) * 2.0)
+    items = [(np.full(3, float(i)),) for i in range(40)]
+    first = gl.distributed.map(fn, items, chunk_size=2)
+    pool = gl.distributed._pools[None]
+    before = sum(ray.get([a.loaded.remote() for a in pool.live]))
+    second = gl.distributed.map(fn, items, chunk_size=2)
+    after = sum(ray.get([a.loaded.remote() for a in pool.live]))
+    assert after == before  # 20 chunks, no payload loaded again
+    for a, b, (x,) in zip(first, second, items, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.sin(x) * 2.0, rtol=1e-12)
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_compiled_workers_do_not_import_gradloop() -> None:
+    """A fresh actor that serves a compiled module runs without gradloop in its process."""
+    fn = gl.jit(lambda x: gl.exp(x) + 1.0)
+    signature, inputs = _staging.signature(fn, (gl.tensor(np.arange(3.0)),), 0)
+    actor = ray.remote(num_cpus=0)(_worker.Worker).remote(1)
+    boxed = [ray.put(signature.payload)]
+    [result] = ray.get(actor.run.remote(signature.key, boxed, [tuple(inputs)]))
+    np.testing.assert_allclose(result[0], np.exp(np.arange(3.0)) + 1.0, rtol=1e-12)
+    assert not ray.get(actor.imports_gradloop.remote())
+    ray.kill(actor)
+
+
+def test_the_worker_module_runs_a_compiled_payload_where_gradloop_cannot_be_imported(
+    tmp_path: pathlib.Path,
+) -> None:
+    fn = gl.jit(lambda x, y: gl.matmul(x, y) * 3.0)
+    x, y = np.arange(6.0).reshape(2, 3), np.arange(3.0)
+    signature, inputs = _staging.signature(fn, (gl.tensor(x), gl.tensor(y)), 0)
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(_worker)
+    blob = tmp_path / "call.pkl"
+    blob.write_bytes(cloudpickle.dumps((_worker._compiled_caller, signature.payload, inputs)))
+    script = (
+        "import sys, pickle\n"
+        "sys.modules['gradloop'] = None  # any import of gradloop fails\n"
+        f"caller, payload, inputs = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
+        "print(caller(payload, {})(tuple(inputs))[0].tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert eval(out.stdout) == ((x @ y) * 3.0).tolist()  # noqa: S307 - our own output
+
+
+def test_an_item_that_fails_to_trace_raises_naming_its_index() -> None:
+    fn = gl.jit(lambda w, x: gl.matmul(w, x))
+    w = np.eye(3)
+    items = [(w, np.ones(3)), (w, np.ones(3)), (w, np.ones(4)), (w, np.ones(3))]
+    with pytest.raises(gl.errors.ShapeError, match=r"^item 2: .*matmul"):
+        gl.distributed.map(fn, items)
+    results = gl.distributed.map(fn, items, errors="return")
+    assert isinstance(results[2], gl.errors.ShapeError) and "item 2" in str(results[2])
+    for k in (0, 1, 3):
+        np.testing.assert_array_equal(np.asarray(results[k]), np.ones(3))
+
+
+def test_an_item_that_fails_on_its_worker_keeps_its_error_class() -> None:
+    @gl.function
+    def pick(x, i):
+        return gl.take(x, i) * 2.0
+
+    x = np.array([1.0, 2.0, 3.0])
+    items = [(x, np.array([k % 3])) for k in range(8)]
+    items[5] = (x, np.array([7]))  # out of bounds: the graph raises when it runs
+    results = gl.distributed.map(pick, items, errors="return", chunk_size=2)
+    assert isinstance(results[5], gl.errors.IndexError)
+    assert str(results[5]).startswith("item 5: take: index 7 is out of bounds")
+    for k in (0, 1, 2, 3, 4, 6, 7):
+        assert np.asarray(results[k]).tolist() == [2.0 * x[k % 3]]
+    with pytest.raises(gl.errors.IndexError, match="^item 5: take: index 7"):
+        gl.distributed.map(pick, items, chunk_size=2)
+
+
+@pytest.mark.parametrize(
+    ("item", "match"),
+    [
+        ((1.5, gl.tensor(2.0)), r"item 1, arguments\[0\]: .*not float.*static"),
+        ((gl.tensor(1.0), "x"), r"item 1, arguments\[1\]: .*not str"),
+        (([np.ones(2), {"a": object()}],), r"item 1, arguments\[0\]\[1\]\['a'\]: .*not object"),
+    ],
+)
+def test_arguments_that_are_not_tensors_are_refused_before_anything_is_sent(item, match):
+    fn = gl.jit(lambda *args: args[0])
+    with pytest.raises(gl.errors.InvalidArgumentTypeError, match=match):
+        gl.distributed.map(fn, [(gl.tensor(1.0),), item])
+
+
+def test_a_function_that_is_not_staged_is_refused() -> None:
+    with pytest.raises(gl.errors.InvalidArgumentTypeError, match="staged function.*gl.jit"):
+        gl.distributed.map(lambda x: x, [(np.ones(2),)])
+    with pytest.raises(gl.errors.InvalidArgumentError, match="errors must be one of"):
+        gl.distributed.map(jitted, _items(2), errors="ignore")
+    with pytest.raises(gl.errors.InvalidArgumentError, match="workers must be"):
+        gl.distributed.map(jitted, _items(2), workers=0)
+
+
+def test_variables_are_read_at_staging_and_assignments_refused() -> None:
+    scale = gl.Variable(np.array([2.0, 3.0]))
+    read = gl.jit(lambda x: x * scale.read())
+    results = gl.distributed.map(read, [(np.array([1.0, 1.0]) * k,) for k in range(4)])
+    assert [np.asarray(r).tolist() for r in results] == [[2.0 * k, 3.0 * k] for k in range(4)]
+
+    def assigns(x):
+        scale.assign(x)
+        return x
+
+    for fn in (gl.jit(assigns), gl.function(assigns)):
+        with pytest.raises(gl.errors.InvalidArgumentError, match="assigns Variables"):
+            gl.distributed.map(fn, [(np.ones(2),)], errors="return")
+
+
+def test_an_empty_map_returns_nothing_and_numpy_items_work() -> None:
+    assert gl.distributed.map(jitted, []) == []
+    single = gl.distributed.map(gl.jit(lambda x: x + 1.0), [np.zeros(2), np.ones(2)])
+    assert [np.asarray(r).tolist() for r in single] == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_graph_functions_pickle_as_their_graph() -> None:
+    concrete = graph.concrete_function(*_items(1)[0])
+    copy = pickle.loads(pickle.dumps(concrete))
+    assert str(copy.graph) == str(concrete.graph)
+    for got, want in zip(copy(list(_items(1)[0])), concrete(list(_items(1)[0])), strict=True):
+        assert np.array_equal(np.asarray(got), np.asarray(want))
+    with pytest.raises(gl.errors.InvalidArgumentError, match="parameters"):
+        type(concrete).from_graph(str(concrete.graph), 5, [])
+    t = gl.tensor(np.arange(4, dtype=np.int32))
+    assert np.array_equal(np.asarray(pickle.loads(pickle.dumps(t))), np.arange(4))
+    assert pickle.loads(pickle.dumps(t)).dtype == gl.int32
+
+
+def test_chunks_keep_input_order_and_one_signature_each() -> None:
+    staged = [(0, "a", []), (1, "a", []), (2, "b", []), (3, "a", []), (4, "a", []), (5, "a", [])]
+    got = [(c.key, c.indices) for c in _pool.chunks(staged, 2)]
+    assert got == [("a", [0, 1]), ("b", [2]), ("a", [3, 4]), ("a", [5])]
+
+
+def test_the_progress_bar_is_off_unless_asked_for_on_a_pipe() -> None:
+    assert _pool.progress_bar(10, "f", None) is None  # pytest's stderr is not a terminal
+    assert _pool.progress_bar(10, "f", False) is None
+    bar = _pool.progress_bar(10, "f", True)
+    assert bar is not None and bar.total == 10
+    bar.close()
+
+
+# mean_gradient ------------------------------------------------------------------------------
+
+
+def _rows_loss(params, xs, ys):
+    """Mean squared error over the rows, one row per trip of a data-dependent while_loop."""
+    w, b = params
+
+    def body(i, total):
+        err = gl.sum(w * xs[i]) + b - ys[i]
+        return i + 1, total + err * err
+
+    n = xs.shape[0]
+    _, total = gl.while_loop(lambda i, t: i < n, body, (gl.tensor(0), gl.tensor(0.0, F64)))
+    return total / n
+
+
+def _data(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((rows, 3))
+    return xs, xs @ np.array([0.5, -1.0, 2.0]) + 0.3 + 0.01 * rng.standard_normal(rows)
+
+
+@pytest.mark.parametrize("staging", [gl.jit, gl.function])
+def test_mean_gradient_equals_the_single_process_gradient_of_the_mean_loss(staging) -> None:
+    xs, ys = _data(48)
+    params = (gl.tensor(np.array([0.1, 0.2, 0.3])), gl.tensor(0.0, F64))
+    step = staging(gl.value_and_grad(_rows_loss))
+    shards = [(xs[k : k + 12], ys[k : k + 12]) for k in range(0, 48, 12)]
+    value, (gw, gb) = gl.distributed.mean_gradient(step, params, shards)
+    want_value, (want_w, want_b) = gl.value_and_grad(_rows_loss)(params, xs, ys)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gw), np.asarray(want_w), rtol=1e-12)
+    np.testing.assert_allclose(float(gb), float(want_b), rtol=1e-12)
+
+
+def test_mean_gradient_weights_unequal_shards() -> None:
+    xs, ys = _data(30)
+    params = (gl.tensor(np.array([0.1, 0.2, 0.3])), gl.tensor(0.5, F64))
+    step = gl.jit(gl.value_and_grad(_rows_loss))
+    bounds = [(0, 4), (4, 19), (19, 30)]
+    shards = [(xs[a:b], ys[a:b]) for a, b in bounds]
+    value, grads = gl.distributed.mean_gradient(
+        step, params, shards, weights=[b - a for a, b in bounds]
+    )
+    want_value, want = gl.value_and_grad(_rows_loss)(params, xs, ys)
+    np.testing.assert_allclose(float(value), float(want_value), rtol=1e-12)
+    for got, expected in zip(_leaves(grads), _leaves(want), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+    with pytest.raises(gl.errors.InvalidArgumentError, match="weights must be 3"):
+        gl.distributed.mean_gradient(step, params, shards, weights=[1.0, 2.0])
