@@ -33,7 +33,8 @@ def local_ray():
 def _items(n: int = 24) -> list[tuple[gl.Tensor, gl.Tensor]]:
     thetas = np.linspace(0.05, 1.3, n)
     targets = np.linspace(20.0, 40.0, n)
-    return [(gl.tensor(t, dtype=F64), gl.tensor(d, dtype=F64)) for t, d in zip(thetas, targets)]
+    pairs = zip(thetas, targets, strict=True)
+    return [(gl.tensor(t, dtype=F64), gl.tensor(d, dtype=F64)) for t, d in pairs]
 
 
 def _leaves(x):
@@ -50,7 +51,7 @@ def test_compiled_map_agrees_with_eager_mode_in_input_order() -> None:
     results = gl.distributed.map(jitted, items, chunk_size=3)
     assert len(results) == len(items)
     for item, result in zip(items, results, strict=True):
-        (value, trips), grad = result  # the function's own output structure
+        (_, trips), grad = result  # the function's own output structure
         eager = value_and_grad(*item)
         np.testing.assert_allclose(_leaves(result)[0], _leaves(eager)[0], rtol=1e-12)
         assert int(trips) == int(eager[0][1])
@@ -112,7 +113,7 @@ def test_the_worker_module_runs_a_compiled_payload_where_gradloop_cannot_be_impo
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert eval(out.stdout) == ((x @ y) * 3.0).tolist()  # noqa: S307 - our own output
+    assert eval(out.stdout) == ((x @ y) * 3.0).tolist()
 
 
 def test_an_item_that_fails_to_trace_raises_naming_its_index() -> None:
@@ -140,7 +141,7 @@ def test_an_item_that_fails_on_its_worker_keeps_its_error_class() -> None:
     assert str(results[5]).startswith("item 5: take: index 7 is out of bounds")
     for k in (0, 1, 2, 3, 4, 6, 7):
         assert np.asarray(results[k]).tolist() == [2.0 * x[k % 3]]
-    with pytest.raises(gl.errors.IndexError, match="^item 5: take: index 7"):
+    with pytest.raises(gl.errors.IndexError, match=r"^item 5: take: index 7"):
         gl.distributed.map(pick, items, chunk_size=2)
 
 
@@ -159,7 +160,7 @@ def test_arguments_that_are_not_tensors_are_refused_before_anything_is_sent(item
 
 
 def test_a_function_that_is_not_staged_is_refused() -> None:
-    with pytest.raises(gl.errors.InvalidArgumentTypeError, match="staged function.*gl.jit"):
+    with pytest.raises(gl.errors.InvalidArgumentTypeError, match=r"staged function.*gl.jit"):
         gl.distributed.map(lambda x: x, [(np.ones(2),)])
     with pytest.raises(gl.errors.InvalidArgumentError, match="errors must be one of"):
         gl.distributed.map(jitted, _items(2), errors="ignore")

@@ -105,7 +105,7 @@ def map(  # noqa: A001 - DESIGN's name
     *,
     address: str | None = None,
     workers: int | None = None,
-    errors: str = "raise",  # noqa: A002 - shadows the module only inside
+    errors: str = "raise",
     chunk_size: int | None = None,
     progress: bool | None = None,
 ) -> list[Any]:

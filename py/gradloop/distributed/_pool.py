@@ -5,6 +5,7 @@ a chunk whose actor died runs again on another."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator
@@ -81,7 +82,7 @@ class Pool:
         actor = self.starting.pop(ref)
         try:
             _ray().get(ref)
-        except Exception:  # noqa: BLE001 - it died starting; the others go on
+        except Exception:  # it died starting; the others go on
             return
         self.live.append(actor)
 
@@ -95,25 +96,19 @@ class Pool:
         """`actor` died: it leaves, and a new one starts in its place."""
         if actor in self.live:
             self.live.remove(actor)
-        try:
+        with contextlib.suppress(Exception):  # it is gone already
             _ray().kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001, S110 - it is gone already
-            pass
         self.start_actor()
 
     def close(self) -> None:
         ray = _ray()
         for actor in [*self.live, *self.starting.values()]:
-            try:
+            with contextlib.suppress(Exception):  # Ray already shut down
                 ray.kill(actor)
-            except Exception:  # noqa: BLE001, S110 - Ray already shut down
-                pass
         self.live, self.starting = [], {}
 
 
-def chunks(
-    staged: list[tuple[int, str, list[np.ndarray]]], chunk_size: int
-) -> Iterator[Chunk]:
+def chunks(staged: list[tuple[int, str, list[np.ndarray]]], chunk_size: int) -> Iterator[Chunk]:
     """Items in input order, `chunk_size` at a time; a chunk holds one signature."""
     current: Chunk | None = None
     for index, key, inputs in staged:
@@ -193,10 +188,8 @@ def run(
 
 def _cancel(ray: Any, refs: dict[Any, Any]) -> None:
     for ref in refs:
-        try:
+        with contextlib.suppress(Exception):  # running or done: it finishes alone
             ray.cancel(ref)
-        except Exception:  # noqa: BLE001, S110 - already running or done: it finishes alone
-            pass
 
 
 def progress_bar(total: int, name: str, show: bool | None) -> Any:

@@ -17,7 +17,7 @@ from ._worker import CompiledPayload, GraphPayload
 _keys = itertools.count()
 
 
-class Refused(Exception):  # noqa: N818 - carries the error to raise, is none itself
+class Refused(Exception):
     """The function cannot be mapped at all (not one item's failure): `map` raises `error`
     whatever its `errors` says."""
 
@@ -124,8 +124,7 @@ def _stage(fn: Any, entry: Any, tensors: list[Any], index: int) -> Signature:
     # that call is this item's.
     result = entry.outputs(module(tensors))
     captured = tuple(
-        np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c)
-        for c in module.captured
+        np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c) for c in module.captured
     )
     driver_flags = _runtime.DRIVER_FLAGS.get(module.driver, ())
     payload = CompiledPayload(module.vmfb, name, module.driver, driver_flags, captured)

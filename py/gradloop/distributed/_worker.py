@@ -121,13 +121,13 @@ class Worker:
         """The flat results of each item, or its `ItemError`: one item's failure is its own."""
         try:
             caller = self._caller(key, boxed_payload)
-        except Exception as e:  # noqa: BLE001 - a payload that does not load fails every item
+        except Exception as e:  # a payload that does not load fails every item
             return [_item_error(e, "loading the staged function")] * len(items)
         results: list[list[np.ndarray] | ItemError] = []
         for args in items:
             try:
                 results.append(caller(args))
-            except Exception as e:  # noqa: BLE001 - reported to the driver, per item
+            except Exception as e:  # reported to the driver, per item
                 results.append(_item_error(e, "running it"))
         return results
 
