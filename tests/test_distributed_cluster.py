@@ -1,0 +1,124 @@
+"""`gl.distributed` on a two-node Ray cluster (`ray.cluster_utils.Cluster`: a head and a
+worker node of one CPU each, started once for this module): items spread over both nodes, a
+worker process killed in the middle of a map and a node lost in the middle of one, with the
+results equal to a clean run's."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import gradloop as gl
+
+ray = pytest.importorskip("ray", reason="gradloop[ray] is installed by make test")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    worker_node = nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, log_to_driver=False, configure_logging=False)
+    nodes.wait_for_nodes()
+    yield nodes, worker_node
+    gl.distributed.shutdown()
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def spin_loop(x, n):
+    """n trips of W5's body: tens of milliseconds an item, so that a map takes a while."""
+
+    def body(i, x):
+        return i + 1, 0.999 * x + 0.001 * gl.sin(x)
+
+    return gl.while_loop(lambda i, x: i < n, body, (gl.tensor(0), x))[1]
+
+
+compiled_spin = gl.jit(spin_loop)
+graph_spin = gl.function(spin_loop)
+
+
+def _items(count: int, trips: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    # uneven trip counts, as data-dependent loops have
+    return [
+        (rng.standard_normal(16), np.array(int(trips * (0.5 + rng.random())), np.int32))
+        for _ in range(count)
+    ]
+
+
+def _values(results: list) -> list[np.ndarray]:
+    return [np.asarray(r) for r in results]
+
+
+def _pids_and_nodes() -> list[tuple[int, str]]:
+    pool = gl.distributed._pools[None]
+    return ray.get([actor.ping.remote() for actor in pool.live])
+
+
+def test_items_run_on_both_nodes_and_agree_with_local_runs(cluster) -> None:
+    items = _items(12, 100_000)
+    results = gl.distributed.map(compiled_spin, items, chunk_size=1)
+    for (x, n), got in zip(items, results, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(graph_spin(x, n)), rtol=1e-12)
+    nodes = {node for _, node in _pids_and_nodes()}
+    assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(nodes) == 2
+
+
+class _OnFirstResult:
+    """A stand-in for the map's progress bar that runs `action` when the first chunk's
+    results arrive, in the middle of the map (the other chunks are running or queued)."""
+
+    def __init__(self, action) -> None:
+        self.action, self.done, self.acted_at = action, 0, None
+
+    def update(self, n: int) -> None:
+        if self.acted_at is None:
+            self.acted_at = self.done + n
+            self.action()
+        self.done += n
+
+    def close(self) -> None:
+        pass
+
+
+def _map_with(monkeypatch, action, fn, items) -> tuple[list, _OnFirstResult]:
+    trigger = _OnFirstResult(action)
+    monkeypatch.setattr(gl.distributed._pool, "progress_bar", lambda *_: trigger)
+    results = gl.distributed.map(fn, items, chunk_size=1)
+    # a gl.jit function's first item ran on the driver, where staging checked the module
+    sent = len(items) - isinstance(fn, gl.compiled.Jit)
+    assert trigger.acted_at is not None and trigger.acted_at < sent
+    assert trigger.done == sent
+    return results, trigger
+
+
+@pytest.mark.parametrize("fn", [compiled_spin, graph_spin], ids=["compiled", "graph"])
+def test_a_worker_killed_mid_map_loses_no_item(cluster, monkeypatch, fn) -> None:
+    items = _items(16, 100_000)
+    clean = _values(gl.distributed.map(fn, items, chunk_size=1))
+    victim = _pids_and_nodes()[0][0]
+    results, _ = _map_with(monkeypatch, lambda: os.kill(victim, signal.SIGKILL), fn, items)
+    assert victim not in {pid for pid, _ in _pids_and_nodes()}  # a new actor took its place
+    got = _values(results)
+    assert len(got) == len(clean)
+    for a, b in zip(got, clean, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_a_node_lost_mid_map_loses_no_item(cluster, monkeypatch) -> None:
+    """The worker node is removed while the map runs: its actor's chunks run on the head's.
+    Its replacement cannot be placed (no CPU left): the map does not wait for it."""
+    nodes, worker_node = cluster
+    items = _items(16, 100_000)
+    clean = _values(gl.distributed.map(graph_spin, items, chunk_size=1))
+    results, _ = _map_with(monkeypatch, lambda: nodes.remove_node(worker_node), graph_spin, items)
+    for a, b in zip(_values(results), clean, strict=True):
+        assert np.array_equal(a, b)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 1
