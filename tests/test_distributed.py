@@ -85,10 +85,11 @@ def test_each_worker_loads_a_payload_once_and_keeps_it_between_maps() -> None:
 def test_compiled_workers_do_not_import_gradloop() -> None:
     """A fresh actor that serves a compiled module runs without gradloop in its process."""
     fn = gl.jit(lambda x: gl.exp(x) + 1.0)
-    signature, inputs = _staging.signature(fn, (gl.tensor(np.arange(3.0)),), 0)
+    signature, inputs, _ = _staging.signature(fn, (gl.tensor(np.arange(3.0)),))
     actor = ray.remote(num_cpus=0)(_worker.Worker).remote(1)
     boxed = [ray.put(signature.payload)]
-    [result] = ray.get(actor.run.remote(signature.key, boxed, [tuple(inputs)]))
+    stacked = ray.get(actor.run.remote(signature.key, boxed, 1, _worker.stack([inputs])))
+    [result] = _worker.unstack(stacked, 1)
     np.testing.assert_allclose(result[0], np.exp(np.arange(3.0)) + 1.0, rtol=1e-12)
     assert not ray.get(actor.imports_gradloop.remote())
     ray.kill(actor)
@@ -99,7 +100,7 @@ def test_the_worker_module_runs_a_compiled_payload_where_gradloop_cannot_be_impo
 ) -> None:
     fn = gl.jit(lambda x, y: gl.matmul(x, y) * 3.0)
     x, y = np.arange(6.0).reshape(2, 3), np.arange(3.0)
-    signature, inputs = _staging.signature(fn, (gl.tensor(x), gl.tensor(y)), 0)
+    signature, inputs, _ = _staging.signature(fn, (gl.tensor(x), gl.tensor(y)))
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(_worker)
@@ -166,6 +167,8 @@ def test_a_function_that_is_not_staged_is_refused() -> None:
         gl.distributed.map(jitted, _items(2), errors="ignore")
     with pytest.raises(gl.errors.InvalidArgumentError, match="workers must be"):
         gl.distributed.map(jitted, _items(2), workers=0)
+    with pytest.raises(gl.errors.InvalidArgumentError, match="chunk_size must be"):
+        gl.distributed.map(jitted, _items(2), chunk_size=0)
 
 
 def test_variables_are_read_at_staging_and_assignments_refused() -> None:
@@ -204,8 +207,27 @@ def test_graph_functions_pickle_as_their_graph() -> None:
 
 def test_chunks_keep_input_order_and_one_signature_each() -> None:
     staged = [(0, "a", []), (1, "a", []), (2, "b", []), (3, "a", []), (4, "a", []), (5, "a", [])]
-    got = [(c.key, c.indices) for c in _pool.chunks(staged, 2)]
+    got = [(c.key, c.indices) for c in _pool.chunks(staged, 1, 2)]
     assert got == [("a", [0, 1]), ("b", [2]), ("a", [3, 4]), ("a", [5])]
+
+
+def test_guided_chunks_shrink_to_single_items() -> None:
+    staged = [(i, "a", []) for i in range(64)]
+    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None)]
+    assert sum(sizes) == 64 and sizes[0] == 64 // (2 * _pool.GUIDED) and sizes[-3:] == [1, 1, 1]
+    assert sizes == sorted(sizes, reverse=True)
+    many = [len(c.indices) for c in _pool.chunks([(i, "a", []) for i in range(5000)], 2, None)]
+    assert max(many) == _pool.MAX_CHUNK and sum(many) == 5000
+
+
+def test_a_second_map_of_the_same_signature_computes_its_own_first_item() -> None:
+    """Staging a gl.jit signature runs its first item on the driver; a later map of that
+    signature sends every item (its first item's values are new)."""
+    fn = gl.jit(lambda x: x * 2.0)
+    first = gl.distributed.map(fn, [np.ones(2), np.zeros(2)])
+    second = gl.distributed.map(fn, [np.full(2, 5.0), np.ones(2)])
+    assert [np.asarray(r).tolist() for r in first] == [[2.0, 2.0], [0.0, 0.0]]
+    assert [np.asarray(r).tolist() for r in second] == [[10.0, 10.0], [2.0, 2.0]]
 
 
 def test_the_progress_bar_is_off_unless_asked_for_on_a_pipe() -> None:

@@ -116,8 +116,9 @@ def map(  # noqa: A001 - DESIGN's name
     None starts or joins a local Ray instance, "auto" or "ray://host:port" joins a cluster.
     `workers`: actors to run (one CPU each), by default one per CPU of the cluster.
     `errors`: "raise" (the first failing item's error, naming its index) or "return" (its slot
-    holds the exception). `chunk_size`: items per round trip, by default about an eighth of
-    each worker's share (at most 64). `progress`: tqdm's bar on stderr for maps longer than
+    holds the exception). `chunk_size`: items per round trip; by default a chunk takes a
+    quarter of each worker's share of the items left (at most 64), so chunks shrink to single
+    items at the end. `progress`: tqdm's bar on stderr for maps longer than
     2 s, by default only on a terminal.
     """
     mode = errors
@@ -128,6 +129,12 @@ def map(  # noqa: A001 - DESIGN's name
             _validate.at_user(f"errors must be one of {list(ERRORS)}, not {mode!r}")
         )
     _staging.function_of(fn)
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+    ):
+        raise gl_errors.InvalidArgumentError(
+            _validate.at_user(f"chunk_size must be a positive int or None, not {chunk_size!r}")
+        )
     arguments = [_staging.arguments(item, i) for i, item in enumerate(items)]
     results: list[Any] = [None] * len(arguments)
     if not arguments:
@@ -135,7 +142,7 @@ def map(  # noqa: A001 - DESIGN's name
     staged, signatures, pending = [], {}, []
     for index, args in enumerate(arguments):
         try:
-            signature, inputs = _staging.signature(fn, args, index)
+            signature, inputs, checked = _staging.signature(fn, args)
         except _staging.Refused as e:
             raise e.error from None
         except gl_errors.GradloopError as e:
@@ -144,19 +151,14 @@ def map(  # noqa: A001 - DESIGN's name
             results[index] = _with_index(e, index)
             continue
         signatures[signature.key] = signature
-        if signature.checked_on == index:
-            results[index] = signature.checked_result
+        if checked is not None:
+            results[index] = checked
         else:
             staged.append((index, signature.key, inputs))
             pending.append(index)
     if not staged:
         return results
     pool = _pool_for(address, workers)
-    size = chunk_size if chunk_size is not None else _chunk_size(len(staged), pool.size)
-    if size < 1:
-        raise gl_errors.InvalidArgumentError(
-            _validate.at_user(f"chunk_size must be a positive int, not {chunk_size}")
-        )
     keys = {key for _, key, _ in staged}
     payloads = {key: signatures[key].payload for key in keys}
     entries = {index: signatures[key].entry for index, key, _ in staged}
@@ -176,17 +178,13 @@ def map(  # noqa: A001 - DESIGN's name
     name = next(iter(signatures.values())).entry.fn.graph.entry
     bar = _pool.progress_bar(len(staged), name, progress)
     try:
-        _pool.run(pool, list(_pool.chunks(staged, size)), payloads, done, bar)
+        _pool.run(pool, list(_pool.chunks(staged, pool.size, chunk_size)), payloads, done, bar)
     finally:
         if bar is not None:
             bar.close()
     if failure:
         raise failure[0]
     return results
-
-
-def _chunk_size(items: int, workers: int) -> int:
-    return max(1, min(64, items // (8 * workers)))
 
 
 def mean_gradient(

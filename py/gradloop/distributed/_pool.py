@@ -108,16 +108,31 @@ class Pool:
         self.live, self.starting = [], {}
 
 
-def chunks(staged: list[tuple[int, str, list[np.ndarray]]], chunk_size: int) -> Iterator[Chunk]:
-    """Items in input order, `chunk_size` at a time; a chunk holds one signature."""
+#: Chunks per worker the remaining items are cut into: the first chunks are large (few round
+#: trips), the last ones single items, so that no worker idles while another ends a long chunk.
+GUIDED = 2
+
+#: The most items in one chunk.
+MAX_CHUNK = 64
+
+
+def chunks(
+    staged: list[tuple[int, str, list[np.ndarray]]], workers: int, chunk_size: int | None
+) -> Iterator[Chunk]:
+    """Items in input order, in chunks of one signature: `chunk_size` items each, or by
+    default guided (OpenMP's schedule): a chunk takes 1/(GUIDED * workers) of the items left."""
+    left = len(staged)
     current: Chunk | None = None
+    size = 0
     for index, key, inputs in staged:
-        if current is None or current.key != key or len(current.indices) == chunk_size:
+        if current is None or current.key != key or len(current.indices) == size:
             if current is not None:
                 yield current
+            size = chunk_size or max(1, min(MAX_CHUNK, -(-left // (GUIDED * workers))))
             current = Chunk(key, [], [])
         current.indices.append(index)
         current.inputs.append(inputs)
+        left -= 1
     if current is not None:
         yield current
 
@@ -138,7 +153,8 @@ def run(
 
     def send(actor: Any, chunk: Chunk) -> None:
         boxed = [pool.payload_ref(chunk.key, payloads[chunk.key])]
-        ref = actor.run.remote(chunk.key, boxed, [tuple(x) for x in chunk.inputs])
+        count = len(chunk.indices)
+        ref = actor.run.remote(chunk.key, boxed, count, _worker.stack(chunk.inputs))
         in_flight[ref] = (actor, chunk)
         load[actor] += 1
 
@@ -165,6 +181,8 @@ def run(
         load[actor] -= 1
         try:
             results = ray.get(ref)
+            if isinstance(results, tuple):
+                results = _worker.unstack(results, len(chunk.indices))
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
             if actor in pool.live:
                 pool.lost(actor)

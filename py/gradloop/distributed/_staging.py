@@ -28,14 +28,12 @@ class Refused(Exception):
 
 @dataclass
 class Signature:
-    """One input signature of a staged function: its payload (`key` names it to the actors),
-    how to rebuild the outputs, and the first item's result when staging computed it."""
+    """One input signature of a staged function: its payload (`key` names it to the actors)
+    and how to rebuild the outputs."""
 
     key: str
     payload: CompiledPayload | GraphPayload
     entry: Any  # function._Concrete: the traced signature and its output structure
-    checked_on: int | None = None  # the item whose result staging computed (compiled)
-    checked_result: Any = None
 
 
 #: Signatures staged per function (by the identity of its trace), kept while it lives.
@@ -90,20 +88,23 @@ def arguments(item: Any, index: int) -> tuple[Any, ...]:
     return tuple(nest.pack_sequence_as(args, tensors))
 
 
-def signature(fn: Any, args: tuple[Any, ...], index: int) -> tuple[Signature, list[np.ndarray]]:
-    """The staged signature of `fn` for `args` (staged now if new) and the flat inputs to
-    send. Staging traces (a typed error for a bad item) and, for `gl.jit`, compiles for a
-    generic CPU and checks the module on this item against the reference interpreter."""
+def signature(fn: Any, args: tuple[Any, ...]) -> tuple[Signature, list[np.ndarray], Any]:
+    """The staged signature of `fn` for `args` (staged now if new), the flat inputs to send,
+    and, when staging a `gl.jit` function now ran it on `args`, its result (else None).
+    Staging traces (a typed error for a bad item) and, for `gl.jit`, compiles for a generic
+    CPU and checks the module on this item against the reference interpreter."""
     function = function_of(fn)
     entry, tensors = function._lookup(args, {})
     per_fn = _staged.setdefault(fn, {})
     found = per_fn.get(id(entry.fn))
-    if found is None or found.entry is not entry:
-        found = per_fn[id(entry.fn)] = _stage(fn, entry, tensors, index)
-    return found, [np.asarray(t) for t in tensors]
+    if found is not None and found.entry is entry:
+        return found, [np.asarray(t) for t in tensors], None
+    found, result = _stage(fn, entry, tensors)
+    per_fn[id(entry.fn)] = found
+    return found, [np.asarray(t) for t in tensors], result
 
 
-def _stage(fn: Any, entry: Any, tensors: list[Any], index: int) -> Signature:
+def _stage(fn: Any, entry: Any, tensors: list[Any]) -> tuple[Signature, Any]:
     concrete = entry.fn
     name = concrete.graph.entry
     if concrete.assigned_variables:
@@ -118,7 +119,7 @@ def _stage(fn: Any, entry: Any, tensors: list[Any], index: int) -> Signature:
         )
     key = f"{name}-{next(_keys)}"
     if isinstance(fn, Function):
-        return Signature(key, GraphPayload(concrete), entry)
+        return Signature(key, GraphPayload(concrete), entry), None
     module = compiled._Compiled(concrete, fn.target, portable=True)
     # The module is checked against the interpreter on its first call (as `gl.jit` does):
     # that call is this item's.
@@ -128,4 +129,4 @@ def _stage(fn: Any, entry: Any, tensors: list[Any], index: int) -> Signature:
     )
     driver_flags = _runtime.DRIVER_FLAGS.get(module.driver, ())
     payload = CompiledPayload(module.vmfb, name, module.driver, driver_flags, captured)
-    return Signature(key, payload, entry, index, result)
+    return Signature(key, payload, entry), result

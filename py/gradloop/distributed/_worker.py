@@ -116,24 +116,38 @@ class Worker:
         return caller
 
     def run(
-        self, key: str, boxed_payload: list[Any], items: list[tuple[np.ndarray, ...]]
-    ) -> list[list[np.ndarray] | ItemError]:
-        """The flat results of each item, or its `ItemError`: one item's failure is its own."""
+        self, key: str, boxed_payload: list[Any], count: int, stacked: tuple[np.ndarray, ...]
+    ) -> tuple[np.ndarray, ...] | list[list[np.ndarray] | ItemError]:
+        """Calls the function on `count` items whose inputs come stacked (input k of item j is
+        `stacked[k][j]`: a few arrays pickle much faster than many small ones). Returns the
+        outputs stacked the same way, or where an item failed, each item's flat results or
+        its `ItemError` (one item's failure is its own)."""
         try:
             caller = self._caller(key, boxed_payload)
         except Exception as e:  # a payload that does not load fails every item
-            return [_item_error(e, "loading the staged function")] * len(items)
+            return [_item_error(e, "loading the staged function")] * count
         results: list[list[np.ndarray] | ItemError] = []
-        for args in items:
+        for j in range(count):
             try:
-                results.append(caller(args))
+                results.append(caller(tuple(column[j, ...] for column in stacked)))
             except Exception as e:  # reported to the driver, per item
                 results.append(_item_error(e, "running it"))
-        return results
+        if any(isinstance(r, ItemError) for r in results):
+            return results
+        return stack(results)  # type: ignore[arg-type]
 
     def loaded(self) -> int:
         """How many payloads this actor process has loaded (each once)."""
         return self.loads
+
+
+def stack(items: list[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """Flat values of several items (all of one signature) as one array per position."""
+    return tuple(np.stack(column) for column in zip(*items, strict=True))
+
+
+def unstack(stacked: tuple[np.ndarray, ...], count: int) -> list[list[np.ndarray]]:
+    return [[column[j, ...] for column in stacked] for j in range(count)]
 
 
 def _item_error(e: Exception, doing: str) -> ItemError:
