@@ -80,6 +80,7 @@ bench: dev
 	$(PY) benches/checkpointed.py
 	$(PY) benches/compiled_mode.py
 	$(PY) benches/forward_mode.py
+	$(PY) benches/distributed.py
 
 clean:
 	rm -rf $(VENV) target

@@ -288,3 +288,37 @@ def test_mean_gradient_weights_unequal_shards() -> None:
         np.testing.assert_allclose(got, expected, rtol=1e-12)
     with pytest.raises(gl.errors.InvalidArgumentError, match="weights must be 3"):
         gl.distributed.mean_gradient(step, params, shards, weights=[1.0, 2.0])
+
+
+# examples -----------------------------------------------------------------------------------
+
+
+def _example(name: str):
+    import importlib
+
+    folder = str(pathlib.Path(__file__).resolve().parent.parent / "examples")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)
+
+
+def test_the_ensemble_example_fits_every_target() -> None:
+    ensemble = _example("ensemble_ray")
+    targets = np.array([15.0, 22.0, 31.0, 38.0])
+    thetas, _, trips = ensemble.fit_all(targets, steps=40, log=False)
+    for target, theta in zip(targets, thetas, strict=True):
+        landing, _ = projectile.simulate(gl.tensor(theta, dtype=F64))
+        assert abs(float(landing) - target) < 0.05
+    assert len(set(trips.tolist())) == 4  # flights of different lengths
+
+
+def test_data_parallel_training_descends_as_the_single_process_training() -> None:
+    train = _example("train_ray")
+    ray_params, ray_losses = train.train(20, 4, log=False)
+    one_params, one_losses = train.train(20, None, log=False)
+    np.testing.assert_allclose(ray_losses, one_losses, rtol=1e-10)
+    for a, b in zip(ray_params, one_params, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-13)
+    assert ray_losses[-1] < ray_losses[0] / 1000
