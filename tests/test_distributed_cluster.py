@@ -22,7 +22,6 @@ def cluster():
 
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     worker_node = nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, log_to_driver=False, configure_logging=False)
     nodes.wait_for_nodes()
     yield nodes, worker_node
     gl.distributed.shutdown()
@@ -62,8 +61,11 @@ def _pids_and_nodes() -> list[tuple[int, str]]:
 
 
 def test_items_run_on_both_nodes_and_agree_with_local_runs(cluster) -> None:
+    nodes, _ = cluster
     items = _items(12, 100_000)
-    results = gl.distributed.map(compiled_spin, items, chunk_size=1)
+    # the first map joins the cluster at its address
+    results = gl.distributed.map(compiled_spin, items, address=nodes.address, chunk_size=1)
+    assert ray.is_initialized()
     for (x, n), got in zip(items, results, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(graph_spin(x, n)), rtol=1e-12)
     nodes = {node for _, node in _pids_and_nodes()}
