@@ -338,7 +338,16 @@ class VariableHandle:
         """Whether `other` is a handle to the same variable."""
 
 class ConcreteFunction:
-    """A finished trace: its graph and the values it captured, callable on concrete tensors."""
+    """A finished trace: its graph and the values it captured, callable on concrete tensors.
+    It pickles as its graph's text and captured values."""
+
+    @staticmethod
+    def from_graph(
+        text: str, num_params: int, captured_inputs: Sequence[Tensor | VariableHandle]
+    ) -> ConcreteFunction:
+        """The function of a graph's text (`str(fn.graph)`) taking `num_params` arguments
+        followed by `captured_inputs`: how a pickled function is rebuilt. The graph is
+        verified first."""
 
     def to_mlir(
         self,
