@@ -221,6 +221,9 @@ pub fn executor_threads() -> usize {
     gradloop::executor::default_threads()
 }
 
+/// `ConcreteFunction.from_graph`'s arguments: graph text, parameter count, captured inputs.
+type FromGraphArgs = (String, usize, Vec<Py<PyAny>>);
+
 /// A traced function: its graph and the values it captured, callable on concrete tensors.
 #[pyclass(frozen, name = "ConcreteFunction", module = "gradloop._core")]
 pub struct PyConcreteFunction {
@@ -332,9 +335,7 @@ impl PyConcreteFunction {
 
     /// Pickles as its graph's text and captured inputs (`from_graph` rebuilds it): graph
     /// functions travel to other processes (`gl.distributed`) without their Python.
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, (String, usize, Vec<Py<PyAny>>))> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, FromGraphArgs)> {
         let this = slf.get();
         let rebuild = slf.get_type().getattr("from_graph")?;
         let captured = this.captured_inputs(slf.py())?;

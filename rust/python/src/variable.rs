@@ -92,9 +92,7 @@ impl PyVariableHandle {
 
     /// Pickles as a new variable holding the current value: a copy in the process that
     /// unpickles it, whose assignments stay there.
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, (PyTensor,))> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (PyTensor,))> {
         let value = PyTensor::new(slf.get().inner.read());
         Ok((slf.get_type().into_any(), (value,)))
     }
