@@ -22,9 +22,15 @@ import numpy as np
 import gradloop as gl
 from gradloop.examples import projectile
 
+#: Seconds of calls before timing: actors start, payloads load, modules compile, and Ray's
+#: freshly started worker processes finish importing (they take CPU for a few seconds).
+WARM_UP = 3.0
+
 
 def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    run()  # warm: actors started, payloads loaded, modules compiled
+    start = time.perf_counter()
+    while time.perf_counter() - start < WARM_UP:
+        run()
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -82,6 +82,8 @@ def arguments(item: Any, index: int) -> tuple[Any, ...]:
     """`item` as a tuple of arguments whose every leaf is a concrete tensor: a tuple or list
     of arguments, or one tensor or array (the single argument)."""
     args = tuple(item) if isinstance(item, (tuple, list)) else (item,)
+    if all(isinstance(a, _core.Tensor) and not a.is_symbolic for a in args):
+        return args  # the common item, tensors side by side: nothing to convert
     tensors = [
         _leaf(leaf, index, f"arguments{path}") for path, leaf in nest.flatten_with_paths(args)
     ]
