@@ -288,6 +288,9 @@ def test_mean_gradient_weights_unequal_shards() -> None:
         np.testing.assert_allclose(got, expected, rtol=1e-12)
     with pytest.raises(gl.errors.InvalidArgumentError, match="weights must be 3"):
         gl.distributed.mean_gradient(step, params, shards, weights=[1.0, 2.0])
+    bad = [*shards[:2], (xs[:4, :2], ys[:4])]  # two features where the model has three
+    with pytest.raises(gl.errors.ShapeError, match=r"^shard 2: "):
+        gl.distributed.mean_gradient(step, params, bad)
 
 
 # examples -----------------------------------------------------------------------------------

@@ -215,13 +215,19 @@ def mean_gradient(
             )
         )
     w = w / w.sum()
-    results = map(
-        step,
-        [(params, *shard) for shard in shards],
-        address=address,
-        workers=workers,
-        progress=progress,
-    )
+    try:
+        results = map(
+            step,
+            [(params, *shard) for shard in shards],
+            address=address,
+            workers=workers,
+            progress=progress,
+        )
+    except errors.GradloopError as e:
+        message = str(e)
+        if not message.startswith("item "):
+            raise
+        raise type(e)("shard " + message.removeprefix("item ")) from e
     leaves = [nest.flatten(r) for r in results]
     averaged = []
     for column in builtins.map(list, zip(*leaves, strict=True)):
