@@ -325,3 +325,12 @@ def test_data_parallel_training_descends_as_the_single_process_training() -> Non
     for a, b in zip(ray_params, one_params, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-13)
     assert ray_losses[-1] < ray_losses[0] / 1000
+
+
+def test_a_map_with_no_worker_left_raises_instead_of_waiting() -> None:
+    """Every actor gone and none starting: the map says so at once."""
+    pool = _pool.Pool.__new__(_pool.Pool)
+    pool.live, pool.starting, pool.payloads = [], {}, {}
+    chunk = _pool.Chunk("k", [0], [[np.ones(1)]])
+    with pytest.raises(gl.errors.ExecutionError, match="no worker is left"):
+        _pool.run(pool, [chunk], {"k": None}, lambda i, r: True, None)

@@ -165,7 +165,7 @@ def run(
         waiting = [*in_flight, *pool.starting]
         idle = not in_flight  # no live actor: only a starting one can take the work
         timeout = START_TIMEOUT if idle else None
-        ready, _ = ray.wait(waiting, num_returns=1, timeout=timeout)
+        ready = ray.wait(waiting, num_returns=1, timeout=timeout)[0] if waiting else []
         if not ready:
             from .. import errors
 
