@@ -180,18 +180,22 @@ pub fn graph_runner() -> &'static str {
     RUNNERS[usize::from(RUNNER.load(Ordering::Relaxed)).min(RUNNERS.len() - 1)]
 }
 
-/// Chooses how fused frames run: "on" (the default: compiled to kernel calls on buffers
-/// where every value has a static type), "off" (always their register programs) or "check"
+/// Chooses how fused frames run: "on" (the default: compiled to machine code and kernel calls
+/// on buffers where every value has a static type), "buffers" (the same kernel calls, the steps
+/// run one by one), "off" (always their register programs) or "check"
 /// (both, with any difference an internal error: what the tests run).
 #[pyfunction]
 pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
     use gradloop::executor::CompiledFrames;
     let mode = match mode {
         "on" => CompiledFrames::On,
+        "buffers" => CompiledFrames::Buffers,
         "off" => CompiledFrames::Off,
         "check" => CompiledFrames::Check,
         other => {
-            let msg = format!("compiled frames are \"on\", \"off\" or \"check\", not {other:?}");
+            let msg = format!(
+                "compiled frames are \"on\", \"buffers\", \"off\" or \"check\", not {other:?}"
+            );
             return Err(new_err(
                 py,
                 ErrorKind::InvalidArgument,
@@ -204,12 +208,13 @@ pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
     Ok(())
 }
 
-/// How fused frames run now: "on", "off" or "check".
+/// How fused frames run now: "on", "buffers", "off" or "check".
 #[pyfunction]
 pub fn compiled_frames() -> &'static str {
     use gradloop::executor::CompiledFrames;
     match gradloop::executor::compiled_frames() {
         CompiledFrames::On => "on",
+        CompiledFrames::Buffers => "buffers",
         CompiledFrames::Off => "off",
         CompiledFrames::Check => "check",
     }

@@ -20,12 +20,13 @@
 //! destination kernel for is not compiled: its program runs as before. A run whose inputs do
 //! not have the frame's static types also goes to the program (same results, same errors).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use smallvec::SmallVec;
 
 use super::kernel::Failure;
 use super::kernel::Kernel;
+use super::native::{Elementwise, NativeCode};
 use super::program::{Action as ProgramAction, Program, Read, Reg};
 use crate::dataflow::{DfKind, FusedFrame};
 use crate::dtype::{DType, Element, Storage};
@@ -36,7 +37,7 @@ use crate::runtime_values::RtValue;
 use crate::shape::{numel, TensorType, DYN};
 use crate::tensor::Tensor;
 
-enum Action {
+pub(super) enum Action {
     /// A constant's elements, copied into its register each time the step runs (as the
     /// program clones its tensor).
     Const(Storage),
@@ -52,24 +53,26 @@ enum Action {
     NoOp,
 }
 
-struct Step {
-    node: usize,
-    action: Action,
-    reads: SmallVec<[Read; 4]>,
+pub(super) struct Step {
+    pub node: usize,
+    pub action: Action,
+    pub reads: SmallVec<[Read; 4]>,
     /// Per read, the register whose buffer holds its elements: its own, or the loop input it
     /// passes on unchanged (see `pass_invariants`).
-    data: SmallVec<[Reg; 4]>,
-    controls: SmallVec<[u32; 2]>,
-    out: Reg,
-    outputs: u32,
+    pub data: SmallVec<[Reg; 4]>,
+    pub controls: SmallVec<[u32; 2]>,
+    pub out: Reg,
+    pub outputs: u32,
     /// Outputs of a pass or switch (bit k) whose elements stay in the input's buffer.
-    in_place: u32,
+    pub in_place: u32,
+    /// An op whose native code computes it in place of a kernel call (`native::Elementwise`).
+    pub inline: Option<Elementwise>,
 }
 
 /// What a register holds: a tensor of a static type in a buffer, or another value (a stack,
 /// a variable) as the program holds it.
 #[derive(Clone, Debug, PartialEq)]
-enum Slot {
+pub(super) enum Slot {
     Buffer(TensorType),
     Value(ValueType),
 }
@@ -83,7 +86,7 @@ impl Slot {
         }
     }
 
-    fn tensor(&self) -> Option<&TensorType> {
+    pub fn tensor(&self) -> Option<&TensorType> {
         match self {
             Slot::Buffer(t) => Some(t),
             Slot::Value(_) => None,
@@ -92,29 +95,32 @@ impl Slot {
 }
 
 /// A run's buffers and bits, kept for the next run.
-struct State {
-    buffers: Vec<Storage>,
+pub(super) struct State {
+    pub buffers: Vec<Storage>,
     /// Per register, the value of a `Slot::Value` register (`None` when empty).
     values: Vec<Option<RtValue>>,
     /// Per register, the index of its buffer: a permutation (moves exchange entries).
-    phys: Vec<u32>,
-    live: Vec<bool>,
-    dead: Vec<bool>,
+    pub phys: Vec<u32>,
+    pub live: Vec<bool>,
+    pub dead: Vec<bool>,
     nested: Vec<State>,
 }
 
 pub(crate) struct CompiledFrame {
-    fused: std::sync::Arc<FusedFrame>,
-    steps: Vec<Step>,
+    pub(super) fused: std::sync::Arc<FusedFrame>,
+    pub(super) steps: Vec<Step>,
     /// Per register, what it holds.
-    slots: Vec<Slot>,
+    pub(super) slots: Vec<Slot>,
     /// Per register, whether it holds a value rather than a buffer (`Slot::Value`).
-    holds_value: Vec<bool>,
+    pub(super) holds_value: Vec<bool>,
     inputs: Vec<Reg>,
-    carried: Vec<Reg>,
+    pub(super) carried: Vec<Reg>,
     results: Vec<Reg>,
     /// States of finished runs (a frame may run on several threads at once).
     spare: Mutex<Vec<State>>,
+    /// The steps as machine code, made at the first run that may use it (`None`: the frame
+    /// has nothing native code would speed up, or Cranelift refused it).
+    native: OnceLock<Option<NativeCode>>,
 }
 
 impl std::fmt::Debug for CompiledFrame {
@@ -155,6 +161,7 @@ impl CompiledFrame {
             let input_types = tensor_types(&mut reads.iter().map(|r| r.reg as usize));
             let outputs = step.out as usize..(step.out + step.outputs) as usize;
             let output_types = tensor_types(&mut outputs.clone());
+            let mut inline = None;
             let action = match &step.action {
                 ProgramAction::Const(t) => Action::Const(storage_of(t)?),
                 ProgramAction::Pass => Action::Pass,
@@ -175,6 +182,7 @@ impl CompiledFrame {
                     if inferred.as_slice() != outputs || outputs.len() != 1 {
                         return None;
                     }
+                    inline = Elementwise::of(op, &inputs, &outputs[0]);
                     Action::Kernel(op.kernel_into(&inputs, &outputs)?)
                 }
                 ProgramAction::Loop(inner) => {
@@ -198,6 +206,7 @@ impl CompiledFrame {
                 out: step.out,
                 outputs: step.outputs,
                 in_place: 0,
+                inline,
             });
         }
         let invariant: Vec<Reg> = program
@@ -216,6 +225,7 @@ impl CompiledFrame {
             carried: program.carried().to_vec(),
             results: program.results().to_vec(),
             spare: Mutex::new(Vec::new()),
+            native: OnceLock::new(),
         })
     }
 
@@ -333,6 +343,41 @@ impl CompiledFrame {
     /// their registers (live, or an error).
     fn run_in(&self, state: &mut State) -> Result<(), Failure> {
         state.dead.fill(false);
+        match self.native_code() {
+            Some(code) => code.run(self, state)?,
+            None => self.run_steps(state)?,
+        }
+        for (k, &r) in self.results.iter().enumerate() {
+            if !state.live[r as usize] {
+                let msg = format!("frame {}: result {k} is dead", self.fused.frame);
+                return Err(Error::internal("executor", msg).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// How many of this frame and the loops nested in it have machine code.
+    pub fn native_frames(&self) -> usize {
+        let own = usize::from(matches!(self.native.get(), Some(Some(_))));
+        let nested = self.steps.iter().map(|step| match &step.action {
+            Action::Loop(inner, _) => inner.native_frames(),
+            _ => 0,
+        });
+        own + nested.sum::<usize>()
+    }
+
+    /// The frame's machine code, where runs may use it (compiled at the first such run).
+    fn native_code(&self) -> Option<&NativeCode> {
+        if !super::native_frames() {
+            return None;
+        }
+        self.native
+            .get_or_init(|| NativeCode::compile(self))
+            .as_ref()
+    }
+
+    /// The steps run one by one, iteration after iteration.
+    fn run_steps(&self, state: &mut State) -> Result<(), Failure> {
         let mut iteration: i64 = 0;
         loop {
             for step in &self.steps {
@@ -349,16 +394,15 @@ impl CompiledFrame {
             }
             iteration += 1;
         }
-        for (k, &r) in self.results.iter().enumerate() {
-            if !state.live[r as usize] {
-                let msg = format!("frame {}: result {k} is dead", self.fused.frame);
-                return Err(Error::internal("executor", msg).into());
-            }
-        }
         Ok(())
     }
 
-    fn step(&self, step: &Step, iteration: i64, state: &mut State) -> Result<(), Failure> {
+    pub(super) fn step(
+        &self,
+        step: &Step,
+        iteration: i64,
+        state: &mut State,
+    ) -> Result<(), Failure> {
         let out = step.out as usize;
         let control_dead = step.controls.iter().any(|&c| state.dead[c as usize]);
         let reads = &step.reads[..];

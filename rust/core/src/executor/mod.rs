@@ -22,6 +22,7 @@
 
 mod compiled_frame;
 mod kernel;
+mod native;
 mod plan;
 mod program;
 mod state;
@@ -57,12 +58,14 @@ pub fn default_threads() -> usize {
     })
 }
 
-/// How fused frames run: compiled to kernel calls on buffers where they can be (`On`, the
-/// default), always as register programs (`Off`), or both with their outcomes compared
+/// How fused frames run: compiled to kernel calls on buffers, as machine code, where they can
+/// be (`On`, the default), always as register programs (`Off`), or both with their outcomes compared
 /// (`Check`: a difference is an internal error; what the tests run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompiledFrames {
     On,
+    /// Compiled to kernel calls on buffers, the steps run one by one (no machine code).
+    Buffers,
     Off,
     Check,
 }
@@ -76,6 +79,7 @@ pub fn set_compiled_frames(mode: CompiledFrames) {
         CompiledFrames::On => 0,
         CompiledFrames::Off => 1,
         CompiledFrames::Check => 2,
+        CompiledFrames::Buffers => 3,
     };
     COMPILED_FRAMES.store(code, Ordering::Relaxed);
 }
@@ -85,8 +89,14 @@ pub fn compiled_frames() -> CompiledFrames {
     match COMPILED_FRAMES.load(Ordering::Relaxed) {
         0 => CompiledFrames::On,
         1 => CompiledFrames::Off,
+        3 => CompiledFrames::Buffers,
         _ => CompiledFrames::Check,
     }
+}
+
+/// Whether compiled frames run as machine code (`On` and `Check`; not `Buffers`).
+fn native_frames() -> bool {
+    compiled_frames() != CompiledFrames::Buffers
 }
 
 /// The passes a graph goes through before it is lowered: constants folded (an op that would
@@ -168,6 +178,15 @@ impl Executor {
             let (pc, pt) = p.frames();
             (c + pc, t + pt)
         })
+    }
+
+    /// How many of its fused frames have run as machine code (made at a frame's first run).
+    pub fn native_frames(&self) -> usize {
+        let programs = self
+            .root
+            .iter()
+            .chain(self.plan.nodes.iter().filter_map(|n| n.program.as_deref()));
+        programs.map(|p| p.native_frames()).sum()
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).

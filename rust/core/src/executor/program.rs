@@ -213,6 +213,19 @@ impl Program {
             })
     }
 
+    /// How many of this frame and the loops nested in it have machine code (those of its
+    /// compiled frame where it has one, else of its nested programs').
+    pub fn native_frames(&self) -> usize {
+        if let Some(compiled) = &self.compiled {
+            return compiled.native_frames();
+        }
+        let nested = self.steps.iter().map(|step| match &step.action {
+            Action::Loop(inner) => inner.native_frames(),
+            _ => 0,
+        });
+        nested.sum()
+    }
+
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
     /// The compiled frame runs them when there is one and they have its types (in check mode
     /// the program runs them too, and any difference is an internal error).
@@ -224,7 +237,7 @@ impl Program {
             .filter(|_| mode != CompiledFrames::Off)
         {
             if compiled.accepts(&inputs) {
-                if mode == CompiledFrames::On {
+                if mode != CompiledFrames::Check {
                     return compiled.run(inputs);
                 }
                 let outcome = compiled.run(inputs.clone());

@@ -352,6 +352,13 @@ fn errors_name_the_node_the_iteration_and_the_loop_as_the_interpreter_does() {
         assert_eq!(got.kind, want.kind, "{how}");
         assert_eq!(got.message, want.message, "{how}");
     }
+    let fused = Executor::new(&graph).unwrap();
+    assert!(fused.run(args).is_err());
+    assert_eq!(
+        fused.native_frames(),
+        1,
+        "the pop failed inside machine code"
+    );
 }
 
 /// A stack of five threaded through two loops; the inner one pops twice per outer trip, so
@@ -418,6 +425,8 @@ fn errors_in_fused_loop_nests_name_every_iteration_as_the_interpreter_does() {
         assert_eq!(got.kind, want.kind, "{how}");
         assert_eq!(got.message, want.message, "{how}");
     }
+    assert!(fused.run(args).is_err());
+    assert_eq!(fused.native_frames(), 2, "both loops ran as machine code");
 }
 
 #[test]
@@ -729,8 +738,14 @@ fn frames_of_static_types_compile_and_agree_with_their_programs_bit_for_bit() {
         ]
     };
     let want = run_graph(&graph, args()).unwrap();
+    assert_eq!(
+        exec.native_frames(),
+        0,
+        "machine code is made at a frame's first run"
+    );
     let got = exec.run(args()).unwrap();
     assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
+    assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
     // Run again on the kept buffers, and with inputs of another shape (the program runs them).
     assert!(super::compiled_frame::same_bits(
         &exec.run(args()).unwrap()[0],

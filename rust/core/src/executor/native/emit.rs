@@ -1,0 +1,566 @@
+//! The Cranelift function for a compiled frame: `extern "C" fn(*mut Ctx) -> u32`, 0 when the
+//! steps ran, else 1 + the failing step (its failure kept in the `Ctx`).
+
+use std::mem::{offset_of, size_of};
+use std::sync::OnceLock;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    types, AbiParam, Block, InstBuilder, MemFlagsData, SigRef, Type, Value,
+};
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+
+use super::elementwise::{apply, value_type, Elementwise};
+use super::{call_kernel, copy_bytes, run_step, Ctx, Entry, NativeCode};
+use crate::dtype::{DType, Storage};
+use crate::executor::compiled_frame::{Action, CompiledFrame, Step};
+use crate::executor::program::Read;
+use crate::shape::numel;
+
+/// Frames with more steps stay interpreted: compile time grows with the steps, and a frame
+/// that large spends its time in kernels.
+const MAX_STEPS: usize = 4096;
+
+/// Copies up to this many bytes are inline loads and stores; larger ones call `copy_bytes`.
+const INLINE_COPY: usize = 128;
+
+/// The host's instruction set, once per process.
+fn isa() -> Option<OwnedTargetIsa> {
+    static ISA: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").ok()?;
+        let builder = cranelift_native::builder().ok()?;
+        builder.finish(settings::Flags::new(flags)).ok()
+    })
+    .clone()
+}
+
+/// The frame's function, or `None` where it stays interpreted.
+pub(super) fn compile(frame: &CompiledFrame) -> Option<NativeCode> {
+    let generic = |s: &Step| needs_step(frame, s);
+    if !frame.fused.repeats || frame.steps.len() > MAX_STEPS || frame.steps.iter().all(generic) {
+        return None;
+    }
+    let mut module = JITModule::new(JITBuilder::with_isa(isa()?, default_libcall_names()));
+    let built = define(&mut module, frame);
+    let Some(id) = built else {
+        // SAFETY: nothing was finalised, so no code of this module can be running.
+        unsafe { module.free_memory() };
+        return None;
+    };
+    let code = module.get_finalized_function(id);
+    // SAFETY: the function was declared with `Entry`'s signature (one pointer in, a u32 out,
+    // the platform's C convention).
+    let entry = unsafe { std::mem::transmute::<*const u8, Entry>(code) };
+    Some(NativeCode {
+        entry,
+        module: Some(module),
+    })
+}
+
+fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_module::FuncId> {
+    let ptr = module.target_config().pointer_type();
+    let mut context = module.make_context();
+    context.func.signature.params.push(AbiParam::new(ptr));
+    context
+        .func
+        .signature
+        .returns
+        .push(AbiParam::new(types::I32));
+    let signature = |params: &[Type], returns: &[Type]| {
+        let mut s = module.make_signature();
+        s.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        s.returns.extend(returns.iter().map(|&t| AbiParam::new(t)));
+        s
+    };
+    let signatures = [
+        signature(&[ptr, types::I32, types::I64], &[types::I32]),
+        signature(&[ptr, types::I32, ptr, ptr, ptr, ptr], &[types::I32]),
+        signature(&[ptr, ptr, ptr], &[]),
+    ];
+    let mut builder_context = FunctionBuilderContext::new();
+    let mut b = FunctionBuilder::new(&mut context.func, &mut builder_context);
+    let [run_step_sig, call_kernel_sig, copy_sig] = signatures.map(|s| b.import_signature(s));
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let ctx = b.block_params(entry)[0];
+    let field =
+        |b: &mut FunctionBuilder, offset: usize| b.ins().load(ptr, flags(), ctx, offset as i32);
+    let live = field(&mut b, offset_of!(Ctx, live));
+    let dead = field(&mut b, offset_of!(Ctx, dead));
+    let phys = field(&mut b, offset_of!(Ctx, phys));
+    let data = field(&mut b, offset_of!(Ctx, data));
+    let buffers = field(&mut b, offset_of!(Ctx, buffers));
+    let iteration = b.declare_var(types::I64);
+    let failed = b.declare_var(types::I32);
+    let zero = b.ins().iconst(types::I64, 0);
+    b.def_var(iteration, zero);
+    let fail = b.create_block();
+    let head = b.create_block();
+    b.ins().jump(head, &[]);
+    b.switch_to_block(head);
+    let mut controlled = vec![false; frame.fused.nodes.len()];
+    for step in &frame.steps {
+        for &c in &step.controls {
+            controlled[c as usize] = true;
+        }
+    }
+    let mut e = Emitter {
+        b,
+        frame,
+        ptr,
+        ctx,
+        live,
+        dead,
+        phys,
+        data,
+        buffers,
+        iteration,
+        failed,
+        fail,
+        run_step_sig,
+        call_kernel_sig,
+        copy_sig,
+        controlled,
+    };
+    for (k, step) in frame.steps.iter().enumerate() {
+        let next = e.b.create_block();
+        e.step(k, step, next)?;
+        e.b.switch_to_block(next);
+    }
+    // Another iteration while a value is carried.
+    let carried = e.any_live(&frame.carried);
+    let done = e.b.create_block();
+    let again = e.b.create_block();
+    e.b.ins().brif(carried, again, &[], done, &[]);
+    e.b.switch_to_block(again);
+    let i = e.b.use_var(iteration);
+    let i = e.b.ins().iadd_imm_s(i, 1);
+    e.b.def_var(iteration, i);
+    e.b.ins().jump(head, &[]);
+    e.b.switch_to_block(done);
+    let ok = e.b.ins().iconst(types::I32, 0);
+    e.b.ins().return_(&[ok]);
+    e.b.switch_to_block(fail);
+    let i = e.b.use_var(iteration);
+    e.b.ins()
+        .store(flags(), i, ctx, offset_of!(Ctx, iteration) as i32);
+    let k = e.b.use_var(failed);
+    let code = e.b.ins().iadd_imm_s(k, 1);
+    e.b.ins().return_(&[code]);
+    e.b.seal_all_blocks();
+    e.b.finalize(module.target_config());
+    let id = module
+        .declare_function("frame", Linkage::Local, &context.func.signature)
+        .ok()?;
+    module.define_function(id, &mut context).ok()?;
+    module.finalize_definitions().ok()?;
+    Some(id)
+}
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+/// Whether a step runs through `CompiledFrame::step` rather than inline or as a kernel call.
+fn needs_step(frame: &CompiledFrame, step: &Step) -> bool {
+    let values = step
+        .reads
+        .iter()
+        .map(|r| r.reg)
+        .chain(step.out..step.out + step.outputs)
+        .any(|r| frame.holds_value[r as usize]);
+    values
+        || match &step.action {
+            Action::Pass | Action::Merge | Action::NoOp => false,
+            Action::LoopMerge => step.reads.len() < 2,
+            Action::Switch(n) => *n > 64,
+            Action::Kernel(_) => step.reads.len() > 3,
+            Action::Const(_) | Action::Node | Action::Loop(..) => true,
+        }
+}
+
+struct Emitter<'a, 'f> {
+    b: FunctionBuilder<'f>,
+    frame: &'a CompiledFrame,
+    ptr: Type,
+    ctx: Value,
+    live: Value,
+    dead: Value,
+    phys: Value,
+    data: Value,
+    buffers: Value,
+    iteration: Variable,
+    failed: Variable,
+    fail: Block,
+    run_step_sig: SigRef,
+    call_kernel_sig: SigRef,
+    copy_sig: SigRef,
+    /// Per node, whether a step reads its dead bit (only those are written).
+    controlled: Vec<bool>,
+}
+
+impl Emitter<'_, '_> {
+    fn step(&mut self, k: usize, step: &Step, next: Block) -> Option<()> {
+        if needs_step(self.frame, step) {
+            let i = self.b.use_var(self.iteration);
+            let index = self.b.ins().iconst(types::I32, k as i64);
+            let ctx = self.ctx;
+            let f = self.address_of(run_step as *const u8);
+            let call = self
+                .b
+                .ins()
+                .call_indirect(self.run_step_sig, f, &[ctx, index, i]);
+            let code = self.b.inst_results(call)[0];
+            self.check(k, code, next);
+            return Some(());
+        }
+        match &step.action {
+            Action::LoopMerge => {
+                let i = self.b.use_var(self.iteration);
+                let later = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, i, 0);
+                let (first, then) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(later, then, &[], first, &[]);
+                self.b.switch_to_block(first);
+                self.merge(step, &step.reads[..1], next);
+                self.b.switch_to_block(then);
+                self.merge(step, &step.reads[1..2], next);
+            }
+            Action::Merge => self.merge(step, &step.reads, next),
+            _ => {
+                self.guard(step, next);
+                self.action(k, step, next)?;
+            }
+        }
+        Some(())
+    }
+
+    /// A pointer-sized constant.
+    fn address_of(&mut self, p: *const u8) -> Value {
+        self.b.ins().iconst(self.ptr, p as i64)
+    }
+
+    /// Continues at `next` when `code` is 0, else fails at step `k`.
+    fn check(&mut self, k: usize, code: Value, next: Block) {
+        let index = self.b.ins().iconst(types::I32, k as i64);
+        self.b.def_var(self.failed, index);
+        self.b.ins().brif(code, self.fail, &[], next, &[]);
+    }
+
+    fn load_byte(&mut self, base: Value, index: usize) -> Value {
+        self.b.ins().load(types::I8, flags(), base, index as i32)
+    }
+
+    fn store_byte(&mut self, base: Value, index: usize, value: u8) {
+        let v = self.b.ins().iconst(types::I8, i64::from(value));
+        self.b.ins().store(flags(), v, base, index as i32);
+    }
+
+    fn set_live(&mut self, reg: usize, live: bool) {
+        self.store_byte(self.live, reg, u8::from(live));
+    }
+
+    fn set_dead(&mut self, node: usize, dead: bool) {
+        if self.controlled[node] {
+            self.store_byte(self.dead, node, u8::from(dead));
+        }
+    }
+
+    /// 1 when any of `regs` is live, else 0.
+    fn any_live(&mut self, regs: &[u32]) -> Value {
+        let mut any = self.b.ins().iconst(types::I8, 0);
+        for &r in regs {
+            let l = self.load_byte(self.live, r as usize);
+            any = self.b.ins().bor(any, l);
+        }
+        any
+    }
+
+    /// 1 when a control input of `step` is dead.
+    fn control_dead(&mut self, step: &Step) -> Value {
+        let mut dead = self.b.ins().iconst(types::I8, 0);
+        for &c in &step.controls {
+            let d = self.load_byte(self.dead, c as usize);
+            dead = self.b.ins().bor(dead, d);
+        }
+        dead
+    }
+
+    /// A step other than a merge is dead when a control is or an input is not live: its
+    /// outputs are then not live and the code goes on at `next`.
+    fn guard(&mut self, step: &Step, next: Block) {
+        let mut alive = self.control_dead(step);
+        alive = self.b.ins().bxor_imm_u(alive, 1);
+        for r in &step.reads {
+            let l = self.load_byte(self.live, r.reg as usize);
+            alive = self.b.ins().band(alive, l);
+        }
+        let (run, skip) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(alive, run, &[], skip, &[]);
+        self.b.switch_to_block(skip);
+        self.set_dead(step.node, true);
+        for o in step.out..step.out + step.outputs {
+            self.set_live(o as usize, false);
+        }
+        self.b.ins().jump(next, &[]);
+        self.b.switch_to_block(run);
+        self.set_dead(step.node, false);
+    }
+
+    /// A merge of `considered`: its first live input, unless a control is dead.
+    fn merge(&mut self, step: &Step, considered: &[Read], next: Block) {
+        let out = step.out as usize;
+        let (live_end, dead_end) = (self.b.create_block(), self.b.create_block());
+        let control_dead = self.control_dead(step);
+        let first = self.b.create_block();
+        self.b.ins().brif(control_dead, dead_end, &[], first, &[]);
+        self.b.switch_to_block(first);
+        for &r in considered {
+            let (take, other) = (self.b.create_block(), self.b.create_block());
+            let l = self.load_byte(self.live, r.reg as usize);
+            self.b.ins().brif(l, take, &[], other, &[]);
+            self.b.switch_to_block(take);
+            self.transfer(r, out);
+            self.b.ins().jump(live_end, &[]);
+            self.b.switch_to_block(other);
+        }
+        self.b.ins().jump(dead_end, &[]);
+        for (end, live) in [(live_end, true), (dead_end, false)] {
+            self.b.switch_to_block(end);
+            self.release(considered);
+            self.set_live(out, live);
+            self.set_dead(step.node, !live);
+            self.b.ins().jump(next, &[]);
+        }
+    }
+
+    /// What a live step does (its guard passed).
+    fn action(&mut self, k: usize, step: &Step, next: Block) -> Option<()> {
+        let out = step.out as usize;
+        match &step.action {
+            Action::Pass => {
+                if step.in_place & 1 == 0 {
+                    self.transfer(step.reads[0], out);
+                }
+                self.release(&step.reads);
+                self.set_live(out, true);
+            }
+            Action::Switch(n) => self.switch(step, *n),
+            Action::Kernel(_) => {
+                match &step.inline {
+                    Some(e) => self.elementwise(step, e)?,
+                    None => {
+                        let code = self.call_kernel(k, step);
+                        let cont = self.b.create_block();
+                        self.check(k, code, cont);
+                        self.b.switch_to_block(cont);
+                    }
+                }
+                self.release(&step.reads);
+                self.set_live(out, true);
+            }
+            Action::NoOp => {}
+            _ => return None,
+        }
+        self.b.ins().jump(next, &[]);
+        Some(())
+    }
+
+    fn switch(&mut self, step: &Step, n: usize) {
+        let out = step.out as usize;
+        let selector = step.reads[1].reg as usize;
+        let is_bool = matches!(
+            self.frame.slots[selector].tensor().map(|t| t.dtype),
+            Some(DType::Bool)
+        );
+        let address = self.address(selector);
+        let k = if is_bool {
+            let v = self.b.ins().load(types::I8, flags(), address, 0);
+            self.b.ins().uextend(types::I32, v)
+        } else {
+            // An index out of range (negative included) picks the last output.
+            let v = self.b.ins().load(types::I32, flags(), address, 0);
+            let last = self.b.ins().iconst(types::I32, n as i64 - 1);
+            let inside = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::UnsignedLessThan, v, n as i64);
+            self.b.ins().select(inside, v, last)
+        };
+        for o in out..out + n {
+            self.set_live(o, false);
+        }
+        let after = self.b.create_block();
+        for j in 0..n {
+            let (chosen, other) = (self.b.create_block(), self.b.create_block());
+            if j + 1 < n {
+                let is_j = self.b.ins().icmp_imm_s(IntCC::Equal, k, j as i64);
+                self.b.ins().brif(is_j, chosen, &[], other, &[]);
+            } else {
+                self.b.ins().jump(chosen, &[]);
+            }
+            self.b.switch_to_block(chosen);
+            if j >= 32 || step.in_place & (1 << j) == 0 {
+                self.transfer(step.reads[0], out + j);
+            }
+            self.set_live(out + j, true);
+            self.b.ins().jump(after, &[]);
+            self.b.switch_to_block(other);
+        }
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
+        self.release(&step.reads);
+    }
+
+    /// Registers read for the last time are not live afterwards.
+    fn release(&mut self, reads: &[Read]) {
+        for r in reads.iter().filter(|r| r.take) {
+            self.set_live(r.reg as usize, false);
+        }
+    }
+
+    /// Register `reg`'s buffer index.
+    fn buffer_index(&mut self, reg: usize) -> Value {
+        let p = self
+            .b
+            .ins()
+            .load(types::I32, flags(), self.phys, 4 * reg as i32);
+        self.b.ins().uextend(self.ptr, p)
+    }
+
+    /// The address of register `reg`'s first element.
+    fn address(&mut self, reg: usize) -> Value {
+        let p = self.buffer_index(reg);
+        let offset = self.b.ins().ishl_imm_u(p, 3);
+        let at = self.b.ins().iadd(self.data, offset);
+        self.b.ins().load(self.ptr, flags(), at, 0)
+    }
+
+    /// The address of register `reg`'s `Storage`.
+    fn storage(&mut self, reg: usize) -> Value {
+        let p = self.buffer_index(reg);
+        let offset = self.b.ins().imul_imm_u(p, size_of::<Storage>() as i64);
+        self.b.ins().iadd(self.buffers, offset)
+    }
+
+    /// Register `from`'s value into register `to`: a move exchanges their buffers, a read
+    /// before the last copies the elements.
+    fn transfer(&mut self, from: Read, to: usize) {
+        let r = from.reg as usize;
+        if from.take {
+            let a = self
+                .b
+                .ins()
+                .load(types::I32, flags(), self.phys, 4 * r as i32);
+            let c = self
+                .b
+                .ins()
+                .load(types::I32, flags(), self.phys, 4 * to as i32);
+            self.b.ins().store(flags(), c, self.phys, 4 * r as i32);
+            self.b.ins().store(flags(), a, self.phys, 4 * to as i32);
+            return;
+        }
+        let bytes = self.frame.slots[r]
+            .tensor()
+            .map_or(0, |t| numel(&t.shape) * t.dtype.size());
+        let (src, dst) = (self.address(r), self.address(to));
+        self.copy(dst, src, bytes);
+    }
+
+    fn copy(&mut self, dst: Value, src: Value, bytes: usize) {
+        if bytes > INLINE_COPY {
+            let f = self.address_of(copy_bytes as *const u8);
+            let n = self.b.ins().iconst(self.ptr, bytes as i64);
+            self.b.ins().call_indirect(self.copy_sig, f, &[dst, src, n]);
+            return;
+        }
+        let mut at = 0;
+        for (width, ty) in [
+            (16, types::I8X16),
+            (8, types::I64),
+            (4, types::I32),
+            (2, types::I16),
+            (1, types::I8),
+        ] {
+            while bytes - at >= width {
+                let v = self.b.ins().load(ty, flags(), src, at as i32);
+                self.b.ins().store(flags(), v, dst, at as i32);
+                at += width;
+            }
+        }
+    }
+
+    fn call_kernel(&mut self, k: usize, step: &Step) -> Value {
+        let null = self.b.ins().iconst(self.ptr, 0);
+        let mut args = vec![self.ctx, self.b.ins().iconst(types::I32, k as i64)];
+        for j in 0..3 {
+            let a = match step.data.get(j) {
+                Some(&reg) => self.storage(reg as usize),
+                None => null,
+            };
+            args.push(a);
+        }
+        let out = self.storage(step.out as usize);
+        args.push(out);
+        let f = self.address_of(call_kernel as *const u8);
+        let call = self.b.ins().call_indirect(self.call_kernel_sig, f, &args);
+        self.b.inst_results(call)[0]
+    }
+
+    /// An elementwise op computed inline: vectors of 16 bytes where the form is one vector
+    /// instruction, then single elements.
+    fn elementwise(&mut self, step: &Step, e: &Elementwise) -> Option<()> {
+        let inputs: Vec<Value> = step
+            .data
+            .iter()
+            .map(|&r| self.address(r as usize))
+            .collect();
+        let out = self.address(step.out as usize);
+        let lanes = e.lanes();
+        let mut at = 0;
+        while at < e.elements {
+            let width = if lanes > 1 && at + lanes <= e.elements {
+                lanes
+            } else {
+                1
+            };
+            let args: Vec<Value> = (0..inputs.len())
+                .map(|j| self.operand(e, j, inputs[j], at, width))
+                .collect();
+            let v = apply(&mut self.b, e, &args)?;
+            let offset = (at * e.result.size()) as i32;
+            self.b.ins().store(flags(), v, out, offset);
+            at += width;
+        }
+        Some(())
+    }
+
+    /// Elements `at..at + width` of operand `j` (its one element, splat, where broadcast).
+    fn operand(
+        &mut self,
+        e: &Elementwise,
+        j: usize,
+        base: Value,
+        at: usize,
+        width: usize,
+    ) -> Value {
+        let dtype = e.operands[j];
+        if e.broadcast[j] {
+            let x = self.b.ins().load(value_type(dtype, 1), flags(), base, 0);
+            if width == 1 {
+                return x;
+            }
+            return self.b.ins().splat(value_type(dtype, width), x);
+        }
+        let offset = (at * dtype.size()) as i32;
+        self.b
+            .ins()
+            .load(value_type(dtype, width), flags(), base, offset)
+    }
+}
