@@ -35,11 +35,12 @@ from graph_mode import ratio, stat
 from run import paired, print_table
 
 
-def frames_interpreted(fn: Callable) -> Callable:
-    """`fn` (a `gl.function`) called with fused frames run as register programs, not compiled."""
+def frames(mode: str, fn: Callable) -> Callable:
+    """`fn` (a `gl.function`) called with fused frames run as `mode` says: "buffers" (kernels on
+    buffers, the steps one by one, no machine code) or "off" (register programs)."""
 
     def call(*args):
-        gl._core.set_compiled_frames("off")
+        gl._core.set_compiled_frames(mode)
         try:
             return fn(*args)
         finally:
@@ -206,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     staged = gl.function(w5)
     fns = {
         "executor": lambda: staged(x, n),
-        "programs": lambda: frames_interpreted(staged)(x, n),
+        "buffers": lambda: frames("buffers", staged)(x, n),
+        "programs": lambda: frames("off", staged)(x, n),
         "interpreter": lambda: on("interpreter", staged)(x, n),
         "numpy": lambda: w5_numpy(x16, n_iter // 10),
     }
@@ -219,8 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t = paired(fns, number=1, repeats=repeats)
     per = 1e9 / n_iter
     rows.append(("W5 tiny loop, executor, ns/iteration", *stat(t["executor"], per), "target 40"))
+    rows.append(("   frame stepped on buffers, ns/iteration", *stat(t["buffers"], per), ""))
+    rows.append(("   stepped / machine code", *ratio(t["buffers"], t["executor"]), ""))
     rows.append(("   frame interpreted, ns/iteration", *stat(t["programs"], per), ""))
-    rows.append(("   interpreted / compiled", *ratio(t["programs"], t["executor"]), ""))
+    rows.append(("   interpreted / machine code", *ratio(t["programs"], t["executor"]), ""))
     rows.append(("   interpreter, ns/iteration", *stat(t["interpreter"], per), ""))
     rows.append(("   interpreter / executor", *ratio(t["interpreter"], t["executor"]), ""))
     rows.append(("   numpy loop, ns/iteration", *stat(t["numpy"], per * 10), ""))
@@ -234,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     staged = gl.function(grad)
     fns = {
         "executor": lambda: staged(w, u),
+        "buffers": lambda: frames("buffers", staged)(w, u),
         "interpreter": lambda: on("interpreter", staged)(w, u),
         "eager": lambda: grad(w, u),
     }
@@ -246,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t = paired(fns, number=1, repeats=max(3, repeats // 2))
     per = 1e6 / STEPS
     rows.append(("W6 RNN loop gradient, executor, us/step", *stat(t["executor"], per), "≤ 1.5"))
+    rows.append(("   frames stepped on buffers, us/step", *stat(t["buffers"], per), ""))
     rows.append(("   interpreter, us/step", *stat(t["interpreter"], per), ""))
     rows.append(("   eager, us/step", *stat(t["eager"], per), ""))
     rows.append(("   interpreter / executor", *ratio(t["interpreter"], t["executor"]), ""))
@@ -299,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     staged = gl.function(scalar_chain)
     fns = {
         "executor": lambda: staged(s),
-        "programs": lambda: frames_interpreted(staged)(s),
+        "programs": lambda: frames("off", staged)(s),
         "interpreter": lambda: on("interpreter", staged)(s),
     }
     t = paired(fns, number=20 if args.quick else 100, repeats=repeats)

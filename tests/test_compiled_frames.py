@@ -1,5 +1,6 @@
-"""Compiled frames (fused loops compiled to kernels on buffers) against their register programs,
-through the public graph mode: the same bits either way, and the switch that chooses.
+"""Compiled frames (fused loops compiled to machine code and kernels on buffers) against their
+register programs, through the public graph mode: the same bits every way, and the switch that
+chooses.
 
 The whole suite already runs in check mode (`conftest.py`); these tests run each way on its own
 and compare, and check the switch itself."""
@@ -19,12 +20,15 @@ def frames_mode():
 
 
 def each_way(fn, *args):
-    """`fn(*args)` with frames compiled and with their programs interpreted, as numpy arrays."""
+    """`fn(*args)` with frames as machine code, stepped on buffers and as interpreted programs
+    (numpy arrays); the first two must agree bit for bit, and the first is returned."""
     out = {}
-    for mode in ("on", "off"):
+    for mode in ("on", "buffers", "off"):
         gl._core.set_compiled_frames(mode)
         out[mode] = [np.asarray(v) for v in gl.nest.flatten(fn(*args))]
     gl._core.set_compiled_frames("check")
+    for a, b in zip(out["on"], out["buffers"], strict=True):
+        np.testing.assert_array_equal(a, b)
     return out["on"], out["off"]
 
 
@@ -50,7 +54,7 @@ def branchy_loss(w, xs):
 
 def test_the_switch_names_its_modes_and_refuses_others(frames_mode):
     assert gl._core.compiled_frames() == "check"
-    for mode in ("on", "off", "check"):
+    for mode in ("on", "buffers", "off", "check"):
         frames_mode(mode)
         assert gl._core.compiled_frames() == mode
     with pytest.raises(gl.errors.InvalidArgumentError, match="set_compiled_frames"):

@@ -304,12 +304,13 @@ def graph_runner() -> str:
     """What runs graph functions now: "executor" or "interpreter"."""
 
 def set_compiled_frames(mode: str) -> None:
-    """How fused frames run: "on" (compiled to kernels on buffers where every value has a static
-    type; the default), "off" (their register programs) or "check" (both, compared bit for bit:
-    a difference is an internal error)."""
+    """How fused frames run: "on" (where every value has a static type, compiled to kernels on
+    buffers, and a loop's steps to machine code; the default), "buffers" (the same kernels, the
+    steps run one by one), "off" (their register programs) or "check" (machine code and
+    programs, compared bit for bit: a difference is an internal error)."""
 
 def compiled_frames() -> str:
-    """How fused frames run now: "on", "off" or "check"."""
+    """How fused frames run now: "on", "buffers", "off" or "check"."""
 
 def executor_threads() -> int:
     """Threads the frame executor uses (`GRADLOOP_NUM_THREADS`, else the machine's cores)."""

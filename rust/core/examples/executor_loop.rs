@@ -3,8 +3,8 @@
 //!
 //! `cargo run --release -p gradloop --example executor_loop [iterations [runner]]` prints
 //! ns/iteration of each (medians of 5 runs); `runner` picks one: `interpreter`, `executor` (the
-//! loop fused into one program, compiled to kernels on buffers), `programs` (the same program
-//! interpreted), `frames` (the loop a frame of tokens), `frames-1` (the same on
+//! loop fused into one program, compiled to machine code and kernels on buffers), `buffers`
+//! (the same kernels, the steps run one by one), `programs` (the same program interpreted), `frames` (the loop a frame of tokens), `frames-1` (the same on
 //! one thread); `show` prints the executor's graph.
 
 use std::time::Instant;
@@ -52,16 +52,17 @@ fn main() -> gradloop::Result<()> {
         println!("{}", executor.graph());
         return Ok(());
     }
-    let programs = || {
-        set_compiled_frames(CompiledFrames::Off);
+    let with = |mode| {
+        set_compiled_frames(mode);
         let results = executor.run(args());
         set_compiled_frames(CompiledFrames::On);
         results
     };
-    let runs: [(&str, &Run); 5] = [
+    let runs: [(&str, &Run); 6] = [
         ("interpreter", &|| interpreter.run(&graph.entry, args())),
         ("executor", &|| executor.run(args())),
-        ("programs", &programs),
+        ("buffers", &|| with(CompiledFrames::Buffers)),
+        ("programs", &|| with(CompiledFrames::Off)),
         ("frames", &|| frames.run(args())),
         ("frames-1", &|| single.run(args())),
     ];

@@ -20,6 +20,7 @@
 //! destination kernel for is not compiled: its program runs as before. A run whose inputs do
 //! not have the frame's static types also goes to the program (same results, same errors).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use smallvec::SmallVec;
@@ -121,7 +122,12 @@ pub(crate) struct CompiledFrame {
     /// The steps as machine code, made at the first run that may use it (`None`: the frame
     /// has nothing native code would speed up, or Cranelift refused it).
     native: OnceLock<Option<NativeCode>>,
+    /// Runs so far without machine code (a root's count until it is compiled).
+    runs: AtomicU32,
 }
+
+/// A root frame is compiled to machine code at its third run.
+const ROOT_RUNS_BEFORE_NATIVE: u32 = 2;
 
 impl std::fmt::Debug for CompiledFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -226,6 +232,7 @@ impl CompiledFrame {
             results: program.results().to_vec(),
             spare: Mutex::new(Vec::new()),
             native: OnceLock::new(),
+            runs: AtomicU32::new(0),
         })
     }
 
@@ -371,6 +378,13 @@ impl CompiledFrame {
         if !super::native_frames() {
             return None;
         }
+        // A root runs once per call: compiled when called again, not for a single call.
+        if !self.fused.repeats && self.native.get().is_none() {
+            let runs = self.runs.fetch_add(1, Ordering::Relaxed);
+            if runs < ROOT_RUNS_BEFORE_NATIVE {
+                return None;
+            }
+        }
         self.native
             .get_or_init(|| NativeCode::compile(self))
             .as_ref()
@@ -397,12 +411,20 @@ impl CompiledFrame {
         Ok(())
     }
 
-    pub(super) fn step(
+    /// One step, for native code that calls back (out of line: `step` itself is inlined
+    /// into `run_steps`' loop, which is what runs a frame without machine code).
+    #[inline(never)]
+    pub(super) fn step_outlined(
         &self,
         step: &Step,
         iteration: i64,
         state: &mut State,
     ) -> Result<(), Failure> {
+        self.step(step, iteration, state)
+    }
+
+    #[inline(always)]
+    fn step(&self, step: &Step, iteration: i64, state: &mut State) -> Result<(), Failure> {
         let out = step.out as usize;
         let control_dead = step.controls.iter().any(|&c| state.dead[c as usize]);
         let reads = &step.reads[..];

@@ -43,7 +43,7 @@ fn isa() -> Option<OwnedTargetIsa> {
 /// The frame's function, or `None` where it stays interpreted.
 pub(super) fn compile(frame: &CompiledFrame) -> Option<NativeCode> {
     let generic = |s: &Step| needs_step(frame, s);
-    if !frame.fused.repeats || frame.steps.len() > MAX_STEPS || frame.steps.iter().all(generic) {
+    if frame.steps.len() > MAX_STEPS || frame.steps.iter().all(generic) {
         return None;
     }
     let mut module = JITModule::new(JITBuilder::with_isa(isa()?, default_libcall_names()));
@@ -134,8 +134,12 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         e.step(k, step, next)?;
         e.b.switch_to_block(next);
     }
-    // Another iteration while a value is carried.
-    let carried = e.any_live(&frame.carried);
+    // Another iteration while a value is carried (a root's one pass carries none).
+    let carried = if frame.fused.repeats {
+        e.any_live(&frame.carried)
+    } else {
+        e.b.ins().iconst(types::I8, 0)
+    };
     let done = e.b.create_block();
     let again = e.b.create_block();
     e.b.ins().brif(carried, again, &[], done, &[]);

@@ -158,7 +158,7 @@ extern "C" fn run_step(ctx: *mut Ctx, step: u32, iteration: i64) -> u32 {
     // SAFETY: as above.
     let (frame, state) = unsafe { (&*ctx.frame, &mut *ctx.state) };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        frame.step(&frame.steps[step as usize], iteration, state)
+        frame.step_outlined(&frame.steps[step as usize], iteration, state)
     }));
     report(ctx, outcome)
 }
