@@ -32,9 +32,10 @@ use super::program::{Action as ProgramAction, Program, Read, Reg};
 use crate::dataflow::{DfKind, FusedFrame};
 use crate::dtype::{DType, Element, Storage};
 use crate::error::{Error, Result};
+use crate::graph::constructs::StackOp;
 use crate::graph::ValueType;
 use crate::ops::DestKernel;
-use crate::runtime_values::RtValue;
+use crate::runtime_values::{RtValue, StackValue};
 use crate::shape::{numel, TensorType, DYN};
 use crate::tensor::Tensor;
 
@@ -49,6 +50,10 @@ pub(super) enum Action {
     Kernel(DestKernel),
     /// A stack node, run through its construct's `Kernel` on values.
     Node,
+    /// `stack_push` of a buffer's elements: the stack moved, pushed, moved on.
+    Push,
+    /// `stack_pop` into a buffer.
+    Pop,
     /// A nested loop, with the index of its state in `State::nested`.
     Loop(Box<CompiledFrame>, usize),
     NoOp,
@@ -99,7 +104,7 @@ impl Slot {
 pub(super) struct State {
     pub buffers: Vec<Storage>,
     /// Per register, the value of a `Slot::Value` register (`None` when empty).
-    values: Vec<Option<RtValue>>,
+    pub values: Vec<Option<RtValue>>,
     /// Per register, the index of its buffer: a permutation (moves exchange entries).
     pub phys: Vec<u32>,
     pub live: Vec<bool>,
@@ -167,6 +172,7 @@ impl CompiledFrame {
             let input_types = tensor_types(&mut reads.iter().map(|r| r.reg as usize));
             let outputs = step.out as usize..(step.out + step.outputs) as usize;
             let output_types = tensor_types(&mut outputs.clone());
+            let buffers = |regs: &[Reg]| regs.iter().all(|&r| slots[r as usize].tensor().is_some());
             let mut inline = None;
             let action = match &step.action {
                 ProgramAction::Const(t) => Action::Const(storage_of(t)?),
@@ -197,8 +203,12 @@ impl CompiledFrame {
                 }
                 ProgramAction::NoOp => Action::NoOp,
                 // A variable's side effect would run twice in check mode; stacks are values.
-                ProgramAction::Kernel if matches!(node.kind, DfKind::Stack(_)) => Action::Node,
-                ProgramAction::Kernel => return None,
+                ProgramAction::Kernel => match &node.kind {
+                    DfKind::Stack(StackOp::Push) if buffers(&[reads.get(1)?.reg]) => Action::Push,
+                    DfKind::Stack(StackOp::Pop) if buffers(&[step.out + 1]) => Action::Pop,
+                    DfKind::Stack(_) => Action::Node,
+                    _ => return None,
+                },
             };
             if node.outputs.len() != step.outputs as usize {
                 return None;
@@ -501,6 +511,8 @@ impl CompiledFrame {
                 self.release(state, reads);
                 state.live[out] = true;
             }
+            Action::Push => self.push(step, state)?,
+            Action::Pop => self.pop(step, state)?,
             Action::Node => {
                 let inputs = self.take_inputs(state, step)?;
                 let outs = match &self.fused.nodes[step.node].kind {
@@ -530,6 +542,47 @@ impl CompiledFrame {
             Action::LoopMerge | Action::Merge | Action::NoOp => {}
         }
         Ok(())
+    }
+
+    /// `stack_push` of a buffer's elements (the step is live).
+    pub(super) fn push(&self, step: &Step, state: &mut State) -> Result<()> {
+        let (reads, out) = (&step.reads[..], step.out as usize);
+        let mut items = self.take_stack(state, reads[0])?;
+        let ty = self.slots[reads[1].reg as usize].tensor();
+        let ty = ty.ok_or_else(|| Error::internal("stack_push", "no buffer"))?;
+        let element = state.phys[step.data[1] as usize] as usize;
+        items.push(unload(&state.buffers[element], ty)?)?;
+        self.release(state, reads);
+        state.values[out] = Some(RtValue::Stack(items));
+        state.live[out] = true;
+        Ok(())
+    }
+
+    /// `stack_pop` into a buffer (the step is live).
+    pub(super) fn pop(&self, step: &Step, state: &mut State) -> Result<()> {
+        let (reads, out) = (&step.reads[..], step.out as usize);
+        let mut items = self.take_stack(state, reads[0])?;
+        self.release(state, reads);
+        let top = items.pop().ok_or_else(|| {
+            let ty = ValueType::Stack(items.element().clone());
+            Error::index("stack_pop", format!("pop from an empty {ty}"))
+        })?;
+        state.values[out] = Some(RtValue::Stack(items));
+        state.live[out] = true;
+        self.write(state, out + 1, RtValue::Tensor(top))
+    }
+
+    /// The stack register `r` holds: moved out at its last read, else shared.
+    fn take_stack(&self, state: &mut State, r: Read) -> Result<StackValue> {
+        let reg = r.reg as usize;
+        let value = if r.take {
+            state.values[reg].take()
+        } else {
+            state.values[reg].clone()
+        };
+        value
+            .ok_or_else(|| Error::internal("executor", "a stack is missing"))?
+            .into_stack()
     }
 
     /// A node's inputs as the program reads them (see `read`), its last reads released.
@@ -589,7 +642,7 @@ impl CompiledFrame {
     fn pass_invariants(steps: &mut [Step], slots: &[Slot], invariant: &[Reg], results: &[Reg]) {
         let mut only_read = vec![true; slots.len()];
         for step in steps.iter() {
-            if !matches!(step.action, Action::Kernel(_) | Action::Node) {
+            if !matches!(step.action, Action::Kernel(_) | Action::Node | Action::Push) {
                 for r in &step.reads {
                     only_read[r.reg as usize] = false;
                 }

@@ -15,7 +15,9 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 
 use super::elementwise::{apply, value_type, Elementwise};
-use super::{call_kernel, copy_bytes, run_step, Ctx, Entry, NativeCode};
+use super::{
+    call_kernel, clear_value, copy_bytes, move_value, run_step, stack_step, Ctx, Entry, NativeCode,
+};
 use crate::dtype::{DType, Storage};
 use crate::executor::compiled_frame::{Action, CompiledFrame, Step};
 use crate::executor::program::Read;
@@ -42,7 +44,7 @@ fn isa() -> Option<OwnedTargetIsa> {
 
 /// The frame's function, or `None` where it stays interpreted.
 pub(super) fn compile(frame: &CompiledFrame) -> Option<NativeCode> {
-    let generic = |s: &Step| needs_step(frame, s);
+    let generic = |s: &Step| needs_step(s);
     if frame.steps.len() > MAX_STEPS || frame.steps.iter().all(generic) {
         return None;
     }
@@ -78,14 +80,19 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         s.returns.extend(returns.iter().map(|&t| AbiParam::new(t)));
         s
     };
+    let i32 = types::I32;
     let signatures = [
-        signature(&[ptr, types::I32, types::I64], &[types::I32]),
-        signature(&[ptr, types::I32, ptr, ptr, ptr, ptr], &[types::I32]),
+        signature(&[ptr, i32, types::I64], &[i32]),
+        signature(&[ptr, i32, ptr, ptr, ptr, ptr], &[i32]),
         signature(&[ptr, ptr, ptr], &[]),
+        signature(&[ptr, i32, i32, i32], &[]),
+        signature(&[ptr, i32], &[]),
+        signature(&[ptr, i32], &[i32]),
     ];
     let mut builder_context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut context.func, &mut builder_context);
-    let [run_step_sig, call_kernel_sig, copy_sig] = signatures.map(|s| b.import_signature(s));
+    let [run_step_sig, call_kernel_sig, copy_sig, move_sig, clear_sig, stack_sig] =
+        signatures.map(|s| b.import_signature(s));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
@@ -127,6 +134,9 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         run_step_sig,
         call_kernel_sig,
         copy_sig,
+        move_sig,
+        clear_sig,
+        stack_sig,
         controlled,
     };
     for (k, step) in frame.steps.iter().enumerate() {
@@ -173,21 +183,15 @@ fn flags() -> MemFlagsData {
 }
 
 /// Whether a step runs through `CompiledFrame::step` rather than inline or as a kernel call.
-fn needs_step(frame: &CompiledFrame, step: &Step) -> bool {
-    let values = step
-        .reads
-        .iter()
-        .map(|r| r.reg)
-        .chain(step.out..step.out + step.outputs)
-        .any(|r| frame.holds_value[r as usize]);
-    values
-        || match &step.action {
-            Action::Pass | Action::Merge | Action::NoOp => false,
-            Action::LoopMerge => step.reads.len() < 2,
-            Action::Switch(n) => *n > 64,
-            Action::Kernel(_) => step.reads.len() > 3,
-            Action::Const(_) | Action::Node | Action::Loop(..) => true,
-        }
+fn needs_step(step: &Step) -> bool {
+    match &step.action {
+        Action::Pass | Action::Merge | Action::NoOp | Action::Const(_) => false,
+        Action::Push | Action::Pop => false,
+        Action::LoopMerge => step.reads.len() < 2,
+        Action::Switch(n) => *n > 64,
+        Action::Kernel(_) => step.reads.len() > 3,
+        Action::Node | Action::Loop(..) => true,
+    }
 }
 
 struct Emitter<'a, 'f> {
@@ -206,13 +210,16 @@ struct Emitter<'a, 'f> {
     run_step_sig: SigRef,
     call_kernel_sig: SigRef,
     copy_sig: SigRef,
+    move_sig: SigRef,
+    clear_sig: SigRef,
+    stack_sig: SigRef,
     /// Per node, whether a step reads its dead bit (only those are written).
     controlled: Vec<bool>,
 }
 
 impl Emitter<'_, '_> {
     fn step(&mut self, k: usize, step: &Step, next: Block) -> Option<()> {
-        if needs_step(self.frame, step) {
+        if needs_step(step) {
             let i = self.b.use_var(self.iteration);
             let index = self.b.ins().iconst(types::I32, k as i64);
             let ctx = self.ctx;
@@ -369,6 +376,23 @@ impl Emitter<'_, '_> {
                 self.release(&step.reads);
                 self.set_live(out, true);
             }
+            Action::Const(storage) => {
+                let bytes = storage.len() * storage.dtype().size();
+                let src = self.address_of(super::address_of_elements(storage));
+                let dst = self.address(out);
+                self.copy(dst, src, bytes);
+                self.set_live(out, true);
+            }
+            Action::Push | Action::Pop => {
+                let ctx = self.ctx;
+                let index = self.b.ins().iconst(types::I32, k as i64);
+                let f = self.address_of(stack_step as *const u8);
+                let call = self.b.ins().call_indirect(self.stack_sig, f, &[ctx, index]);
+                let code = self.b.inst_results(call)[0];
+                let cont = self.b.create_block();
+                self.check(k, code, cont);
+                self.b.switch_to_block(cont);
+            }
             Action::NoOp => {}
             _ => return None,
         }
@@ -422,10 +446,16 @@ impl Emitter<'_, '_> {
         self.release(&step.reads);
     }
 
-    /// Registers read for the last time are not live afterwards.
+    /// Registers read for the last time are not live afterwards (a value's reference dropped).
     fn release(&mut self, reads: &[Read]) {
         for r in reads.iter().filter(|r| r.take) {
             self.set_live(r.reg as usize, false);
+            if self.frame.holds_value[r.reg as usize] {
+                let reg = self.b.ins().iconst(types::I32, i64::from(r.reg));
+                let f = self.address_of(clear_value as *const u8);
+                let ctx = self.ctx;
+                self.b.ins().call_indirect(self.clear_sig, f, &[ctx, reg]);
+            }
         }
     }
 
@@ -457,6 +487,18 @@ impl Emitter<'_, '_> {
     /// before the last copies the elements.
     fn transfer(&mut self, from: Read, to: usize) {
         let r = from.reg as usize;
+        if self.frame.holds_value[r] {
+            let ctx = self.ctx;
+            let args = [
+                ctx,
+                self.b.ins().iconst(types::I32, r as i64),
+                self.b.ins().iconst(types::I32, to as i64),
+                self.b.ins().iconst(types::I32, i64::from(from.take)),
+            ];
+            let f = self.address_of(move_value as *const u8);
+            self.b.ins().call_indirect(self.move_sig, f, &args);
+            return;
+        }
         if from.take {
             let a = self
                 .b

@@ -8,8 +8,10 @@
 //!                  copy copies the buffer's bytes
 //!     small elementwise op         inline (`elementwise`): loads, one instruction, stores
 //!     other ops                    a call of the op's destination kernel on its buffers
-//!     the rest (constants, stacks, nested loops, registers holding values)
-//!                                  a call of `CompiledFrame::step` itself
+//!     constants                    their elements copied from the frame's own
+//!     stack pushes and pops        a call of the push or pop
+//!     nested loops                 a call of `CompiledFrame::step` itself
+//!     a move of a value (a stack)  a call that moves it between registers
 //!   the loop: native control flow around the steps, until no value is carried
 //! ```
 //!
@@ -163,6 +165,24 @@ extern "C" fn run_step(ctx: *mut Ctx, step: u32, iteration: i64) -> u32 {
     report(ctx, outcome)
 }
 
+/// Step `step`, a live stack push or pop.
+extern "C" fn stack_step(ctx: *mut Ctx, step: u32) -> u32 {
+    // SAFETY: `ctx` is the live `Ctx` of the run that called; its frame and state outlive it.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: as above.
+    let (frame, state) = unsafe { (&*ctx.frame, &mut *ctx.state) };
+    let step = &frame.steps[step as usize];
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        match step.action {
+            Action::Push => frame.push(step, state),
+            Action::Pop => frame.pop(step, state),
+            _ => Err(Error::internal("executor", "a stack call on another step")),
+        }
+        .map_err(Failure::from)
+    }));
+    report(ctx, outcome)
+}
+
 /// Step `step`'s destination kernel on the buffers at `inputs` (as many as it reads) and `out`.
 extern "C" fn call_kernel(
     ctx: *mut Ctx,
@@ -194,6 +214,36 @@ extern "C" fn call_kernel(
         kernel(&inputs, std::slice::from_mut(out)).map_err(Failure::from)
     }));
     report(ctx, outcome)
+}
+
+/// Register `from`'s value (a stack) into register `to`: moved at its last read, else shared.
+extern "C" fn move_value(ctx: *mut Ctx, from: u32, to: u32, take: u32) {
+    // SAFETY: `ctx` is the live `Ctx` of the run that called; its state outlives it.
+    let state = unsafe { &mut *(*ctx).state };
+    let (from, to) = (from as usize, to as usize);
+    state.values[to] = if take != 0 {
+        state.values[from].take()
+    } else {
+        state.values[from].clone()
+    };
+}
+
+/// Drops register `reg`'s value (its last read), so a stack threaded on stays unique.
+extern "C" fn clear_value(ctx: *mut Ctx, reg: u32) {
+    // SAFETY: as in `move_value`.
+    let state = unsafe { &mut *(*ctx).state };
+    state.values[reg as usize] = None;
+}
+
+/// The address of a constant's first element (the frame owns it, so it does not move).
+fn address_of_elements(storage: &Storage) -> *const u8 {
+    match storage {
+        Storage::F32(v) => v.as_ptr().cast(),
+        Storage::F64(v) => v.as_ptr().cast(),
+        Storage::I32(v) => v.as_ptr().cast(),
+        Storage::I64(v) => v.as_ptr().cast(),
+        Storage::Bool(v) => v.as_ptr().cast(),
+    }
 }
 
 /// Copies `n` bytes between two distinct buffers.
