@@ -109,6 +109,8 @@ pub(super) struct State {
     pub phys: Vec<u32>,
     pub live: Vec<bool>,
     pub dead: Vec<bool>,
+    /// Per buffer, the address of its first element (what machine code reads, `native`).
+    pub data: Vec<usize>,
     nested: Vec<State>,
 }
 
@@ -270,6 +272,7 @@ impl CompiledFrame {
             phys: (0..n as u32).collect(),
             live: vec![false; n],
             dead: vec![false; self.fused.nodes.len()],
+            data: Vec::with_capacity(n),
             nested,
         }
     }

@@ -25,7 +25,7 @@ use crate::shape::numel;
 
 /// Frames with more steps stay interpreted: compile time grows with the steps, and a frame
 /// that large spends its time in kernels.
-const MAX_STEPS: usize = 4096;
+pub(super) const MAX_STEPS: usize = 4096;
 
 /// Copies up to this many bytes are inline loads and stores; larger ones call `copy_bytes`.
 const INLINE_COPY: usize = 128;

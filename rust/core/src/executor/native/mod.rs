@@ -91,7 +91,11 @@ impl NativeCode {
 
     /// Runs the frame's steps on `state` (its inputs loaded, its dead bits cleared).
     pub fn run(&self, frame: &CompiledFrame, state: &mut State) -> Result<(), Failure> {
-        let data: Vec<usize> = state.buffers.iter_mut().map(address).collect();
+        // Refilled each run, without allocating: a buffer's address is stable while it is not
+        // replaced, which a run never does but nothing between runs promises.
+        let State { buffers, data, .. } = &mut *state;
+        data.clear();
+        data.extend(buffers.iter_mut().map(address));
         let state_ptr: *mut State = state;
         // SAFETY: every pointer is derived from `state_ptr` and used only during this call;
         // the vectors behind them are not resized while the code runs (steps only index them).
@@ -100,7 +104,7 @@ impl NativeCode {
                 live: (*state_ptr).live.as_mut_ptr(),
                 dead: (*state_ptr).dead.as_mut_ptr(),
                 phys: (*state_ptr).phys.as_mut_ptr(),
-                data: data.as_ptr(),
+                data: (*state_ptr).data.as_ptr(),
                 buffers: (*state_ptr).buffers.as_mut_ptr(),
                 frame,
                 state: state_ptr,

@@ -7,6 +7,7 @@ use crate::dtype::DType;
 use crate::executor::Executor;
 use crate::graph::parse_graph;
 use crate::interpret::{run_graph, RtValue};
+use crate::ops::attrs::dtype_short_name;
 use crate::tensor::Tensor;
 
 use super::super::compiled_frame::same_bits;
@@ -23,16 +24,6 @@ const FLOATS: [f64; 9] = [
     2.5,
 ];
 const INTS: [i64; 9] = [i32::MAX as i64, i32::MIN as i64, -1, 0, 7, 3, -3, 1, 2];
-
-fn type_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
-        DType::Bool => "bool",
-    }
-}
 
 /// `n` values of `dtype`, starting `shift` into the table (so two operands differ).
 fn values(dtype: DType, n: usize, shift: usize) -> Tensor {
@@ -51,9 +42,9 @@ fn values(dtype: DType, n: usize, shift: usize) -> Tensor {
 fn graph_of(op: &str, operands: &[(DType, bool)], result: DType, n: usize) -> String {
     let ty = |d: DType, scalar: bool| {
         if scalar {
-            format!("{}[]", type_name(d))
+            format!("{}[]", dtype_short_name(d))
         } else {
-            format!("{}[{n}]", type_name(d))
+            format!("{}[{n}]", dtype_short_name(d))
         }
     };
     let result_ty = ty(result, false);
@@ -171,4 +162,51 @@ fn inline_comparisons_and_logic_agree_with_the_kernels() {
         );
     }
     check("logical_not", &[(DType::Bool, false)], DType::Bool);
+}
+
+/// A loop whose body is a chain of `adds` scalar additions.
+fn long_loop(adds: usize) -> String {
+    let mut body = String::from("  %3 = const() {value=[1]} : i32[]\n  %4 = add(%0, %3) : i32[]\n");
+    let mut last = 1;
+    for k in 0..adds {
+        let id = 5 + k;
+        body.push_str(&format!("  %{id} = add(%{last}, %2) : f64[]\n"));
+        last = id;
+    }
+    format!(
+        r#"graph @main
+func @main(%0: f64[], %1: f64[]) -> (f64[]) {{
+  %2 = const() {{value=[0]}} : i32[]
+  %3 = while(%2, %0, %1) {{cond=@more, body=@step, parallel_iterations=10}} : (i32[], f64[], f64[])
+  return %3#1
+}}
+func @more(%0: i32[], %1: f64[], %2: f64[]) -> (bool[]) {{
+  %3 = const() {{value=[3]}} : i32[]
+  %4 = less(%0, %3) : bool[]
+  return %4
+}}
+func @step(%0: i32[], %1: f64[], %2: f64[]) -> (i32[], f64[], f64[]) {{
+{body}  return %4, %{last}, %2
+}}"#
+    )
+}
+
+#[test]
+fn a_frame_past_the_step_budget_keeps_its_stepped_form() {
+    let args = || {
+        vec![
+            RtValue::from(Tensor::scalar(0.5f64)),
+            RtValue::from(Tensor::scalar(0.25f64)),
+        ]
+    };
+    for (adds, native) in [(200, 1), (super::emit::MAX_STEPS, 0)] {
+        let graph = parse_graph(&long_loop(adds)).unwrap();
+        let want = run_graph(&graph, args()).unwrap();
+        let exec = Executor::new(&graph).unwrap();
+        let (compiled, total) = exec.compiled_frames();
+        assert_eq!(compiled, total, "{adds} adds: compiled to buffers");
+        let got = exec.run(args()).unwrap();
+        assert!(same_bits(&got[0], &want[0]), "{adds} adds");
+        assert_eq!(exec.native_frames(), native, "{adds} adds");
+    }
 }
