@@ -119,6 +119,9 @@ impl EmitMlir for If {
             let branches = [then_branch.as_str(), else_branch.as_str()];
             return l.stablehlo_branches("stablehlo.if", &p, &branches, &operands, &node.outputs);
         }
+        if l.e.options.unroll_loops && selectable(l.library, then_branch, else_branch, node) {
+            return select_branches(l, self, pred, operands, node);
+        }
         let p = l.scalar_input(&pred)?;
         let flat = flat_types_of(&l.e, &node.outputs)?;
         let (prefix, names) = l.result_names(&flat);
@@ -192,6 +195,64 @@ impl Lower for If {
 }
 
 /// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
+/// The most work (`OpDef::work`) and ops both branches of an `If` may hold to run as selects.
+const SELECT_BUDGET: usize = 1 << 12;
+const SELECT_NODES: usize = 64;
+
+/// Whether `node`'s branches are cheap ops alone (no stacks, no control flow, static shapes,
+/// within `SELECT_BUDGET`) returning tensors: then both run and their results are selected
+/// (`select_branches`). An `scf.if` makes IREE wait for its predicate on the host and splits
+/// the command buffer of the trip it is in; a select does neither. The ops cannot fail or
+/// trap (integer division is not an op), so running the branch not taken changes nothing.
+fn selectable(library: &Library, then_branch: &str, else_branch: &str, node: &Node) -> bool {
+    let work = |name: &str| {
+        library
+            .get(name)
+            .ok()
+            .and_then(|f| crate::mlir::work::ops_work(f, false))
+    };
+    let (Some((a, m)), Some((b, n))) = (work(then_branch), work(else_branch)) else {
+        return false;
+    };
+    a.saturating_add(b) <= SELECT_BUDGET
+        && m + n <= SELECT_NODES
+        && node
+            .outputs
+            .iter()
+            .all(|t| matches!(t, ValueType::Tensor(_)))
+}
+
+/// Both branches inlined, each result the then-branch's where `pred` holds: tensors selected
+/// on the device (the predicate uploaded once if it is on the host), host scalars on the host.
+fn select_branches(
+    l: &mut Lowering<'_>,
+    branches: &If,
+    pred: Bound,
+    operands: Vec<Bound>,
+    node: &Node,
+) -> Result<Vec<Bound>> {
+    let taken = l.inline(&branches.then_branch, operands.clone())?;
+    let taken = l.coerce_all(taken, &node.outputs)?;
+    let other = l.inline(&branches.else_branch, operands)?;
+    let other = l.coerce_all(other, &node.outputs)?;
+    let mut on_device = None;
+    taken
+        .into_iter()
+        .zip(other)
+        .map(|(a, b)| match (&a, &pred) {
+            _ if a == b => Ok(a),
+            (Bound::Tensor(_), Bound::Scalar(_)) => {
+                if on_device.is_none() {
+                    on_device = Some(Bound::Tensor(l.tensor_input(&pred)?));
+                }
+                let p = on_device.clone().expect("set above");
+                l.select(&p, a, b)
+            }
+            _ => l.select(&pred, a, b),
+        })
+        .collect()
+}
+
 pub fn emit_if(
     ctx: &mut dyn Context<Val>,
     pred: &Val,

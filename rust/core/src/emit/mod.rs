@@ -24,7 +24,9 @@ pub struct EmitOptions {
     /// `control.rs`).
     pub yield_barriers: YieldBarriers,
     /// Loops of cheap ops run several iterations per trip of the `scf.while`: predicated, or
-    /// exactly for countdown loops such as loop gradients (`control::while_loop::trips`).
+    /// exactly for countdown loops such as loop gradients (`control::while_loop::trips`); and
+    /// an `If` of cheap branches runs both and selects (`control::if_else`). The form `gl.jit`
+    /// tries first, with the plain one after it.
     pub unroll_loops: bool,
     /// Only `func` and `stablehlo` ops, as every StableHLO consumer reads (`mlir/pure.rs`):
     /// rank-0 values stay tensors, control flow is `stablehlo.while` / `if` / `case`, shapes

@@ -35,7 +35,8 @@ pub(crate) mod function;
 pub(crate) mod regions;
 mod scalar;
 pub(crate) mod stack_bounds;
-mod stacks;
+pub(crate) mod stacks;
+pub(crate) mod work;
 
 #[cfg(test)]
 pub(crate) mod ops_tests;

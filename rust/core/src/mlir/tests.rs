@@ -484,6 +484,30 @@ func @rep_else(%0: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
 "#;
 
 #[test]
+fn cheap_branches_run_as_selects_in_the_fast_form() {
+    let emit = |text: &str, unroll_loops: bool| {
+        let options = EmitOptions {
+            unroll_loops,
+            ..Default::default()
+        };
+        emit_module_facts(&graph(text), options).unwrap().0
+    };
+    // both branches run, each result selected on the device: nothing waits for the predicate
+    let text = emit(REPEATS, true);
+    assert_eq!(text.matches("scf.if").count(), 0, "{text}");
+    assert_eq!(text.matches("stablehlo.select").count(), 4, "{text}");
+    assert_eq!(text.matches("tensor.extract").count(), 0, "{text}");
+    assert!(text.contains("stablehlo.cosine") && text.contains("stablehlo.exponential"));
+    // the plain form keeps the region
+    assert_eq!(emit(REPEATS, false).matches("scf.if").count(), 1);
+    // branches past the budget keep it too
+    let big = REPEATS.replace("f32[3]", "f32[4096]");
+    let text = emit(&big, true);
+    assert_eq!(text.matches("scf.if").count(), 1, "{text}");
+    assert_eq!(text.matches("stablehlo.select").count(), 0, "{text}");
+}
+
+#[test]
 fn yield_barriers_put_the_chosen_branch_results_through_barriers() {
     let g = graph(REPEATS);
     let barriers = |kind: YieldBarriers| {
@@ -542,6 +566,38 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
     assert!(facts.unrolled_loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
     assert_eq!(text.matches("arith.cmpi slt").count(), 32, "{text}");
+}
+
+#[test]
+fn a_host_condition_chooses_a_trips_tensors_by_one_upload() {
+    // W5's shape: `while i < n: i, x = i + 1, x + sin(x)`, the condition on the host. The
+    // iterations run on from each other and the trip's end chooses `x` by the number kept,
+    // uploaded once: a predicate uploaded per iteration made IREE record a command each.
+    let text = "graph @f\n\nfunc @f(%0: f32[16], %1: i32[]) -> (f32[16]) {\n  \
+                %2 = const() {value=[0]} : i32[]\n  \
+                %3 = while(%2, %0, %1) {cond=@c, body=@b, parallel_iterations=1} \
+                : (i32[], f32[16], i32[])\n  return %3#1\n}\n\n\
+                func @c(%0: i32[], %1: f32[16], %2: i32[]) -> (bool[]) {\n  \
+                %3 = less(%0, %2) : bool[]\n  return %3\n}\n\n\
+                func @b(%0: i32[], %1: f32[16], %2: i32[]) -> (i32[], f32[16], i32[]) {\n  \
+                %3 = const() {value=[1]} : i32[]\n  %4 = add(%0, %3) : i32[]\n  \
+                %5 = sin(%1) : f32[16]\n  %6 = add(%1, %5) : f32[16]\n  \
+                return %4, %6, %2\n}\n";
+    let options = EmitOptions {
+        unroll_loops: true,
+        ..Default::default()
+    };
+    let (text, facts) = emit_module_facts(&graph(text), options).unwrap();
+    assert!(facts.unrolled_loops);
+    assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
+    assert_eq!(text.matches("tensor.from_elements").count(), 1, "{text}");
+    assert_eq!(text.matches("stablehlo.select").count(), 31, "{text}");
+    // each iteration's sine reads the one before's sum, not a selected value
+    let first_select = text.find("stablehlo.select").unwrap();
+    assert!(
+        text.rfind("stablehlo.sine").unwrap() < first_select,
+        "{text}"
+    );
 }
 
 #[test]

@@ -395,10 +395,10 @@ impl While {
             let mut next = l.inline(body, vars)?;
             next = l.coerce_all(next, types)?;
             // Iterations after the first of a trip: in a countdown, all of them run; otherwise
-            // each is kept only where the condition holds (a pure function of the vars: once
-            // false it stays false within the trip), and counted.
-            let mut kept = None;
-            // the values of the host variables after each iteration, for the trip's end
+            // they run on speculatively, each from the one before, with whether the condition
+            // has held at every one so far. The iterations kept are a prefix, so each variable
+            // is chosen from its values at the trip's end (`Lowering::choose_kept`).
+            let mut alive: Vec<Bound> = Vec::new();
             let mut speculated: Vec<Vec<Bound>> = next.iter().map(|v| vec![v.clone()]).collect();
             for j in 1..per_trip {
                 if let Trips::Exact(_) = trips {
@@ -412,36 +412,27 @@ impl While {
                     let below = l.counter_below(&after[0], j, limit);
                     go = l.both(go, below)?;
                 }
-                let stepped = l.inline(body, next.clone())?;
-                let stepped = l.coerce_all(stepped, types)?;
-                // a stack keeps every push: its size is set from the count below
-                let host = |k: usize| host_vars.as_ref().is_some_and(|h| h[k]);
-                next = (stepped.into_iter().zip(next).enumerate())
-                    .map(|(i, (s, k))| match s {
-                        Bound::Stack { .. } => Ok(s),
-                        s if s == k => Ok(k),
-                        s if host(i) => {
-                            speculated[i].push(s.clone());
-                            Ok(s)
-                        }
-                        s => l.select(&go, s, k),
-                    })
-                    .collect::<Result<_>>()?;
-                if kept_name.is_some() || host_vars.is_some() {
-                    kept = Some(l.count_if(kept, &go)?);
+                if let Some(before) = alive.last() {
+                    go = l.both(before.clone(), go)?;
                 }
+                let stepped = l.inline(body, next)?;
+                next = l.coerce_all(stepped, types)?;
+                for (values, value) in speculated.iter_mut().zip(&next) {
+                    values.push(value.clone());
+                }
+                alive.push(go);
             }
             l.flush_pushes();
             if let (Some(at), Some(pops)) = (pops_at, l.hoisted_pops.take()) {
                 l.e.insert_at(at, &pops);
             }
-            if let Some(kept) = kept {
-                let n = l.trip_kept(kept_name.as_deref(), &kept, &args, &mut next)?;
-                for (var, values) in next.iter_mut().zip(speculated) {
-                    if values.len() > 1 {
-                        *var = l.last_kept(&n, values)?;
-                    }
-                }
+            if !alive.is_empty() {
+                let kept = trips::Kept {
+                    alive,
+                    counted: kept_name.as_deref(),
+                    host_vars: host_vars.as_deref(),
+                };
+                l.choose_kept(kept, &args, &mut next, speculated)?;
             }
             l.device_rank0 = device_rank0;
             let next = l.loop_barrier(&args, next, &exposed)?;

@@ -5,10 +5,12 @@
 //! recorded into the trip's one command buffer and submitted once. Two shapes:
 //!
 //! - **Predicated** (`predication`): a loop of ops and pushes. Each iteration after a trip's
-//!   first is computed from the one before and kept only where the condition holds
-//!   (`Lowering::select`): once false it stays false, since the condition is a pure function of
-//!   the vars. The last trip throws away at most all but one iteration, so the work per trip is
-//!   bounded. Pushes all land; stack sizes and the trip counter advance by the iterations kept.
+//!   first runs on from the one before, and with it whether the condition has held at every
+//!   iteration so far; the iterations kept are a prefix, so at the trip's end each variable is
+//!   chosen from its values (`Lowering::choose_kept`). The last trip throws away at most all
+//!   but one iteration, so the work per trip is bounded. Pushes all land, after the trip's
+//!   dispatches; stack sizes and the trip counter advance by the iterations kept. A stack of
+//!   scalars (a host list) keeps the loop at one iteration a trip: see docs/notes.md.
 //! - **Exact** (`countdown`): a loop that runs exactly `n` more iterations, `n` a variable the
 //!   condition tests `> 0` and the body decrements: the gradient loops of `While::augment`, which
 //!   pop the forward loop's stacks. It becomes two loops, `k` iterations per trip while `n >= k`,
@@ -20,6 +22,7 @@ use crate::emit::MlirValue;
 use crate::error::Result;
 use crate::graph::{Function, NodeKind, Port, StackOp, ValueType, While};
 use crate::mlir::function::one;
+use crate::mlir::work::{ops_work, plain};
 use crate::mlir::{Bound, Lowering};
 use crate::ops::Op;
 use crate::shape::TensorType;
@@ -55,6 +58,17 @@ pub(crate) struct Predicated {
     /// computed for every iteration and the last kept is chosen at the trip's end, once the
     /// number of iterations kept is read back: one wait for the device per trip.
     pub host_vars: Option<Vec<bool>>,
+}
+
+/// A predicated trip's iterations after its first, by what `choose_kept` needs.
+pub(crate) struct Kept<'a> {
+    /// Per iteration after the first: whether the condition held at it and every one before.
+    pub alive: Vec<Bound>,
+    /// The name the number of iterations kept is given, for a loop that counts them (stacks
+    /// pushed, `maximum_iterations`).
+    pub counted: Option<&'a str>,
+    /// `Predicated::host_vars`.
+    pub host_vars: Option<&'a [bool]>,
 }
 
 /// How many iterations one trip of a predicated loop runs: for a loop whose condition is ops
@@ -239,36 +253,6 @@ fn op_of_arg_and_const(f: &Function, port: Port, op: Op, value: i64) -> Option<u
     (arg_ok && const_ok).then_some(k)
 }
 
-/// Whether a node may be repeated in an unrolled trip: args, constants, ops and (`stacks`)
-/// stack pushes and pops.
-fn plain(kind: &NodeKind, stacks: bool) -> bool {
-    match kind {
-        NodeKind::Arg(_) | NodeKind::Const(_) | NodeKind::Op(_) => true,
-        NodeKind::Stack(StackOp::Push | StackOp::Pop) => stacks,
-        _ => false,
-    }
-}
-
-/// The work of `f`'s ops summed (at least 1) and the number of its ops and stack nodes, where
-/// every node is `plain` and every op's shapes are static.
-fn ops_work(f: &Function, stacks: bool) -> Option<(usize, usize)> {
-    let (mut work, mut nodes) = (1usize, 0usize);
-    for node in &f.nodes {
-        if !plain(&node.kind, stacks) {
-            return None;
-        }
-        match node.kind {
-            NodeKind::Op(_) => {
-                work = work.saturating_add(f.op_work(node)?);
-                nodes += 1;
-            }
-            NodeKind::Stack(_) => nodes += 1,
-            _ => {}
-        }
-    }
-    Some((work, nodes))
-}
-
 /// The largest power of two not above `n` (n >= 1).
 fn power_of_two(n: usize) -> usize {
     1 << n.ilog2()
@@ -283,19 +267,112 @@ impl Lowering<'_> {
         }
     }
 
+    /// At a predicated trip's end, each variable's value after the last iteration kept, from
+    /// its `values` after each one; the stacks sized and the counter advanced by the number
+    /// kept (`trip_kept`). A value is chosen where its iterations' conditions are: on the
+    /// device by the device's, on the host by the host's; a tensor on the device by a host
+    /// condition, by the number kept uploaded once and compared there (an upload per
+    /// iteration made IREE record a command each: W5 took 250 ns an iteration, now 90). A
+    /// host variable of a loop the device decides is chosen by the number kept, read back
+    /// once a trip.
+    pub(crate) fn choose_kept(
+        &mut self,
+        kept: Kept<'_>,
+        args: &[Bound],
+        next: &mut [Bound],
+        values: Vec<Vec<Bound>>,
+    ) -> Result<()> {
+        let on_host = |k: usize| kept.host_vars.is_some_and(|h| h[k]);
+        let host_alive = matches!(kept.alive[0], Bound::Scalar(_));
+        let distinct = |v: &[Bound]| v.iter().any(|x| *x != v[0]);
+        let uploads = host_alive
+            && next
+                .iter()
+                .zip(&values)
+                .any(|(var, v)| matches!(var, Bound::Tensor(_)) && distinct(v));
+        let count = match kept.counted.is_some() || kept.host_vars.is_some() || uploads {
+            true => Some(self.count_kept(&kept.alive)?),
+            false => None,
+        };
+        let read_back = match (&count, kept.counted.is_some() || kept.host_vars.is_some()) {
+            (Some(count), true) => Some(self.trip_kept(kept.counted, count, args, next)?),
+            _ => None,
+        };
+        let mut uploaded = None;
+        for (k, (var, values)) in next.iter_mut().zip(values).enumerate() {
+            if !distinct(&values) || matches!(var, Bound::Stack { .. }) {
+                continue;
+            }
+            *var = match (&*var, &read_back, &count) {
+                (Bound::Scalar(_), Some(n), _) if on_host(k) && !host_alive => {
+                    let n = n.clone();
+                    self.last_kept(&n, values)?
+                }
+                (Bound::Tensor(_), _, Some(count)) if host_alive => {
+                    if uploaded.is_none() {
+                        uploaded = Some(self.tensor_input(count)?);
+                    }
+                    let count = uploaded.clone().expect("set above");
+                    self.last_kept_where(&count, values)?
+                }
+                _ => self.last_alive(&kept.alive, values)?,
+            };
+        }
+        Ok(())
+    }
+
+    /// The number of iterations a trip keeps (int64 rank-0, on the side of its conditions):
+    /// the first, and each after it while `alive`.
+    fn count_kept(&mut self, alive: &[Bound]) -> Result<Bound> {
+        let mut kept = None;
+        for go in alive {
+            kept = Some(self.count_if(kept, go)?);
+        }
+        kept.ok_or_else(|| self.e.bug("a trip of one iteration counted"))
+    }
+
+    /// Of `values` after each iteration, the last whose condition held (`alive`, one per
+    /// iteration after the first).
+    fn last_alive(&mut self, alive: &[Bound], values: Vec<Bound>) -> Result<Bound> {
+        self.last_where(values, |_, j| Ok(alive[j - 1].clone()))
+    }
+
     /// Of a host variable's `values` after each iteration of a trip, the one after the last of
     /// the `n` iterations kept.
-    pub(crate) fn last_kept(&mut self, n: &str, values: Vec<Bound>) -> Result<Bound> {
+    fn last_kept(&mut self, n: &str, values: Vec<Bound>) -> Result<Bound> {
+        self.last_where(values, |l, j| {
+            let j = l.scalar_constant(DType::I64, j as f64);
+            let (name, loc) = (l.e.fresh(), l.e.loc());
+            l.e.line(&format!("{name} = arith.cmpi sgt, {n}, {j} : i64 {loc}"));
+            Ok(scalar(&name, DType::Bool))
+        })
+    }
+
+    /// Of a variable's `values` after each iteration of a trip, the one after the last of the
+    /// `count` iterations kept (an int64 rank-0 tensor), chosen on the device.
+    fn last_kept_where(&mut self, count: &MlirValue, values: Vec<Bound>) -> Result<Bound> {
+        self.last_where(values, |l, j| {
+            let j = l.e.scalar(DType::I64, j as f64);
+            Ok(Bound::Tensor(l.e.compare("GT", count, &j)))
+        })
+    }
+
+    /// Of `values` after each iteration of a trip, the last that `kept(j)` (iteration `j >= 1`
+    /// was kept) selects.
+    fn last_where(
+        &mut self,
+        values: Vec<Bound>,
+        mut kept: impl FnMut(&mut Self, usize) -> Result<Bound>,
+    ) -> Result<Bound> {
         let mut values = values.into_iter();
         let mut last = values
             .next()
             .ok_or_else(|| self.e.bug("no value of a loop variable"))?;
         for (j, value) in values.enumerate() {
-            let j = self.scalar_constant(DType::I64, (j + 1) as f64);
-            let (name, loc) = (self.e.fresh(), self.e.loc());
-            self.e
-                .line(&format!("{name} = arith.cmpi sgt, {n}, {j} : i64 {loc}"));
-            last = self.select(&scalar(&name, DType::Bool), value, last)?;
+            if value != last {
+                let pred = kept(self, j + 1)?;
+                last = self.select(&pred, value, last)?;
+            }
         }
         Ok(last)
     }
@@ -314,9 +391,13 @@ impl Lowering<'_> {
         scalar(&below, DType::Bool)
     }
 
-    /// `a and b` of two bools, on the device when `a` is there (`b` uploaded, so that the
-    /// device's value is never waited for).
+    /// `a and b` of two bools, on the device when either is there (the other uploaded, so that
+    /// the device's value is never waited for).
     pub(crate) fn both(&mut self, a: Bound, b: Bound) -> Result<Bound> {
+        let (a, b) = match (&a, &b) {
+            (Bound::Scalar(_), Bound::Tensor(_)) => (b, a),
+            _ => (a, b),
+        };
         let b = match a {
             Bound::Tensor(_) => Bound::Tensor(self.tensor_input(&b)?),
             _ => b,
@@ -347,7 +428,7 @@ impl Lowering<'_> {
     /// At a predicated trip's end: the number of iterations `kept`, read back to the host (and
     /// defined as `name`, what a counter advances by), each stack pushed in the trip sized at
     /// its size on entry (`args`) plus that number.
-    pub(crate) fn trip_kept(
+    fn trip_kept(
         &mut self,
         name: Option<&str>,
         kept: &Bound,
