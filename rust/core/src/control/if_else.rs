@@ -194,7 +194,6 @@ impl Lower for If {
     }
 }
 
-/// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
 /// The most work (`OpDef::work`) and ops both branches of an `If` may hold to run as selects.
 const SELECT_BUDGET: usize = 1 << 12;
 const SELECT_NODES: usize = 64;
@@ -253,6 +252,7 @@ fn select_branches(
         .collect()
 }
 
+/// `If(pred, captures...)` over two traced branches (no own parameters); returns its outputs.
 pub fn emit_if(
     ctx: &mut dyn Context<Val>,
     pred: &Val,
