@@ -227,6 +227,7 @@ impl CompiledFrame {
                 inline,
             });
         }
+        super::rank_one::fuse(&mut steps, &fused.nodes, &slots, program.results());
         let invariant: Vec<Reg> = program
             .inputs()
             .iter()
@@ -384,6 +385,22 @@ impl CompiledFrame {
             _ => 0,
         });
         own + nested.sum::<usize>()
+    }
+
+    /// How many steps of this frame and the loops nested in it are rank-one updates.
+    #[cfg(test)]
+    pub fn rank_one_updates(&self) -> usize {
+        let nested = self.steps.iter().map(|step| match &step.action {
+            Action::Loop(inner, _) => inner.rank_one_updates(),
+            Action::Kernel(_) => usize::from(step.reads.len() == 3 && self.is_add(step)),
+            _ => 0,
+        });
+        nested.sum()
+    }
+
+    #[cfg(test)]
+    fn is_add(&self, step: &Step) -> bool {
+        matches!(&self.fused.nodes[step.node].kind, DfKind::Op(op) if op.name() == "add")
     }
 
     /// The frame's machine code, where runs may use it (compiled at the first such run).

@@ -25,6 +25,7 @@ mod kernel;
 mod native;
 mod plan;
 mod program;
+mod rank_one;
 mod state;
 
 #[cfg(test)]
@@ -187,6 +188,17 @@ impl Executor {
             .iter()
             .chain(self.plan.nodes.iter().filter_map(|n| n.program.as_deref()));
         programs.map(|p| p.native_frames()).sum()
+    }
+
+    /// How many rank-one updates its compiled frames run (`rank_one`).
+    #[cfg(test)]
+    pub fn rank_one_updates(&self) -> usize {
+        // A root program holds the loops the plan's nodes also hold.
+        if let Some(root) = &self.root {
+            return root.rank_one_updates();
+        }
+        let programs = self.plan.nodes.iter().filter_map(|n| n.program.as_deref());
+        programs.map(|p| p.rank_one_updates()).sum()
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).

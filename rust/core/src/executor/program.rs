@@ -226,6 +226,19 @@ impl Program {
         nested.sum()
     }
 
+    /// How many rank-one updates the compiled frames of this frame and its loops run.
+    #[cfg(test)]
+    pub fn rank_one_updates(&self) -> usize {
+        if let Some(compiled) = &self.compiled {
+            return compiled.rank_one_updates();
+        }
+        let nested = self.steps.iter().map(|step| match &step.action {
+            Action::Loop(inner) => inner.rank_one_updates(),
+            _ => 0,
+        });
+        nested.sum()
+    }
+
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
     /// The compiled frame runs them when there is one and they have its types (in check mode
     /// the program runs them too, and any difference is an internal error).

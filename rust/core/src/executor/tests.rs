@@ -814,3 +814,58 @@ fn check_mode_reports_a_compiled_frame_that_parts_from_its_program() {
         &RtValue::from(Tensor::scalar(-0.0f32))
     ));
 }
+
+/// An RNN's backward loop in small: two accumulated outer products (the product on either
+/// side of the add), the vector they share also read between a product and its add.
+const RANK_ONE: &str = r#"graph @main
+func @main(%0: f32[3, 4], %1: f32[4, 3], %2: f32[1, 3], %3: f32[1, 4], %4: f32[4, 4]) -> (f32[3, 4], f32[4, 3], f32[1, 4]) {
+  %5 = const() {value=[0]} : i64[]
+  %6 = while(%5, %0, %1, %2, %3, %4, %3) {cond=@more, body=@step, parallel_iterations=10} : (i64[], f32[3, 4], f32[4, 3], f32[1, 3], f32[1, 4], f32[4, 4], f32[1, 4])
+  return %6#1, %6#2, %6#6
+}
+func @more(%0: i64[], %1: f32[3, 4], %2: f32[4, 3], %3: f32[1, 3], %4: f32[1, 4], %5: f32[4, 4], %6: f32[1, 4]) -> (bool[]) {
+  %7 = const() {value=[5]} : i64[]
+  %8 = less(%0, %7) : bool[]
+  return %8
+}
+func @step(%0: i64[], %1: f32[3, 4], %2: f32[4, 3], %3: f32[1, 3], %4: f32[1, 4], %5: f32[4, 4], %6: f32[1, 4]) -> (i64[], f32[3, 4], f32[4, 3], f32[1, 3], f32[1, 4], f32[4, 4], f32[1, 4]) {
+  %7 = const() {value=[1]} : i64[]
+  %8 = add(%0, %7) : i64[]
+  %9 = matmul(%3, %4) {transpose_a=true, transpose_b=false} : f32[3, 4]
+  %10 = matmul(%4, %5) {transpose_a=false, transpose_b=true} : f32[1, 4]
+  %11 = add(%1, %9) : f32[3, 4]
+  %12 = matmul(%4, %3) {transpose_a=true, transpose_b=false} : f32[4, 3]
+  %13 = add(%12, %2) : f32[4, 3]
+  %14 = tanh(%10) : f32[1, 4]
+  %15 = add(%6, %14) : f32[1, 4]
+  return %8, %11, %13, %3, %4, %5, %15
+}"#;
+
+#[test]
+fn accumulated_outer_products_run_as_rank_one_updates_bit_for_bit() {
+    let graph = parse_graph(RANK_ONE).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    assert_eq!(exec.rank_one_updates(), 2, "both adds take their products");
+    let tensor = |v: Vec<f32>, shape: &[usize]| RtValue::from(Tensor::from_vec(v, shape).unwrap());
+    // Signed zeros: -0 + 0 * -1 stays -0 only if the product is rounded on its own and then
+    // added, as the unfused ops compute it (a product added to +0 would make it +0).
+    let args = || {
+        vec![
+            tensor(vec![-0.0; 12], &[3, 4]),
+            tensor((0..12).map(|k| [-0.0, 1.5, -2.0][k % 3]).collect(), &[4, 3]),
+            tensor(vec![0.0, -0.5, 3.0], &[1, 3]),
+            tensor(vec![-1.0, 0.0, 0.25, -0.0], &[1, 4]),
+            tensor((0..16).map(|k| (k as f32 - 7.5) * 0.1).collect(), &[4, 4]),
+        ]
+    };
+    let want = run_graph(&graph, args()).unwrap();
+    for _ in 0..2 {
+        // check mode also compares the compiled frame with its program, bit for bit
+        let got = exec.run(args()).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(super::compiled_frame::same_bits(g, w), "{g:?} != {w:?}");
+        }
+    }
+    assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
+    check_against_interpreter("rank one", &graph);
+}

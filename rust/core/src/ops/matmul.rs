@@ -218,11 +218,17 @@ macro_rules! kernel {
 }
 kernel!(f32 => gemm_product, f64 => gemm_product, i32 => loop_product, i64 => loop_product);
 
-/// Float products through gemm, which reads both operands through strides. Plain loops
-/// (vectorised i-k-j rows and dot products) lost or tied against it at the sizes of an RNN step
-/// (vector times 64x64 matrix, its transpose, outer products; `docs/notes.md`): gemm serves
-/// these without packing, so every float product goes through it. Many small
-/// products are spread over threads one per task; large ones are split by gemm itself.
+/// Outer products (k = 1) of up to this many elements run as a plain loop: gemm's set-up
+/// dominates there (64x64 float32: 185 against 284 ns; 16x16: 33 against 408), and the loop
+/// computes exactly `a[i] * b[j]`, which `rank_one_update_into` relies on. Above it (512x512)
+/// gemm's AVX-512 stores win (`docs/notes.md`, "Kernels").
+pub const OUTER_LOOP_ELEMENTS: usize = 1 << 14;
+
+/// Float products through gemm, which reads both operands through strides; outer products up
+/// to `OUTER_LOOP_ELEMENTS` through `outer_product`. Plain loops (vectorised i-k-j rows and
+/// dot products) lost or tied against gemm at the other sizes of an RNN step (vector times
+/// 64x64 matrix, its transpose; `docs/notes.md`). Many small products are spread over threads
+/// one per task; large ones are split by gemm itself.
 /// Only instantiated for f32 and f64 (gemm panics on other types).
 #[allow(unsafe_code, reason = "gemm takes raw pointers and strides")]
 fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
@@ -230,6 +236,14 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
     let flops = m * n * k;
     if flops == 0 {
         out.fill(T::zero()); // an empty contraction sums nothing
+        return;
+    }
+    if k == 1 && m * n <= OUTER_LOOP_ELEMENTS {
+        for (dst, &(ao, bo)) in out.chunks_mut(m * n).zip(&plan.offsets) {
+            let column = |len, start, stride| (0..len).map(move |i| start + i * stride);
+            let xs = column(m, ao, plan.a_strides.0).map(|i| a[i]);
+            outer_rows(dst, xs, &b[bo..], plan.b_strides.1, n);
+        }
         return;
     }
     let ((ars, acs), (brs, bcs)) = (plan.a_strides, plan.b_strides);
@@ -255,6 +269,77 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
         let par = [gemm::Parallelism::None, gemm::Parallelism::Rayon(0)][usize::from(big)];
         let chunks = out.chunks_mut(m * n).zip(&plan.offsets);
         chunks.for_each(|(dst, &o)| one(par, dst, o));
+    }
+}
+
+/// Each row i of `dst` (`n` wide) from `x_i` and b's elements (`stride` apart):
+/// `dst[i][j] = x_i * b_j`.
+fn outer_rows<T: Arith>(
+    dst: &mut [T],
+    xs: impl Iterator<Item = T>,
+    b: &[T],
+    stride: usize,
+    n: usize,
+) {
+    for (row, x) in dst.chunks_exact_mut(n).zip(xs) {
+        if stride == 1 {
+            row.iter_mut()
+                .zip(&b[..n])
+                .for_each(|(d, &y)| *d = x.wmul(y));
+        } else {
+            for (j, d) in row.iter_mut().enumerate() {
+                *d = x.wmul(b[j * stride]);
+            }
+        }
+    }
+}
+
+/// The fused kernel of `x + outer(a, b)` (or `outer(a, b) + x`, `product_first`) for an
+/// `m`-vector `a`, an `n`-vector `b` and `x` of shape [m, n], inputs in the order (x, a, b):
+/// one pass over the accumulator instead of the product's buffer and an add. The gradient of
+/// a vector-matrix product accumulated over a loop is this (`executor::fuse`). Each element
+/// is the product rounded, then the sum, in the add's operand order: bit for bit what the
+/// two ops compute (`gemm_product` runs these outer products as `outer_rows`). Float32 and
+/// float64, up to `OUTER_LOOP_ELEMENTS`.
+pub fn rank_one_update_into(
+    dtype: crate::dtype::DType,
+    m: usize,
+    n: usize,
+    product_first: bool,
+) -> Option<DestKernel> {
+    if m * n > OUTER_LOOP_ELEMENTS || m * n == 0 {
+        return None;
+    }
+    fn kernel<T: Arith>(m: usize, n: usize, product_first: bool) -> DestKernel {
+        Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+            let (x, a, b) = (
+                dest::input::<T>(ins, 0)?,
+                dest::input::<T>(ins, 1)?,
+                dest::input::<T>(ins, 2)?,
+            );
+            let out = dest::output::<T>(outs, 0)?;
+            if x.len() != m * n || a.len() != m || b.len() != n || out.len() != m * n {
+                return Err(Error::internal(
+                    "matmul",
+                    "a rank-one update of other sizes",
+                ));
+            }
+            let rows = out.chunks_exact_mut(n).zip(x.chunks_exact(n)).zip(a);
+            for ((row, xs), &ai) in rows {
+                let terms = row.iter_mut().zip(xs).zip(b);
+                if product_first {
+                    terms.for_each(|((d, &xj), &bj)| *d = ai.wmul(bj).wadd(xj));
+                } else {
+                    terms.for_each(|((d, &xj), &bj)| *d = xj.wadd(ai.wmul(bj)));
+                }
+            }
+            Ok(())
+        })
+    }
+    match dtype {
+        crate::dtype::DType::F32 => Some(kernel::<f32>(m, n, product_first)),
+        crate::dtype::DType::F64 => Some(kernel::<f64>(m, n, product_first)),
+        _ => None,
     }
 }
 
