@@ -312,3 +312,55 @@ fn destination_kernels_overwrite_what_the_buffer_held() {
         }
     }
 }
+
+/// Values with zeros of both signs, so a product of 0 and a negative is -0.
+fn signed(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| [-0.0, 1.5, 0.0, -2.25, 3.0][(i * 7 + seed) % 5] * (1.0 + i as f32 / 64.0))
+        .collect()
+}
+
+#[test]
+fn outer_products_are_exact_products_on_both_sides_of_the_loop_threshold() {
+    // [m, 1] x [1, n] and the transposed forms; 128 x 128 is the loop's last size (gemm's
+    // kernels past it may add a zero product to +0).
+    for (m, n) in [(1, 1), (3, 4), (64, 64), (128, 128), (129, 128)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let a_shape = if ta { [1, m] } else { [m, 1] };
+            let b_shape = if tb { [n, 1] } else { [1, n] };
+            let (xa, xb) = (signed(m, 1), signed(n, 2));
+            let a = Tensor::from_vec(xa.clone(), &a_shape).unwrap();
+            let b = Tensor::from_vec(xb.clone(), &b_shape).unwrap();
+            let c = matmul_transposed(&mut EagerContext, &a, &b, ta, tb).unwrap();
+            assert_eq!(c.shape(), [m, n]);
+            let got = c.as_slice::<f32>().unwrap();
+            let bits_differ = (0..m * n).filter(|&k| {
+                let want = xa[k / n] * xb[k % n];
+                got[k].to_bits() != want.to_bits() && !(m * n > OUTER_LOOP_ELEMENTS && want == 0.0)
+            });
+            assert_eq!(bits_differ.count(), 0, "{m} x {n} ({ta}, {tb})");
+        }
+    }
+}
+
+#[test]
+fn a_rank_one_update_adds_the_rounded_product_in_the_adds_order() {
+    let (m, n) = (5, 7);
+    let (a, b, x) = (signed(m, 3), signed(n, 4), signed(m * n, 0));
+    let storage = |v: &[f32]| f32::into_storage(v.to_vec());
+    for product_first in [false, true] {
+        let kernel = rank_one_update_into(DType::F32, m, n, product_first).unwrap();
+        let mut out = [storage(&vec![7.0; m * n])];
+        kernel(&[&storage(&x), &storage(&a), &storage(&b)], &mut out).unwrap();
+        let got = f32::slice(&out[0]).unwrap();
+        for k in 0..m * n {
+            let p = a[k / n] * b[k % n];
+            let want = if product_first { p + x[k] } else { x[k] + p };
+            assert_eq!(got[k].to_bits(), want.to_bits(), "element {k}");
+        }
+        let mut wrong = [storage(&[0.0; 3])];
+        assert!(kernel(&[&storage(&x), &storage(&a), &storage(&b)], &mut wrong).is_err());
+    }
+    assert!(rank_one_update_into(DType::I32, m, n, false).is_none());
+    assert!(rank_one_update_into(DType::F64, 129, 128, false).is_none());
+}
