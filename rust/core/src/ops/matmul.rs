@@ -240,9 +240,11 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
     }
     if k == 1 && m * n <= OUTER_LOOP_ELEMENTS {
         for (dst, &(ao, bo)) in out.chunks_mut(m * n).zip(&plan.offsets) {
+            // With k = 1 both operands are vectors: b's elements are contiguous whether or
+            // not it is transposed (its column stride is 1 or k).
             let column = |len, start, stride| (0..len).map(move |i| start + i * stride);
             let xs = column(m, ao, plan.a_strides.0).map(|i| a[i]);
-            outer_rows(dst, xs, &b[bo..], plan.b_strides.1, n);
+            outer_rows(dst, xs, &b[bo..], n);
         }
         return;
     }
@@ -272,25 +274,12 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
     }
 }
 
-/// Each row i of `dst` (`n` wide) from `x_i` and b's elements (`stride` apart):
-/// `dst[i][j] = x_i * b_j`.
-fn outer_rows<T: Arith>(
-    dst: &mut [T],
-    xs: impl Iterator<Item = T>,
-    b: &[T],
-    stride: usize,
-    n: usize,
-) {
+/// Each row i of `dst` (`n` wide) from `x_i` and b: `dst[i][j] = x_i * b_j`.
+fn outer_rows<T: Arith>(dst: &mut [T], xs: impl Iterator<Item = T>, b: &[T], n: usize) {
     for (row, x) in dst.chunks_exact_mut(n).zip(xs) {
-        if stride == 1 {
-            row.iter_mut()
-                .zip(&b[..n])
-                .for_each(|(d, &y)| *d = x.wmul(y));
-        } else {
-            for (j, d) in row.iter_mut().enumerate() {
-                *d = x.wmul(b[j * stride]);
-            }
-        }
+        row.iter_mut()
+            .zip(&b[..n])
+            .for_each(|(d, &y)| *d = x.wmul(y));
     }
 }
 
