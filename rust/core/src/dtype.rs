@@ -86,6 +86,7 @@ pub trait Element:
     fn into_storage(data: Vec<Self>) -> Storage;
     fn slice(storage: &Storage) -> Option<&[Self]>;
     fn slice_mut(storage: &mut Storage) -> Option<&mut [Self]>;
+    fn vec_mut(storage: &mut Storage) -> Option<&mut Vec<Self>>;
     /// A `Small` buffer of this type (every element the default).
     fn small() -> Small;
     /// The whole `Small` buffer (`SMALL` elements) when it holds this type.
@@ -125,6 +126,12 @@ macro_rules! element {
                 }
             }
             fn slice_mut(storage: &mut Storage) -> Option<&mut [Self]> {
+                match storage {
+                    Storage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn vec_mut(storage: &mut Storage) -> Option<&mut Vec<Self>> {
                 match storage {
                     Storage::$variant(v) => Some(v),
                     _ => None,
@@ -207,6 +214,44 @@ impl Storage {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Appends `xs`; false (nothing appended) when they are not of this buffer's dtype.
+    pub fn append<T: Element>(&mut self, xs: &[T]) -> bool {
+        T::vec_mut(self).map(|v| v.extend_from_slice(xs)).is_some()
+    }
+
+    /// Keeps the first `len` elements.
+    pub fn truncate(&mut self, len: usize) {
+        match self {
+            Storage::F32(v) => v.truncate(len),
+            Storage::F64(v) => v.truncate(len),
+            Storage::I32(v) => v.truncate(len),
+            Storage::I64(v) => v.truncate(len),
+            Storage::Bool(v) => v.truncate(len),
+        }
+    }
+
+    /// Overwrites every element with `from`'s, starting at `start` (same dtype, and `from`
+    /// holds them: otherwise nothing is copied and the result is false).
+    pub fn copy_from(&mut self, from: &Storage, start: usize) -> bool {
+        fn copy<T: Copy>(to: &mut [T], from: &[T], start: usize) -> bool {
+            match from.get(start..start + to.len()) {
+                Some(xs) => {
+                    to.copy_from_slice(xs);
+                    true
+                }
+                None => false,
+            }
+        }
+        match (self, from) {
+            (Storage::F32(to), Storage::F32(xs)) => copy(to, xs, start),
+            (Storage::F64(to), Storage::F64(xs)) => copy(to, xs, start),
+            (Storage::I32(to), Storage::I32(xs)) => copy(to, xs, start),
+            (Storage::I64(to), Storage::I64(xs)) => copy(to, xs, start),
+            (Storage::Bool(to), Storage::Bool(xs)) => copy(to, xs, start),
+            _ => false,
+        }
     }
 
     /// A buffer of `len` copies of `value` (converted from f64).

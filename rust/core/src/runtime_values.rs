@@ -3,18 +3,19 @@
 //!
 //! A stack is a value in the IR (`StackPush` returns a new stack), but copying it on every push
 //! would make a loop that pushes once per iteration quadratic. `StackValue` shares its storage
-//! (`Arc<Vec<Tensor>>`) and mutates in place when it holds the only reference
+//! (small items packed into one buffer, larger ones as tensors) and mutates in place when it holds the only reference
 //! (`Arc::make_mut`), which the interpreter arranges by moving values at their last use; a stack
 //! that is still shared is copied once, then owned. A variable is the one mutable thing: every
 //! `VariableRef` clone is a handle to the same cell.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::dtype::{Element, Storage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{tensor_types_compatible, ValueType};
 use crate::ops::execute;
 use crate::ops::{binary, Op};
-use crate::shape::TensorType;
+use crate::shape::{numel, TensorType, DYN};
 use crate::tensor::Tensor;
 
 /// A value flowing along an edge while the interpreter runs a function.
@@ -114,15 +115,52 @@ fn not_a(wanted: &str, got: &RtValue) -> Error {
 #[derive(Clone, Debug)]
 pub struct StackValue {
     element: TensorType,
-    items: Arc<Vec<Tensor>>,
+    items: Arc<Items>,
+}
+
+/// Elements of a static type up to this many bytes are packed into one buffer: a push copies
+/// them in, a pop copies them out, and no item is an allocation of its own (a loop's
+/// residuals: scalars, an RNN's state). Larger ones stay tensors, so a push keeps the tensor
+/// instead of copying it.
+pub const PACKED_ITEM_BYTES: usize = 4096;
+
+#[derive(Clone, Debug)]
+enum Items {
+    /// Every item's elements, bottom first; `len` items of the element's size.
+    Packed {
+        data: Storage,
+        len: usize,
+    },
+    Tensors(Vec<Tensor>),
+}
+
+/// What `StackValue::pop_into` did with the top item.
+pub enum Popped {
+    /// Its elements were copied into the buffer.
+    Copied,
+    /// It was popped as a tensor (the buffer is not of its type, or items are tensors).
+    Tensor(Tensor),
 }
 
 impl StackValue {
     /// An empty stack of `element`s (`DYN` dimensions accept any size).
     pub fn new(element: TensorType) -> Self {
+        let size = element
+            .shape
+            .iter()
+            .try_fold(element.dtype.size(), |bytes, &d| {
+                (d != DYN).then(|| bytes.saturating_mul(d))
+            });
+        let items = match size {
+            Some(bytes) if bytes <= PACKED_ITEM_BYTES => Items::Packed {
+                data: Storage::filled(element.dtype, 0, 0.0),
+                len: 0,
+            },
+            _ => Items::Tensors(Vec::new()),
+        };
         StackValue {
             element,
-            items: Arc::new(Vec::new()),
+            items: Arc::new(items),
         }
     }
 
@@ -131,16 +169,29 @@ impl StackValue {
     }
 
     pub fn len(&self) -> usize {
-        self.items.len()
+        match &*self.items {
+            Items::Packed { len, .. } => *len,
+            Items::Tensors(items) => items.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
     }
 
-    /// The elements, bottom first.
-    pub fn items(&self) -> &[Tensor] {
-        &self.items
+    /// Item `k` (0 the bottom), or `None` past the top.
+    pub fn item(&self, k: usize) -> Option<Tensor> {
+        match &*self.items {
+            Items::Packed { data, len } if k < *len => {
+                let n = numel(&self.element.shape);
+                crate::with_dtype!(self.element.dtype, T, {
+                    let xs = T::slice(data)?.get(k * n..(k + 1) * n)?;
+                    Tensor::collect::<T>(&self.element.shape, xs.iter().copied()).ok()
+                })
+            }
+            Items::Packed { .. } => None,
+            Items::Tensors(items) => items.get(k).cloned(),
+        }
     }
 
     /// Pushes `value`; amortised O(1) when this is the only handle to the storage. A value of
@@ -152,16 +203,90 @@ impl StackValue {
         if !tensor_types_compatible(value.ty(), &self.element) {
             return Err(self.type_error(ErrorKind::Shape, &value));
         }
-        Arc::make_mut(&mut self.items).push(value);
+        match Arc::make_mut(&mut self.items) {
+            Items::Packed { data, len } => {
+                let appended =
+                    crate::with_dtype!(value.dtype(), T, { data.append(value.as_slice::<T>()?) });
+                if !appended {
+                    return Err(Error::internal(
+                        "stack_push",
+                        "a packed stack of another dtype",
+                    ));
+                }
+                *len += 1;
+            }
+            Items::Tensors(items) => items.push(value),
+        }
         Ok(())
+    }
+
+    /// Pushes the elements of `buffer`, a tensor of exactly the element type (a compiled
+    /// frame's register): copied in, with no tensor made for a packed stack.
+    pub fn push_elements(&mut self, buffer: &Storage) -> Result<()> {
+        let n = numel(&self.element.shape);
+        let wrong = || {
+            let msg = format!(
+                "a buffer of {} elements pushed onto a stack of {}",
+                buffer.len(),
+                self.element
+            );
+            Error::internal("stack_push", msg)
+        };
+        if buffer.dtype() != self.element.dtype || buffer.len() != n {
+            return Err(wrong());
+        }
+        match Arc::make_mut(&mut self.items) {
+            Items::Packed { data, len } => {
+                let appended = crate::with_dtype!(buffer.dtype(), T, {
+                    data.append(T::slice(buffer).ok_or_else(wrong)?)
+                });
+                if !appended {
+                    return Err(wrong());
+                }
+                *len += 1;
+                Ok(())
+            }
+            Items::Tensors(items) => {
+                let tensor = crate::with_dtype!(buffer.dtype(), T, {
+                    let xs = T::slice(buffer).ok_or_else(wrong)?;
+                    Tensor::collect::<T>(&self.element.shape, xs.iter().copied())?
+                });
+                items.push(tensor);
+                Ok(())
+            }
+        }
     }
 
     /// Pops the top element (`None` when empty); O(1) when the storage is not shared.
     pub fn pop(&mut self) -> Option<Tensor> {
-        if self.items.is_empty() {
+        if self.is_empty() {
             return None;
         }
-        Arc::make_mut(&mut self.items).pop()
+        let top = self.item(self.len() - 1);
+        match Arc::make_mut(&mut self.items) {
+            Items::Packed { data, len } => {
+                *len -= 1;
+                data.truncate(*len * numel(&self.element.shape));
+                top
+            }
+            Items::Tensors(items) => items.pop(),
+        }
+    }
+
+    /// Pops the top element into `buffer` when the buffer holds exactly the element type's
+    /// elements and the stack is packed (no tensor made); as a tensor otherwise. `None` when
+    /// empty.
+    pub fn pop_into(&mut self, buffer: &mut Storage) -> Option<Popped> {
+        let n = numel(&self.element.shape);
+        let fits = buffer.dtype() == self.element.dtype && buffer.len() == n;
+        if let (true, Items::Packed { data, len }) = (fits, Arc::make_mut(&mut self.items)) {
+            if *len > 0 && buffer.copy_from(data, (*len - 1) * n) {
+                *len -= 1;
+                data.truncate(*len * n);
+                return Some(Popped::Copied);
+            }
+        }
+        self.pop().map(Popped::Tensor)
     }
 
     /// Whether `self` and `other` share storage (tests check pushes do not copy).

@@ -340,16 +340,21 @@ fn add(a: RtValue, b: RtValue) -> Result<RtValue> {
     let (long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
     let offset = long.len() - short.len();
     let mut sum = StackValue::new(long.element().clone());
-    for (k, x) in long.items().iter().enumerate() {
+    let item = |s: &StackValue, k: usize| {
+        s.item(k)
+            .ok_or_else(|| Error::internal("stack_add", "an item past the top"))
+    };
+    for k in 0..long.len() {
+        let x = item(&long, k)?;
         let item = match k.checked_sub(offset) {
             Some(j) => {
                 let op = crate::ops::Op::Add(Default::default());
-                let out = crate::ops::execute(&op, &[x.clone(), short.items()[j].clone()])?;
+                let out = crate::ops::execute(&op, &[x, item(&short, j)?])?;
                 out.into_iter()
                     .next()
                     .ok_or_else(|| Error::internal("stack_add", "add gave no output"))?
             }
-            None => x.clone(),
+            None => x,
         };
         sum.push(item)?;
     }

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::graph::constructs::StackOp;
 use crate::graph::ValueType;
 use crate::ops::DestKernel;
-use crate::runtime_values::{RtValue, StackValue};
+use crate::runtime_values::{Popped, RtValue, StackValue};
 use crate::shape::{numel, TensorType, DYN};
 use crate::tensor::Tensor;
 
@@ -48,6 +48,10 @@ pub(super) enum Action {
     Merge,
     Switch(usize),
     Kernel(DestKernel),
+    /// A kernel that updates its first input in place: that input is read for the last time,
+    /// its buffer moves to the output register, and the kernel reads the other inputs and
+    /// the output's buffer (`rank_one::update_in_place`).
+    Update(DestKernel),
     /// A stack node, run through its construct's `Kernel` on values.
     Node,
     /// `stack_push` of a buffer's elements: the stack moved, pushed, moved on.
@@ -235,6 +239,7 @@ impl CompiledFrame {
             .map(|&(r, _)| r)
             .collect();
         Self::pass_invariants(&mut steps, &slots, &invariant, program.results());
+        super::rank_one::update_in_place(&mut steps, &fused.nodes);
         Some(CompiledFrame {
             fused: fused.clone(),
             steps,
@@ -387,15 +392,20 @@ impl CompiledFrame {
         own + nested.sum::<usize>()
     }
 
-    /// How many steps of this frame and the loops nested in it are rank-one updates.
+    /// How many steps of this frame and the loops nested in it are rank-one updates, and how
+    /// many of them update in place.
     #[cfg(test)]
-    pub fn rank_one_updates(&self) -> usize {
-        let nested = self.steps.iter().map(|step| match &step.action {
-            Action::Loop(inner, _) => inner.rank_one_updates(),
-            Action::Kernel(_) => usize::from(step.reads.len() == 3 && self.is_add(step)),
-            _ => 0,
+    pub fn rank_one_updates(&self) -> [usize; 2] {
+        let nested = self.steps.iter().map(|step| {
+            let fused = usize::from(step.reads.len() == 3 && self.is_add(step));
+            match &step.action {
+                Action::Loop(inner, _) => inner.rank_one_updates(),
+                Action::Kernel(_) => [fused, 0],
+                Action::Update(_) => [fused, fused],
+                _ => [0, 0],
+            }
         });
-        nested.sum()
+        nested.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
     }
 
     #[cfg(test)]
@@ -511,15 +521,19 @@ impl CompiledFrame {
                 self.release(state, reads);
                 state.live[out + k] = true;
             }
-            Action::Kernel(kernel) => {
+            Action::Kernel(kernel) | Action::Update(kernel) => {
+                let updates = matches!(step.action, Action::Update(_));
+                if updates {
+                    self.transfer(state, reads[0], out);
+                }
                 let State { buffers, phys, .. } = state;
                 // Registers map to distinct buffers, so the output's is none of the inputs'.
                 let o = phys[out] as usize;
                 let mut written = std::mem::replace(&mut buffers[o], Storage::Bool(Vec::new()));
-                let data = &step.data;
+                let data = &step.data[usize::from(updates)..];
                 let input = |k: usize| &buffers[phys[data[k] as usize] as usize];
                 let outputs = std::slice::from_mut(&mut written);
-                let done = match reads.len() {
+                let done = match data.len() {
                     0 => kernel(&[], outputs),
                     1 => kernel(&[input(0)], outputs),
                     2 => kernel(&[input(0), input(1)], outputs),
@@ -570,8 +584,12 @@ impl CompiledFrame {
         let mut items = self.take_stack(state, reads[0])?;
         let ty = self.slots[reads[1].reg as usize].tensor();
         let ty = ty.ok_or_else(|| Error::internal("stack_push", "no buffer"))?;
-        let element = state.phys[step.data[1] as usize] as usize;
-        items.push(unload(&state.buffers[element], ty)?)?;
+        let element = &state.buffers[state.phys[step.data[1] as usize] as usize];
+        if ty == items.element() {
+            items.push_elements(element)?;
+        } else {
+            items.push(unload(element, ty)?)?;
+        }
         self.release(state, reads);
         state.values[out] = Some(RtValue::Stack(items));
         state.live[out] = true;
@@ -583,13 +601,25 @@ impl CompiledFrame {
         let (reads, out) = (&step.reads[..], step.out as usize);
         let mut items = self.take_stack(state, reads[0])?;
         self.release(state, reads);
-        let top = items.pop().ok_or_else(|| {
+        let buffer = match &self.slots[out + 1] {
+            Slot::Buffer(_) => Some(state.phys[out + 1] as usize),
+            Slot::Value(_) => None,
+        };
+        let mut scratch = Storage::Bool(Vec::new());
+        let popped = items.pop_into(buffer.map_or(&mut scratch, |b| &mut state.buffers[b]));
+        let Some(popped) = popped else {
             let ty = ValueType::Stack(items.element().clone());
-            Error::index("stack_pop", format!("pop from an empty {ty}"))
-        })?;
+            return Err(Error::index("stack_pop", format!("pop from an empty {ty}")));
+        };
         state.values[out] = Some(RtValue::Stack(items));
         state.live[out] = true;
-        self.write(state, out + 1, RtValue::Tensor(top))
+        match popped {
+            Popped::Copied => {
+                state.live[out + 1] = true;
+                Ok(())
+            }
+            Popped::Tensor(top) => self.write(state, out + 1, RtValue::Tensor(top)),
+        }
     }
 
     /// The stack register `r` holds: moved out at its last read, else shared.
@@ -800,7 +830,10 @@ pub(crate) fn same_bits(a: &RtValue, b: &RtValue) -> bool {
         (RtValue::Stack(x), RtValue::Stack(y)) => {
             x.element() == y.element()
                 && x.len() == y.len()
-                && x.items().iter().zip(y.items()).all(|(p, q)| tensors(p, q))
+                && (0..x.len()).all(|k| match (x.item(k), y.item(k)) {
+                    (Some(p), Some(q)) => tensors(&p, &q),
+                    _ => false,
+                })
         }
         _ => false,
     }

@@ -190,15 +190,17 @@ impl Executor {
         programs.map(|p| p.native_frames()).sum()
     }
 
-    /// How many rank-one updates its compiled frames run (`rank_one`).
+    /// How many rank-one updates its compiled frames run (`rank_one`), and how many of them in
+    /// place.
     #[cfg(test)]
-    pub fn rank_one_updates(&self) -> usize {
+    pub fn rank_one_updates(&self) -> [usize; 2] {
         // A root program holds the loops the plan's nodes also hold.
         if let Some(root) = &self.root {
             return root.rank_one_updates();
         }
         let programs = self.plan.nodes.iter().filter_map(|n| n.program.as_deref());
-        programs.map(|p| p.rank_one_updates()).sum()
+        let counts = programs.map(|p| p.rank_one_updates());
+        counts.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).

@@ -226,17 +226,18 @@ impl Program {
         nested.sum()
     }
 
-    /// How many rank-one updates the compiled frames of this frame and its loops run.
+    /// How many rank-one updates the compiled frames of this frame and its loops run, and how
+    /// many of them in place.
     #[cfg(test)]
-    pub fn rank_one_updates(&self) -> usize {
+    pub fn rank_one_updates(&self) -> [usize; 2] {
         if let Some(compiled) = &self.compiled {
             return compiled.rank_one_updates();
         }
         let nested = self.steps.iter().map(|step| match &step.action {
             Action::Loop(inner) => inner.rank_one_updates(),
-            _ => 0,
+            _ => [0, 0],
         });
-        nested.sum()
+        nested.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
     }
 
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.

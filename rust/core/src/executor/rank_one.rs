@@ -7,6 +7,10 @@
 //! (W6: two per step). The kernel computes what the two ops compute, bit for bit, so the
 //! interpreted program and check mode agree.
 //!
+//! Where the add's other operand (the accumulator) is read for the last time, in its own
+//! buffer, the fused step updates that buffer in place (`Action::Update`): the sum needs no
+//! second buffer, and one pass over the accumulator's cache lines instead of two.
+//!
 //! The product's step is removed and its reads move to the add. That is sound when the
 //! product is the add's operand at its only read, has no control inputs and is no step's
 //! control input, and no step between the two writes a or b, so their buffers hold the same
@@ -41,6 +45,23 @@ pub(super) fn fuse(steps: &mut Vec<Step>, nodes: &[DfNode], slots: &[Slot], resu
     }
 }
 
+/// Turns each fused step whose accumulator is read for the last time, from its own register
+/// (not an invariant's buffer, `pass_invariants`), into an in-place update. The kernel takes
+/// (a, b) and the output's buffer, which is then the accumulator's.
+pub(super) fn update_in_place(steps: &mut [Step], nodes: &[DfNode]) {
+    for step in steps.iter_mut() {
+        let fused = step.reads.len() == 3 && is_add(&nodes[step.node]);
+        let x = step.reads[..].first().copied();
+        let own = x.is_some_and(|x| x.take && step.data[0] == x.reg);
+        if !fused || !own || !matches!(step.action, Action::Kernel(_)) {
+            continue;
+        }
+        if let Action::Kernel(kernel) = std::mem::replace(&mut step.action, Action::NoOp) {
+            step.action = Action::Update(kernel);
+        }
+    }
+}
+
 /// A product's step to remove, the step that replaces its add, and the reads between that
 /// stop being the last of their register.
 struct Fusion {
@@ -58,8 +79,8 @@ fn candidate(
     results: &[Reg],
 ) -> Option<Fusion> {
     let add = &steps[j];
-    let is_add = matches!(&nodes[add.node].kind, DfKind::Op(op) if op.kind() == OpKind::Add);
-    if !is_add || !matches!(add.action, Action::Kernel(_)) || add.reads.len() != 2 {
+    if !is_add(&nodes[add.node]) || !matches!(add.action, Action::Kernel(_)) || add.reads.len() != 2
+    {
         return None;
     }
     let out = slots[add.out as usize].tensor()?;
@@ -141,4 +162,8 @@ fn candidate(
             taken,
         })
     })
+}
+
+fn is_add(node: &DfNode) -> bool {
+    matches!(&node.kind, DfKind::Op(op) if op.kind() == OpKind::Add)
 }

@@ -845,7 +845,9 @@ func @step(%0: i64[], %1: f32[3, 4], %2: f32[4, 3], %3: f32[1, 3], %4: f32[1, 4]
 fn accumulated_outer_products_run_as_rank_one_updates_bit_for_bit() {
     let graph = parse_graph(RANK_ONE).unwrap();
     let exec = Executor::new(&graph).unwrap();
-    assert_eq!(exec.rank_one_updates(), 2, "both adds take their products");
+    // Both adds take their products; both accumulators are read for the last time there, so
+    // both are updated in place.
+    assert_eq!(exec.rank_one_updates(), [2, 2]);
     let tensor = |v: Vec<f32>, shape: &[usize]| RtValue::from(Tensor::from_vec(v, shape).unwrap());
     // Signed zeros: -0 + 0 * -1 stays -0 only if the product is rounded on its own and then
     // added, as the unfused ops compute it (a product added to +0 would make it +0).
@@ -868,4 +870,36 @@ fn accumulated_outer_products_run_as_rank_one_updates_bit_for_bit() {
     }
     assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
     check_against_interpreter("rank one", &graph);
+}
+
+#[test]
+fn an_accumulator_read_after_its_update_is_not_updated_in_place() {
+    // %2 is read again after its update: that add writes a buffer of its own.
+    let text = RANK_ONE
+        .replace(
+            "  %13 = add(%12, %2) : f32[4, 3]\n",
+            "  %13 = add(%12, %2) : f32[4, 3]\n  %16 = sub(%13, %2) : f32[4, 3]\n",
+        )
+        .replace("return %8, %11, %13,", "return %8, %11, %16,");
+    let graph = parse_graph(&text).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    assert_eq!(exec.rank_one_updates(), [2, 1]);
+    let tensor = |v: Vec<f32>, shape: &[usize]| RtValue::from(Tensor::from_vec(v, shape).unwrap());
+    let args = || {
+        vec![
+            tensor((0..12).map(|k| k as f32 * 0.5 - 2.0).collect(), &[3, 4]),
+            tensor((0..12).map(|k| [-0.0, 1.5, -2.0][k % 3]).collect(), &[4, 3]),
+            tensor(vec![0.0, -0.5, 3.0], &[1, 3]),
+            tensor(vec![-1.0, 0.0, 0.25, -0.0], &[1, 4]),
+            tensor((0..16).map(|k| (k as f32 - 7.5) * 0.1).collect(), &[4, 4]),
+        ]
+    };
+    let want = run_graph(&graph, args()).unwrap();
+    for _ in 0..2 {
+        let got = exec.run(args()).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(super::compiled_frame::same_bits(g, w), "{g:?} != {w:?}");
+        }
+    }
+    check_against_interpreter("rank one, accumulator read after", &graph);
 }

@@ -145,7 +145,7 @@ fn stacks_are_values_and_check_what_is_pushed() {
         "pushing onto a copy leaves the original alone"
     );
     assert_eq!(b.pop().unwrap().to_f64_vec(), [3.0]);
-    assert_eq!(a.items()[0].to_f64_vec(), [1.0, 2.0]);
+    assert_eq!(a.item(0).unwrap().to_f64_vec(), [1.0, 2.0]);
     let err = a.push(Tensor::scalar(1i32)).unwrap_err();
     assert_eq!(
         (err.kind, err.op.as_ref()),
@@ -163,6 +163,65 @@ fn stacks_are_values_and_check_what_is_pushed() {
     assert!(StackValue::new(TensorType::scalar(DType::F32))
         .pop()
         .is_none());
+}
+
+#[test]
+fn small_static_items_are_packed_and_come_back_with_their_bits() {
+    use crate::dtype::{Element, Storage};
+    use crate::runtime_values::Popped;
+    // f32[3] items are packed (one buffer); f32[2000] items (8000 bytes) stay tensors.
+    for n in [3usize, 2000] {
+        let ty = TensorType::new(DType::F32, &[n]);
+        let item = |k: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| [-0.0, f32::NAN, 1.5][(i + k) % 3] + k as f32)
+                .collect()
+        };
+        let mut a = StackValue::new(ty.clone());
+        for k in 0..5 {
+            a.push(Tensor::from_vec(item(k), &[n]).unwrap()).unwrap();
+        }
+        a.push_elements(&Storage::F32(item(5))).unwrap();
+        let b = a.clone();
+        assert!(b.shares_storage_with(&a));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut buffer = Storage::F32(vec![0.0; n]);
+        for k in (3..6).rev() {
+            match a.pop_into(&mut buffer).unwrap() {
+                Popped::Copied => assert!(n == 3, "only packed items are copied out"),
+                Popped::Tensor(t) => {
+                    assert!(n == 2000);
+                    buffer = Storage::F32(t.as_slice::<f32>().unwrap().to_vec());
+                }
+            }
+            assert_eq!(
+                bits(f32::slice(&buffer).unwrap()),
+                bits(&item(k)),
+                "item {k}"
+            );
+        }
+        assert_eq!(
+            (a.len(), b.len()),
+            (3, 6),
+            "popping a copy leaves the original"
+        );
+        for k in (0..3).rev() {
+            let t = a.pop().unwrap();
+            assert_eq!(t.shape(), [n]);
+            assert_eq!(bits(t.as_slice::<f32>().unwrap()), bits(&item(k)));
+        }
+        assert!(a.pop().is_none() && a.pop_into(&mut buffer).is_none());
+        assert_eq!(bits(b.item(4).unwrap().as_slice().unwrap()), bits(&item(4)));
+        assert!(b.item(6).is_none());
+        // A buffer of another size or dtype is not pushed; one of another size is popped
+        // into as a tensor.
+        let mut c = b.clone();
+        assert!(c.push_elements(&Storage::F32(vec![0.0; n + 1])).is_err());
+        assert!(c.push_elements(&Storage::F64(vec![0.0; n])).is_err());
+        let mut other = Storage::F32(vec![0.0; n + 1]);
+        assert!(matches!(c.pop_into(&mut other), Some(Popped::Tensor(_))));
+        assert_eq!(c.len(), 5);
+    }
 }
 
 fn resource_f32() -> ValueType {

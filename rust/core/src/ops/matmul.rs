@@ -17,6 +17,7 @@ use smallvec::smallvec;
 
 use super::attrs::op_attrs;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
+use super::matvec::MatVec;
 use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
 use crate::dtype::Storage;
@@ -224,14 +225,19 @@ kernel!(f32 => gemm_product, f64 => gemm_product, i32 => loop_product, i64 => lo
 /// gemm's AVX-512 stores win (`docs/notes.md`, "Kernels").
 pub const OUTER_LOOP_ELEMENTS: usize = 1 << 14;
 
+/// Vector-matrix products (one row or one column out) whose matrix has up to this many
+/// elements run as `MatVec`'s register-blocked loops: float32 1x64 @ 64x64 in 123 against
+/// gemm's 556 ns, its transposed form 171 against 221; still ahead at 256x256, behind at
+/// 512x512 in float64 (`docs/notes.md`, "Kernels").
+const MATVEC_ELEMENTS: usize = 1 << 16;
+
 /// Float products through gemm, which reads both operands through strides; outer products up
-/// to `OUTER_LOOP_ELEMENTS` through `outer_product`. Plain loops (vectorised i-k-j rows and
-/// dot products) lost or tied against gemm at the other sizes of an RNN step (vector times
-/// 64x64 matrix, its transpose; `docs/notes.md`). Many small products are spread over threads
-/// one per task; large ones are split by gemm itself.
+/// to `OUTER_LOOP_ELEMENTS` through `outer_rows`, vector-matrix products up to
+/// `MATVEC_ELEMENTS` through `vector_product`. Many small products are spread over threads one
+/// per task; large ones are split by gemm itself.
 /// Only instantiated for f32 and f64 (gemm panics on other types).
 #[allow(unsafe_code, reason = "gemm takes raw pointers and strides")]
-fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
+fn gemm_product<T: MatVec + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let flops = m * n * k;
     if flops == 0 {
@@ -249,17 +255,23 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
         return;
     }
     let ((ars, acs), (brs, bcs)) = (plan.a_strides, plan.b_strides);
-    // gemm overwrites `dst` (`read_dst` false): no zeroing first.
-    // SAFETY: `Plan::fits` checked that every element gemm reads lies inside `a` and `b`;
-    // `dst` holds exactly m * n elements, written with row stride n.
+    let small = (m == 1 || n == 1) && k * m * n <= MATVEC_ELEMENTS;
     #[rustfmt::skip]
-    let one = |par: gemm::Parallelism, dst: &mut [T], (ao, bo): (usize, usize)| unsafe {
-        gemm::gemm(
-            m, n, k, dst.as_mut_ptr(), 1, n as isize, false,
-            a.as_ptr().add(ao), acs as isize, ars as isize,
-            b.as_ptr().add(bo), bcs as isize, brs as isize,
-            T::zero(), T::one(), false, false, false, par,
-        )
+    let one = |par: gemm::Parallelism, dst: &mut [T], (ao, bo): (usize, usize)| {
+        if small && vector_product(plan, &a[ao..], &b[bo..], dst) {
+            return;
+        }
+        // gemm overwrites `dst` (`read_dst` false): no zeroing first.
+        // SAFETY: `Plan::fits` checked that every element gemm reads lies inside `a` and `b`;
+        // `dst` holds exactly m * n elements, written with row stride n.
+        unsafe {
+            gemm::gemm(
+                m, n, k, dst.as_mut_ptr(), 1, n as isize, false,
+                a.as_ptr().add(ao), acs as isize, ars as isize,
+                b.as_ptr().add(bo), bcs as isize, brs as isize,
+                T::zero(), T::one(), false, false, false, par,
+            )
+        }
     };
     let batches = plan.offsets.len();
     let big = flops >= GEMM_PARALLEL_FLOPS;
@@ -274,6 +286,27 @@ fn gemm_product<T: Arith + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]
     }
 }
 
+/// One batch element's product `a @ b` (a and b starting at its offsets) when it has one row or
+/// one column and `MatVec` has a form for its strides; false leaves `dst` to gemm. A row
+/// combines b's rows (contiguous) or takes dot products with its columns (contiguous, and a
+/// contiguous too); a column likewise with a's columns or rows.
+fn vector_product<T: MatVec>(plan: &Plan, a: &[T], b: &[T], dst: &mut [T]) -> bool {
+    let (k, ((ars, acs), (brs, bcs))) = (plan.k, (plan.a_strides, plan.b_strides));
+    let (x, x_stride, mat, (p_stride, j_stride)) = match (plan.m, plan.n) {
+        (1, _) => (a, acs, b, (brs, bcs)),
+        (_, 1) => (b, brs, a, (acs, ars)),
+        _ => return false,
+    };
+    if j_stride == 1 {
+        T::combine_rows(|p| x[p * x_stride], k, mat, p_stride, dst);
+    } else if p_stride == 1 && x_stride == 1 {
+        T::dots(&x[..k], mat, j_stride, dst);
+    } else {
+        return false;
+    }
+    true
+}
+
 /// Each row i of `dst` (`n` wide) from `x_i` and b: `dst[i][j] = x_i * b_j`.
 fn outer_rows<T: Arith>(dst: &mut [T], xs: impl Iterator<Item = T>, b: &[T], n: usize) {
     for (row, x) in dst.chunks_exact_mut(n).zip(xs) {
@@ -284,11 +317,12 @@ fn outer_rows<T: Arith>(dst: &mut [T], xs: impl Iterator<Item = T>, b: &[T], n: 
 }
 
 /// The fused kernel of `x + outer(a, b)` (or `outer(a, b) + x`, `product_first`) for an
-/// `m`-vector `a`, an `n`-vector `b` and `x` of shape [m, n], inputs in the order (x, a, b):
-/// one pass over the accumulator instead of the product's buffer and an add. The gradient of
-/// a vector-matrix product accumulated over a loop is this (`executor::fuse`). Each element
-/// is the product rounded, then the sum, in the add's operand order: bit for bit what the
-/// two ops compute (`gemm_product` runs these outer products as `outer_rows`). Float32 and
+/// `m`-vector `a`, an `n`-vector `b` and `x` of shape [m, n]: one pass over the accumulator
+/// instead of the product's buffer and an add. The gradient of a vector-matrix product
+/// accumulated over a loop is this (`executor::rank_one`). Inputs (x, a, b) write the sum into
+/// the output; inputs (a, b) add to what the output holds (x's buffer, moved there). Each
+/// element is the product rounded, then the sum, in the add's operand order: bit for bit what
+/// the two ops compute (`gemm_product` runs these outer products as `outer_rows`). Float32 and
 /// float64, up to `OUTER_LOOP_ELEMENTS`.
 pub fn rank_one_update_into(
     dtype: crate::dtype::DType,
@@ -300,14 +334,36 @@ pub fn rank_one_update_into(
         return None;
     }
     fn kernel<T: Arith>(m: usize, n: usize, product_first: bool) -> DestKernel {
+        let sum = move |x: T, p: T| if product_first { p.wadd(x) } else { x.wadd(p) };
         Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+            let sizes = |a: &[T], b: &[T], out: &[T]| {
+                if a.len() == m && b.len() == n && out.len() == m * n {
+                    Ok(())
+                } else {
+                    Err(Error::internal(
+                        "matmul",
+                        "a rank-one update of other sizes",
+                    ))
+                }
+            };
+            let out = dest::output::<T>(outs, 0)?;
+            if let [_, _] = ins {
+                let (a, b) = (dest::input::<T>(ins, 0)?, dest::input::<T>(ins, 1)?);
+                sizes(a, b, out)?;
+                for (row, &ai) in out.chunks_exact_mut(n).zip(a) {
+                    row.iter_mut()
+                        .zip(b)
+                        .for_each(|(d, &bj)| *d = sum(*d, ai.wmul(bj)));
+                }
+                return Ok(());
+            }
             let (x, a, b) = (
                 dest::input::<T>(ins, 0)?,
                 dest::input::<T>(ins, 1)?,
                 dest::input::<T>(ins, 2)?,
             );
-            let out = dest::output::<T>(outs, 0)?;
-            if x.len() != m * n || a.len() != m || b.len() != n || out.len() != m * n {
+            sizes(a, b, out)?;
+            if x.len() != m * n {
                 return Err(Error::internal(
                     "matmul",
                     "a rank-one update of other sizes",
@@ -316,11 +372,7 @@ pub fn rank_one_update_into(
             let rows = out.chunks_exact_mut(n).zip(x.chunks_exact(n)).zip(a);
             for ((row, xs), &ai) in rows {
                 let terms = row.iter_mut().zip(xs).zip(b);
-                if product_first {
-                    terms.for_each(|((d, &xj), &bj)| *d = ai.wmul(bj).wadd(xj));
-                } else {
-                    terms.for_each(|((d, &xj), &bj)| *d = xj.wadd(ai.wmul(bj)));
-                }
+                terms.for_each(|((d, &xj), &bj)| *d = sum(xj, ai.wmul(bj)));
             }
             Ok(())
         })

@@ -125,6 +125,28 @@ fn matches_the_reference_with_broadcast_batches_and_transposes() {
 }
 
 #[test]
+fn vector_products_match_the_reference_at_every_block_boundary() {
+    // One row or one column out (`MatVec`'s loops), both layouts of the matrix, sizes around
+    // the vector width, the 8-register block and the 4-row group, batches, and past
+    // `MATVEC_ELEMENTS` (gemm again).
+    let sizes = [1, 3, 4, 8, 9, 31, 64, 65, 70, 129, 300];
+    for (k, n) in sizes
+        .iter()
+        .flat_map(|&k| sizes.iter().map(move |&n| (k, n)))
+    {
+        check(&[1, k], &[k, n], false, false);
+        check(&[1, k], &[n, k], false, true);
+        check(&[k, 1], &[k, n], true, false);
+        check(&[n, k], &[k, 1], false, false);
+        check(&[k, n], &[k, 1], true, false);
+        check(&[n, k], &[1, k], false, true);
+    }
+    check(&[3, 1, 64], &[64, 70], false, false);
+    check(&[2, 70, 64], &[2, 64, 1], false, false);
+    check(&[5, 1, 64], &[5, 33, 64], false, true);
+}
+
+#[test]
 fn large_products_take_the_parallel_paths() {
     // Many products spread one per task; one product split by gemm; ints split by rows.
     check(&[40, 40, 60], &[40, 60, 50], false, false);
@@ -350,16 +372,22 @@ fn a_rank_one_update_adds_the_rounded_product_in_the_adds_order() {
     let storage = |v: &[f32]| f32::into_storage(v.to_vec());
     for product_first in [false, true] {
         let kernel = rank_one_update_into(DType::F32, m, n, product_first).unwrap();
+        // Into a buffer from x, a and b; and in place, from a and b into x's elements.
         let mut out = [storage(&vec![7.0; m * n])];
         kernel(&[&storage(&x), &storage(&a), &storage(&b)], &mut out).unwrap();
-        let got = f32::slice(&out[0]).unwrap();
-        for k in 0..m * n {
-            let p = a[k / n] * b[k % n];
-            let want = x[k] + p; // either order: the operands are not NaNs
-            assert_eq!(got[k].to_bits(), want.to_bits(), "element {k}");
+        let mut updated = [storage(&x)];
+        kernel(&[&storage(&a), &storage(&b)], &mut updated).unwrap();
+        for got in [&out[0], &updated[0]].map(|s| f32::slice(s).unwrap()) {
+            for k in 0..m * n {
+                let p = a[k / n] * b[k % n];
+                let want = x[k] + p; // either order: the operands are not NaNs
+                assert_eq!(got[k].to_bits(), want.to_bits(), "element {k}");
+            }
         }
         let mut wrong = [storage(&[0.0; 3])];
         assert!(kernel(&[&storage(&x), &storage(&a), &storage(&b)], &mut wrong).is_err());
+        assert!(kernel(&[&storage(&a), &storage(&b)], &mut wrong).is_err());
+        assert!(kernel(&[&storage(&x[..3]), &storage(&a), &storage(&b)], &mut out).is_err());
     }
     assert!(rank_one_update_into(DType::I32, m, n, false).is_none());
     assert!(rank_one_update_into(DType::F64, 129, 128, false).is_none());

@@ -36,6 +36,7 @@ pub mod kernels;
 pub mod lanes;
 pub mod layout;
 pub mod matmul;
+pub mod matvec;
 pub mod permute;
 pub mod reduce;
 pub mod rules;

@@ -189,7 +189,7 @@ fn needs_step(step: &Step) -> bool {
         Action::Push | Action::Pop => false,
         Action::LoopMerge => step.reads.len() < 2,
         Action::Switch(n) => *n > 64,
-        Action::Kernel(_) => step.reads.len() > 3,
+        Action::Kernel(_) | Action::Update(_) => step.reads.len() > 3,
         Action::Node | Action::Loop(..) => true,
     }
 }
@@ -363,6 +363,15 @@ impl Emitter<'_, '_> {
                 self.set_live(out, true);
             }
             Action::Switch(n) => self.switch(step, *n),
+            Action::Update(_) => {
+                self.transfer(step.reads[0], out);
+                let code = self.call_kernel(k, step);
+                let cont = self.b.create_block();
+                self.check(k, code, cont);
+                self.b.switch_to_block(cont);
+                self.release(&step.reads);
+                self.set_live(out, true);
+            }
             Action::Kernel(_) => {
                 match &step.inline {
                     Some(e) => self.elementwise(step, e)?,
@@ -545,8 +554,10 @@ impl Emitter<'_, '_> {
     fn call_kernel(&mut self, k: usize, step: &Step) -> Value {
         let null = self.b.ins().iconst(self.ptr, 0);
         let mut args = vec![self.ctx, self.b.ins().iconst(types::I32, k as i64)];
+        // An update's first input is the output's buffer, moved there.
+        let skip = usize::from(matches!(step.action, Action::Update(_)));
         for j in 0..3 {
-            let a = match step.data.get(j) {
+            let a = match step.data.get(skip + j) {
                 Some(&reg) => self.storage(reg as usize),
                 None => null,
             };

@@ -201,14 +201,18 @@ extern "C" fn call_kernel(
     // SAFETY: the frame outlives the run.
     let frame = unsafe { &*ctx.frame };
     let step = &frame.steps[step as usize];
-    let Action::Kernel(kernel) = &step.action else {
-        let failure = Error::internal("executor", "a kernel call on another step").into();
-        return report(ctx, Ok(Err(failure)));
+    let (kernel, skip) = match &step.action {
+        Action::Kernel(kernel) => (kernel, 0),
+        Action::Update(kernel) => (kernel, 1),
+        _ => {
+            let failure = Error::internal("executor", "a kernel call on another step").into();
+            return report(ctx, Ok(Err(failure)));
+        }
     };
     let all = [a, b, c];
     // SAFETY: the code passes the buffers of the step's registers: distinct `Storage`s of
-    // the state, none of them the output's.
-    let inputs: smallvec::SmallVec<[&Storage; 3]> = all[..step.reads.len().min(3)]
+    // the state, none of them the output's (an update's first input is not passed).
+    let inputs: smallvec::SmallVec<[&Storage; 3]> = all[..step.reads.len().min(3) - skip]
         .iter()
         .map(|&p| unsafe { &*p })
         .collect();
@@ -236,7 +240,11 @@ extern "C" fn move_value(ctx: *mut Ctx, from: u32, to: u32, take: u32) {
 extern "C" fn clear_value(ctx: *mut Ctx, reg: u32) {
     // SAFETY: as in `move_value`.
     let state = unsafe { &mut *(*ctx).state };
-    state.values[reg as usize] = None;
+    // Mostly already moved out: testing first skips rewriting the whole empty value.
+    let value = &mut state.values[reg as usize];
+    if value.is_some() {
+        *value = None;
+    }
 }
 
 /// The address of a constant's first element (the frame owns it, so it does not move).
