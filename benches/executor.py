@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     want = [np.asarray(g) for g in grad(w, u)]
     for g, e in zip(staged(w, u), want, strict=True):
         np.testing.assert_allclose(np.asarray(g), e, rtol=1e-4, atol=1e-5)
-    t = paired(fns, number=1, repeats=max(3, repeats // 2))
+    t = paired(fns, number=1, repeats=max(5, repeats))
     per = 1e6 / STEPS
     rows.append(("W6 RNN loop gradient, executor, us/step", *stat(t["executor"], per), "≤ 1.5"))
     rows.append(("   frames stepped on buffers, us/step", *stat(t["buffers"], per), ""))

@@ -122,7 +122,7 @@ pub struct StackValue {
 /// them in, a pop copies them out, and no item is an allocation of its own (a loop's
 /// residuals: scalars, an RNN's state). Larger ones stay tensors, so a push keeps the tensor
 /// instead of copying it.
-pub const PACKED_ITEM_BYTES: usize = 4096;
+const PACKED_ITEM_BYTES: usize = 4096;
 
 #[derive(Clone, Debug)]
 enum Items {
@@ -205,13 +205,14 @@ impl StackValue {
         }
         match Arc::make_mut(&mut self.items) {
             Items::Packed { data, len } => {
-                let appended =
-                    crate::with_dtype!(value.dtype(), T, { data.append(value.as_slice::<T>()?) });
+                let n = numel(&self.element.shape);
+                let appended = crate::with_dtype!(value.dtype(), T, {
+                    let xs = value.as_slice::<T>()?;
+                    xs.len() == n && data.append(xs)
+                });
                 if !appended {
-                    return Err(Error::internal(
-                        "stack_push",
-                        "a packed stack of another dtype",
-                    ));
+                    let msg = format!("a {} does not fit a packed {}", value.ty(), self.element);
+                    return Err(Error::internal("stack_push", msg));
                 }
                 *len += 1;
             }

@@ -209,17 +209,21 @@ extern "C" fn call_kernel(
             return report(ctx, Ok(Err(failure)));
         }
     };
-    let all = [a, b, c];
     // SAFETY: the code passes the buffers of the step's registers: distinct `Storage`s of
-    // the state, none of them the output's (an update's first input is not passed).
-    let inputs: smallvec::SmallVec<[&Storage; 3]> = all[..step.reads.len().min(3) - skip]
-        .iter()
-        .map(|&p| unsafe { &*p })
-        .collect();
+    // the state, none of them the output's (an update's first input is not passed). Only
+    // the step's inputs are dereferenced; the pointers past them are null.
+    let input = |p: *const Storage| unsafe { &*p };
     // SAFETY: as above.
-    let out = unsafe { &mut *out };
+    let outputs = std::slice::from_mut(unsafe { &mut *out });
+    // A fixed array per count, not a collected vector: this runs for every kernel step.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        kernel(&inputs, std::slice::from_mut(out)).map_err(Failure::from)
+        match step.reads.len().min(3) - skip {
+            0 => kernel(&[], outputs),
+            1 => kernel(&[input(a)], outputs),
+            2 => kernel(&[input(a), input(b)], outputs),
+            _ => kernel(&[input(a), input(b), input(c)], outputs),
+        }
+        .map_err(Failure::from)
     }));
     report(ctx, outcome)
 }
