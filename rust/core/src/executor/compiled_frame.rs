@@ -118,6 +118,15 @@ pub(super) struct State {
     nested: Vec<State>,
 }
 
+impl State {
+    /// The value register `r` holds. Values, like buffers, sit in the slot the permutation
+    /// gives the register, so a move exchanges two entries of `phys` and copies nothing.
+    #[inline]
+    pub fn value(&mut self, r: usize) -> &mut Option<RtValue> {
+        &mut self.values[self.phys[r] as usize]
+    }
+}
+
 pub(crate) struct CompiledFrame {
     pub(super) fused: std::sync::Arc<FusedFrame>,
     pub(super) steps: Vec<Step>,
@@ -337,7 +346,7 @@ impl CompiledFrame {
                 RtValue::Tensor(t) if self.slots[r].tensor().is_some() => {
                     load(&mut state.buffers[state.phys[r] as usize], &t)?
                 }
-                other => state.values[r] = Some(other),
+                other => *state.value(r) = Some(other),
             }
             state.live[r] = true;
         }
@@ -356,9 +365,9 @@ impl CompiledFrame {
                 // A register returned twice is cloned for all but its last use.
                 let last = self.results.iter().filter(|&&x| x as usize == r).count() == 1;
                 let value = if last {
-                    state.values[r].take()
+                    state.value(r).take()
                 } else {
-                    state.values[r].clone()
+                    state.value(r).clone()
                 };
                 value.ok_or_else(|| Error::internal("executor", "a result is empty"))
             }
@@ -591,7 +600,7 @@ impl CompiledFrame {
             items.push(unload(element, ty)?)?;
         }
         self.release(state, reads);
-        state.values[out] = Some(RtValue::Stack(items));
+        *state.value(out) = Some(RtValue::Stack(items));
         state.live[out] = true;
         Ok(())
     }
@@ -611,7 +620,7 @@ impl CompiledFrame {
             let ty = ValueType::Stack(items.element().clone());
             return Err(Error::index("stack_pop", format!("pop from an empty {ty}")));
         };
-        state.values[out] = Some(RtValue::Stack(items));
+        *state.value(out) = Some(RtValue::Stack(items));
         state.live[out] = true;
         match popped {
             Popped::Copied => {
@@ -626,9 +635,9 @@ impl CompiledFrame {
     fn take_stack(&self, state: &mut State, r: Read) -> Result<StackValue> {
         let reg = r.reg as usize;
         let value = if r.take {
-            state.values[reg].take()
+            state.value(reg).take()
         } else {
-            state.values[reg].clone()
+            state.value(reg).clone()
         };
         value
             .ok_or_else(|| Error::internal("executor", "a stack is missing"))?
@@ -658,9 +667,9 @@ impl CompiledFrame {
             )?)),
             Slot::Value(_) => {
                 let value = if r.take {
-                    state.values[reg].take()
+                    state.value(reg).take()
                 } else {
-                    state.values[reg].clone()
+                    state.value(reg).clone()
                 };
                 value.ok_or_else(|| Error::internal("executor", "an input is missing"))
             }
@@ -674,7 +683,7 @@ impl CompiledFrame {
             (Slot::Buffer(ty), RtValue::Tensor(t)) if t.ty() == ty => {
                 load(&mut state.buffers[state.phys[r] as usize], &t)?
             }
-            (Slot::Value(_), v) if !matches!(v, RtValue::Tensor(_)) => state.values[r] = Some(v),
+            (Slot::Value(_), v) if !matches!(v, RtValue::Tensor(_)) => *state.value(r) = Some(v),
             (slot, v) => {
                 let msg = format!("a {} is written to a register of {slot:?}", v.value_type());
                 return Err(Error::internal("executor", msg));
@@ -725,24 +734,21 @@ impl CompiledFrame {
         }
     }
 
-    /// Register `from`'s value into register `to`: moved at its last read (two buffer
-    /// registers exchange buffers), else copied.
+    /// Register `from`'s value into register `to`: moved at its last read (the two registers
+    /// exchange slots; what `to` held is dropped when `from` is released, as every read that
+    /// moves is), else copied (a value shared).
     #[inline]
     fn transfer(&self, state: &mut State, from: Read, to: usize) {
         let r = from.reg as usize;
+        if from.take {
+            state.phys.swap(r, to);
+            return;
+        }
         if self.holds_value[r] {
-            state.values[to] = if from.take {
-                state.values[r].take()
-            } else {
-                state.values[r].clone()
-            };
+            *state.value(to) = state.value(r).clone();
             return;
         }
         let State { buffers, phys, .. } = state;
-        if from.take {
-            phys.swap(r, to);
-            return;
-        }
         let (src, dst) = (phys[r] as usize, phys[to] as usize);
         let (src, dst) = if src < dst {
             let (a, b) = buffers.split_at_mut(dst);
@@ -762,7 +768,7 @@ impl CompiledFrame {
             let reg = r.reg as usize;
             state.live[reg] = false;
             if self.holds_value[reg] {
-                state.values[reg] = None;
+                *state.value(reg) = None;
             }
         }
     }

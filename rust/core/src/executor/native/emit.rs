@@ -16,7 +16,7 @@ use cranelift_module::{default_libcall_names, Linkage, Module};
 
 use super::elementwise::{apply, value_type, Elementwise};
 use super::{
-    call_kernel, clear_value, copy_bytes, move_value, run_step, stack_step, Ctx, Entry, NativeCode,
+    call_kernel, clear_value, copy_bytes, run_step, share_value, stack_step, Ctx, Entry, NativeCode,
 };
 use crate::dtype::{DType, Storage};
 use crate::executor::compiled_frame::{Action, CompiledFrame, Step};
@@ -85,13 +85,13 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         signature(&[ptr, i32, types::I64], &[i32]),
         signature(&[ptr, i32, ptr, ptr, ptr, ptr], &[i32]),
         signature(&[ptr, ptr, ptr], &[]),
-        signature(&[ptr, i32, i32, i32], &[]),
+        signature(&[ptr, i32, i32], &[]),
         signature(&[ptr, i32], &[]),
         signature(&[ptr, i32], &[i32]),
     ];
     let mut builder_context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut context.func, &mut builder_context);
-    let [run_step_sig, call_kernel_sig, copy_sig, move_sig, clear_sig, stack_sig] =
+    let [run_step_sig, call_kernel_sig, copy_sig, share_sig, clear_sig, stack_sig] =
         signatures.map(|s| b.import_signature(s));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -134,7 +134,7 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         run_step_sig,
         call_kernel_sig,
         copy_sig,
-        move_sig,
+        share_sig,
         clear_sig,
         stack_sig,
         controlled,
@@ -210,7 +210,7 @@ struct Emitter<'a, 'f> {
     run_step_sig: SigRef,
     call_kernel_sig: SigRef,
     copy_sig: SigRef,
-    move_sig: SigRef,
+    share_sig: SigRef,
     clear_sig: SigRef,
     stack_sig: SigRef,
     /// Per node, whether a step reads its dead bit (only those are written).
@@ -496,18 +496,18 @@ impl Emitter<'_, '_> {
     /// before the last copies the elements.
     fn transfer(&mut self, from: Read, to: usize) {
         let r = from.reg as usize;
-        if self.frame.holds_value[r] {
+        if self.frame.holds_value[r] && !from.take {
             let ctx = self.ctx;
             let args = [
                 ctx,
                 self.b.ins().iconst(types::I32, r as i64),
                 self.b.ins().iconst(types::I32, to as i64),
-                self.b.ins().iconst(types::I32, i64::from(from.take)),
             ];
-            let f = self.address_of(move_value as *const u8);
-            self.b.ins().call_indirect(self.move_sig, f, &args);
+            let f = self.address_of(share_value as *const u8);
+            self.b.ins().call_indirect(self.share_sig, f, &args);
             return;
         }
+        // A move exchanges the registers' slots, values' as buffers' (`State::value`).
         if from.take {
             let a = self
                 .b

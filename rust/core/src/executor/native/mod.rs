@@ -228,24 +228,20 @@ extern "C" fn call_kernel(
     report(ctx, outcome)
 }
 
-/// Register `from`'s value (a stack) into register `to`: moved at its last read, else shared.
-extern "C" fn move_value(ctx: *mut Ctx, from: u32, to: u32, take: u32) {
+/// Register `from`'s value (a stack) shared into register `to` (a read before the last; the
+/// last moves it by exchanging the registers' slots, inline).
+extern "C" fn share_value(ctx: *mut Ctx, from: u32, to: u32) {
     // SAFETY: `ctx` is the live `Ctx` of the run that called; its state outlives it.
     let state = unsafe { &mut *(*ctx).state };
-    let (from, to) = (from as usize, to as usize);
-    state.values[to] = if take != 0 {
-        state.values[from].take()
-    } else {
-        state.values[from].clone()
-    };
+    *state.value(to as usize) = state.value(from as usize).clone();
 }
 
 /// Drops register `reg`'s value (its last read), so a stack threaded on stays unique.
 extern "C" fn clear_value(ctx: *mut Ctx, reg: u32) {
-    // SAFETY: as in `move_value`.
+    // SAFETY: as in `share_value`.
     let state = unsafe { &mut *(*ctx).state };
-    // Mostly already moved out: testing first skips rewriting the whole empty value.
-    let value = &mut state.values[reg as usize];
+    // Mostly empty already: testing first skips rewriting the whole empty value.
+    let value = state.value(reg as usize);
     if value.is_some() {
         *value = None;
     }
