@@ -841,6 +841,30 @@ func @step(%0: i64[], %1: f32[3, 4], %2: f32[4, 3], %3: f32[1, 3], %4: f32[1, 4]
   return %8, %11, %13, %3, %4, %5, %15
 }"#;
 
+/// `RANK_ONE`'s inputs, the accumulator `%0` given.
+fn rank_one_args(first: Vec<f32>) -> Vec<RtValue> {
+    let tensor = |v: Vec<f32>, shape: &[usize]| RtValue::from(Tensor::from_vec(v, shape).unwrap());
+    vec![
+        tensor(first, &[3, 4]),
+        tensor((0..12).map(|k| [-0.0, 1.5, -2.0][k % 3]).collect(), &[4, 3]),
+        tensor(vec![0.0, -0.5, 3.0], &[1, 3]),
+        tensor(vec![-1.0, 0.0, 0.25, -0.0], &[1, 4]),
+        tensor((0..16).map(|k| (k as f32 - 7.5) * 0.1).collect(), &[4, 4]),
+    ]
+}
+
+/// Runs `graph` twice through `exec` (in check mode, which also compares the compiled frame
+/// with its program) and compares every output bit for bit with the interpreter's.
+fn runs_bit_for_bit(exec: &Executor, graph: &Graph, args: impl Fn() -> Vec<RtValue>) {
+    let want = run_graph(graph, args()).unwrap();
+    for _ in 0..2 {
+        let got = exec.run(args()).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(super::compiled_frame::same_bits(g, w), "{g:?} != {w:?}");
+        }
+    }
+}
+
 #[test]
 fn accumulated_outer_products_run_as_rank_one_updates_bit_for_bit() {
     let graph = parse_graph(RANK_ONE).unwrap();
@@ -848,26 +872,9 @@ fn accumulated_outer_products_run_as_rank_one_updates_bit_for_bit() {
     // Both adds take their products; both accumulators are read for the last time there, so
     // both are updated in place.
     assert_eq!(exec.rank_one_updates(), [2, 2]);
-    let tensor = |v: Vec<f32>, shape: &[usize]| RtValue::from(Tensor::from_vec(v, shape).unwrap());
     // Signed zeros: -0 + 0 * -1 stays -0 only if the product is rounded on its own and then
     // added, as the unfused ops compute it (a product added to +0 would make it +0).
-    let args = || {
-        vec![
-            tensor(vec![-0.0; 12], &[3, 4]),
-            tensor((0..12).map(|k| [-0.0, 1.5, -2.0][k % 3]).collect(), &[4, 3]),
-            tensor(vec![0.0, -0.5, 3.0], &[1, 3]),
-            tensor(vec![-1.0, 0.0, 0.25, -0.0], &[1, 4]),
-            tensor((0..16).map(|k| (k as f32 - 7.5) * 0.1).collect(), &[4, 4]),
-        ]
-    };
-    let want = run_graph(&graph, args()).unwrap();
-    for _ in 0..2 {
-        // check mode also compares the compiled frame with its program, bit for bit
-        let got = exec.run(args()).unwrap();
-        for (g, w) in got.iter().zip(&want) {
-            assert!(super::compiled_frame::same_bits(g, w), "{g:?} != {w:?}");
-        }
-    }
+    runs_bit_for_bit(&exec, &graph, || rank_one_args(vec![-0.0; 12]));
     assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
     check_against_interpreter("rank one", &graph);
 }
@@ -884,22 +891,8 @@ fn an_accumulator_read_after_its_update_is_not_updated_in_place() {
     let graph = parse_graph(&text).unwrap();
     let exec = Executor::new(&graph).unwrap();
     assert_eq!(exec.rank_one_updates(), [2, 1]);
-    let tensor = |v: Vec<f32>, shape: &[usize]| RtValue::from(Tensor::from_vec(v, shape).unwrap());
-    let args = || {
-        vec![
-            tensor((0..12).map(|k| k as f32 * 0.5 - 2.0).collect(), &[3, 4]),
-            tensor((0..12).map(|k| [-0.0, 1.5, -2.0][k % 3]).collect(), &[4, 3]),
-            tensor(vec![0.0, -0.5, 3.0], &[1, 3]),
-            tensor(vec![-1.0, 0.0, 0.25, -0.0], &[1, 4]),
-            tensor((0..16).map(|k| (k as f32 - 7.5) * 0.1).collect(), &[4, 4]),
-        ]
-    };
-    let want = run_graph(&graph, args()).unwrap();
-    for _ in 0..2 {
-        let got = exec.run(args()).unwrap();
-        for (g, w) in got.iter().zip(&want) {
-            assert!(super::compiled_frame::same_bits(g, w), "{g:?} != {w:?}");
-        }
-    }
+    runs_bit_for_bit(&exec, &graph, || {
+        rank_one_args((0..12).map(|k| k as f32 * 0.5 - 2.0).collect())
+    });
     check_against_interpreter("rank one, accumulator read after", &graph);
 }

@@ -363,16 +363,11 @@ impl Emitter<'_, '_> {
                 self.set_live(out, true);
             }
             Action::Switch(n) => self.switch(step, *n),
-            Action::Update(_) => {
-                self.transfer(step.reads[0], out);
-                let code = self.call_kernel(k, step);
-                let cont = self.b.create_block();
-                self.check(k, code, cont);
-                self.b.switch_to_block(cont);
-                self.release(&step.reads);
-                self.set_live(out, true);
-            }
-            Action::Kernel(_) => {
+            Action::Kernel(_) | Action::Update(_) => {
+                if matches!(step.action, Action::Update(_)) {
+                    // The accumulator's buffer becomes the output before the kernel adds into it.
+                    self.transfer(step.reads[0], out);
+                }
                 match &step.inline {
                     Some(e) => self.elementwise(step, e)?,
                     None => {
