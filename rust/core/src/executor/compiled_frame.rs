@@ -160,6 +160,19 @@ impl std::fmt::Debug for CompiledFrame {
     }
 }
 
+/// Whether buffers of types `a` and `b` hold the same elements: one dtype, one count.
+fn same_buffer(a: &TensorType, b: &TensorType) -> bool {
+    a.dtype == b.dtype && numel(&a.shape) == numel(&b.shape)
+}
+
+/// The stack a value register's slot holds.
+fn stack_in(slot: &mut Option<RtValue>) -> Result<&mut StackValue> {
+    match slot {
+        Some(RtValue::Stack(items)) => Ok(items),
+        _ => Err(Error::internal("executor", "a stack is missing")),
+    }
+}
+
 fn storage_of(t: &Tensor) -> Option<Storage> {
     Some(crate::with_dtype!(t.dtype(), T, {
         T::into_storage(t.as_slice::<T>().ok()?.to_vec())
@@ -209,8 +222,16 @@ impl CompiledFrame {
                     if inferred.as_slice() != outputs || outputs.len() != 1 {
                         return None;
                     }
-                    inline = Elementwise::of(op, &inputs, &outputs[0]);
-                    Action::Kernel(op.kernel_into(&inputs, &outputs)?)
+                    if op.same_elements()
+                        && inputs.len() == 1
+                        && same_buffer(&inputs[0], &outputs[0])
+                    {
+                        // The buffer moves at its last read, else its elements are copied.
+                        Action::Pass
+                    } else {
+                        inline = Elementwise::of(op, &inputs, &outputs[0]);
+                        Action::Kernel(op.kernel_into(&inputs, &outputs)?)
+                    }
                 }
                 ProgramAction::Loop(inner) => {
                     nested += 1;
@@ -587,40 +608,52 @@ impl CompiledFrame {
         Ok(())
     }
 
-    /// `stack_push` of a buffer's elements (the step is live).
+    /// `stack_push` of a buffer's elements (the step is live). The stack moves to the output
+    /// register first (an exchange of slots at its last read) and is pushed where it lands.
     pub(super) fn push(&self, step: &Step, state: &mut State) -> Result<()> {
         let (reads, out) = (&step.reads[..], step.out as usize);
-        let mut items = self.take_stack(state, reads[0])?;
         let ty = self.slots[reads[1].reg as usize].tensor();
         let ty = ty.ok_or_else(|| Error::internal("stack_push", "no buffer"))?;
-        let element = &state.buffers[state.phys[step.data[1] as usize] as usize];
+        self.transfer(state, reads[0], out);
+        let State {
+            values,
+            buffers,
+            phys,
+            ..
+        } = &mut *state;
+        let items = stack_in(&mut values[phys[out] as usize])?;
+        let element = &buffers[phys[step.data[1] as usize] as usize];
         if ty == items.element() {
             items.push_elements(element)?;
         } else {
             items.push(unload(element, ty)?)?;
         }
         self.release(state, reads);
-        *state.value(out) = Some(RtValue::Stack(items));
         state.live[out] = true;
         Ok(())
     }
 
-    /// `stack_pop` into a buffer (the step is live).
+    /// `stack_pop` into a buffer (the step is live); the stack moves as in `push`.
     pub(super) fn pop(&self, step: &Step, state: &mut State) -> Result<()> {
         let (reads, out) = (&step.reads[..], step.out as usize);
-        let mut items = self.take_stack(state, reads[0])?;
+        self.transfer(state, reads[0], out);
         self.release(state, reads);
-        let buffer = match &self.slots[out + 1] {
-            Slot::Buffer(_) => Some(state.phys[out + 1] as usize),
-            Slot::Value(_) => None,
-        };
+        let State {
+            values,
+            buffers,
+            phys,
+            ..
+        } = &mut *state;
+        let items = stack_in(&mut values[phys[out] as usize])?;
         let mut scratch = Storage::Bool(Vec::new());
-        let popped = items.pop_into(buffer.map_or(&mut scratch, |b| &mut state.buffers[b]));
-        let Some(popped) = popped else {
+        let buffer = match &self.slots[out + 1] {
+            Slot::Buffer(_) => &mut buffers[phys[out + 1] as usize],
+            Slot::Value(_) => &mut scratch,
+        };
+        let Some(popped) = items.pop_into(buffer) else {
             let ty = ValueType::Stack(items.element().clone());
             return Err(Error::index("stack_pop", format!("pop from an empty {ty}")));
         };
-        *state.value(out) = Some(RtValue::Stack(items));
         state.live[out] = true;
         match popped {
             Popped::Copied => {
@@ -629,19 +662,6 @@ impl CompiledFrame {
             }
             Popped::Tensor(top) => self.write(state, out + 1, RtValue::Tensor(top)),
         }
-    }
-
-    /// The stack register `r` holds: moved out at its last read, else shared.
-    fn take_stack(&self, state: &mut State, r: Read) -> Result<StackValue> {
-        let reg = r.reg as usize;
-        let value = if r.take {
-            state.value(reg).take()
-        } else {
-            state.value(reg).clone()
-        };
-        value
-            .ok_or_else(|| Error::internal("executor", "a stack is missing"))?
-            .into_stack()
     }
 
     /// A node's inputs as the program reads them (see `read`), its last reads released.

@@ -457,6 +457,10 @@ impl OpDef for StopGradient {
         }))
     }
 
+    fn same_elements(&self) -> bool {
+        true
+    }
+
     fn saves(&self) -> Saves {
         Saves::NotDifferentiable("stop_gradient blocks gradients by definition")
     }
@@ -519,6 +523,10 @@ impl OpDef for Identity {
         Some(crate::with_dtype!(inputs[0].dtype, T, {
             dest::copy_to::<T>()
         }))
+    }
+
+    fn same_elements(&self) -> bool {
+        true
     }
 
     fn saves(&self) -> Saves {

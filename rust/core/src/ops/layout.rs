@@ -65,6 +65,10 @@ impl OpDef for Reshape {
         }))
     }
 
+    fn same_elements(&self) -> bool {
+        true
+    }
+
     fn saves(&self) -> Saves {
         Saves::NOTHING
     }

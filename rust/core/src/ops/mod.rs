@@ -176,6 +176,12 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         None
     }
 
+    /// Whether the output holds the input's elements unchanged and in order (a reshape, a
+    /// rename): a compiled frame moves or copies the input's buffer instead of calling a kernel.
+    fn same_elements(&self) -> bool {
+        false
+    }
+
     /// An estimate of the kernel's work on inputs and outputs of these shapes, in elements
     /// (or multiply-adds): what an executor weighs to decide whether a node is worth another
     /// thread. By default every input element is read once. `outputs` is empty when unknown.
@@ -315,6 +321,9 @@ macro_rules! op_table {
             }
             pub fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
                 match self { $( Op::$variant(o) => o.kernel_into(inputs, outputs), )* }
+            }
+            pub fn same_elements(&self) -> bool {
+                match self { $( Op::$variant(o) => o.same_elements(), )* }
             }
             pub fn saves(&self) -> Saves {
                 match self { $( Op::$variant(o) => o.saves(), )* }
