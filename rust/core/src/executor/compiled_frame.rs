@@ -107,8 +107,10 @@ impl Slot {
 /// A run's buffers and bits, kept for the next run.
 pub(super) struct State {
     pub buffers: Vec<Storage>,
-    /// Per register, the value of a `Slot::Value` register (`None` when empty).
-    pub values: Vec<Option<RtValue>>,
+    /// Per register, the value of a `Slot::Value` register (`None` when empty). Boxed, so
+    /// that machine code tests a slot for a value by its pointer (`Option<Box<_>>` is null
+    /// when empty) and a move of a slot is eight bytes.
+    pub values: Vec<Option<Box<RtValue>>>,
     /// Per register, the index of its buffer: a permutation (moves exchange entries).
     pub phys: Vec<u32>,
     pub live: Vec<bool>,
@@ -122,7 +124,7 @@ impl State {
     /// The value register `r` holds. Values, like buffers, sit in the slot the permutation
     /// gives the register, so a move exchanges two entries of `phys` and copies nothing.
     #[inline]
-    pub fn value(&mut self, r: usize) -> &mut Option<RtValue> {
+    pub fn value(&mut self, r: usize) -> &mut Option<Box<RtValue>> {
         &mut self.values[self.phys[r] as usize]
     }
 }
@@ -166,8 +168,8 @@ fn same_buffer(a: &TensorType, b: &TensorType) -> bool {
 }
 
 /// The stack a value register's slot holds.
-fn stack_in(slot: &mut Option<RtValue>) -> Result<&mut StackValue> {
-    match slot {
+fn stack_in(slot: &mut Option<Box<RtValue>>) -> Result<&mut StackValue> {
+    match slot.as_deref_mut() {
         Some(RtValue::Stack(items)) => Ok(items),
         _ => Err(Error::internal("executor", "a stack is missing")),
     }
@@ -367,7 +369,7 @@ impl CompiledFrame {
                 RtValue::Tensor(t) if self.slots[r].tensor().is_some() => {
                     load(&mut state.buffers[state.phys[r] as usize], &t)?
                 }
-                other => *state.value(r) = Some(other),
+                other => *state.value(r) = Some(Box::new(other)),
             }
             state.live[r] = true;
         }
@@ -390,7 +392,9 @@ impl CompiledFrame {
                 } else {
                     state.value(r).clone()
                 };
-                value.ok_or_else(|| Error::internal("executor", "a result is empty"))
+                value
+                    .map(|v| *v)
+                    .ok_or_else(|| Error::internal("executor", "a result is empty"))
             }
         }
     }
@@ -691,7 +695,9 @@ impl CompiledFrame {
                 } else {
                     state.value(reg).clone()
                 };
-                value.ok_or_else(|| Error::internal("executor", "an input is missing"))
+                value
+                    .map(|v| *v)
+                    .ok_or_else(|| Error::internal("executor", "an input is missing"))
             }
         }
     }
@@ -703,7 +709,9 @@ impl CompiledFrame {
             (Slot::Buffer(ty), RtValue::Tensor(t)) if t.ty() == ty => {
                 load(&mut state.buffers[state.phys[r] as usize], &t)?
             }
-            (Slot::Value(_), v) if !matches!(v, RtValue::Tensor(_)) => *state.value(r) = Some(v),
+            (Slot::Value(_), v) if !matches!(v, RtValue::Tensor(_)) => {
+                *state.value(r) = Some(Box::new(v))
+            }
             (slot, v) => {
                 let msg = format!("a {} is written to a register of {slot:?}", v.value_type());
                 return Err(Error::internal("executor", msg));

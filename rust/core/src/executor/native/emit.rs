@@ -104,6 +104,7 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
     let phys = field(&mut b, offset_of!(Ctx, phys));
     let data = field(&mut b, offset_of!(Ctx, data));
     let buffers = field(&mut b, offset_of!(Ctx, buffers));
+    let values = field(&mut b, offset_of!(Ctx, values));
     let iteration = b.declare_var(types::I64);
     let failed = b.declare_var(types::I32);
     let zero = b.ins().iconst(types::I64, 0);
@@ -128,6 +129,7 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         phys,
         data,
         buffers,
+        values,
         iteration,
         failed,
         fail,
@@ -204,6 +206,7 @@ struct Emitter<'a, 'f> {
     phys: Value,
     data: Value,
     buffers: Value,
+    values: Value,
     iteration: Variable,
     failed: Variable,
     fail: Block,
@@ -455,12 +458,29 @@ impl Emitter<'_, '_> {
         for r in reads.iter().filter(|r| r.take) {
             self.set_live(r.reg as usize, false);
             if self.frame.holds_value[r.reg as usize] {
+                // Mostly empty already (a move left it so): only a slot holding a value is
+                // cleared by a call.
+                let slot = self.value_slot(r.reg as usize);
+                let held = self.b.ins().load(self.ptr, flags(), slot, 0);
+                let (clear, after) = (self.b.create_block(), self.b.create_block());
+                self.b.set_cold_block(clear);
+                self.b.ins().brif(held, clear, &[], after, &[]);
+                self.b.switch_to_block(clear);
                 let reg = self.b.ins().iconst(types::I32, i64::from(r.reg));
                 let f = self.address_of(clear_value as *const u8);
                 let ctx = self.ctx;
                 self.b.ins().call_indirect(self.clear_sig, f, &[ctx, reg]);
+                self.b.ins().jump(after, &[]);
+                self.b.switch_to_block(after);
             }
         }
+    }
+
+    /// The address of value register `reg`'s slot (an `Option<Box<RtValue>>`, null when empty).
+    fn value_slot(&mut self, reg: usize) -> Value {
+        let p = self.buffer_index(reg);
+        let offset = self.b.ins().imul_imm_u(p, size_of::<usize>() as i64);
+        self.b.ins().iadd(self.values, offset)
     }
 
     /// Register `reg`'s buffer index.

@@ -40,6 +40,7 @@ use super::compiled_frame::{Action, CompiledFrame, State};
 use super::kernel::Failure;
 use crate::dtype::Storage;
 use crate::error::Error;
+use crate::runtime_values::RtValue;
 
 /// What the machine code is given: the run's state, as raw pointers (`#[repr(C)]`: the code
 /// reads the fields at their offsets).
@@ -51,6 +52,8 @@ pub(super) struct Ctx {
     /// Per buffer, the address of its first element.
     data: *const usize,
     buffers: *mut Storage,
+    /// Per slot, `Option<Box<RtValue>>`: a pointer, null when empty.
+    values: *mut Option<Box<RtValue>>,
     frame: *const CompiledFrame,
     state: *mut State,
     /// The iteration a failing step ran in.
@@ -59,6 +62,10 @@ pub(super) struct Ctx {
 }
 
 type Entry = unsafe extern "C" fn(*mut Ctx) -> u32;
+
+// Machine code reads a value slot as one pointer, null when empty (`Option<Box<_>>`'s layout,
+// which Rust guarantees).
+const _: () = assert!(std::mem::size_of::<Option<Box<RtValue>>>() == std::mem::size_of::<usize>());
 
 /// A frame's machine code, and the memory that holds it.
 pub(crate) struct NativeCode {
@@ -106,6 +113,7 @@ impl NativeCode {
                 phys: (*state_ptr).phys.as_mut_ptr(),
                 data: (*state_ptr).data.as_ptr(),
                 buffers: (*state_ptr).buffers.as_mut_ptr(),
+                values: (*state_ptr).values.as_mut_ptr(),
                 frame,
                 state: state_ptr,
                 iteration: 0,
@@ -240,11 +248,7 @@ extern "C" fn share_value(ctx: *mut Ctx, from: u32, to: u32) {
 extern "C" fn clear_value(ctx: *mut Ctx, reg: u32) {
     // SAFETY: as in `share_value`.
     let state = unsafe { &mut *(*ctx).state };
-    // Mostly empty already: testing first skips rewriting the whole empty value.
-    let value = state.value(reg as usize);
-    if value.is_some() {
-        *value = None;
-    }
+    *state.value(reg as usize) = None;
 }
 
 /// The address of a constant's first element (the frame owns it, so it does not move).
