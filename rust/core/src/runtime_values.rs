@@ -278,16 +278,30 @@ impl StackValue {
     /// elements and the stack is packed (no tensor made); as a tensor otherwise. `None` when
     /// empty.
     pub fn pop_into(&mut self, buffer: &mut Storage) -> Option<Popped> {
-        let n = numel(&self.element.shape);
-        let fits = buffer.dtype() == self.element.dtype && buffer.len() == n;
-        if let (true, Items::Packed { data, len }) = (fits, Arc::make_mut(&mut self.items)) {
-            if *len > 0 && buffer.copy_from(data, (*len - 1) * n) {
-                *len -= 1;
-                data.truncate(*len * n);
-                return Some(Popped::Copied);
-            }
+        if self.pop_packed_into(buffer) {
+            return Some(Popped::Copied);
         }
         self.pop().map(Popped::Tensor)
+    }
+
+    /// Pops the top into `buffer` where the items are packed, the stack is not empty and the
+    /// buffer holds exactly an item; else changes nothing and returns false.
+    pub fn pop_packed_into(&mut self, buffer: &mut Storage) -> bool {
+        let n = numel(&self.element.shape);
+        let fits = buffer.dtype() == self.element.dtype && buffer.len() == n;
+        let packed = matches!(&*self.items, Items::Packed { len, .. } if *len > 0);
+        if !(fits && packed) {
+            return false;
+        }
+        let Items::Packed { data, len } = Arc::make_mut(&mut self.items) else {
+            return false;
+        };
+        if !buffer.copy_from(data, (*len - 1) * n) {
+            return false;
+        }
+        *len -= 1;
+        data.truncate(*len * n);
+        true
     }
 
     /// Whether `self` and `other` share storage (tests check pushes do not copy).

@@ -896,3 +896,74 @@ fn an_accumulator_read_after_its_update_is_not_updated_in_place() {
     });
     check_against_interpreter("rank one, accumulator read after", &graph);
 }
+
+/// Pushes `x` (scaled each time) while the counter is below `%1`, then pops `%2` items into
+/// a sum: more pops than pushes fail. `ITEM` is the stack's item type.
+const PUSH_THEN_POP: &str = r#"graph @main
+func @main(%0: ITEM, %1: i64[], %2: i64[]) -> (ITEM, ITEM) {
+  %3 = stack_new() {element=ITEM} : stack<ITEM>
+  %4 = const() {value=[0]} : i64[]
+  %5 = while(%4, %1, %0, %3) {cond=@more, body=@push, parallel_iterations=10} : (i64[], i64[], ITEM, stack<ITEM>)
+  %6 = sub(%0, %0) : ITEM
+  %7 = while(%2, %5#3, %6) {cond=@left, body=@pop, parallel_iterations=10} : (i64[], stack<ITEM>, ITEM)
+  return %5#2, %7#2
+}
+func @more(%0: i64[], %1: i64[], %2: ITEM, %3: stack<ITEM>) -> (bool[]) {
+  %4 = less(%0, %1) : bool[]
+  return %4
+}
+func @push(%0: i64[], %1: i64[], %2: ITEM, %3: stack<ITEM>) -> (i64[], i64[], ITEM, stack<ITEM>) {
+  %4 = const() {value=[1]} : i64[]
+  %5 = add(%0, %4) : i64[]
+  %6 = mul(%2, %2) : ITEM
+  %7 = sub(%6, %2) : ITEM
+  %8 = stack_push(%3, %7) : stack<ITEM>
+  return %5, %1, %7, %8
+}
+func @left(%0: i64[], %1: stack<ITEM>, %2: ITEM) -> (bool[]) {
+  %3 = const() {value=[0]} : i64[]
+  %4 = greater(%0, %3) : bool[]
+  return %4
+}
+func @pop(%0: i64[], %1: stack<ITEM>, %2: ITEM) -> (i64[], stack<ITEM>, ITEM) {
+  %3 = const() {value=[1]} : i64[]
+  %4 = sub(%0, %3) : i64[]
+  %5 = stack_pop(%1) : (stack<ITEM>, ITEM)
+  %6 = add(%2, %5#1) : ITEM
+  return %4, %5#0, %6
+}"#;
+
+#[test]
+fn machine_code_pushes_and_pops_in_place_and_falls_back_for_tensor_items_and_empty_stacks() {
+    // 4 float64s are packed; 1024 (8 KiB) are kept as tensors, which the general step pushes.
+    for n in [4usize, 1024] {
+        let graph = parse_graph(&PUSH_THEN_POP.replace("ITEM", &format!("f64[{n}]"))).unwrap();
+        let exec = Executor::new(&graph).unwrap();
+        let args = |pops: i64| {
+            let x: Vec<f64> = (0..n).map(|k| 0.5 + (k % 7) as f64 * 0.25).collect();
+            vec![
+                RtValue::from(Tensor::from_vec(x, &[n]).unwrap()),
+                RtValue::from(Tensor::scalar(5i64)),
+                RtValue::from(Tensor::scalar(pops)),
+            ]
+        };
+        runs_bit_for_bit(&exec, &graph, || args(5));
+        runs_bit_for_bit(&exec, &graph, || args(3));
+        let want = run_graph(&graph, args(6)).unwrap_err();
+        assert!(want.message.contains("pop from an empty"), "{want}");
+        for _ in 0..2 {
+            let got = exec.run(args(6)).unwrap_err();
+            assert_eq!(
+                (got.kind, &got.message),
+                (want.kind, &want.message),
+                "n={n}"
+            );
+        }
+        assert_eq!(
+            exec.native_frames(),
+            3,
+            "n={n}: the root and both loops ran as machine code"
+        );
+        check_against_interpreter(&format!("push then pop, f64[{n}]"), &graph);
+    }
+}

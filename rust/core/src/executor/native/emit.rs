@@ -16,11 +16,13 @@ use cranelift_module::{default_libcall_names, Linkage, Module};
 
 use super::elementwise::{apply, value_type, Elementwise};
 use super::{
-    call_kernel, clear_value, copy_bytes, run_step, share_value, stack_step, Ctx, Entry, NativeCode,
+    call_kernel, clear_value, copy_bytes, pop_in_place, push_in_place, run_step, share_value,
+    stack_step, Ctx, Entry, NativeCode,
 };
 use crate::dtype::{DType, Storage};
-use crate::executor::compiled_frame::{Action, CompiledFrame, Step};
+use crate::executor::compiled_frame::{Action, CompiledFrame, Slot, Step};
 use crate::executor::program::Read;
+use crate::graph::ValueType;
 use crate::shape::numel;
 
 /// Frames with more steps stay interpreted: compile time grows with the steps, and a frame
@@ -88,10 +90,11 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         signature(&[ptr, i32, i32], &[]),
         signature(&[ptr, i32], &[]),
         signature(&[ptr, i32], &[i32]),
+        signature(&[ptr, ptr], &[i32]),
     ];
     let mut builder_context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut context.func, &mut builder_context);
-    let [run_step_sig, call_kernel_sig, copy_sig, share_sig, clear_sig, stack_sig] =
+    let [run_step_sig, call_kernel_sig, copy_sig, share_sig, clear_sig, stack_sig, in_place_sig] =
         signatures.map(|s| b.import_signature(s));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -139,6 +142,7 @@ fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_mod
         share_sig,
         clear_sig,
         stack_sig,
+        in_place_sig,
         controlled,
     };
     for (k, step) in frame.steps.iter().enumerate() {
@@ -216,6 +220,7 @@ struct Emitter<'a, 'f> {
     share_sig: SigRef,
     clear_sig: SigRef,
     stack_sig: SigRef,
+    in_place_sig: SigRef,
     /// Per node, whether a step reads its dead bit (only those are written).
     controlled: Vec<bool>,
 }
@@ -390,6 +395,7 @@ impl Emitter<'_, '_> {
                 self.copy(dst, src, bytes);
                 self.set_live(out, true);
             }
+            Action::Push | Action::Pop if self.in_place_stack(step) => self.stack_in_place(k, step),
             Action::Push | Action::Pop => {
                 let ctx = self.ctx;
                 let index = self.b.ins().iconst(types::I32, k as i64);
@@ -405,6 +411,64 @@ impl Emitter<'_, '_> {
         }
         self.b.ins().jump(next, &[]);
         Some(())
+    }
+
+    /// Whether a push or pop can run in place on its stack (`push_in_place`, `pop_in_place`):
+    /// the stack moves on (its last read) and the buffer has the stack's static item type.
+    fn in_place_stack(&self, step: &Step) -> bool {
+        let slots = &self.frame.slots;
+        let buffer = match step.action {
+            Action::Push => step.reads.get(1).map(|r| r.reg),
+            _ => Some(step.out + 1),
+        };
+        let item = |reg: u32| slots.get(reg as usize).and_then(|s| s.tensor());
+        let Some(Slot::Value(ValueType::Stack(element))) = slots.get(step.reads[0].reg as usize)
+        else {
+            return false;
+        };
+        step.reads[0].take && buffer.and_then(item) == Some(element)
+    }
+
+    /// A push or pop on the stack where it lies, then the stack moved to the output inline;
+    /// where that cannot be done (a stack of tensors, an empty one) `stack_step` runs the
+    /// step, errors included.
+    fn stack_in_place(&mut self, k: usize, step: &Step) {
+        let out = step.out as usize;
+        let slot = self.value_slot(step.reads[0].reg as usize);
+        let (f, buffer) = match step.action {
+            Action::Push => (push_in_place as *const u8, step.data[1] as usize),
+            _ => (pop_in_place as *const u8, out + 1),
+        };
+        let buffer = self.storage(buffer);
+        let f = self.address_of(f);
+        let call = self
+            .b
+            .ins()
+            .call_indirect(self.in_place_sig, f, &[slot, buffer]);
+        let missed = self.b.inst_results(call)[0];
+        let (done, general, after) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.set_cold_block(general);
+        self.b.ins().brif(missed, general, &[], done, &[]);
+        self.b.switch_to_block(general);
+        let ctx = self.ctx;
+        let index = self.b.ins().iconst(types::I32, k as i64);
+        let f = self.address_of(stack_step as *const u8);
+        let call = self.b.ins().call_indirect(self.stack_sig, f, &[ctx, index]);
+        let code = self.b.inst_results(call)[0];
+        self.check(k, code, after);
+        self.b.switch_to_block(done);
+        self.transfer(step.reads[0], out);
+        self.release(&step.reads);
+        self.set_live(out, true);
+        if matches!(step.action, Action::Pop) {
+            self.set_live(out + 1, true);
+        }
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
     }
 
     fn switch(&mut self, step: &Step, n: usize) {

@@ -195,6 +195,31 @@ extern "C" fn stack_step(ctx: *mut Ctx, step: u32) -> u32 {
     report(ctx, outcome)
 }
 
+/// A push of the buffer `item` onto the stack in `slot`, where it lies: 0 when done, else 1
+/// with nothing changed (the general step then runs it).
+extern "C" fn push_in_place(slot: *mut Option<Box<RtValue>>, item: *const Storage) -> u32 {
+    // SAFETY: the code passes a stack register's slot and another register's buffer: distinct
+    // parts of the run's state, alive for the call.
+    let (slot, item) = unsafe { (&mut *slot, &*item) };
+    let pushed = catch_unwind(AssertUnwindSafe(|| match slot.as_deref_mut() {
+        Some(RtValue::Stack(stack)) => stack.push_elements(item).is_ok(),
+        _ => false,
+    }));
+    u32::from(!matches!(pushed, Ok(true)))
+}
+
+/// A pop of the stack in `slot`, where it lies, into `buffer`: 0 when done, else 1 with
+/// nothing changed (the general step then runs it, and reports an empty stack).
+extern "C" fn pop_in_place(slot: *mut Option<Box<RtValue>>, buffer: *mut Storage) -> u32 {
+    // SAFETY: as in `push_in_place`.
+    let (slot, buffer) = unsafe { (&mut *slot, &mut *buffer) };
+    let popped = catch_unwind(AssertUnwindSafe(|| match slot.as_deref_mut() {
+        Some(RtValue::Stack(stack)) => stack.pop_packed_into(buffer),
+        _ => false,
+    }));
+    u32::from(!matches!(popped, Ok(true)))
+}
+
 /// Step `step`'s destination kernel on the buffers at `inputs` (as many as it reads) and `out`.
 extern "C" fn call_kernel(
     ctx: *mut Ctx,
