@@ -121,6 +121,19 @@ pub(super) struct State {
 }
 
 impl State {
+    /// The stack register `r` holds, beside the buffers and the permutation (to read or
+    /// write a buffer while pushing or popping it).
+    fn stack_and_buffers(&mut self, r: usize) -> Result<(&mut StackValue, &mut [Storage], &[u32])> {
+        let State {
+            values,
+            buffers,
+            phys,
+            ..
+        } = self;
+        let items = stack_in(&mut values[phys[r] as usize])?;
+        Ok((items, buffers, phys))
+    }
+
     /// The value register `r` holds. Values, like buffers, sit in the slot the permutation
     /// gives the register, so a move exchanges two entries of `phys` and copies nothing.
     #[inline]
@@ -619,20 +632,14 @@ impl CompiledFrame {
         let ty = self.slots[reads[1].reg as usize].tensor();
         let ty = ty.ok_or_else(|| Error::internal("stack_push", "no buffer"))?;
         self.transfer(state, reads[0], out);
-        let State {
-            values,
-            buffers,
-            phys,
-            ..
-        } = &mut *state;
-        let items = stack_in(&mut values[phys[out] as usize])?;
+        self.release(state, reads);
+        let (items, buffers, phys) = state.stack_and_buffers(out)?;
         let element = &buffers[phys[step.data[1] as usize] as usize];
         if ty == items.element() {
             items.push_elements(element)?;
         } else {
             items.push(unload(element, ty)?)?;
         }
-        self.release(state, reads);
         state.live[out] = true;
         Ok(())
     }
@@ -642,13 +649,7 @@ impl CompiledFrame {
         let (reads, out) = (&step.reads[..], step.out as usize);
         self.transfer(state, reads[0], out);
         self.release(state, reads);
-        let State {
-            values,
-            buffers,
-            phys,
-            ..
-        } = &mut *state;
-        let items = stack_in(&mut values[phys[out] as usize])?;
+        let (items, buffers, phys) = state.stack_and_buffers(out)?;
         let mut scratch = Storage::Bool(Vec::new());
         let buffer = match &self.slots[out + 1] {
             Slot::Buffer(_) => &mut buffers[phys[out + 1] as usize],
