@@ -26,6 +26,7 @@ pub mod location;
 pub mod mlir;
 pub mod ops;
 pub mod passes;
+pub mod pool;
 pub mod runtime_values;
 pub mod shape;
 pub mod tape;

@@ -251,9 +251,18 @@ impl PyConcreteFunction {
     }
 
     fn executor(&self, py: Python<'_>, loops: Loops) -> PyResult<Arc<Executor>> {
-        let graph = &self.graph;
-        let built = self.executors[usize::from(loops == Loops::Frames)]
-            .get_or_init(|| py.detach(|| Executor::with_loops(graph, loops).map(Arc::new)));
+        let (graph, cell) = (
+            &self.graph,
+            &self.executors[usize::from(loops == Loops::Frames)],
+        );
+        let built = match cell.get() {
+            Some(built) => built,
+            // Without the GIL while waiting too: a thread that waited for another's first call
+            // holding the GIL kept that thread from taking it back once its executor was built.
+            None => {
+                py.detach(|| cell.get_or_init(|| Executor::with_loops(graph, loops).map(Arc::new)))
+            }
+        };
         built.clone().py(py)
     }
 }

@@ -20,6 +20,11 @@ mod variable;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    let threading = py.import("threading")?;
+    let main = threading.call_method0("main_thread")?;
+    if threading.call_method0("current_thread")?.is(&main) {
+        gradloop::pool::adopt_current_thread();
+    }
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<dtype::PyDType>()?;
     m.add_class::<tape::PyTape>()?;

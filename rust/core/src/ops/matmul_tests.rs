@@ -155,6 +155,47 @@ fn large_products_take_the_parallel_paths() {
 }
 
 #[test]
+fn products_with_a_transposed_operand_are_rerouted_through_row_major_copies() {
+    // Each case is large enough for `Reroute`, with sizes that leave ragged tiles.
+    let route = |sa: &[usize], sb: &[usize], ta: bool, tb: bool| {
+        let op = MatMul {
+            transpose_a: ta,
+            transpose_b: tb,
+        };
+        let ty = |s: &[usize]| TensorType::new(DType::F32, s);
+        let plan = op.plan(&ty(sa), &ty(sb)).unwrap();
+        match Reroute::choose(&plan) {
+            Some(Reroute::Right) => "right",
+            Some(Reroute::Left) => "left",
+            Some(Reroute::LeftAndResult) => "left and result",
+            None => "none",
+        }
+    };
+    type Case<'a> = (&'a [usize], &'a [usize], bool, bool, &'a str);
+    let cases: &[Case] = &[
+        (&[33, 300], &[257, 300], false, true, "left and result"),
+        (&[257, 300], &[33, 300], false, true, "right"),
+        (
+            &[2, 33, 300],
+            &[2, 257, 300],
+            false,
+            true,
+            "left and result",
+        ),
+        (&[300, 70], &[300, 130], true, false, "left"),
+        (&[2, 300, 70], &[300, 130], true, false, "left"),
+        // too small, or the copy would cost more than the product saves
+        (&[8, 64], &[64, 64], false, true, "none"),
+        (&[40, 500], &[60, 500], false, true, "none"),
+        (&[300, 70], &[130, 300], true, true, "none"),
+    ];
+    for &(sa, sb, ta, tb, want) in cases {
+        assert_eq!(route(sa, sb, ta, tb), want, "{sa:?} @ {sb:?} ({ta}, {tb})");
+        check(sa, sb, ta, tb);
+    }
+}
+
+#[test]
 fn size_zero_dimensions() {
     check(&[0, 3], &[3, 2], false, false);
     check(&[2, 0], &[0, 3], false, false);

@@ -42,6 +42,7 @@ pub mod reduce;
 pub mod rules;
 pub mod slicing;
 pub mod tangents;
+pub mod tiles;
 pub mod unary;
 
 /// Output types of a shape rule (most ops have one output: no allocation).
