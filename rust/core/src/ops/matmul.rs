@@ -234,7 +234,7 @@ const MATVEC_ELEMENTS: usize = 1 << 16;
 
 /// Float products through gemm, which reads both operands through strides; outer products up
 /// to `OUTER_LOOP_ELEMENTS` through `outer_rows`, vector-matrix products up to
-/// `MATVEC_ELEMENTS` through `vector_product`, large products with a transposed right operand
+/// `MATVEC_ELEMENTS` through `vector_product`, large products with a transposed operand
 /// through `Reroute`. Many small products are spread over threads one per task; large ones
 /// are split by gemm itself.
 /// Only instantiated for f32 and f64 (gemm panics on other types).
