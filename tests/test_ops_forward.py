@@ -524,6 +524,23 @@ def test_tensor_from_numpy_keeps_dtype(dtype: gl.DType) -> None:
     check(gl.tensor(x[1, 1]), np.asarray(x[1, 1]), dtype)  # a numpy scalar
 
 
+@pytest.mark.parametrize("dtype", (*NUMERIC, gl.bool_), ids=str)
+def test_tensor_from_numpy_in_every_layout_and_byte_order(dtype: gl.DType) -> None:
+    x = make(dtype, (3, 4))
+    swapped = x.astype(x.dtype.newbyteorder())  # equal values, the other byte order
+    check(gl.tensor(swapped), x, dtype)
+    check(gl.tensor(np.asfortranarray(x)), x, dtype)
+    check(gl.tensor(x.view(np.matrix)), x, dtype)  # a subclass keeps its dtype
+    check(gl.tensor(x, dtype=dtype), x, dtype)  # the dtype it has: no conversion
+    check(gl.tensor(x, dtype=gl.float64), x.astype(np.float64), gl.float64)
+
+
+@pytest.mark.parametrize("array", [np.zeros(2, np.float16), np.zeros(2, np.uint8)], ids=str)
+def test_tensor_from_numpy_of_an_unsupported_dtype_names_it(array: np.ndarray) -> None:
+    with pytest.raises(gl.errors.DTypeError, match=f"numpy dtype {array.dtype} is not supported"):
+        gl.tensor(array)
+
+
 def test_tensor_with_explicit_dtype() -> None:
     check(gl.tensor([1, 2], dtype=gl.float64), np.array([1.0, 2.0]))
     check(gl.tensor(3, dtype=gl.int64), np.array(3, np.int64))

@@ -4,7 +4,10 @@
 
 use gradloop::trace::{Symbol, Val};
 use gradloop::{DType, Element, ErrorKind, Scalar, Tensor, Value};
-use numpy::{PyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{
+    PyArray, PyArrayDescrMethods, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
@@ -169,6 +172,14 @@ fn to_concrete(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor>
             _ => s.to_tensor(target, "tensor").py(py),
         };
     }
+    if let Ok(array) = obj.cast::<PyUntypedArray>() {
+        // The common argument, an array already of the wanted dtype: no `asarray` round trip.
+        if let Some(own) = element_dtype(array) {
+            if dtype.is_none_or(|d| d == own) {
+                return gradloop::with_dtype!(own, T, { copy_array::<T>(obj) });
+            }
+        }
+    }
     let np = py.import("numpy")?;
     let is_ndarray =
         obj.is_instance(&np.getattr("ndarray")?)? || obj.is_instance(&np.getattr("generic")?)?;
@@ -241,9 +252,22 @@ fn copy_array<T: Element + numpy::Element>(array: &Bound<'_, PyAny>) -> PyResult
     Tensor::from_vec(data, view.shape()).py(array.py())
 }
 
+/// The gradloop dtype of an array's elements, from its descriptor in C: numpy's `dtype.name` is
+/// a Python-level property, 3 µs of what was a 5.6 µs conversion of a small array.
+fn element_dtype(array: &Bound<'_, PyUntypedArray>) -> Option<DType> {
+    let py = array.py();
+    let descr = array.dtype();
+    [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool]
+        .into_iter()
+        .find(|&d| gradloop::with_dtype!(d, T, { descr.is_equiv_to(&numpy::dtype::<T>(py)) }))
+}
+
 /// Copies a numpy array of a supported dtype into a tensor.
 pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let py = array.py();
+    if let Some(dtype) = array.cast::<PyUntypedArray>().ok().and_then(element_dtype) {
+        return gradloop::with_dtype!(dtype, T, { copy_array::<T>(array) });
+    }
     let name: String = array.getattr("dtype")?.getattr("name")?.extract()?;
     let dtype = match DType::from_name(&name) {
         Ok(d) => d,
@@ -264,7 +288,9 @@ pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             ));
         }
     };
-    gradloop::with_dtype!(dtype, T, { copy_array::<T>(array) })
+    // A supported dtype in the other byte order: numpy swaps it into native order first.
+    let native = array.call_method1("astype", (dtype.name(),))?;
+    gradloop::with_dtype!(dtype, T, { copy_array::<T>(&native) })
 }
 
 /// A read-only numpy array viewing the tensor's memory; `owner` keeps the memory alive.
