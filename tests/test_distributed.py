@@ -5,6 +5,7 @@ single-process gradient. The multi-node and fault cases are in `test_distributed
 
 from __future__ import annotations
 
+import math
 import pathlib
 import pickle
 import subprocess
@@ -88,7 +89,8 @@ def test_compiled_workers_do_not_import_gradloop() -> None:
     signature, inputs, _ = _staging.signature(fn, (gl.tensor(np.arange(3.0)),))
     actor = ray.remote(num_cpus=0)(_worker.Worker).remote(1)
     boxed = [ray.put(signature.payload)]
-    stacked = ray.get(actor.run.remote(signature.key, boxed, 1, _worker.stack([inputs])))
+    stacked, seconds = ray.get(actor.run.remote(signature.key, boxed, 1, _worker.stack([inputs])))
+    assert seconds > 0.0
     [result] = _worker.unstack(stacked, 1)
     np.testing.assert_allclose(result[0], np.exp(np.arange(3.0)) + 1.0, rtol=1e-12)
     assert not ray.get(actor.imports_gradloop.remote())
@@ -218,6 +220,54 @@ def test_guided_chunks_shrink_to_single_items() -> None:
     assert sizes == sorted(sizes, reverse=True)
     many = [len(c.indices) for c in _pool.chunks([(i, "a", []) for i in range(5000)], 2, None)]
     assert max(many) == _pool.MAX_CHUNK and sum(many) == 5000
+
+
+def test_chunks_hold_at_least_the_floor_asked_as_each_is_cut() -> None:
+    staged = [(i, "a", []) for i in range(64)]
+    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda: 10)]
+    assert sum(sizes) == 64 and min(sizes[:-1]) >= 10 and sizes[0] == 16
+    floors = iter([1, 1, 30, 30, 30, 30])  # the pace is measured after two chunks
+    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda: next(floors))]
+    assert sizes == [16, 12, 30, 6]
+    fixed = [len(c.indices) for c in _pool.chunks(staged, 2, 5, lambda: 30)]
+    assert set(fixed[:-1]) == {5}  # an explicit chunk_size wins
+
+
+def test_the_pace_sizes_chunks_so_that_work_outweighs_a_round_trip() -> None:
+    pace = _pool.Pace()
+    assert pace.floor() == 1  # nothing measured: guided chunks alone
+    pace.record(10, 0.010, 0.013)  # 1 ms an item, 3 ms besides
+    assert pace.floor() == math.ceil(_pool.WORK_PER_ROUND_TRIP * 3)
+    pace.record(10, 0.010, 0.009)  # a busy span shorter than the work: no negative cost
+    assert pace.overheads[-1] == 0.0
+    slow = _pool.Pace()
+    slow.record(1, 1e-6, 1.0)
+    assert slow.floor() == _pool.MAX_CHUNK
+
+
+def test_a_map_of_tiny_items_runs_in_few_round_trips() -> None:
+    """Items far cheaper than a round trip: after the first chunks the rest go in chunks
+    whose work outweighs the measured cost of one."""
+    fn = gl.jit(lambda x: x + 1.0)
+    items = [np.full(2, float(i)) for i in range(400)]
+    sent: list[int] = []
+    send = _pool.chunks
+
+    def recording(*args: object) -> object:
+        for chunk in send(*args):  # type: ignore[arg-type]
+            sent.append(len(chunk.indices))
+            yield chunk
+
+    _pool.chunks = recording  # type: ignore[assignment]
+    try:
+        results = gl.distributed.map(fn, items)
+    finally:
+        _pool.chunks = send  # type: ignore[assignment]
+    for i, r in enumerate(results):
+        np.testing.assert_array_equal(np.asarray(r), np.full(2, i + 1.0))
+    assert sum(sent) == 399  # the first item ran on the driver when it was staged
+    # Guided chunks alone would be 20, ending in single items: [64, 64, 64, 52, 39, ..., 1].
+    assert len(sent) < 14, sent
 
 
 def test_a_second_map_of_the_same_signature_computes_its_own_first_item() -> None:

@@ -66,8 +66,15 @@ def test_items_run_on_both_nodes_and_agree_with_local_runs(cluster) -> None:
     # the first map joins the cluster at its address
     results = gl.distributed.map(compiled_spin, items, address=nodes.address, chunk_size=1)
     assert ray.is_initialized()
-    for (x, n), got in zip(items, results, strict=True):
+    # The map may end before the other node's actor is up; wait for it, then map again: with
+    # both actors live, each takes chunks from the start.
+    pool = gl.distributed._pools[None]
+    for ref in list(pool.starting):
+        pool.started(ref)
+    again = gl.distributed.map(compiled_spin, items, chunk_size=1)
+    for (x, n), got, got_again in zip(items, results, again, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(graph_spin(x, n)), rtol=1e-12)
+        assert np.array_equal(np.asarray(got), np.asarray(got_again))
     nodes = {node for _, node in _pids_and_nodes()}
     assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(nodes) == 2

@@ -178,7 +178,9 @@ def map(  # noqa: A001 - DESIGN's name
     name = next(iter(signatures.values())).entry.fn.graph.entry
     bar = _pool.progress_bar(len(staged), name, progress)
     try:
-        _pool.run(pool, list(_pool.chunks(staged, pool.size, chunk_size)), payloads, done, bar)
+        pace = _pool.Pace()
+        work = _pool.chunks(staged, pool.size, chunk_size, pace.floor)
+        _pool.run(pool, work, payloads, done, bar, pace)
     finally:
         if bar is not None:
             bar.close()

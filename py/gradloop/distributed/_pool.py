@@ -7,8 +7,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import math
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -109,18 +111,52 @@ class Pool:
 
 
 #: Chunks per worker the remaining items are cut into: the first chunks are large (few round
-#: trips), the last ones single items, so that no worker idles while another ends a long chunk.
+#: trips), the last ones small, so that no worker idles while another ends a long chunk.
 GUIDED = 2
 
 #: The most items in one chunk.
 MAX_CHUNK = 64
 
+#: A chunk's work is at least this many times a round trip's cost, once both are measured:
+#: a round trip of Ray's actor calls costs 1.5-3 ms on a small machine, more than many items.
+WORK_PER_ROUND_TRIP = 2.0
+
+
+class Pace:
+    """What the chunks that came back measured: the seconds an item computes and the seconds a
+    chunk costs besides (Ray's call, the transfers, the actor's idle time between chunks);
+    `floor()` is the fewest items a chunk should hold so that its work outweighs that cost."""
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.compute = 0.0
+        self.overheads: collections.deque[float] = collections.deque(maxlen=16)
+
+    def record(self, items: int, compute: float, busy: float) -> None:
+        """A chunk of `items` computed for `compute` seconds on an actor that was busy with it
+        (or waiting for it) for `busy` seconds."""
+        self.items += items
+        self.compute += compute
+        self.overheads.append(max(0.0, busy - compute))
+
+    def floor(self) -> int:
+        if not self.items or not self.overheads or self.compute <= 0.0:
+            return 1
+        per_item = self.compute / self.items
+        overhead = sorted(self.overheads)[len(self.overheads) // 2]
+        return max(1, min(MAX_CHUNK, math.ceil(WORK_PER_ROUND_TRIP * overhead / per_item)))
+
 
 def chunks(
-    staged: list[tuple[int, str, list[np.ndarray]]], workers: int, chunk_size: int | None
+    staged: list[tuple[int, str, list[np.ndarray]]],
+    workers: int,
+    chunk_size: int | None,
+    floor: Callable[[], int] = lambda: 1,
 ) -> Iterator[Chunk]:
     """Items in input order, in chunks of one signature: `chunk_size` items each, or by
-    default guided (OpenMP's schedule): a chunk takes 1/(GUIDED * workers) of the items left."""
+    default guided (OpenMP's schedule): a chunk takes 1/(GUIDED * workers) of the items left,
+    and at least `floor()` items (asked as each chunk is cut: cut lazily, chunks follow what
+    the map has measured so far)."""
     left = len(staged)
     current: Chunk | None = None
     size = 0
@@ -128,7 +164,8 @@ def chunks(
         if current is None or current.key != key or len(current.indices) == size:
             if current is not None:
                 yield current
-            size = chunk_size or max(1, min(MAX_CHUNK, -(-left // (GUIDED * workers))))
+            guided = max(-(-left // (GUIDED * workers)), floor())
+            size = chunk_size or max(1, min(MAX_CHUNK, guided))
             current = Chunk(key, [], [])
         current.indices.append(index)
         current.inputs.append(inputs)
@@ -139,29 +176,40 @@ def chunks(
 
 def run(
     pool: Pool,
-    work: list[Chunk],
+    work: Iterable[Chunk],
     payloads: dict[str, Any],
     done: Callable[[int, Any], bool],
     progress: Any,
+    pace: Pace | None = None,
 ) -> None:
-    """Runs every chunk of `work` on the pool's actors; `done(index, flat result or
-    ItemError)` takes each item's result as it arrives and returns False to stop the map."""
+    """Runs every chunk of `work` (an iterable read as actors have room, so that a lazy one
+    can size later chunks by `pace`) on the pool's actors; `done(index, flat result or
+    ItemError)` takes each item's result as it arrives and returns False to stop the map.
+    Each chunk that comes back is recorded in `pace`."""
     ray = _ray()
-    queue = collections.deque(work)
-    in_flight: dict[Any, tuple[Any, Chunk]] = {}
+    fresh = iter(work)
+    retries: collections.deque[Chunk] = collections.deque()
+    in_flight: dict[Any, tuple[Any, Chunk, float]] = {}
     load: collections.Counter[Any] = collections.Counter()
+    last_back: dict[Any, float] = {}  # actor -> when its last chunk came back
+    pace = pace or Pace()
+
+    def next_chunk() -> Chunk | None:
+        return retries.popleft() if retries else next(fresh, None)
 
     def send(actor: Any, chunk: Chunk) -> None:
         boxed = [pool.payload_ref(chunk.key, payloads[chunk.key])]
         count = len(chunk.indices)
         ref = actor.run.remote(chunk.key, boxed, count, _worker.stack(chunk.inputs))
-        in_flight[ref] = (actor, chunk)
+        in_flight[ref] = (actor, chunk, time.perf_counter())
         load[actor] += 1
 
-    while queue or in_flight:
+    pending = next_chunk()
+    while pending is not None or in_flight:
         for actor in list(pool.live):
-            while queue and load[actor] < IN_FLIGHT:
-                send(actor, queue.popleft())
+            while pending is not None and load[actor] < IN_FLIGHT:
+                send(actor, pending)
+                pending = next_chunk()
         waiting = [*in_flight, *pool.starting]
         idle = not in_flight  # no live actor: only a starting one can take the work
         timeout = START_TIMEOUT if idle else None
@@ -169,18 +217,24 @@ def run(
         if not ready:
             from .. import errors
 
+            unsent = (pending is not None) + len(retries) + sum(1 for _ in fresh)
             raise errors.ExecutionError(
                 f"gl.distributed.map: no worker is left, and none started in {START_TIMEOUT:g} "
-                f"s ({len(queue)} chunks not run; did the cluster lose its nodes?)"
+                f"s ({unsent} chunks not run; did the cluster lose its nodes?)"
             )
         ref = ready[0]
         if ref in pool.starting:
             pool.started(ref)
             continue
-        actor, chunk = in_flight.pop(ref)
+        actor, chunk, sent = in_flight.pop(ref)
         load[actor] -= 1
         try:
-            results = ray.get(ref)
+            results, seconds = ray.get(ref)
+            back = time.perf_counter()
+            # The actor worked on this chunk, or waited for it, since it was sent or since
+            # its previous chunk came back, whichever is later.
+            pace.record(len(chunk.indices), seconds, back - max(sent, last_back.get(actor, 0)))
+            last_back[actor] = back
             if isinstance(results, tuple):
                 results = _worker.unstack(results, len(chunk.indices))
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
@@ -188,7 +242,9 @@ def run(
                 pool.lost(actor)
             chunk.attempts += 1
             if chunk.attempts <= RETRIES:
-                queue.appendleft(chunk)
+                if pending is not None:
+                    retries.appendleft(pending)
+                pending = chunk
                 continue
             failure = _worker.ItemError(
                 "gradloop.errors",

@@ -9,6 +9,7 @@ executor there, and import it when their payload is loaded.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,24 +118,28 @@ class Worker:
 
     def run(
         self, key: str, boxed_payload: list[Any], count: int, stacked: tuple[np.ndarray, ...]
-    ) -> tuple[np.ndarray, ...] | list[list[np.ndarray] | ItemError]:
+    ) -> tuple[tuple[np.ndarray, ...] | list[list[np.ndarray] | ItemError], float]:
         """Calls the function on `count` items whose inputs come stacked (input k of item j is
         `stacked[k][j]`: a few arrays pickle much faster than many small ones). Returns the
         outputs stacked the same way, or where an item failed, each item's flat results or
-        its `ItemError` (one item's failure is its own)."""
+        its `ItemError` (one item's failure is its own); and the seconds the items took, from
+        which the driver sizes later chunks."""
+        start = time.perf_counter()
         try:
             caller = self._caller(key, boxed_payload)
         except Exception as e:  # a payload that does not load fails every item
-            return [_item_error(e, "loading the staged function")] * count
+            failed = [_item_error(e, "loading the staged function")] * count
+            return failed, time.perf_counter() - start
         results: list[list[np.ndarray] | ItemError] = []
         for j in range(count):
             try:
                 results.append(caller(tuple(column[j, ...] for column in stacked)))
             except Exception as e:  # reported to the driver, per item
                 results.append(_item_error(e, "running it"))
+        seconds = time.perf_counter() - start
         if any(isinstance(r, ItemError) for r in results):
-            return results
-        return stack(results)  # type: ignore[arg-type]
+            return results, seconds
+        return stack(results), seconds  # type: ignore[arg-type]
 
     def loaded(self) -> int:
         """How many payloads this actor process has loaded (each once)."""
