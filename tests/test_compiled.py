@@ -504,8 +504,9 @@ def test_bad_targets_are_clear_errors() -> None:
 
 
 def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
-    """llvm-cpu modules with loops run on `local-sync` (a trip synchronises with the host), and
-    loop-free ones and those with dense ops on `local-task`'s pool; values agree either way."""
+    """llvm-cpu modules run on `local-sync` (a loop's trip synchronises with the host; a small
+    call pays the pool's hand-off once), and those with dense ops on `local-task`'s pool; values
+    agree either way."""
     from gradloop import compiled
 
     rng = np.random.default_rng(3)
@@ -513,6 +514,9 @@ def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
 
     def dense(x):
         return gl.tanh(x @ a) @ a
+
+    def small(x):
+        return gl.tanh(x * 0.5) + 1.0
 
     def small_loop(x):
         return gl.while_loop(lambda i, v: i < 5, lambda i, v: (i + 1, gl.sin(v) * 1.5), (0, x))[1]
@@ -533,6 +537,7 @@ def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
     x = gl.tensor(rng.standard_normal((256, 256)))
     for fn, driver in (
         (dense, "local-task"),
+        (small, "local-sync"),
         (small_loop, "local-sync"),
         (dense_loop, "local-task"),
         (dense_loop_gradient, "local-sync"),
@@ -543,6 +548,9 @@ def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
         assert module.driver == driver, fn.__name__
     facts = {"loops": True, "heaviest_op": compiled.DENSE_WORK - 1}
     assert compiled.driver("llvm-cpu", facts) == "local-sync"
+    assert compiled.driver("llvm-cpu", {**facts, "loops": False}) == "local-sync"
+    dense_facts = {"loops": False, "heaviest_op": compiled.DENSE_WORK}
+    assert compiled.driver("llvm-cpu", dense_facts) == "local-task"
     assert "hal.tensor.export" in gl.jit(dense_loop_gradient).mlir(x)  # the list form
     assert compiled.driver("vulkan-spirv", {"loops": False, "heaviest_op": 0}) == "vulkan"
 

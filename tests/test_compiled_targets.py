@@ -147,7 +147,7 @@ def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:
     f = gl.jit(lambda x: gl.sin(x) * 2.0)
     x = f32(0.5, 1.0)
     np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
-    device = _runtime.device("local-task")  # a module without loops runs on the worker pool
+    device = _runtime.device("local-sync")  # a small module runs on the calling thread
     real_run, failures = _runtime.Function._run, []
 
     def flaky(self, inputs, copy=True):
@@ -158,7 +158,7 @@ def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:
 
     monkeypatch.setattr(_runtime.Function, "_run", flaky)
     np.testing.assert_allclose(np.asarray(f(x)), 2.0 * np.sin([0.5, 1.0]), rtol=1e-6)
-    assert failures == [1, 1] and _runtime.device("local-task") is not device
+    assert failures == [1, 1] and _runtime.device("local-sync") is not device
 
     # A device lost on every attempt, in every form: a gl.errors exception.
     def lost(self, inputs, copy=True):

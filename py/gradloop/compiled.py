@@ -66,24 +66,24 @@ __all__ = ["export", "jit", "to_mlir"]
 TARGETS = {"llvm-cpu": "local-sync", "vulkan-spirv": "vulkan", "cuda": "cuda"}
 
 #: Work of one op (`OpDef::work`: elements, or multiply-adds for products) from which a CPU
-#: module with loops runs on `local-task`'s worker pool: gemm itself goes parallel there.
+#: module runs on `local-task`'s worker pool: gemm itself goes parallel there.
 DENSE_WORK = 1 << 22
 
 
 def driver(target: str, facts: dict[str, Any]) -> str:
     """The runtime driver for a module of `target` with the emitter's `facts`. On llvm-cpu:
-    `local-sync` (dispatches on the calling thread) for modules with loops, whose every trip
-    steps through IREE's VM and synchronises with the host (`local-task` hands each step to its
-    pool, several times slower per trip: benches/driver_overhead.py); `local-task` (dispatches
-    spread over the cores) for loop-free modules and those with ops of `DENSE_WORK` or more,
-    whose dispatches outweigh the hand-offs (the MLP step, `docs/notes.md`). A module holding
+    `local-sync` (dispatches on the calling thread) by default: a loop's every trip steps
+    through IREE's VM and synchronises with the host (`local-task` hands each step to its pool,
+    several times slower per trip: benches/driver_overhead.py), and a small loop-free call
+    pays the hand-off once (`x + 1` on float32[16]: 67 against 126 µs a call); `local-task`
+    (dispatches spread over the cores) for modules with ops of `DENSE_WORK` or more, whose
+    dispatches outweigh the hand-offs (the MLP step, `docs/notes.md`). A module holding
     tensor stacks as lists of buffer views (`facts["list_stacks"]`) runs on `local-sync`
     always: IREE 3.13 lets a pushed view into its list before an asynchronous device has
     allocated its buffer, and a later pop fails ("transient buffer has not been committed",
     docs/architecture.md)."""
     lists = facts.get("list_stacks", False)
-    heavy = not facts["loops"] or facts["heaviest_op"] >= DENSE_WORK
-    if target == "llvm-cpu" and heavy and not lists:
+    if target == "llvm-cpu" and facts["heaviest_op"] >= DENSE_WORK and not lists:
         return "local-task"
     return TARGETS[target]
 
