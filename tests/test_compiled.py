@@ -877,3 +877,23 @@ def test_a_forked_child_compiles_with_a_compiler_process_of_its_own() -> None:
         pytest.fail("the forked child's compile did not finish")
     assert os.waitstatus_to_exitcode(done[1]) == 0
     assert _compiler.compile_to_vm(text, flags)  # and the parent's still answers
+
+
+def test_results_read_from_mapped_buffers_keep_dtype_shape_and_values() -> None:
+    """CPU results are read straight from their mapped buffers after the first call: bools
+    (stored in bytes), empty, rank-0 and several results at once, call after call."""
+
+    def fn(x, y):
+        return x > 0.0, x[:0], y.sum(), gl.cast(y, gl.int64) + 1
+
+    jitted = gl.jit(fn)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x, y = rng.standard_normal(7), rng.standard_normal((2, 3))
+        got = [np.asarray(r) for r in jitted(gl.tensor(x), gl.tensor(y))]
+        want = [np.asarray(r) for r in fn(gl.tensor(x), gl.tensor(y))]
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    (module,) = jitted._compiled.values()
+    assert module.entry._mapped is not None and all(d is not None for d in module.entry._mapped)

@@ -68,10 +68,22 @@ class Function:
         self._config = _config(self._driver)
         module = runtime.VmModule.copy_buffer(self._config.vm_instance, self._vmfb)
         self._entry = runtime.load_vm_module(module, self._config)[self._name]
+        # Per result, where the host maps it: the element type it is stored in and the dtype
+        # it reads as (they differ for bools, stored in bytes); set by the first call.
+        self._mapped: list[tuple[Any, Any] | None] | None = None
 
     def _run(self, inputs: tuple[np.ndarray, ...], copy: bool = True) -> list[np.ndarray]:
         out = self._entry(*inputs)
-        return [to_numpy(r, copy) for r in (out if isinstance(out, (tuple, list)) else [out])]
+        results = out if isinstance(out, (tuple, list)) else [out]
+        if self._mapped is None:
+            self._mapped = [_host_dtypes(r) for r in results]
+        mapped = self._mapped
+        if len(mapped) == len(results) and all(d is not None for d in mapped):
+            # Results the host maps (the CPU drivers), read without `DeviceArray.to_host`'s
+            # checks, which cost more than this whole read (about 20 against 5 µs a result).
+            pairs = zip(results, mapped, strict=True)
+            return [_read_mapped(r, d, copy) for r, d in pairs]  # type: ignore[arg-type]
+        return [to_numpy(r, copy) for r in results]
 
     def __call__(self, *inputs: np.ndarray, copy: bool = True) -> list[np.ndarray]:
         """The results as numpy arrays of their own; with `copy=False`, those the host can map
@@ -100,6 +112,28 @@ def to_numpy(result: Any, copy: bool = True) -> np.ndarray:
     if result.is_host_accessible or _mappable(result):
         return np.array(result.to_host(), copy=copy or None)
     return _staged_copy(result)
+
+
+def _host_dtypes(result: Any) -> tuple[Any, Any] | None:
+    """For a result the host maps, the numpy dtype of its stored elements and the dtype it
+    reads as; None for any other result."""
+    from iree import runtime
+
+    if not isinstance(result, runtime.DeviceArray) or not _mappable(result):
+        return None
+    view = result._buffer_view
+    return runtime.HalElementType.map_to_dtype(view.element_type), result.dtype
+
+
+def _read_mapped(result: Any, dtypes: tuple[Any, Any], copy: bool) -> np.ndarray:
+    """A result the host maps, as numpy; a copy, or with `copy=False` a view of the mapping
+    (the array's base holds the mapping, which holds the buffer)."""
+    stored, wanted = dtypes
+    view = result._buffer_view
+    host = view.map().asarray(view.shape, stored)
+    if stored != wanted:
+        return host.astype(wanted)
+    return np.array(host, copy=copy or None)
 
 
 def _mappable(array: Any) -> bool:
