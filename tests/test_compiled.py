@@ -836,6 +836,29 @@ def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monke
     np.testing.assert_allclose(np.asarray(gl.jit(double_sin)(x)), 2 * np.sin([0.1, 0.2]))
 
 
+def halved_cos(x):
+    return gl.cos(x) * 0.5
+
+
+def test_an_interrupted_compile_leaves_no_answer_for_the_next(monkeypatch) -> None:
+    # A compile interrupted while it waits (Ctrl-C, a test's time limit) left the worker's
+    # answer in the pipe: the next compile read it as its own, or both sides blocked writing.
+    from gradloop import _compiler, compiled
+
+    flags, x = compiled._flags("llvm-cpu", True), f64(0.1, 0.2)
+    read = _compiler._Worker._read
+
+    def interrupted(self, *args):
+        monkeypatch.setattr(_compiler._Worker, "_read", read)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_compiler._Worker, "_read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _compiler.compile_to_vm(gl.to_mlir(double_sin, x), flags)
+    vm = _compiler.compile_to_vm(gl.to_mlir(halved_cos, x), flags)
+    assert "halved_cos" in vm and "double_sin" not in vm
+
+
 def test_a_module_over_a_dispatch_limit_as_it_loads_is_a_compile_error(monkeypatch) -> None:
     # IREE's runtime refuses a dispatch with more push constants than its limit as the module
     # loads, with a builtin IndexError: that becomes the next form, then a CompileError.

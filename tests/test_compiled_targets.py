@@ -4,8 +4,10 @@ mode in float32; `cuda` modules are compiled (running them needs an NVIDIA GPU).
 
 from __future__ import annotations
 
+import gc
 import io
 import os
+import time
 import zipfile
 
 import numpy as np
@@ -138,6 +140,22 @@ def test_vulkan_threads_variables(vulkan) -> None:
         np.testing.assert_allclose(np.asarray(f(x)), v, **F32)
     assert int(counter.numpy()) == trips
     np.testing.assert_allclose(w.numpy(), want_w, **F32)
+
+
+def test_a_vulkan_device_no_function_uses_is_released(vulkan) -> None:
+    # On Mesa's software Vulkan, IREE's device polls its semaphores on two threads at full
+    # speed for as long as it lives: two cores taken from everything else in the process.
+    from gradloop import _runtime
+
+    f = gl.jit(lambda x: gl.sin(x) * 2.0, target="vulkan-spirv")
+    np.testing.assert_allclose(np.asarray(f(f32(0.5))), 2.0 * np.sin(np.float32(0.5)), **F32)
+    assert "vulkan" in _runtime._configs
+    del f
+    gc.collect()
+    assert "vulkan" not in _runtime._configs
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(1.0)
+    assert time.process_time() - cpu < 0.5 * (time.monotonic() - wall)  # the process idles
 
 
 def test_a_lost_device_is_replaced_and_the_call_run_again(monkeypatch) -> None:

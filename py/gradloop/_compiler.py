@@ -257,7 +257,16 @@ def _compile(
 ) -> bytes:
     with _lock:
         worker = _running_worker()
-        status, value = worker.request((text, flags, to_phase, from_phase, bytecode), timeout_s())
+        try:
+            status, value = worker.request(
+                (text, flags, to_phase, from_phase, bytecode), timeout_s()
+            )
+        except BaseException:
+            # Interrupted mid-request (Ctrl-C, a test's time limit): the worker may still be
+            # writing its answer, and a later request written past it would wait on each other
+            # for ever. The next compile starts a fresh worker.
+            worker.kill()
+            raise
     if status == "ok":
         return value
     raise CompilerFailure(value)

@@ -10,6 +10,7 @@ pointer is page aligned ("minImportedHostPointerAlignment 4096").
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,15 @@ __all__ = ["Function", "device"]
 
 # One runtime configuration (device and VM instance) per driver: creating a device is slow.
 _configs: dict[str, Any] = {}
+
+#: Drivers whose device is released once no loaded function uses it, because an idle one costs
+#: the host: on Mesa's software Vulkan (lavapipe 22.3, Debian 12) IREE's device keeps two
+#: threads polling its semaphores at full speed for as long as it lives, two cores taken from
+#: everything else. Creating one again costs some 30 ms (docs/architecture.md).
+RELEASED_WHEN_UNUSED = frozenset({"vulkan"})
+
+# Loaded functions per configuration (by id), for `RELEASED_WHEN_UNUSED`.
+_users: dict[int, int] = {}
 
 #: Runtime flags read when a driver is created. CUDA runs command buffers as CUDA graphs rather
 #: than on streams: on an H100, W6's loop gradient (several dispatches per trip) took 218 against
@@ -39,8 +49,24 @@ def _config(driver: str) -> Any:
 
 
 def device(driver: str) -> Any:
-    """The device compiled functions run on for `driver` (created on first use)."""
-    return _config(driver).device
+    """The device compiled functions run on for `driver` (created on first use). One of
+    `RELEASED_WHEN_UNUSED` that no function uses yet is not kept."""
+    config = _config(driver)
+    if driver in RELEASED_WHEN_UNUSED and not _users.get(id(config)):
+        del _configs[driver]
+    return config.device
+
+
+def _use(driver: str, config: Any) -> None:
+    _users[id(config)] = _users.get(id(config), 0) + 1
+
+
+def _unuse(driver: str, config: Any) -> None:
+    left = _users.pop(id(config), 1) - 1
+    if left:
+        _users[id(config)] = left
+    elif driver in RELEASED_WHEN_UNUSED and _configs.get(driver) is config:
+        del _configs[driver]
 
 
 _ATTEMPTS = 3
@@ -65,9 +91,13 @@ class Function:
     def _load(self) -> None:
         from iree import runtime
 
-        self._config = _config(self._driver)
-        module = runtime.VmModule.copy_buffer(self._config.vm_instance, self._vmfb)
-        self._entry = runtime.load_vm_module(module, self._config)[self._name]
+        config = _config(self._driver)
+        _use(self._driver, config)
+        # Counted until this function is collected or loads again (a lost device).
+        self._release = weakref.finalize(self, _unuse, self._driver, config)
+        self._config = config
+        module = runtime.VmModule.copy_buffer(config.vm_instance, self._vmfb)
+        self._entry = runtime.load_vm_module(module, config)[self._name]
         # Per result, where the host maps it: the element type it is stored in and the dtype
         # it reads as (they differ for bools, stored in bytes); set by the first call.
         self._mapped: list[tuple[Any, Any] | None] | None = None
@@ -97,6 +127,7 @@ class Function:
                     raise
             if _configs.get(self._driver) is self._config:
                 del _configs[self._driver]  # the next load creates a new device
+            self._release()
             self._load()
         return self._run(inputs, copy)
 
