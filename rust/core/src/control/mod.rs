@@ -44,7 +44,7 @@ mod case;
 mod if_else;
 mod stacks;
 mod variables;
-mod while_loop;
+pub(crate) mod while_loop;
 
 pub use call::emit_custom_call;
 pub use case::emit_case;

@@ -197,6 +197,9 @@ pub struct Emitter {
     /// Bytes of text written, in every buffer: past `MAX_MODULE_BYTES` nothing more is written
     /// and the module is refused (`over_budget`).
     written: usize,
+    /// Nodes that unrolled loop trips have added to the module so far (each iteration of a
+    /// trip after its first): `control::while_loop::trips` stops unrolling at its module budget.
+    pub(crate) unrolled_nodes: usize,
 }
 
 /// The most MLIR text one module may hold. An emission that could grow without bound (an

@@ -569,6 +569,49 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
 }
 
 #[test]
+fn unrolling_stops_when_the_modules_budget_is_spent() {
+    // Twelve loops one after another, each of 4 nodes an iteration (sum and less, sin and
+    // add) and cheap enough for 32 iterations a trip alone.
+    const LOOPS: usize = 12;
+    let mut text = String::from("graph @f\n\nfunc @f(%0: f32[4]) -> (f32[4]) {\n");
+    for k in 0..LOOPS {
+        text += &format!(
+            "  %{} = while(%{k}) {{cond=@c, body=@b, parallel_iterations=1}} : f32[4]\n",
+            k + 1
+        );
+    }
+    text += &format!(
+        "  return %{LOOPS}\n}}\n\nfunc @c(%0: f32[4]) -> (bool[]) {{\n  \
+         %1 = sum(%0) {{axes=[0], keepdims=false}} : f32[]\n  \
+         %2 = const() {{value=[10.0]}} : f32[]\n  %3 = less(%1, %2) : bool[]\n  return %3\n}}\n\n\
+         func @b(%0: f32[4]) -> (f32[4]) {{\n  %1 = sin(%0) : f32[4]\n  \
+         %2 = add(%0, %1) : f32[4]\n  return %2\n}}\n"
+    );
+    let options = EmitOptions {
+        unroll_loops: true,
+        ..Default::default()
+    };
+    let (text, facts) = emit_module_facts(&graph(&text), options).unwrap();
+    assert!(facts.unrolled_loops);
+    let loops: Vec<usize> = text
+        .split("scf.while")
+        .skip(1)
+        .map(|trip| trip.matches("stablehlo.sine").count())
+        .collect();
+    assert_eq!(loops.len(), LOOPS, "{text}");
+    // the first loops unrolled in full, the last not at all, and the iterations past each
+    // trip's first within the budget
+    assert_eq!(loops[0], 32, "{loops:?}");
+    assert_eq!(loops[LOOPS - 1], 1, "{loops:?}");
+    let added: usize = loops.iter().map(|n| (n - 1) * 4).sum();
+    assert!(
+        added <= crate::control::while_loop::trips::UNROLL_MODULE_NODES,
+        "{loops:?}"
+    );
+    assert!(loops.windows(2).all(|w| w[0] >= w[1]), "{loops:?}");
+}
+
+#[test]
 fn a_host_condition_chooses_a_trips_tensors_by_one_upload() {
     // W5's shape: `while i < n: i, x = i + 1, x + sin(x)`, the condition on the host. The
     // iterations run on from each other and the trip's end chooses `x` by the number kept,

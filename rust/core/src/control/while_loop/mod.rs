@@ -19,7 +19,7 @@ mod checkpointed;
 mod loop_vars;
 mod schedule;
 mod stablehlo;
-mod trips;
+pub(crate) mod trips;
 
 use crate::dataflow::{DfKind, FunctionLowered, Lower, LowerNode, Lowered, Scope};
 use crate::dtype::DType;
@@ -300,14 +300,15 @@ impl While {
             None => None,
         };
         let counted = usize::from(limits.is_some());
-        let (per_trip, host_vars) = match trips {
-            Trips::One => (1, None),
+        let (per_trip, nodes, host_vars) = match trips {
+            Trips::One => (1, 0, None),
             Trips::Predicated => {
                 let p = trips::predication(l, self)?;
-                (p.per_trip, p.host_vars)
+                (p.per_trip, p.nodes, p.host_vars)
             }
-            Trips::Exact(c) => (c.per_trip, None),
+            Trips::Exact(c) => (c.per_trip, c.nodes, None),
         };
+        trips::charge_unrolled(l, per_trip, nodes);
         l.unrolled_loops |= per_trip > 1;
         // A predicated trip's pushes and counter advance by the iterations it kept.
         let counts = limits.is_some() || types.iter().any(|t| matches!(t, ValueType::Stack(_)));

@@ -48,10 +48,19 @@ const EXACT_BUDGET: usize = 1 << 18;
 /// time grow with them, whatever the work.
 const UNROLL_NODES: usize = 256;
 
+/// Nodes that unrolled trips may add to one module, over all its loops (each iteration of a
+/// trip after its first): a second derivative of nested loops holds dozens of small loops, and
+/// unrolled each to `UNROLL_NODES` they made modules of 60,000 lines that IREE took minutes to
+/// compile. Loops are unrolled in the order they are emitted (forward loops before their
+/// gradients) while the budget lasts.
+pub(crate) const UNROLL_MODULE_NODES: usize = 1024;
+
 /// How a predicated loop runs its trips.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Predicated {
     pub per_trip: usize,
+    /// Ops and stack nodes of one iteration (condition and body).
+    pub nodes: usize,
     /// For a loop that pushes or counts trips and whose condition the device decides: per
     /// loop variable, whether the host computes it from one trip to the next (`host_vars`).
     /// Within a trip the other rank-0 variables then stay on the device, the host ones are
@@ -82,6 +91,7 @@ pub(crate) struct Kept<'a> {
 pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
     let single = Predicated {
         per_trip: 1,
+        nodes: 0,
         host_vars: None,
     };
     if !l.e.options.unroll_loops {
@@ -125,8 +135,10 @@ pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
         per_trip: power_of_two(
             (UNROLL_BUDGET / work)
                 .min(UNROLL_NODES / nodes)
+                .min(1 + unroll_nodes_left(l) / nodes)
                 .clamp(1, UNROLL),
         ),
+        nodes,
         host_vars: (!on_host && (stacks || w.maximum_iterations.is_some())).then_some(host),
     })
 }
@@ -189,6 +201,19 @@ fn scalar_of(f: &Function, port: Port, host: &[bool]) -> bool {
 pub(crate) struct Countdown {
     pub count: usize,
     pub per_trip: usize,
+    /// Ops and stack nodes of one iteration of the body.
+    pub nodes: usize,
+}
+
+/// What is left of the module's `UNROLL_MODULE_NODES`.
+fn unroll_nodes_left(l: &Lowering<'_>) -> usize {
+    UNROLL_MODULE_NODES.saturating_sub(l.e.unrolled_nodes)
+}
+
+/// Charges the nodes a loop of `nodes` per iteration adds at `per_trip` iterations a trip to
+/// the module's `UNROLL_MODULE_NODES`.
+pub(crate) fn charge_unrolled(l: &mut Lowering<'_>, per_trip: usize, nodes: usize) {
+    l.e.unrolled_nodes = (l.e.unrolled_nodes).saturating_add(per_trip.saturating_sub(1) * nodes);
 }
 
 /// The countdown shape of `w`, where it has one and unrolling pays (`EmitOptions::unroll_loops`):
@@ -211,12 +236,15 @@ pub(crate) fn countdown(l: &Lowering<'_>, w: &While) -> Result<Option<Countdown>
     let Some((work, nodes)) = ops_work(body, true) else {
         return Ok(None);
     };
+    let nodes = nodes.max(1);
     let per_trip = (EXACT_BUDGET / work.max(1))
-        .min(UNROLL_NODES / nodes.max(1))
+        .min(UNROLL_NODES / nodes)
+        .min(1 + unroll_nodes_left(l) / nodes)
         .clamp(1, EXACT_UNROLL);
     Ok((per_trip > 1).then(|| Countdown {
         count,
         per_trip: power_of_two(per_trip),
+        nodes,
     }))
 }
 
