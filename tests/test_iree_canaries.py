@@ -148,6 +148,21 @@ def test_canary_an_unrolled_loop_gradient_does_not_load_on_vulkan() -> None:
         _runtime.Function(vmfb, "vulkan", concrete.graph.entry)
 
 
+def test_canary_an_idle_vulkan_device_keeps_two_cores_busy() -> None:
+    import gc
+    import time
+
+    from iree import runtime
+
+    device = runtime.get_device("vulkan", cache=False)
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(1.0)
+    busy = (time.process_time() - cpu) / (time.monotonic() - wall)
+    del device
+    gc.collect()
+    assert busy > 0.5, f"an idle Vulkan device took {busy:.2f} cores"  # two while alone
+
+
 # --- emissions ------------------------------------------------------------------------------
 
 BOOL_CONVERT_INTO_A_PRODUCT = """

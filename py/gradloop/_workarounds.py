@@ -167,6 +167,16 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         reproducer="tests/test_compiled_targets.py::test_vulkan_agrees_with_eager_mode",
         canary=_CANARIES + "test_canary_an_unrolled_loop_gradient_does_not_load_on_vulkan",
     ),
+    Workaround(
+        name="vulkan_idle_device_spins",
+        bug="a Vulkan device on Mesa's software Vulkan (lavapipe 22.3) keeps two threads "
+        "polling its semaphores at full speed for as long as it lives, idle or not",
+        knob="runtime: a Vulkan device is released once no loaded function uses it "
+        "(`_runtime.RELEASED_WHEN_UNUSED`)",
+        reproducer="tests/test_compiled_targets.py::"
+        "test_a_vulkan_device_no_function_uses_is_released",
+        canary=_CANARIES + "test_canary_an_idle_vulkan_device_keeps_two_cores_busy",
+    ),
 )
 
 _BY_NAME = {w.name: w for w in WORKAROUNDS}
