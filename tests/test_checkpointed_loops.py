@@ -301,6 +301,7 @@ def peak_growth_mb(mode: str, checkpoints: str, trips: int) -> tuple[float, floa
     reason="measures peak memory with Linux's /proc/self/clear_refs (a peak reset)",
 )
 @pytest.mark.parametrize("mode", ["graph", "jit"])
+@pytest.mark.timeout(1200)  # gl.jit: two gradients of 10^6 trips, over three minutes here
 def test_a_million_trips_in_bounded_memory(mode):
     # 10^6 trips of a float64[16] state: the stacks keep over 100 MB of residuals, the
     # checkpointed gradient 100 states (13 KB) and the schedule's bookkeeping.
