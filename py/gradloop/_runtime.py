@@ -57,7 +57,7 @@ def device(driver: str) -> Any:
     return config.device
 
 
-def _use(driver: str, config: Any) -> None:
+def _use(config: Any) -> None:
     _users[id(config)] = _users.get(id(config), 0) + 1
 
 
@@ -92,7 +92,7 @@ class Function:
         from iree import runtime
 
         config = _config(self._driver)
-        _use(self._driver, config)
+        _use(config)
         # Counted until this function is collected or loads again (a lost device).
         self._release = weakref.finalize(self, _unuse, self._driver, config)
         self._config = config
