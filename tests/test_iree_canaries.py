@@ -163,6 +163,23 @@ def test_canary_an_idle_vulkan_device_keeps_two_cores_busy() -> None:
     assert busy > 0.5, f"an idle Vulkan device took {busy:.2f} cores"  # two while alone
 
 
+def test_canary_loading_a_system_library_leaves_its_placeholder_open() -> None:
+    from iree import runtime
+
+    from test_compiled import _dylib_placeholders
+
+    text = "func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {\n"
+    text += "  %y = stablehlo.sine %x : tensor<3xf32>\n  return %y : tensor<3xf32>\n}\n"
+    vmfb = compile_text(text)  # a system shared library, as `gl.jit` links
+    config = _runtime._config("local-sync")
+    before = set(_dylib_placeholders())
+    module = runtime.VmModule.copy_buffer(config.vm_instance, vmfb)
+    runtime.load_vm_module(module, config)
+    leaked = set(_dylib_placeholders()) - before
+    _runtime.close_leaked_dylib_placeholders()
+    assert len(leaked) == 1, leaked
+
+
 # --- emissions ------------------------------------------------------------------------------
 
 BOOL_CONVERT_INTO_A_PRODUCT = """

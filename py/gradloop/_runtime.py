@@ -10,6 +10,8 @@ pointer is page aligned ("minImportedHostPointerAlignment 4096").
 
 from __future__ import annotations
 
+import os
+import re
 import weakref
 from typing import Any
 
@@ -69,6 +71,41 @@ def _unuse(driver: str, config: Any) -> None:
         del _configs[driver]
 
 
+# `mkstemp`'s name for the placeholder IREE reserves before writing `<name>_mem_.so` beside it.
+_PLACEHOLDER = re.compile(r"iree_dylib_[A-Za-z0-9]{6}")
+
+
+def close_leaked_dylib_placeholders() -> int:
+    """Closes and removes the placeholder files IREE leaks when it loads a module's system
+    shared library (`--iree-llvmcpu-link-embedded=false`): its loader reserves a name with
+    `mkstemp`, writes the library beside it, and never closes the reserved file nor removes it.
+    One descriptor per load otherwise: a process at the usual limit of 1,024 open files fails
+    to load its thousandth module, and the temporary directory fills with empty files
+    (docs/architecture.md, `dylib_placeholder_leak`). IREE never uses the descriptor again, so
+    closing it while another thread loads is harmless. Returns how many were closed."""
+    if os.environ.get("IREE_PRESERVE_DYLIB_TEMP_FILES"):
+        return 0  # kept for tools that read them, as IREE's own flag asks
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0  # not Linux: nothing to find them by
+    closed = 0
+    for name in descriptors:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # closed since the listing (the listing's own descriptor among them)
+        if not _PLACEHOLDER.fullmatch(os.path.basename(target)):
+            continue
+        try:
+            os.close(int(name))
+            closed += 1
+            os.unlink(target)
+        except OSError:
+            pass  # closed or removed by another thread meanwhile
+    return closed
+
+
 _ATTEMPTS = 3
 
 
@@ -97,7 +134,10 @@ class Function:
         self._release = weakref.finalize(self, _unuse, self._driver, config)
         self._config = config
         module = runtime.VmModule.copy_buffer(config.vm_instance, self._vmfb)
-        self._entry = runtime.load_vm_module(module, config)[self._name]
+        try:
+            self._entry = runtime.load_vm_module(module, config)[self._name]
+        finally:
+            close_leaked_dylib_placeholders()
         # Per result, where the host maps it: the element type it is stored in and the dtype
         # it reads as (they differ for bools, stored in bytes); set by the first call.
         self._mapped: list[tuple[Any, Any] | None] | None = None

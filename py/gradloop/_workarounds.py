@@ -177,6 +177,16 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         "test_a_vulkan_device_no_function_uses_is_released",
         canary=_CANARIES + "test_canary_an_idle_vulkan_device_keeps_two_cores_busy",
     ),
+    Workaround(
+        name="dylib_placeholder_leak",
+        bug="loading a module's system shared library leaves open (and on disk) the file whose "
+        "name the loader reserved with `mkstemp`: one descriptor per load, until a process at "
+        "1,024 open files cannot load another module",
+        knob="runtime: the placeholders closed and removed after each load "
+        "(`_runtime.close_leaked_dylib_placeholders`)",
+        reproducer="tests/test_compiled.py::test_loading_many_modules_leaves_no_open_file_behind",
+        canary=_CANARIES + "test_canary_loading_a_system_library_leaves_its_placeholder_open",
+    ),
 )
 
 _BY_NAME = {w.name: w for w in WORKAROUNDS}
