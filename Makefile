@@ -36,15 +36,19 @@ GRAPH_SUITES = tests/test_graph_mode.py tests/test_mode_agreement.py tests/test_
 	tests/test_autodiff_api.py tests/test_trace_core.py tests/test_op_gradients.py \
 	tests/test_variables.py tests/test_errors.py
 
+# The suite runs on TEST_JOBS processes (pytest-xdist; the Ray modules share one of them).
+TEST_JOBS ?= 2
+PYTEST = $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+
 test-python: dev vulkan-driver
-	$(PY) -m pytest -q
-	$(PY) -m pytest -q --graph-runner=frames $(GRAPH_SUITES)
-	$(PY) -m pytest -q --graph-runner=interpreter $(GRAPH_SUITES)
+	$(PYTEST)
+	$(PYTEST) --graph-runner=frames $(GRAPH_SUITES)
+	$(PYTEST) --graph-runner=interpreter $(GRAPH_SUITES)
 
 # The Python tests less those marked slow (IREE compiles, hundreds of random programs): a fast
 # subset to run while working; `make test` runs everything.
 test-fast: dev
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # Mesa's software Vulkan for the vulkan-spirv tests: installed once when missing, else a no-op.
 vulkan-driver:
@@ -63,9 +67,9 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format py tests benches examples tools
 
 # The differential random-program tester at scale: eager vs graph vs gl.jit, from a random seed
-# (about a second per program, most of it IREE compiling; graph mode alone gets ten times as
-# many), over FUZZ_JOBS processes (one per core by default).
-FUZZ_EXAMPLES ?= 5000
+# (about ten seconds per program on one core, most of it IREE compiling; graph mode alone gets
+# ten times as many), over FUZZ_JOBS processes (one per core by default).
+FUZZ_EXAMPLES ?= 1000
 fuzz: dev
 	@FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) tools/fuzz.sh
 

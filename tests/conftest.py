@@ -8,11 +8,17 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 # A compile that runs away fails its test in two minutes instead of holding the suite.
 os.environ.setdefault("GRADLOOP_COMPILE_TIMEOUT_S", "120")
 
 import gradloop as gl
+
+# Speed is measured in benches/, not asserted here: no per-example deadline, which a loaded
+# machine (the suite runs on every core) would turn into failures.
+settings.register_profile("gradloop", deadline=None)
+settings.load_profile("gradloop")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -20,6 +20,9 @@ from gradloop.examples import projectile
 
 ray = pytest.importorskip("ray", reason="gradloop[ray] is installed by make test")
 
+#: One Ray instance at a time: `make test` keeps the Ray modules on one of its processes.
+pytestmark = pytest.mark.xdist_group("ray")
+
 F64 = gl.float64
 
 

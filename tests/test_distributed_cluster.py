@@ -16,6 +16,9 @@ import gradloop as gl
 
 ray = pytest.importorskip("ray", reason="gradloop[ray] is installed by make test")
 
+#: One Ray instance at a time: `make test` keeps the Ray modules on one of its processes.
+pytestmark = pytest.mark.xdist_group("ray")
+
 
 @pytest.fixture(scope="module")
 def cluster():

@@ -3,7 +3,7 @@
 # (one per core by default; each program is one IREE compile on one core). Job k runs
 # FUZZ_EXAMPLES/FUZZ_JOBS programs from seed SEED+k, so the whole run is reproducible from SEED.
 set -u
-examples=${FUZZ_EXAMPLES:-5000}
+examples=${FUZZ_EXAMPLES:-1000}
 jobs=${FUZZ_JOBS:-$(nproc)}
 seed=${GRADLOOP_FUZZ_SEED:-$(python3 -c 'import random; print(random.randrange(2**31))')}
 per_job=$(( (examples + jobs - 1) / jobs ))
