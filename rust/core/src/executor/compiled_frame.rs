@@ -105,6 +105,7 @@ impl Slot {
 }
 
 /// A run's buffers and bits, kept for the next run.
+#[derive(Default)]
 pub(super) struct State {
     pub buffers: Vec<Storage>,
     /// Per register, the value of a `Slot::Value` register (`None` when empty). Boxed, so
@@ -285,6 +286,7 @@ impl CompiledFrame {
             .collect();
         Self::pass_invariants(&mut steps, &slots, &invariant, program.results());
         super::rank_one::update_in_place(&mut steps, &fused.nodes);
+        super::in_place::slice_updates(&mut steps, &fused.nodes, &slots);
         Some(CompiledFrame {
             fused: fused.clone(),
             steps,
@@ -377,14 +379,19 @@ impl CompiledFrame {
         inputs: impl Iterator<Item = RtValue>,
     ) -> Result<(), Failure> {
         for (v, &r) in inputs.zip(&self.inputs) {
-            let r = r as usize;
-            match v {
-                RtValue::Tensor(t) if self.slots[r].tensor().is_some() => {
-                    load(&mut state.buffers[state.phys[r] as usize], &t)?
-                }
-                other => *state.value(r) = Some(Box::new(other)),
+            self.load_input(state, r as usize, v)?;
+            state.live[r as usize] = true;
+        }
+        Ok(())
+    }
+
+    /// Input register `r`'s value `v` (a tensor into its buffer).
+    fn load_input(&self, state: &mut State, r: usize, v: RtValue) -> Result<()> {
+        match v {
+            RtValue::Tensor(t) if self.slots[r].tensor().is_some() => {
+                load(&mut state.buffers[state.phys[r] as usize], &t)?
             }
-            state.live[r] = true;
+            other => *state.value(r) = Some(Box::new(other)),
         }
         Ok(())
     }
@@ -453,6 +460,17 @@ impl CompiledFrame {
             }
         });
         nested.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
+    }
+
+    /// How many steps of this frame and the loops nested in it update a slice in place.
+    #[cfg(test)]
+    pub fn slice_updates_in_place(&self) -> usize {
+        let counts = self.steps.iter().map(|step| match &step.action {
+            Action::Loop(inner, _) => inner.slice_updates_in_place(),
+            Action::Update(_) => usize::from(!self.is_add(step)),
+            _ => 0,
+        });
+        counts.sum()
     }
 
     #[cfg(test)]
@@ -605,23 +623,76 @@ impl CompiledFrame {
                 }
             }
             Action::Loop(inner, index) => {
-                let inputs = self.take_inputs(state, step)?;
-                let inner_state = &mut state.nested[*index];
-                inner_state.live.fill(false);
-                inner.load_inputs(inner_state, inputs.into_iter())?;
-                inner.run_in(inner_state)?;
-                let results = inner
-                    .results
-                    .iter()
-                    .map(|&r| inner.result(inner_state, r))
-                    .collect::<Result<SmallVec<[RtValue; 2]>>>()?;
-                inner_state.values.iter_mut().for_each(|v| *v = None);
-                for (k, v) in results.into_iter().enumerate() {
-                    self.write(state, out + k, v)?;
-                }
+                // Out of `state` while it runs (back in place whatever the outcome).
+                let mut inner_state = std::mem::take(&mut state.nested[*index]);
+                let outcome = self.run_nested(step, inner, state, &mut inner_state);
+                state.nested[*index] = inner_state;
+                outcome?;
             }
             Action::LoopMerge | Action::Merge | Action::NoOp => {}
         }
+        Ok(())
+    }
+
+    /// A nested loop's step: its inputs into the inner frame's input registers, the inner
+    /// frame run, its results into the step's outputs. A buffer moves by exchanging places
+    /// with the inner register's (read for the last time, from its own register) or is copied;
+    /// never through a tensor. A checkpointed loop's advance, nested in its backward loop,
+    /// carries the snapshots' `[c + 1, ...]` buffers in and out on every backward trip.
+    fn run_nested(
+        &self,
+        step: &Step,
+        inner: &CompiledFrame,
+        state: &mut State,
+        inner_state: &mut State,
+    ) -> Result<(), Failure> {
+        inner_state.live.fill(false);
+        let same_buffer = |outer: usize, r: usize| match (&self.slots[outer], &inner.slots[r]) {
+            (Slot::Buffer(a), Slot::Buffer(b)) => a == b,
+            _ => false,
+        };
+        let inputs = step.reads.iter().zip(&step.data).zip(&inner.inputs);
+        let moved = |r: &Read, data: Reg| r.take && data == r.reg;
+        // Copies first: a buffer moved away must not be one a later read copies from.
+        for ((r, &data), &to) in inputs.clone() {
+            let (from, to) = (r.reg as usize, to as usize);
+            if same_buffer(from, to) && !moved(r, data) {
+                let src = &state.buffers[state.phys[data as usize] as usize];
+                copy(&mut inner_state.buffers[inner_state.phys[to] as usize], src);
+            } else if !same_buffer(from, to) {
+                let v = self.read(state, *r, data)?;
+                inner.load_input(inner_state, to, v)?;
+            }
+            inner_state.live[to] = true;
+        }
+        for ((r, &data), &to) in inputs {
+            let (from, to) = (r.reg as usize, to as usize);
+            if same_buffer(from, to) && moved(r, data) {
+                let b = state.phys[from] as usize;
+                let inner_b = inner_state.phys[to] as usize;
+                std::mem::swap(&mut state.buffers[b], &mut inner_state.buffers[inner_b]);
+                refresh_address(state, b);
+            }
+        }
+        self.release(state, &step.reads);
+        inner.run_in(inner_state)?;
+        for (k, &r) in inner.results.iter().enumerate() {
+            let (r, out) = (r as usize, step.out as usize + k);
+            if !same_buffer(out, r) {
+                let v = inner.result(inner_state, r as Reg)?;
+                self.write(state, out, v)?;
+                continue;
+            }
+            let (inner_b, b) = (inner_state.phys[r] as usize, state.phys[out] as usize);
+            if inner.results.iter().filter(|&&x| x as usize == r).count() == 1 {
+                std::mem::swap(&mut state.buffers[b], &mut inner_state.buffers[inner_b]);
+                refresh_address(state, b);
+            } else {
+                copy(&mut state.buffers[b], &inner_state.buffers[inner_b]);
+            }
+            state.live[out] = true;
+        }
+        inner_state.values.iter_mut().for_each(|v| *v = None);
         Ok(())
     }
 
@@ -800,6 +871,14 @@ impl CompiledFrame {
                 *state.value(reg) = None;
             }
         }
+    }
+}
+
+/// After buffer `b` was exchanged for another: its address, where machine code reads it (the
+/// frame's `data`, filled when its machine code starts a run; empty for an interpreted one).
+fn refresh_address(state: &mut State, b: usize) {
+    if let Some(at) = state.data.get_mut(b) {
+        *at = super::native::address(&mut state.buffers[b]);
     }
 }
 

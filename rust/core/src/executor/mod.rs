@@ -21,6 +21,7 @@
 //! Threads: `GRADLOOP_NUM_THREADS` when set, else rayon's pool size (the machine's cores).
 
 mod compiled_frame;
+mod in_place;
 mod kernel;
 mod native;
 mod plan;
@@ -201,6 +202,16 @@ impl Executor {
         let programs = self.plan.nodes.iter().filter_map(|n| n.program.as_deref());
         let counts = programs.map(|p| p.rank_one_updates());
         counts.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
+    }
+
+    /// How many steps of its compiled frames update a slice in place (`in_place`).
+    #[cfg(test)]
+    pub fn slice_updates_in_place(&self) -> usize {
+        if let Some(root) = &self.root {
+            return root.slice_updates_in_place();
+        }
+        let programs = self.plan.nodes.iter().filter_map(|n| n.program.as_deref());
+        programs.map(|p| p.slice_updates_in_place()).sum()
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).

@@ -240,6 +240,20 @@ impl Program {
         nested.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
     }
 
+    /// How many steps of the compiled frames of this frame and its loops update a slice in
+    /// place.
+    #[cfg(test)]
+    pub fn slice_updates_in_place(&self) -> usize {
+        if let Some(compiled) = &self.compiled {
+            return compiled.slice_updates_in_place();
+        }
+        let nested = self.steps.iter().map(|step| match &step.action {
+            Action::Loop(inner) => inner.slice_updates_in_place(),
+            _ => 0,
+        });
+        nested.sum()
+    }
+
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
     /// The compiled frame runs them when there is one and they have its types (in check mode
     /// the program runs them too, and any difference is an internal error).

@@ -967,3 +967,58 @@ fn machine_code_pushes_and_pops_in_place_and_falls_back_for_tensor_items_and_emp
         check_against_interpreter(&format!("push then pop, f64[{n}]"), &graph);
     }
 }
+
+/// A loop writing rows of a buffer it carries, nested in a loop that reads a row of it before
+/// the inner loop and passes it on: the inner loop's buffer moves in and out of its frame, and
+/// its row writes update in place.
+const ROW_WRITES: &str = r#"graph @main
+func @main(%0: f32[4, 3], %1: f32[3]) -> (f32[4, 3], f32[3]) {
+  %2 = const() {value=[0]} : i64[]
+  %3 = while(%2, %0, %1) {cond=@outer_more, body=@outer, parallel_iterations=10} : (i64[], f32[4, 3], f32[3])
+  return %3#1, %3#2
+}
+func @outer_more(%0: i64[], %1: f32[4, 3], %2: f32[3]) -> (bool[]) {
+  %3 = const() {value=[3]} : i64[]
+  %4 = less(%0, %3) : bool[]
+  return %4
+}
+func @outer(%0: i64[], %1: f32[4, 3], %2: f32[3]) -> (i64[], f32[4, 3], f32[3]) {
+  %3 = const() {value=[1]} : i64[]
+  %4 = add(%0, %3) : i64[]
+  %5 = const() {value=[0]} : i64[]
+  %6 = dynamic_slice(%1, %0, %5) {sizes=[1, 3]} : f32[1, 3]
+  %7 = reshape(%6) {shape=[3]} : f32[3]
+  %8 = while(%5, %1, %7) {cond=@inner_more, body=@inner, parallel_iterations=10} : (i64[], f32[4, 3], f32[3])
+  %9 = add(%2, %8#2) : f32[3]
+  return %4, %8#1, %9
+}
+func @inner_more(%0: i64[], %1: f32[4, 3], %2: f32[3]) -> (bool[]) {
+  %3 = const() {value=[2]} : i64[]
+  %4 = less(%0, %3) : bool[]
+  return %4
+}
+func @inner(%0: i64[], %1: f32[4, 3], %2: f32[3]) -> (i64[], f32[4, 3], f32[3]) {
+  %3 = const() {value=[1]} : i64[]
+  %4 = add(%0, %3) : i64[]
+  %5 = mul(%2, %2) : f32[3]
+  %6 = reshape(%5) {shape=[1, 3]} : f32[1, 3]
+  %7 = const() {value=[0]} : i64[]
+  %8 = dynamic_update_slice(%1, %6, %4, %7) : f32[4, 3]
+  return %4, %8, %5
+}"#;
+
+#[test]
+fn nested_loops_move_their_buffers_and_update_rows_in_place_bit_for_bit() {
+    let graph = parse_graph(ROW_WRITES).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    assert_eq!(exec.slice_updates_in_place(), 1);
+    let args = || {
+        let buffer = (0..12).map(|k| k as f32 * 0.25 - 1.0).collect();
+        vec![
+            RtValue::from(Tensor::from_vec::<f32>(buffer, &[4, 3]).unwrap()),
+            RtValue::from(Tensor::from_vec(vec![0.5f32, -1.5, 2.0], &[3]).unwrap()),
+        ]
+    };
+    runs_bit_for_bit(&exec, &graph, args);
+    check_against_interpreter("row writes", &graph);
+}

@@ -250,6 +250,30 @@ impl OpDef for DynamicSlice {
 pub struct DynamicUpdateSlice {}
 op_attrs!(DynamicUpdateSlice = "dynamic_update_slice" {});
 
+/// `dynamic_update_slice` for a caller whose output buffer already holds the operand (read for
+/// the last time: the executor moved its buffer to the output): the kernel reads the update
+/// and the starts (`ins`) and writes the window alone, the same elements as `kernel_into`.
+pub(crate) fn update_slice_in_place(inputs: &[TensorType]) -> Option<DestKernel> {
+    let [x, u, starts @ ..] = inputs else {
+        return None;
+    };
+    if !scalar_indices(starts) || x.shape.contains(&DYN) || u.shape.contains(&DYN) {
+        return None;
+    }
+    let window = dest::Window::new(&x.shape, &u.shape)?;
+    crate::with_dtype!(x.dtype, T, {
+        Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+            let us = dest::input::<T>(ins, 0)?;
+            let base = window.base(&ins[1..])?;
+            let ys = dest::output::<T>(outs, 0)?;
+            for (&v, &k) in us.iter().zip(window.offsets()) {
+                ys[base + k as usize] = v;
+            }
+            Ok(())
+        }))
+    })
+}
+
 impl OpDef for DynamicUpdateSlice {
     fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
         let op = "dynamic_update_slice";

@@ -140,7 +140,7 @@ impl NativeCode {
 }
 
 /// The address of a buffer's first element.
-fn address(buffer: &mut Storage) -> usize {
+pub(super) fn address(buffer: &mut Storage) -> usize {
     match buffer {
         Storage::F32(v) => v.as_mut_ptr() as usize,
         Storage::F64(v) => v.as_mut_ptr() as usize,
