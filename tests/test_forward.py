@@ -175,6 +175,7 @@ def test_jvp_and_vjp_agree_on_random_programs_in_graph_mode() -> None:
     check()
 
 
+@pytest.mark.timeout(1200)  # 150-180 s on a 2-core VM, one module of up to 45,000 lines
 def test_jvp_and_vjp_agree_on_random_programs_compiled() -> None:
     @seed(FUZZ_SEED + 1)
     @_settings(6)
