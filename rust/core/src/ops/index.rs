@@ -257,15 +257,33 @@ pub(crate) fn update_slice_in_place(inputs: &[TensorType]) -> Option<DestKernel>
     let [x, u, starts @ ..] = inputs else {
         return None;
     };
-    if !scalar_indices(starts) || x.shape.contains(&DYN) || u.shape.contains(&DYN) {
+    if x.shape.contains(&DYN) || u.shape.contains(&DYN) {
+        return None;
+    }
+    update_kernel(x, u, starts, true)
+}
+
+/// `dynamic_update_slice`'s destination kernel: its inputs are (operand, update, starts...),
+/// or (update, starts...) `in_place`, where the output already holds the operand.
+fn update_kernel(
+    x: &TensorType,
+    u: &TensorType,
+    starts: &[TensorType],
+    in_place: bool,
+) -> Option<DestKernel> {
+    if !scalar_indices(starts) {
         return None;
     }
     let window = dest::Window::new(&x.shape, &u.shape)?;
+    let update = usize::from(!in_place);
     crate::with_dtype!(x.dtype, T, {
         Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
-            let us = dest::input::<T>(ins, 0)?;
-            let base = window.base(&ins[1..])?;
+            let us = dest::input::<T>(ins, update)?;
+            let base = window.base(&ins[update + 1..])?;
             let ys = dest::output::<T>(outs, 0)?;
+            if !in_place {
+                ys.copy_from_slice(dest::input::<T>(ins, 0)?);
+            }
             for (&v, &k) in us.iter().zip(window.offsets()) {
                 ys[base + k as usize] = v;
             }
@@ -306,23 +324,7 @@ impl OpDef for DynamicUpdateSlice {
     }
 
     fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
-        let (x, u) = (&inputs[0], &inputs[1]);
-        if !scalar_indices(&inputs[2..]) {
-            return None;
-        }
-        let window = dest::Window::new(&x.shape, &u.shape)?;
-        crate::with_dtype!(x.dtype, T, {
-            Some(Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
-                let (xs, us) = (dest::input::<T>(ins, 0)?, dest::input::<T>(ins, 1)?);
-                let base = window.base(&ins[2..])?;
-                let ys = dest::output::<T>(outs, 0)?;
-                ys.copy_from_slice(xs);
-                for (&v, &k) in us.iter().zip(window.offsets()) {
-                    ys[base + k as usize] = v;
-                }
-                Ok(())
-            }))
-        })
+        update_kernel(&inputs[0], &inputs[1], &inputs[2..], false)
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
