@@ -28,6 +28,12 @@ def f64(*values: float) -> gl.Tensor:
     return gl.tensor(np.array(values, dtype=np.float64))
 
 
+def f64_wide(start: float, stop: float) -> gl.Tensor:
+    """Eight float64s: a tensor kept on the device (four elements or fewer are host scalars in
+    compiled mode), for tests of the device's forms."""
+    return gl.tensor(np.linspace(start, stop, 8))
+
+
 def leaves(x: object) -> list[np.ndarray]:
     return programs.leaves(x)
 
@@ -413,7 +419,7 @@ def test_loop_gradient_stacks_as_lists_of_buffer_views_compile_and_run() -> None
     # is not gl.to_mlir's: a module in it is right.
     from gradloop import compiled
 
-    args = x_c_n(3)
+    args = (f64_wide(-0.8, 0.6), f64_wide(0.5, 0.1), gl.tensor(3, dtype=gl.int64))
     grad = gl.grad(sin_loop, argnums=(0, 1))
     concrete = gl.function(grad).concrete_function(*args)
     mlir = concrete.to_mlir(embed_captures=True, list_stacks=True)
@@ -472,7 +478,7 @@ def test_exported_loop_gradient_runs_on_an_asynchronous_device(tmp_path) -> None
         return gl.while_loop(lambda i, v: i < n, body, (0, x))[1].sum()
 
     fn = gl.value_and_grad(loop_loss)
-    x, n = f64(0.3, -0.8), gl.tensor(25)
+    x, n = f64_wide(0.3, -0.8), gl.tensor(25)
     path = gl.export(fn, x, n, path=tmp_path / "loss.vmfb")
     mlir = path.with_suffix(".mlir").read_text()
     assert "hal.tensor.export" not in mlir and "tensor.insert_slice" in mlir, "not buffers"
@@ -573,7 +579,7 @@ def data_loop(x, limit):
 def test_unrolled_loops_stop_on_the_same_iteration_as_eager(limit) -> None:
     """Loops of cheap ops run several predicated iterations per trip of the compiled loop; the
     iterations past the condition's end are discarded, whatever trip they fall in."""
-    x = gl.tensor(np.array([0.3, -0.2, 0.9]))
+    x = f64_wide(0.3, -0.2) * 0.6
     fn = gl.jit(data_loop)
     limit = gl.tensor(np.float64(limit))
     got = fn(x, limit)
@@ -623,7 +629,7 @@ def test_forward_loops_with_pushes_unroll_keeping_only_the_iterations_run(n, bou
     the `maximum_iterations` counter advance by the iterations kept, and the gradient loop pops
     exactly those, whether the condition or the bound stops the loop, on any iteration of a
     trip."""
-    x, w, steps = f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7), gl.tensor(n)
+    x, w, steps = f64_wide(0.3, -0.5), f64_wide(0.9, -0.7), gl.tensor(n)
     grad = gl.grad(lambda x, w, m: bounded_recurrence(x, w, m, bound), argnums=(0, 1))
     mlir = gl.jit(grad).mlir(x, w, steps)
     assert "stablehlo.select" in mlir and "hal.tensor.export" in mlir  # predicated, pushing
@@ -656,7 +662,7 @@ def test_loops_the_device_decides_unroll_reading_back_once_a_trip(limit, bound) 
     state decides when it stops: the rank-0 state stays on the device within a trip, the
     counter `i` is computed on the host for every iteration, and the number of iterations kept
     is read back once, at the trip's end."""
-    x, w = f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7)
+    x, w = f64_wide(0.3, -0.5), f64_wide(0.9, -0.7)
     limit = gl.tensor(np.float64(limit))
     grad = gl.grad(lambda x, w, c: energy_loop(x, w, c, bound), argnums=(0, 1))
     assert "stablehlo.select" in gl.jit(grad).mlir(x, w, limit)  # predicated
@@ -669,7 +675,7 @@ def test_loops_the_device_decides_index_on_the_host() -> None:
     """`xs[i]` in a loop whose state stays on the device within a trip: the index's wrap
     (`i < 0`, against a `fill` constant) is computed on the host with the counter, so that the
     slice's start is known there (on the device IREE read it back: a second wait per trip)."""
-    xs = gl.tensor(np.linspace(-1.0, 1.0, 60).reshape(20, 3))
+    xs = gl.tensor(np.linspace(-1.0, 1.0, 160).reshape(20, 8))
 
     def reading(x, w, limit):
         def cond(i, h, energy):
@@ -685,7 +691,7 @@ def test_loops_the_device_decides_index_on_the_host() -> None:
 
     grad = gl.grad(reading, argnums=(0, 1))
     for limit in (0.5, 5.0, 1e9):
-        args = (f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7), gl.tensor(np.float64(limit)))
+        args = (f64_wide(0.3, -0.5), f64_wide(0.9, -0.7), gl.tensor(np.float64(limit)))
         mlir = gl.jit(grad).mlir(*args)
         assert "stablehlo.select" in mlir  # predicated, state on the device
         device_index = [line for line in mlir.splitlines() if "stablehlo.compare LT" in line]
@@ -958,3 +964,50 @@ def test_loading_many_modules_leaves_no_open_file_behind() -> None:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert _dylib_placeholders() == []
+
+
+def adaptive_pendulum(damping: gl.Tensor) -> gl.Tensor:
+    """An adaptive ODE solve (Heun-Euler 2(1), accept or reject by `cond` inside a
+    `while_loop`) of a damped pendulum, its state a float64[2]: the final angle squared."""
+
+    def rate(y):
+        return gl.stack([y[1], -damping * y[1] - gl.sin(y[0])])
+
+    def more(t, y, h, steps):
+        return t < 3.0
+
+    def step(t, y, h, steps):
+        h = gl.minimum(h, 3.0 - t)
+        k1 = rate(y)
+        k2 = rate(y + h * k1)
+        y_new = y + h * 0.5 * (k1 + k2)
+        error = h * 0.5 * (k2 - k1)
+        scale = 1e-8 + gl.maximum(gl.abs(y), gl.abs(y_new)) * 1e-5
+        norm = gl.stop_gradient(gl.sqrt(gl.mean((error / scale) ** 2.0)))
+        factor = gl.minimum(5.0, gl.maximum(0.2, 0.9 * gl.maximum(norm, 1e-10) ** -0.5))
+        return gl.cond(
+            norm < 1.0,
+            lambda: (t + h, y_new, h * factor, steps + 1),
+            lambda: (t, y, h * factor, steps),
+        )
+
+    start = (gl.zeros((), gl.float64), f64(1.0, 0.0), gl.tensor(np.float64(0.01)), 0)
+    _, y, _, _ = gl.while_loop(more, step, start)
+    return y[0] ** 2.0
+
+
+def test_small_vectors_in_loops_are_host_scalars_and_agree_with_eager() -> None:
+    """A loop over a float64[2] state (an ODE solver's) holds it as two host scalars: the loop
+    and its gradient carry no tensor, so no trip waits for a device dispatch; the value and
+    gradient agree with eager mode."""
+    damping = gl.tensor(np.float64(0.3))
+    grad = gl.value_and_grad(adaptive_pendulum)
+    mlir = gl.jit(grad).mlir(damping)
+    loops = [line for line in mlir.splitlines() if "scf.while" in line]
+    assert len(loops) == 2, loops  # the solve and its gradient
+    for loop in loops:  # float64 values and stacks alike on the host
+        assert not re.search(r"tensor<[^>]*f64>", loop.split("->")[-1]), loop[:300]
+    assert "math.sin" in mlir and "stablehlo.sine" not in mlir
+    assert_compiled_matches_eager(grad, damping, rtol=1e-11)
+    for value in (0.0, 0.7):
+        assert_compiled_matches_eager(adaptive_pendulum, gl.tensor(np.float64(value)), rtol=1e-11)

@@ -11,7 +11,7 @@ pub use emitter::{
     element_type, float_literal, names_text, string_literal, type_text, types_text, Emitter,
     MlirValue, TypeText,
 };
-pub use scalar_form::ScalarForm;
+pub use scalar_form::{broadcast_sources, host_elements, ScalarForm, HOST_ELEMENTS};
 pub use shapes::i64_array;
 
 /// Choices in how a module is written (see `stacks.rs`); the defaults run on every target.

@@ -5,6 +5,7 @@
 //! comparisons except `!=`, which is unordered, as `stablehlo.compare NE` is).
 
 use crate::dtype::DType;
+use crate::shape::{numel, TensorType, DYN};
 
 /// An op's scalar form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,4 +59,37 @@ impl ScalarForm {
             .then(|| Self::compare(dtype, float, int))
             .flatten()
     }
+}
+
+/// The most elements a statically shaped tensor has for the MLIR emitter to hold it as host
+/// scalars, one per element (`mlir/scalar.rs`): a 2-, 3- or 4-vector (an ODE's state, a
+/// position, a quaternion) costs a VM op per element and op, where a dispatch and the wait
+/// for its result cost microseconds; a larger one (W5's 16 lanes) is cheaper as one dispatch.
+pub const HOST_ELEMENTS: usize = 4;
+
+/// Whether a tensor of type `t` of rank 1 or more is held as host scalars (see
+/// `HOST_ELEMENTS`; rank-0 values always are).
+pub fn host_elements(t: &TensorType) -> bool {
+    t.ndim() > 0 && !t.shape.contains(&DYN) && (1..=HOST_ELEMENTS).contains(&numel(&t.shape))
+}
+
+/// For each element of a result of shape `out` (row-major), the flat index of the element of
+/// an operand of shape `from` that implicit broadcasting reads for it.
+pub fn broadcast_sources(from: &[usize], out: &[usize]) -> Vec<usize> {
+    let offset = out.len() - from.len();
+    let strides = crate::shape::strides(from);
+    (0..numel(out))
+        .map(|flat| {
+            let mut rest = flat;
+            let mut at = 0;
+            for d in (0..out.len()).rev() {
+                let i = rest % out[d];
+                rest /= out[d];
+                if d >= offset && from[d - offset] != 1 {
+                    at += i * strides[d - offset];
+                }
+            }
+            at
+        })
+        .collect()
 }

@@ -18,10 +18,11 @@ use super::stack_bounds::{PushFlow, Pushes};
 use super::stacks::{buffer_type, storage_type};
 use super::ModuleFacts;
 use crate::dtype::DType;
+use crate::emit::host_elements;
 use crate::error::{Error, Result};
 use crate::graph::{Function, Library, Node, NodeId, NodeKind, ValueType};
 use crate::ops::Op;
-use crate::shape::TensorType;
+use crate::shape::{numel, TensorType};
 
 /// A graph value in MLIR.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +31,12 @@ pub(crate) enum Bound {
     /// A rank-0 value held as an MLIR scalar (`f64`, `i1`, ...; see `scalar.rs`); `ty` is
     /// its rank-0 tensor type.
     Scalar(MlirValue),
+    /// A small tensor of static shape held as one MLIR scalar per element, in row-major order
+    /// (`emit::host_elements`, `scalar.rs`).
+    Elements {
+        names: Vec<String>,
+        ty: TensorType,
+    },
     /// A stack: a buffer of `tensor<? x element>` and the number of rows in use, an `index`
     /// (see `stacks.rs`).
     Stack {
@@ -43,6 +50,7 @@ impl Bound {
     pub fn names(&self) -> Vec<String> {
         match self {
             Bound::Tensor(v) | Bound::Scalar(v) => vec![v.name.clone()],
+            Bound::Elements { names, .. } => names.clone(),
             Bound::Stack { buffer, size } => vec![buffer.name.clone(), size.clone()],
         }
     }
@@ -51,18 +59,38 @@ impl Bound {
     pub fn tensor_type(&self) -> Option<&TensorType> {
         match self {
             Bound::Tensor(v) | Bound::Scalar(v) => Some(&v.ty),
+            Bound::Elements { ty, .. } => Some(ty),
             Bound::Stack { .. } => None,
         }
     }
 
-    /// The value of type `ty` made of the SSA names `names` yields (as many as `flat_types`).
-    pub fn from_names(ty: &ValueType, names: &mut impl Iterator<Item = String>) -> Result<Bound> {
+    /// Whether the value is held on the host (as scalars).
+    pub fn on_host(&self) -> bool {
+        matches!(self, Bound::Scalar(_) | Bound::Elements { .. })
+    }
+
+    /// The value of type `ty` made of the SSA names `names` yields (as many as `flat_types`;
+    /// `host`: small tensors are held as scalars, see `flat_types`).
+    pub fn from_names(
+        ty: &ValueType,
+        names: &mut impl Iterator<Item = String>,
+        host: bool,
+    ) -> Result<Bound> {
         let mut next = || {
             names
                 .next()
                 .ok_or_else(|| Error::internal("mlir", "too few SSA names for a value"))
         };
         match ty {
+            ValueType::Tensor(t) if host && host_elements(t) => {
+                let names = (0..numel(&t.shape))
+                    .map(|_| next())
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Bound::Elements {
+                    names,
+                    ty: t.clone(),
+                })
+            }
             ValueType::Tensor(t) => {
                 let v = MlirValue {
                     name: next()?,
@@ -90,12 +118,16 @@ impl Bound {
 }
 
 /// The MLIR types a value of type `ty` lowers to where regions carry it (one per SSA value, in
-/// `Bound::names` order): rank-0 tensors are carried as scalars (see `scalar.rs`).
+/// `Bound::names` order): rank-0 tensors are carried as scalars, small tensors as a scalar per
+/// element (see `scalar.rs`).
 pub(crate) fn flat_types(e: &Emitter, ty: &ValueType) -> Result<Vec<String>> {
     let pure = e.options.pure_stablehlo;
     match ty {
         ValueType::Tensor(t) if t.ndim() == 0 && !pure => {
             Ok(vec![carrier_type(t.dtype).to_string()])
+        }
+        ValueType::Tensor(t) if host_elements(t) && !pure => {
+            Ok(vec![carrier_type(t.dtype).to_string(); numel(&t.shape)])
         }
         ValueType::Stack(_) if pure => Err(no_stacks_in_stablehlo(e)),
         ValueType::Tensor(t) => Ok(vec![type_text(t)]),
@@ -320,6 +352,13 @@ impl<'g> Lowering<'g> {
         match (value, ty) {
             (Bound::Tensor(v), ValueType::Tensor(t)) => Ok(Bound::Tensor(self.e.cast(&v, t))),
             (Bound::Scalar(v), ValueType::Tensor(t)) if v.ty == *t => Ok(Bound::Scalar(v)),
+            (b @ Bound::Elements { .. }, ValueType::Tensor(t)) => {
+                if b.tensor_type() == Some(t) {
+                    return Ok(b);
+                }
+                let v = self.tensor_input(&b)?;
+                Ok(Bound::Tensor(self.e.cast(&v, t)))
+            }
             (Bound::Stack { buffer, size }, ValueType::Stack(t)) if buffer.ty == buffer_type(t) => {
                 Ok(Bound::Stack { buffer, size })
             }
@@ -330,13 +369,26 @@ impl<'g> Lowering<'g> {
     }
 
     /// `value` as regions carry a value of type `ty`: coerced, rank-0 values as scalars of
-    /// their `carrier_type` (so the result's names are what a terminator yields, not values
-    /// to compute with; `unpack` reverses it).
+    /// their `carrier_type` and small tensors as one per element (so the result's names are
+    /// what a terminator yields, not values to compute with; `unpack` reverses it).
     pub fn carried(&mut self, value: Bound, ty: &ValueType) -> Result<Bound> {
         if self.e.options.pure_stablehlo {
             return self.coerce(value, ty);
         }
         match self.coerce(value, ty)? {
+            b @ (Bound::Tensor(_) | Bound::Elements { .. })
+                if b.tensor_type().is_some_and(host_elements) =>
+            {
+                let Some(t) = b.tensor_type().cloned() else {
+                    return Err(self.e.bug("a small tensor without a type"));
+                };
+                let names = self
+                    .element_inputs(&b)?
+                    .iter()
+                    .map(|x| self.widen(x, t.dtype))
+                    .collect();
+                Ok(Bound::Elements { names, ty: t })
+            }
             b @ (Bound::Tensor(_) | Bound::Scalar(_))
                 if b.tensor_type().is_some_and(|t| t.ndim() == 0) =>
             {
@@ -357,11 +409,16 @@ impl<'g> Lowering<'g> {
         let mut it = names.iter().cloned();
         let mut out = Vec::with_capacity(types.len());
         for t in types {
-            let b = match Bound::from_names(t, &mut it)? {
-                Bound::Scalar(v) if self.e.options.pure_stablehlo => Bound::Tensor(v),
+            let pure = self.e.options.pure_stablehlo;
+            let b = match Bound::from_names(t, &mut it, !pure)? {
+                Bound::Scalar(v) if pure => Bound::Tensor(v),
                 Bound::Scalar(v) => {
                     let name = self.narrow(&v.name, v.ty.dtype);
                     Bound::Scalar(MlirValue { name, ty: v.ty })
+                }
+                Bound::Elements { names, ty } => {
+                    let names = names.iter().map(|x| self.narrow(x, ty.dtype)).collect();
+                    Bound::Elements { names, ty }
                 }
                 other => other,
             };
@@ -573,20 +630,28 @@ impl<'g> Lowering<'g> {
                 let b = Bound::Tensor(self.tensor_input(&on_false)?);
                 self.select(pred, a, b)
             }
+            // on the host, element by element (rank 0: one)
             _ => {
                 let ty = on_true
                     .tensor_type()
                     .cloned()
                     .ok_or_else(|| self.e.bug("a select without a type"))?;
                 let p = self.scalar_input(pred)?;
-                let (a, b) = (self.scalar_input(&on_true)?, self.scalar_input(&on_false)?);
-                let name = self.e.fresh();
-                let loc = self.e.loc();
+                let (a, b) = (
+                    self.element_inputs(&on_true)?,
+                    self.element_inputs(&on_false)?,
+                );
                 let scalar = super::emitter::element_type(ty.dtype);
-                self.e.line(&format!(
-                    "{name} = arith.select {p}, {a}, {b} : {scalar} {loc}"
-                ));
-                Ok(Bound::Scalar(MlirValue { name, ty }))
+                let loc = self.e.loc();
+                let mut names = Vec::with_capacity(a.len());
+                for (a, b) in a.iter().zip(&b) {
+                    let name = self.e.fresh();
+                    self.e.line(&format!(
+                        "{name} = arith.select {p}, {a}, {b} : {scalar} {loc}"
+                    ));
+                    names.push(name);
+                }
+                Ok(host_value(names, ty))
             }
         }
     }
@@ -610,8 +675,41 @@ impl<'g> Lowering<'g> {
                 let body = format!("tensor.from_elements {v} : {}", TypeText(&v.ty));
                 Ok(self.e.op(&body, &v.ty))
             }
+            Bound::Elements { names, ty } if ty.dtype == DType::Bool => {
+                // as a rank-0 bool is: through an i64 tensor and a compare
+                let wide: Vec<String> = names.iter().map(|x| self.widen(x, DType::Bool)).collect();
+                let ty = ty.with_dtype(DType::I64);
+                let body = format!(
+                    "tensor.from_elements {} : {}",
+                    wide.join(", "),
+                    TypeText(&ty)
+                );
+                let t = self.e.op(&body, &ty);
+                let zero = self.e.splat(DType::I64, &ty.shape, 0.0)?;
+                Ok(self.e.compare("NE", &t, &zero))
+            }
+            Bound::Elements { names, ty } => {
+                let body = format!(
+                    "tensor.from_elements {} : {}",
+                    names.join(", "),
+                    TypeText(ty)
+                );
+                Ok(self.e.op(&body, ty))
+            }
             Bound::Stack { .. } => Err(self.e.bug("a stack where a tensor is expected")),
         }
+    }
+}
+
+/// A host value of type `ty` made of the scalars `names` (one per element, row-major).
+pub(crate) fn host_value(names: Vec<String>, ty: TensorType) -> Bound {
+    match <[String; 1]>::try_from(names) {
+        Ok([name]) if ty.ndim() == 0 => Bound::Scalar(MlirValue { name, ty }),
+        Ok([name]) => Bound::Elements {
+            names: vec![name],
+            ty,
+        },
+        Err(names) => Bound::Elements { names, ty },
     }
 }
 

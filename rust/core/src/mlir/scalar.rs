@@ -13,6 +13,16 @@
 //!   (`OpDef::scalar`, `emit::ScalarForm`), when it has one; any other op gets its rank-0
 //!   operands back as tensors (`tensor.from_elements`), so its StableHLO is unchanged.
 //!
+//! Small tensors of static shape (at most `emit::HOST_ELEMENTS` elements: an ODE's 2-state, a
+//! position, a quaternion) are held the same way, one scalar per element (`Bound::Elements`):
+//! carried through regions as that many scalars, pushed onto host lists (`stacks.rs`), and
+//! computed on the host where an op's inputs and result are all rank-0 or small and one input
+//! is already there: elementwise ops element by element (broadcasting as the op does), ops
+//! that move elements (`OpDef::same_elements`, `OpDef::gather_table`: reshapes, slices, pads,
+//! concatenations, broadcasts) by renaming, reductions (`OpDef::fold`) as chains of their
+//! combining op. W11, an adaptive ODE solve whose float64[2] state went through a dispatch and
+//! a read-back per op, ran 8x faster so (`docs/notes.md`). Pure StableHLO keeps every tensor.
+//!
 //! Where control flow carries a rank-0 value (block arguments, `scf.yield`, `scf.condition`),
 //! it is 64 bits wide: `f64` and `i64` as they are, `f32` as its bits in an `i64`, `i32` and
 //! `i1` extended to `i64` (`carrier_type`, `widen`, `narrow`). IREE 3.13's VM register
@@ -22,12 +32,13 @@
 //! scalar the same width the moves cannot overlap; the casts cost a VM op each.
 //!
 use super::emitter::{element_type, scalar_literal, MlirValue, TypeText};
-use super::function::{Bound, Lowering};
+use super::function::{host_value, Bound, Lowering};
 use crate::dtype::DType;
 use crate::emit::ScalarForm as Form;
+use crate::emit::{broadcast_sources, host_elements};
 use crate::error::Result;
 use crate::ops::Op;
-use crate::shape::TensorType;
+use crate::shape::{numel, TensorType};
 
 /// The scalar form of `op` on operands of dtype `dtype` (the op table's `OpDef::scalar`), if it
 /// has one that IREE's VM runs: a cast it lacks (`host_cast`) stays a StableHLO convert.
@@ -138,6 +149,7 @@ impl Lowering<'_> {
         let pure = self.e.options.pure_stablehlo;
         let device_cast = |b: &Bound| match (op, b) {
             (Op::Cast(c), Bound::Scalar(v)) => !host_cast(v.ty.dtype, c.to),
+            (Op::Cast(c), Bound::Elements { ty, .. }) => !host_cast(ty.dtype, c.to),
             (Op::Cast(c), Bound::Tensor(v)) if pure && v.ty.ndim() == 0 => {
                 !host_cast(v.ty.dtype, c.to)
             }
@@ -156,49 +168,109 @@ impl Lowering<'_> {
             .collect()
     }
 
-    /// `op` on scalars when its inputs are all rank-0, at least one already a scalar, and the
-    /// table has its form; `None` leaves it to the StableHLO path.
+    /// `op` on host scalars when its inputs and result are rank-0 or small (`host_elements`),
+    /// at least one input is already on the host, and the op has a host form: elementwise
+    /// (its `ScalarForm` per element, broadcasting as the op does), moving elements (a reshape,
+    /// a gather table) or folding them (a reduction). `None` leaves it to the StableHLO path.
     pub(crate) fn try_scalar_op(
         &mut self,
         op: &Op,
         inputs: &[Bound],
         outputs: &[TensorType],
     ) -> Result<Option<Vec<Bound>>> {
-        let rank0 = |b: &Bound| {
-            matches!(b, Bound::Scalar(_)) || b.tensor_type().is_some_and(|t| t.ndim() == 0)
-        };
-        if self.e.options.pure_stablehlo {
+        let small = |t: &TensorType| t.ndim() == 0 || host_elements(t);
+        if self.e.options.pure_stablehlo || !inputs.iter().any(Bound::on_host) {
             return Ok(None);
         }
-        let any_scalar = inputs.iter().any(|b| matches!(b, Bound::Scalar(_)));
+        let [out] = outputs else {
+            return Ok(None);
+        };
+        if !small(out) || !inputs.iter().all(|b| b.tensor_type().is_some_and(small)) {
+            return Ok(None);
+        }
         // constants, and ops IREE folds to one (`fill`), are no device values
         let on_device = |b: &Bound| matches!(b, Bound::Tensor(v) if !self.e.is_constant(v));
         if self.device_rank0 && inputs.iter().any(on_device) {
             return Ok(None);
         }
-        if !any_scalar || !inputs.iter().all(rank0) || outputs.len() != 1 || outputs[0].ndim() != 0
-        {
-            return Ok(None);
-        }
+        let types: Vec<TensorType> = inputs
+            .iter()
+            .filter_map(Bound::tensor_type)
+            .cloned()
+            .collect();
         // select's operand dtype is that of its value operands, not the bool condition
         let operand = match op {
-            Op::Select(_) => inputs.get(1),
-            _ => inputs.first(),
+            Op::Select(_) => types.get(1),
+            _ => types.first(),
         };
-        let Some(dtype) = operand.and_then(Bound::tensor_type).map(|t| t.dtype) else {
+        let Some(dtype) = operand.map(|t| t.dtype) else {
             return Ok(None);
         };
-        let Some(form) = form(op, dtype) else {
+        let names = if let Some(form) = form(op, dtype) {
+            let sources: Vec<Vec<usize>> = types
+                .iter()
+                .map(|t| broadcast_sources(&t.shape, &out.shape))
+                .collect();
+            let elements = self.all_elements(inputs)?;
+            let mut names = Vec::with_capacity(numel(&out.shape));
+            for j in 0..numel(&out.shape) {
+                let args: Vec<String> = elements
+                    .iter()
+                    .zip(&sources)
+                    .map(|(xs, at)| xs[at[j]].clone())
+                    .collect();
+                names.push(self.scalar_line(form, &args, dtype)?);
+            }
+            names
+        } else if op.same_elements() {
+            self.element_inputs(&inputs[0])?
+        } else if let Some(table) = op.gather_table(&types, out) {
+            let elements = self.all_elements(inputs)?;
+            let mut zero = None;
+            let mut names = Vec::with_capacity(table.len());
+            for entry in table {
+                names.push(match entry {
+                    Some((i, k)) => elements[i as usize][k as usize].clone(),
+                    None => zero
+                        .get_or_insert_with(|| self.scalar_constant(out.dtype, 0.0))
+                        .clone(),
+                });
+            }
+            names
+        } else if let Some((form, axes)) = op.fold(dtype) {
+            let xs = self.element_inputs(&inputs[0])?;
+            let shape = &types[0].shape;
+            let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+            let mut groups: Vec<Option<String>> = vec![None; numel(&out.shape)];
+            for (k, x) in xs.iter().enumerate() {
+                let index = unravel(k, shape);
+                let g = kept.iter().fold(0, |g, &d| g * shape[d] + index[d]);
+                groups[g] = Some(match groups[g].take() {
+                    None => x.clone(),
+                    Some(acc) => self.scalar_line(form, &[acc, x.clone()], dtype)?,
+                });
+            }
+            let names: Option<Vec<String>> = groups.into_iter().collect();
+            let Some(names) = names else {
+                return Ok(None); // a group of no elements: the StableHLO has its identity
+            };
+            names
+        } else {
             return Ok(None);
         };
-        let args = inputs
-            .iter()
-            .map(|b| self.scalar_input(b))
-            .collect::<Result<Vec<String>>>()?;
-        let out = &outputs[0];
+        Ok(Some(vec![host_value(names, out.clone())]))
+    }
+
+    /// The elements of each of `inputs` as host scalars.
+    fn all_elements(&mut self, inputs: &[Bound]) -> Result<Vec<Vec<String>>> {
+        inputs.iter().map(|b| self.element_inputs(b)).collect()
+    }
+
+    /// One host op of `form` on the scalars `args` (of dtype `dtype`): the name of its result.
+    fn scalar_line(&mut self, form: Form, args: &[String], dtype: DType) -> Result<String> {
         let ty = element_type(dtype);
         let body = match form {
-            Form::Same => return Ok(Some(vec![Bound::Scalar(scalar_value(&args[0], out))])),
+            Form::Same => return Ok(args[0].clone()),
             Form::Op(mnemonic) => format!("{mnemonic} {} : {ty}", args.join(", ")),
             Form::Compare(mnemonic, predicate) => {
                 format!("{mnemonic} {predicate}, {}, {} : {ty}", args[0], args[1])
@@ -227,7 +299,7 @@ impl Lowering<'_> {
         let name = self.e.fresh();
         let loc = self.e.loc();
         self.e.line(&format!("{name} = {body} {loc}"));
-        Ok(Some(vec![Bound::Scalar(scalar_value(&name, out))]))
+        Ok(name)
     }
 
     /// `arith.constant` of a scalar.
@@ -258,6 +330,33 @@ impl Lowering<'_> {
         )))
     }
 
+    /// The elements of a rank-0 or small value as host scalars, row-major (`tensor.extract`s
+    /// of a tensor: a constant's fold away, a device value's wait for it).
+    pub(crate) fn element_inputs(&mut self, b: &Bound) -> Result<Vec<String>> {
+        match b {
+            Bound::Elements { names, .. } => Ok(names.clone()),
+            Bound::Tensor(v) if v.ty.ndim() > 0 && host_elements(&v.ty) => {
+                let loc = self.e.loc();
+                let mut names = Vec::with_capacity(numel(&v.ty.shape));
+                for k in 0..numel(&v.ty.shape) {
+                    let at: Vec<String> = unravel(k, &v.ty.shape)
+                        .into_iter()
+                        .map(|i| self.index(i))
+                        .collect();
+                    let name = self.e.fresh();
+                    self.e.line(&format!(
+                        "{name} = tensor.extract {v}[{}] : {} {loc}",
+                        at.join(", "),
+                        TypeText(&v.ty)
+                    ));
+                    names.push(name);
+                }
+                Ok(names)
+            }
+            other => Ok(vec![self.scalar_input(other)?]),
+        }
+    }
+
     /// The scalar SSA name of a rank-0 value (`tensor.extract` of a rank-0 tensor).
     pub(crate) fn scalar_input(&mut self, b: &Bound) -> Result<String> {
         match b {
@@ -266,6 +365,16 @@ impl Lowering<'_> {
             _ => Err(self.e.bug(format!("{b:?} is not a rank-0 value"))),
         }
     }
+}
+
+/// The index of flat element `k` of a row-major tensor of `shape`.
+fn unravel(mut k: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        index[d] = k % shape[d];
+        k /= shape[d];
+    }
+    index
 }
 
 fn scalar_value(name: &str, ty: &TensorType) -> MlirValue {

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! A stack of numeric scalars (`stack<f64[]>`, whose values loops carry as `f64`, see
-//! `scalar.rs`) is a host-side `!util.list<f64>` instead, and its size:
+//! `scalar.rs`) is a host-side `!util.list<f64>` instead, and its size (a small tensor held as
+//! scalars, `stack<f64[2]>`, takes that many entries a row):
 //!
 //! ```text
 //!   stack_new        util.list.create 16, 0
@@ -49,10 +50,11 @@
 //! both tops.
 
 use super::emitter::{element_type, type_text, MlirValue, TypeText};
-use super::function::{Bound, Lowering};
+use super::function::{host_value, Bound, Lowering};
+use crate::emit::host_elements;
 use crate::error::Result;
 use crate::ops::Op;
-use crate::shape::{ShapeDisplay, TensorType, DYN};
+use crate::shape::{numel, ShapeDisplay, TensorType, DYN};
 
 /// A push onto a list of buffer views (`stack_push`): `value` set at `at`, the list `size` long.
 pub(crate) struct ListPush {
@@ -77,15 +79,21 @@ pub(crate) fn buffer_type(element: &TensorType) -> TensorType {
     TensorType::new(element.dtype, &shape)
 }
 
-/// Whether a stack of `element`s is a host-side `!util.list` (numeric scalars).
-fn on_host(element: &TensorType) -> bool {
-    element.ndim() == 0 && element.dtype != crate::dtype::DType::Bool
+/// Whether a stack of `element`s is a host-side `!util.list` (numeric scalars, or small
+/// tensors held as scalars: `width` list entries per row).
+pub(crate) fn on_host(element: &TensorType) -> bool {
+    (element.ndim() == 0 || host_elements(element)) && element.dtype != crate::dtype::DType::Bool
+}
+
+/// List entries per row of a host stack of `element`s.
+fn width(element: &TensorType) -> usize {
+    numel(&element.shape)
 }
 
 /// Whether a stack of `element`s is a `!util.list<?>` of buffer views (tensors, when the
 /// module has `list_stacks`).
 fn ref_list(element: &TensorType, list_stacks: bool) -> bool {
-    list_stacks && element.ndim() > 0
+    list_stacks && element.ndim() > 0 && !on_host(element)
 }
 
 /// The MLIR type of a stack's storage: `!util.list<f64>`, `!util.list<?>` or
@@ -102,7 +110,7 @@ pub(crate) fn storage_type(element: &TensorType, list_stacks: bool) -> String {
 
 impl Lowering<'_> {
     /// An `index` constant.
-    fn index(&mut self, v: usize) -> String {
+    pub(crate) fn index(&mut self, v: usize) -> String {
         let name = self.e.fresh();
         let loc = self.e.loc();
         self.e
@@ -173,26 +181,33 @@ impl Lowering<'_> {
         let Bound::Stack { buffer, size } = stack else {
             return Err(self.e.bug("stack_push takes a stack and a tensor"));
         };
-        let (Bound::Tensor(v) | Bound::Scalar(v)) = &value else {
+        let Some(ty) = value.tensor_type().cloned() else {
             return Err(self.e.bug("stack_push takes a stack and a tensor"));
         };
-        let v = v.clone();
-        self.check_element(&v.ty)?;
-        if on_host(&v.ty) {
-            let x = self.scalar_input(&value)?;
-            let list = storage_type(&v.ty, self.e.options.list_stacks);
+        self.check_element(&ty)?;
+        if on_host(&ty) {
+            let xs = self.element_inputs(&value)?;
+            let list = storage_type(&ty, self.e.options.list_stacks);
             let loc = self.e.loc();
             let one = self.index(1);
             let next = self.e.fresh();
             self.e
                 .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
-            self.e
-                .line(&format!("util.list.resize {buffer}, {next} : {list} {loc}"));
+            let (entries, first) = self.list_rows(&next, &size, &ty);
             self.e.line(&format!(
-                "util.list.set {buffer}[{size}], {x} : {list} {loc}"
+                "util.list.resize {buffer}, {entries} : {list} {loc}"
             ));
+            for (j, x) in xs.iter().enumerate() {
+                let at = self.list_entry(&first, j);
+                self.e
+                    .line(&format!("util.list.set {buffer}[{at}], {x} : {list} {loc}"));
+            }
             return Ok(Bound::Stack { buffer, size: next });
         }
+        let v = match &value {
+            Bound::Tensor(v) | Bound::Scalar(v) => v.clone(),
+            other => self.tensor_input(other)?,
+        };
         if ref_list(&v.ty, self.e.options.list_stacks) {
             let loc = self.e.loc();
             let one = self.index(1);
@@ -249,6 +264,36 @@ impl Lowering<'_> {
             },
             size: next,
         })
+    }
+
+    /// For a host stack of `element`s: the list entries `rows` rows take, and the first entry
+    /// of row `row` (the same names when a row is one entry).
+    fn list_rows(&mut self, rows: &str, row: &str, element: &TensorType) -> (String, String) {
+        let w = width(element);
+        if w == 1 {
+            return (rows.to_string(), row.to_string());
+        }
+        let loc = self.e.loc();
+        let w = self.index(w);
+        let (entries, first) = (self.e.fresh(), self.e.fresh());
+        self.e
+            .line(&format!("{entries} = arith.muli {rows}, {w} : index {loc}"));
+        self.e
+            .line(&format!("{first} = arith.muli {row}, {w} : index {loc}"));
+        (entries, first)
+    }
+
+    /// Entry `j` of a host stack's row that starts at entry `first`.
+    fn list_entry(&mut self, first: &str, j: usize) -> String {
+        if j == 0 {
+            return first.to_string();
+        }
+        let loc = self.e.loc();
+        let j = self.index(j);
+        let at = self.e.fresh();
+        self.e
+            .line(&format!("{at} = arith.addi {first}, {j} : index {loc}"));
+        at
     }
 
     /// A push onto a list of buffer views: the value exported, the list resized, the view set.
@@ -392,18 +437,22 @@ impl Lowering<'_> {
     /// Row `at` of a stack's storage `buffer`.
     fn read_row(&mut self, buffer: &MlirValue, top: &str, element: &TensorType) -> Bound {
         let loc = self.e.loc();
-        let value = self.e.fresh();
         if on_host(element) {
-            self.e.line(&format!(
-                "{value} = util.list.get {buffer}[{top}] : {} {loc}",
-                storage_type(element, self.e.options.list_stacks)
-            ));
-            let value = MlirValue {
-                name: value,
-                ty: element.clone(),
-            };
-            return Bound::Scalar(value);
+            let list = storage_type(element, self.e.options.list_stacks);
+            let (_, first) = self.list_rows(top, top, element);
+            let names = (0..width(element))
+                .map(|j| {
+                    let at = self.list_entry(&first, j);
+                    let value = self.e.fresh();
+                    self.e.line(&format!(
+                        "{value} = util.list.get {buffer}[{at}] : {list} {loc}"
+                    ));
+                    value
+                })
+                .collect();
+            return host_value(names, element.clone());
         }
+        let value = self.e.fresh();
         if ref_list(element, self.e.options.list_stacks) {
             let view = self.e.fresh();
             self.e.line(&format!(

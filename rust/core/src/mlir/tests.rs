@@ -103,17 +103,17 @@ fn if_becomes_scf_if_with_inlined_branches() {
     filecheck(
         &emit(cases::IF),
         r#"
-        CHECK: func.func @cond(%arg0: tensor<i1>, %arg1: tensor<3xf32>) -> (tensor<3xf32>) {
+        CHECK: func.func @cond(%arg0: tensor<i1>, %arg1: tensor<5xf32>) -> (tensor<5xf32>) {
         CHECK-NEXT: %0 = tensor.extract %arg0[] : tensor<i1> loc("model.py":40:0)
-        CHECK-NEXT: %1 = scf.if %0 -> (tensor<3xf32>) {
-        CHECK-NEXT: %2 = stablehlo.sine %arg1 : tensor<3xf32> loc("model.py":41:0)
-        CHECK-NEXT: scf.yield %2 : tensor<3xf32>
+        CHECK-NEXT: %1 = scf.if %0 -> (tensor<5xf32>) {
+        CHECK-NEXT: %2 = stablehlo.sine %arg1 : tensor<5xf32> loc("model.py":41:0)
+        CHECK-NEXT: scf.yield %2 : tensor<5xf32>
         CHECK-NEXT: } else {
-        CHECK-NEXT: %3 = stablehlo.cosine %arg1 : tensor<3xf32> loc("model.py":43:0)
-        CHECK: %6 = stablehlo.multiply %3, %5 : tensor<3xf32> loc("model.py":43:0)
-        CHECK-NEXT: scf.yield %6 : tensor<3xf32>
+        CHECK-NEXT: %3 = stablehlo.cosine %arg1 : tensor<5xf32> loc("model.py":43:0)
+        CHECK: %6 = stablehlo.multiply %3, %5 : tensor<5xf32> loc("model.py":43:0)
+        CHECK-NEXT: scf.yield %6 : tensor<5xf32>
         CHECK-NEXT: } loc("model.py":40:0)
-        CHECK-NEXT: return %1 : tensor<3xf32>
+        CHECK-NEXT: return %1 : tensor<5xf32>
         CHECK-NOT: func.func
         "#,
     );
@@ -127,21 +127,21 @@ fn case_becomes_a_chain_of_scf_if_ending_in_the_last_branch() {
         CHECK: %0 = tensor.extract %arg0[] : tensor<i32> loc("model.py":50:0)
         CHECK-NEXT: %1 = arith.constant 0 : i32
         CHECK-NEXT: %2 = arith.cmpi eq, %0, %1 : i32
-        CHECK-NEXT: %3 = scf.if %2 -> (tensor<3xf32>) {
+        CHECK-NEXT: %3 = scf.if %2 -> (tensor<5xf32>) {
         CHECK-NEXT: stablehlo.negate %arg1
         CHECK: } else {
         CHECK-NEXT: %5 = arith.constant 1 : i32
         CHECK-NEXT: %6 = arith.cmpi eq, %0, %5 : i32
-        CHECK-NEXT: %7 = scf.if %6 -> (tensor<3xf32>) {
+        CHECK-NEXT: %7 = scf.if %6 -> (tensor<5xf32>) {
         CHECK-NEXT: stablehlo.exponential %arg1
         CHECK: } else {
         CHECK-NEXT: %9 = stablehlo.sine %arg1
-        CHECK-NEXT: scf.yield %9 : tensor<3xf32>
+        CHECK-NEXT: scf.yield %9 : tensor<5xf32>
         CHECK-NEXT: } loc("model.py":50:0)
-        CHECK-NEXT: scf.yield %7 : tensor<3xf32>
+        CHECK-NEXT: scf.yield %7 : tensor<5xf32>
         CHECK-NEXT: } loc("model.py":50:0)
         CHECK-NOT: scf.index_switch
-        CHECK: return %3 : tensor<3xf32>
+        CHECK: return %3 : tensor<5xf32>
         "#,
     );
 }
@@ -161,27 +161,74 @@ fn while_becomes_scf_while_with_an_iteration_counter() {
         CHECK-NEXT: %5 = arith.constant 0 : i64 loc("model.py":60:0)
         CHECK-NEXT: %6 = arith.constant 10 : i64 loc("model.py":60:0)
         CHECK-NEXT: %7 = arith.constant 1 : i64 loc("model.py":60:0)
-        CHECK-NEXT: %8:4 = scf.while (%9 = %5, %10 = %2, %11 = %arg0, %12 = %4) : (i64, i64, tensor<3xf32>, i64) -> (i64, i64, tensor<3xf32>, i64) {
+        CHECK-NEXT: %8:4 = scf.while (%9 = %5, %10 = %2, %11 = %arg0, %12 = %4) : (i64, i64, tensor<5xf32>, i64) -> (i64, i64, tensor<5xf32>, i64) {
         CHECK-NEXT: %17 = arith.trunci %10 : i64 to i32
         CHECK-NEXT: %18 = arith.trunci %12 : i64 to i32
         CHECK-NEXT: %19 = arith.cmpi slt, %17, %18 : i32 loc("model.py":60:0)
         CHECK-NEXT: %20 = arith.cmpi slt, %9, %6 : i64
         CHECK-NEXT: %21 = arith.andi %19, %20 : i1
-        CHECK-NEXT: scf.condition(%21) %9, %10, %11, %12 : i64, i64, tensor<3xf32>, i64
+        CHECK-NEXT: scf.condition(%21) %9, %10, %11, %12 : i64, i64, tensor<5xf32>, i64
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%13: i64, %14: i64, %15: tensor<3xf32>, %16: i64):
+        CHECK-NEXT: ^bb0(%13: i64, %14: i64, %15: tensor<5xf32>, %16: i64):
         CHECK-NEXT: %22 = arith.trunci %14 : i64 to i32
         CHECK: %26 = arith.addi %22, %25 : i32 loc("model.py":63:0)
-        CHECK: %29 = stablehlo.multiply %15, %28 : tensor<3xf32> loc("model.py":62:0)
-        CHECK: %32 = stablehlo.add %29, %31 : tensor<3xf32> loc("model.py":62:0)
+        CHECK: %29 = stablehlo.multiply %15, %28 : tensor<5xf32> loc("model.py":62:0)
+        CHECK: %32 = stablehlo.add %29, %31 : tensor<5xf32> loc("model.py":62:0)
         CHECK-NEXT: %33 = arith.extsi %26 : i32 to i64
         CHECK-NEXT: %34 = arith.addi %13, %7 : i64
-        CHECK-NEXT: scf.yield %34, %33, %32, %16 : i64, i64, tensor<3xf32>, i64
+        CHECK-NEXT: scf.yield %34, %33, %32, %16 : i64, i64, tensor<5xf32>, i64
         CHECK-NEXT: } loc("model.py":60:0)
         CHECK-NEXT: %35 = arith.trunci %8#1 : i64 to i32
         CHECK: %37 = tensor.from_elements %35 : tensor<i32>
-        CHECK-NEXT: return %8#2, %37 : tensor<3xf32>, tensor<i32>
+        CHECK-NEXT: return %8#2, %37 : tensor<5xf32>, tensor<i32>
         "#,
+    );
+}
+
+#[test]
+fn small_vectors_are_host_scalars_through_loops_slices_and_sums() {
+    // f32[2] is carried as two scalars (each in an i64, as rank-0 f32s are); the body's slices,
+    // concatenation and broadcast only move names, sin and the sums are VM ops: no dispatch,
+    // and no read-back, inside the loop. The entry's argument is read once before it.
+    let text = emit(cases::HOST_VECTOR);
+    filecheck(
+        &text,
+        r#"
+        CHECK: func.func @vec(%arg0: tensor<2xf32>, %arg1: tensor<i32>) -> (tensor<2xf32>, tensor<f32>) {
+        CHECK: = tensor.extract %arg0[%{{*}}] : tensor<2xf32>
+        CHECK: = tensor.extract %arg0[%{{*}}] : tensor<2xf32>
+        CHECK: scf.while ({{*}}) : (i64, i64, i64, i64) -> (i64, i64, i64, i64) {
+        CHECK: } do {
+        CHECK: = math.sin %{{*}} : f32 loc("model.py":81:0)
+        CHECK: = arith.addf %{{*}}, %{{*}} : f32
+        CHECK: = arith.mulf %{{*}}, %{{*}} : f32
+        CHECK: scf.yield
+        CHECK: = arith.addf %{{*}}, %{{*}} : f32 loc("model.py":84:0)
+        CHECK: = tensor.from_elements %{{*}}, %{{*}} : tensor<2xf32>
+        CHECK: return
+        "#,
+    );
+    let body = &text[text.find("} do {").unwrap()..text.find("scf.yield").unwrap()];
+    // only constants (which IREE folds into the VM ops that read them) are tensors there
+    let device = body.lines().filter(|l| {
+        let constant = l.contains("stablehlo.constant") || l.contains("tensor.extract");
+        (l.contains("stablehlo.") || l.contains("tensor.")) && !constant
+    });
+    assert_eq!(device.count(), 0, "{body}");
+    let constants = body.matches("stablehlo.constant").count();
+    assert_eq!(body.matches("tensor.extract").count(), constants, "{body}");
+    // the sum of 2 adds once, the broadcast of the sum to both elements computes it once
+    assert_eq!(body.matches("arith.addf").count(), 3, "{body}");
+    assert_eq!(body.matches("arith.mulf").count(), 1, "{body}");
+    // pure StableHLO keeps every tensor a tensor
+    let options = EmitOptions {
+        pure_stablehlo: true,
+        ..Default::default()
+    };
+    let (pure, _) = emit_module_facts(&graph(cases::HOST_VECTOR), options).unwrap();
+    assert!(
+        !pure.contains("math.sin") && pure.contains("stablehlo.sine"),
+        "{pure}"
     );
 }
 
@@ -190,21 +237,21 @@ fn nested_loops_nest_scf_while_regions() {
     filecheck(
         &emit(cases::NESTED),
         r#"
-        CHECK: %5:3 = scf.while (%6 = %2, %7 = %arg0, %8 = %4) : (i64, tensor<3xf32>, i64) -> (i64, tensor<3xf32>, i64) {
+        CHECK: %5:3 = scf.while (%6 = %2, %7 = %arg0, %8 = %4) : (i64, tensor<5xf32>, i64) -> (i64, tensor<5xf32>, i64) {
         CHECK: %14 = arith.cmpi slt, %12, %13 : i32
         CHECK-NEXT: scf.condition(%14) %6, %7, %8
         CHECK-NEXT: } do {
-        CHECK-NEXT: ^bb0(%9: i64, %10: tensor<3xf32>, %11: i64):
+        CHECK-NEXT: ^bb0(%9: i64, %10: tensor<5xf32>, %11: i64):
         the inner loop carries the outer body's values: x = %10, its bound i = %9
-        CHECK: %23:4 = scf.while (%24 = %20, %25 = %19, %26 = %10, %27 = %9) : (i64, i64, tensor<3xf32>, i64) -> (i64, i64, tensor<3xf32>, i64) {
+        CHECK: %23:4 = scf.while (%24 = %20, %25 = %19, %26 = %10, %27 = %9) : (i64, i64, tensor<5xf32>, i64) -> (i64, i64, tensor<5xf32>, i64) {
         CHECK: arith.cmpi slt, %24, %21 : i64
         CHECK: } do {
-        CHECK: %42 = stablehlo.sine %30 : tensor<3xf32> loc("model.py":72:0)
+        CHECK: %42 = stablehlo.sine %30 : tensor<5xf32> loc("model.py":72:0)
         CHECK: scf.yield %45, %44, %43, %31
         CHECK-NEXT: } loc("model.py":71:0)
-        CHECK: scf.yield %51, %23#2, %11 : i64, tensor<3xf32>, i64
+        CHECK: scf.yield %51, %23#2, %11 : i64, tensor<5xf32>, i64
         CHECK-NEXT: } loc("model.py":70:0)
-        CHECK: return %5#1 : tensor<3xf32>
+        CHECK: return %5#1 : tensor<5xf32>
         "#
         .lines()
         .filter(|l| l.trim().starts_with("CHECK"))
@@ -238,34 +285,34 @@ fn loop_gradients_carry_stacks_as_growable_buffers() {
     // backward loop pops them (see `stacks.rs`). The second stack starts with another
     // capacity, so IREE cannot merge the two buffers. Both loops read c (%arg1), which they
     // pass through, directly; the bound n (rank 0) is carried.
-    let text = emit_module(&crate::testing::traced::while_sin(1)).unwrap();
+    let text = emit_module(&crate::testing::traced::while_sin_of(5, 1, None)).unwrap();
     let checks = r#"
         CHECK: %3 = arith.constant 16 : index
-        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x2xf64>
+        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x5xf64>
         CHECK-NEXT: %5 = arith.constant 0 : index
         CHECK-NEXT: %6 = arith.constant 17 : index
-        CHECK-NEXT: %7 = tensor.empty(%6) : tensor<?x2xf64>
-        CHECK: scf.while ({{*}}, %17 = %4, %18 = %5, %19 = %7, %20 = %8) : ({{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index) -> (
+        CHECK-NEXT: %7 = tensor.empty(%6) : tensor<?x5xf64>
+        CHECK: scf.while ({{*}}, %17 = %4, %18 = %5, %19 = %7, %20 = %8) : ({{*}}, tensor<?x5xf64>, index, tensor<?x5xf64>, index) -> (
         CHECK: } do {
-        CHECK: %30 = stablehlo.sine %22 : tensor<2xf64>
-        CHECK-NEXT: %31 = stablehlo.multiply %30, %arg1 : tensor<2xf64>
-        CHECK: %40 = tensor.dim %25, %39 : tensor<?x2xf64>
+        CHECK: %30 = stablehlo.sine %22 : tensor<5xf64>
+        CHECK-NEXT: %31 = stablehlo.multiply %30, %arg1 : tensor<5xf64>
+        CHECK: %40 = tensor.dim %25, %39 : tensor<?x5xf64>
         CHECK-NEXT: %41 = arith.cmpi eq, %26, %40 : index
-        CHECK-NEXT: %42 = scf.if %41 -> (tensor<?x2xf64>) {
+        CHECK-NEXT: %42 = scf.if %41 -> (tensor<?x5xf64>) {
         CHECK-NEXT: %43 = arith.addi %40, %40 : index
-        CHECK-NEXT: %44 = tensor.empty(%43) : tensor<?x2xf64>
-        CHECK-NEXT: %45 = tensor.insert_slice %25 into %44[%39, 0][%40, 2][1, 1] : tensor<?x2xf64> into tensor<?x2xf64>
-        CHECK-NEXT: scf.yield %45 : tensor<?x2xf64>
+        CHECK-NEXT: %44 = tensor.empty(%43) : tensor<?x5xf64>
+        CHECK-NEXT: %45 = tensor.insert_slice %25 into %44[%39, 0][%40, 5][1, 1] : tensor<?x5xf64> into tensor<?x5xf64>
+        CHECK-NEXT: scf.yield %45 : tensor<?x5xf64>
         CHECK-NEXT: } else {
-        CHECK-NEXT: scf.yield %25 : tensor<?x2xf64>
-        CHECK: %46 = tensor.insert_slice %30 into %42[%26, 0][1, 2][1, 1] : tensor<2xf64> into tensor<?x2xf64>
+        CHECK-NEXT: scf.yield %25 : tensor<?x5xf64>
+        CHECK: %46 = tensor.insert_slice %30 into %42[%26, 0][1, 5][1, 1] : tensor<5xf64> into tensor<?x5xf64>
         CHECK: %48 = arith.addi %26, %47 : index
-        CHECK: scf.yield {{*}}, %46, %48, %56, %58 : {{*}}, tensor<?x2xf64>, index, tensor<?x2xf64>, index
+        CHECK: scf.yield {{*}}, %46, %48, %56, %58 : {{*}}, tensor<?x5xf64>, index, tensor<?x5xf64>, index
         CHECK: scf.while ({{*}}, %63 = %12#3, %64 = %12#4, %65 = %12#5, %66 = %12#6, %67 = %12#7)
         CHECK: } do {
         CHECK: %79 = arith.subi %72, %78 : index
-        CHECK-NEXT: %80 = tensor.extract_slice %71[%79, 0][1, 2][1, 1] : tensor<?x2xf64> to tensor<2xf64>
-        CHECK: %84 = stablehlo.multiply %68, %arg1 : tensor<2xf64>
+        CHECK-NEXT: %80 = tensor.extract_slice %71[%79, 0][1, 5][1, 1] : tensor<?x5xf64> to tensor<5xf64>
+        CHECK: %84 = stablehlo.multiply %68, %arg1 : tensor<5xf64>
         CHECK: scf.yield {{*}}, %71, %79, %73, %82 : {{*}}
         "#;
     filecheck(&text, checks);
@@ -346,18 +393,18 @@ func @none() -> () {
 "#,
         r#"graph @e2
 
-func @e2(%0: f32[3]) -> (f32[3]) {
-  %1 = while(%0) {cond=@c, body=@b, maximum_iterations=0, parallel_iterations=1} : f32[3]
+func @e2(%0: f32[5]) -> (f32[5]) {
+  %1 = while(%0) {cond=@c, body=@b, maximum_iterations=0, parallel_iterations=1} : f32[5]
   return %1
 }
 
-func @c(%0: f32[3]) -> (bool[]) {
+func @c(%0: f32[5]) -> (bool[]) {
   %1 = const() {value=[true]} : bool[]
   return %1
 }
 
-func @b(%0: f32[3]) -> (f32[3]) {
-  %1 = sin(%0) : f32[3]
+func @b(%0: f32[5]) -> (f32[5]) {
+  %1 = sin(%0) : f32[5]
   return %1
 }
 "#,
@@ -381,14 +428,14 @@ fn a_bounded_loop_gets_its_stacks_made_full_size() {
     // maximum_iterations = 1000, one push per trip onto each stack: each buffer is made with
     // 1000 rows before the loop (or the next capacity no other stack of the module has), and
     // the pushes never grow it
-    let text = emit_module(&crate::testing::traced::while_sin_bounded(1, Some(1000))).unwrap();
+    let text = emit_module(&crate::testing::traced::while_sin_of(5, 1, Some(1000))).unwrap();
     let checks = r#"
         CHECK: %3 = arith.constant 16 : index
-        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x2xf64>
+        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x5xf64>
         CHECK: %9 = arith.constant 1000 : index
-        CHECK-NEXT: %10 = tensor.empty(%9) : tensor<?x2xf64>
+        CHECK-NEXT: %10 = tensor.empty(%9) : tensor<?x5xf64>
         CHECK-NEXT: %11 = arith.constant 1001 : index
-        CHECK-NEXT: %12 = tensor.empty(%11) : tensor<?x2xf64>
+        CHECK-NEXT: %12 = tensor.empty(%11) : tensor<?x5xf64>
         CHECK: scf.while ({{*}}, %{{*}} = %10, %{{*}} = %5, %{{*}} = %12, %{{*}} = %8) : (
         CHECK: stablehlo.sine
         CHECK-NOT: scf.if
@@ -405,10 +452,10 @@ fn a_bounded_loop_gets_its_stacks_made_full_size() {
 fn nested_bounded_loops_need_no_growth_checks() {
     // outer at most 4 trips, inner at most 3 (the gradient reruns the inner loop in the
     // backward one, with stacks of its own): every stack is made full size up front
-    let bounded = emit_module(&crate::testing::traced::nested_loops_bounded(1, Some(4))).unwrap();
+    let bounded = emit_module(&crate::testing::traced::nested_loops_of(5, 1, Some(4))).unwrap();
     assert!(!bounded.contains("scf.if"), "{bounded}");
     // an unbounded outer loop: the stacks keep growing as needed
-    let unbounded = emit_module(&crate::testing::traced::nested_loops(1)).unwrap();
+    let unbounded = emit_module(&crate::testing::traced::nested_loops_of(5, 1, None)).unwrap();
     assert!(unbounded.contains("scf.if"), "{unbounded}");
 }
 
@@ -419,16 +466,17 @@ fn list_stacks_keep_tensors_as_buffer_views() {
         list_stacks: true,
         ..Default::default()
     };
-    let text = super::emit_module_with(&crate::testing::traced::while_sin(1), options).unwrap();
+    let text = super::emit_module_with(&crate::testing::traced::while_sin_of(5, 1, None), options)
+        .unwrap();
     let checks = r#"
         CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
         CHECK: %{{*}} = util.list.create %{{*}} : !util.list<?>
         CHECK: scf.while
-        CHECK: = hal.tensor.export %{{*}} : tensor<2xf64> -> !hal.buffer_view
+        CHECK: = hal.tensor.export %{{*}} : tensor<5xf64> -> !hal.buffer_view
         CHECK: util.list.set %{{*}}[%{{*}}], %{{*}} : !hal.buffer_view -> !util.list<?>
         CHECK: scf.while
         CHECK: = util.list.get %{{*}}[%{{*}}] : !util.list<?> -> !hal.buffer_view
-        CHECK-NEXT: = hal.tensor.import %{{*}} : !hal.buffer_view -> tensor<2xf64>
+        CHECK-NEXT: = hal.tensor.import %{{*}} : !hal.buffer_view -> tensor<5xf64>
         CHECK: return
         "#;
     filecheck(&text, checks);
@@ -443,7 +491,8 @@ fn an_unrolled_gradient_loop_pops_every_iteration_before_its_first_dispatch() {
         unroll_loops: true,
         ..Default::default()
     };
-    let text = super::emit_module_with(&crate::testing::traced::while_sin(1), options).unwrap();
+    let text = super::emit_module_with(&crate::testing::traced::while_sin_of(5, 1, None), options)
+        .unwrap();
     let backward = text.match_indices("scf.while").nth(1).map(|(at, _)| at);
     let trip = backward
         .and_then(|at| text[at..].find("} do {").map(|d| at + d))
@@ -462,23 +511,23 @@ fn an_unrolled_gradient_loop_pops_every_iteration_before_its_first_dispatch() {
 /// A branch yielding a value twice and two equal zeros; the other branch, distinct values.
 const REPEATS: &str = r#"graph @rep
 
-func @rep(%0: bool[], %1: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
-  %2 = if(%0, %1) {then=@rep_then, else=@rep_else} : (f32[3], f32[3], f32[3], f32[3])
+func @rep(%0: bool[], %1: f32[5]) -> (f32[5], f32[5], f32[5], f32[5]) {
+  %2 = if(%0, %1) {then=@rep_then, else=@rep_else} : (f32[5], f32[5], f32[5], f32[5])
   return %2#0, %2#1, %2#2, %2#3
 }
 
-func @rep_then(%0: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
-  %1 = sin(%0) : f32[3]
-  %2 = fill_like(%0) {value=0.0} : f32[3]
-  %3 = fill_like(%0) {value=0.0} : f32[3]
+func @rep_then(%0: f32[5]) -> (f32[5], f32[5], f32[5], f32[5]) {
+  %1 = sin(%0) : f32[5]
+  %2 = fill_like(%0) {value=0.0} : f32[5]
+  %3 = fill_like(%0) {value=0.0} : f32[5]
   return %1, %1, %2, %3
 }
 
-func @rep_else(%0: f32[3]) -> (f32[3], f32[3], f32[3], f32[3]) {
-  %1 = sin(%0) : f32[3]
-  %2 = cos(%0) : f32[3]
-  %3 = exp(%0) : f32[3]
-  %4 = neg(%0) : f32[3]
+func @rep_else(%0: f32[5]) -> (f32[5], f32[5], f32[5], f32[5]) {
+  %1 = sin(%0) : f32[5]
+  %2 = cos(%0) : f32[5]
+  %3 = exp(%0) : f32[5]
+  %4 = neg(%0) : f32[5]
   return %1, %2, %3, %4
 }
 "#;
@@ -501,7 +550,7 @@ fn cheap_branches_run_as_selects_in_the_fast_form() {
     // the plain form keeps the region
     assert_eq!(emit(REPEATS, false).matches("scf.if").count(), 1);
     // branches past the budget keep it too
-    let big = REPEATS.replace("f32[3]", "f32[4096]");
+    let big = REPEATS.replace("f32[5]", "f32[4096]");
     let text = emit(&big, true);
     assert_eq!(text.matches("scf.if").count(), 1, "{text}");
     assert_eq!(text.matches("stablehlo.select").count(), 0, "{text}");
@@ -546,9 +595,10 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
         };
         emit_module_facts(&graph(&text), options).unwrap()
     };
-    // 4 elements: 4 + 4 + 4 of work per iteration and 4 of condition, so 32 iterations a trip,
-    // each after the first kept only where the condition (on the device) holds.
-    let (text, facts) = loop_of("", 4);
+    // 8 elements (4 or fewer are host scalars): 8 + 8 + 8 of work per iteration and 8 of
+    // condition, so 32 iterations a trip, each after the first kept only where the condition
+    // (on the device) holds.
+    let (text, facts) = loop_of("", 8);
     assert!(facts.unrolled_loops && facts.loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
     assert_eq!(text.matches("stablehlo.select").count(), 31, "{text}");
@@ -562,7 +612,7 @@ fn loops_of_cheap_ops_unroll_into_predicated_iterations() {
     // maximum_iterations with a condition the device decides (a reduction): unrolled, each
     // iteration also tested against the bound, its counter on the host and the number of
     // iterations kept read back once a trip.
-    let (text, facts) = loop_of(", maximum_iterations=100", 4);
+    let (text, facts) = loop_of(", maximum_iterations=100", 8);
     assert!(facts.unrolled_loops);
     assert_eq!(text.matches("stablehlo.sine").count(), 32, "{text}");
     assert_eq!(text.matches("arith.cmpi slt").count(), 32, "{text}");
@@ -573,19 +623,19 @@ fn unrolling_stops_when_the_modules_budget_is_spent() {
     // Twelve loops one after another, each of 4 nodes an iteration (sum and less, sin and
     // add) and cheap enough for 32 iterations a trip alone.
     const LOOPS: usize = 12;
-    let mut text = String::from("graph @f\n\nfunc @f(%0: f32[4]) -> (f32[4]) {\n");
+    let mut text = String::from("graph @f\n\nfunc @f(%0: f32[5]) -> (f32[5]) {\n");
     for k in 0..LOOPS {
         text += &format!(
-            "  %{} = while(%{k}) {{cond=@c, body=@b, parallel_iterations=1}} : f32[4]\n",
+            "  %{} = while(%{k}) {{cond=@c, body=@b, parallel_iterations=1}} : f32[5]\n",
             k + 1
         );
     }
     text += &format!(
-        "  return %{LOOPS}\n}}\n\nfunc @c(%0: f32[4]) -> (bool[]) {{\n  \
+        "  return %{LOOPS}\n}}\n\nfunc @c(%0: f32[5]) -> (bool[]) {{\n  \
          %1 = sum(%0) {{axes=[0], keepdims=false}} : f32[]\n  \
          %2 = const() {{value=[10.0]}} : f32[]\n  %3 = less(%1, %2) : bool[]\n  return %3\n}}\n\n\
-         func @b(%0: f32[4]) -> (f32[4]) {{\n  %1 = sin(%0) : f32[4]\n  \
-         %2 = add(%0, %1) : f32[4]\n  return %2\n}}\n"
+         func @b(%0: f32[5]) -> (f32[5]) {{\n  %1 = sin(%0) : f32[5]\n  \
+         %2 = add(%0, %1) : f32[5]\n  return %2\n}}\n"
     );
     let options = EmitOptions {
         unroll_loops: true,
@@ -648,15 +698,15 @@ fn countdown_loops_unroll_exactly_then_finish_one_iteration_per_trip() {
     // `while n > 0: n, x = n - step, sin(x)`, the shape of a loop gradient's countdown.
     let loop_of = |step: i64, attrs: &str| {
         let text = format!(
-            "graph @f\n\nfunc @f(%0: i64[], %1: f32[4]) -> (i64[], f32[4]) {{\n  \
+            "graph @f\n\nfunc @f(%0: i64[], %1: f32[5]) -> (i64[], f32[5]) {{\n  \
              %2 = while(%0, %1) {{cond=@c, body=@b{attrs}, parallel_iterations=1}} \
-             : (i64[], f32[4])\n  return %2#0, %2#1\n}}\n\n\
-             func @c(%0: i64[], %1: f32[4]) -> (bool[]) {{\n  \
+             : (i64[], f32[5])\n  return %2#0, %2#1\n}}\n\n\
+             func @c(%0: i64[], %1: f32[5]) -> (bool[]) {{\n  \
              %2 = const() {{value=[0]}} : i64[]\n  %3 = greater(%0, %2) : bool[]\n  \
              return %3\n}}\n\n\
-             func @b(%0: i64[], %1: f32[4]) -> (i64[], f32[4]) {{\n  \
+             func @b(%0: i64[], %1: f32[5]) -> (i64[], f32[5]) {{\n  \
              %2 = const() {{value=[{step}]}} : i64[]\n  %3 = sub(%0, %2) : i64[]\n  \
-             %4 = sin(%1) : f32[4]\n  return %3, %4\n}}\n"
+             %4 = sin(%1) : f32[5]\n  return %3, %4\n}}\n"
         );
         let options = EmitOptions {
             unroll_loops: true,
@@ -692,7 +742,7 @@ fn pure_stablehlo_writes_stablehlo_control_flow_and_refuses_what_it_cannot_expre
         ..Default::default()
     };
     // a loop's gradient with stacks: growable state has no StableHLO form
-    let stacked = crate::testing::traced::while_sin(1);
+    let stacked = crate::testing::traced::while_sin_of(5, 1, None);
     let err = emit_module_with(&stacked, pure).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Compile);
     assert!(err.message.contains("growable stacks"), "{}", err.message);

@@ -8,7 +8,7 @@ use super::attrs::op_attrs;
 use super::layout::{expand_dims, static_shape};
 use super::rules::shape_str;
 use super::slicing::slice;
-use super::{build, dest, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{build, dest, DestKernel, GatherTable, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
 use crate::emit::{names_text, types_text, Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
@@ -77,12 +77,17 @@ impl OpDef for Concatenate {
     }
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
+        let table = self.gather_table(inputs, &outputs[0])?;
+        Some(crate::with_dtype!(outputs[0].dtype, T, {
+            dest::gather_to::<T>(table)
+        }))
+    }
+
+    fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
         let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.shape[..]).collect();
-        let out = &outputs[0].shape;
+        let out = &output.shape;
         let all = [&shapes[..], &[out]].concat();
-        dest::gather(outputs[0].dtype, inputs.len(), &all, || {
-            dest::concat_table(&shapes, self.axis, out)
-        })
+        dest::table_fits(inputs.len(), &all).then(|| dest::concat_table(&shapes, self.axis, out))
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {

@@ -16,7 +16,9 @@ pub use super::concat::{concatenate, stack, Concatenate};
 pub use super::permute::{reverse, transpose, Reverse, Transpose};
 use super::rules::shape_str;
 pub use super::slicing::{pad, slice, Pad, Slice};
-use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{
+    build, dest, expect_arity, DestKernel, GatherTable, Grads, OpDef, Saved, Saves, Types, Values,
+};
 use super::{tangents, Tangents};
 use crate::dtype::Element;
 use crate::emit::{Emitter, MlirValue};
@@ -207,6 +209,15 @@ impl OpDef for BroadcastTo {
         crate::with_dtype!(inputs[0].dtype, T, {
             dest::broadcast_to::<T>(&inputs[0], &outputs[0])
         })
+    }
+
+    fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
+        let (x, out) = (&inputs[0].shape, &output.shape);
+        if x.contains(&DYN) || out.contains(&DYN) || !dest::table_fits(1, &[x, out]) {
+            return None;
+        }
+        let sources = crate::emit::broadcast_sources(x, out);
+        Some(sources.into_iter().map(|k| Some((0, k as u32))).collect())
     }
 
     fn saves(&self) -> Saves {

@@ -20,7 +20,7 @@ use crate::tensor::Tensor;
 use crate::value::Value;
 use attrs::{Attr, AttrMap, OpAttrs};
 pub use context::{execute, Context, EagerContext};
-pub use dest::DestKernel;
+pub use dest::{DestKernel, GatherTable};
 
 pub mod attrs;
 pub mod binary;
@@ -213,6 +213,22 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         None
     }
 
+    /// For an op that only moves elements (a slice, a pad, a concatenation, a broadcast):
+    /// where each element of the output comes from, as its gather kernel reads it. The MLIR
+    /// emitter moves small tensors held as host scalars with it (`mlir/scalar.rs`). None (the
+    /// default): not such an op, or shapes too large for a table.
+    fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
+        let _ = (inputs, output);
+        None
+    }
+
+    /// For a reduction: the op on two host scalars of `dtype` that folds its elements (`Add`'s
+    /// form for a sum), and the axes it folds. None (the default): not a reduction.
+    fn fold(&self, dtype: DType) -> Option<(ScalarForm, &[usize])> {
+        let _ = dtype;
+        None
+    }
+
     /// Input gradients from output gradients, built through `ctx` (so they run eagerly, trace
     /// into a graph, and are recorded by outer tapes for higher order). `grads[i]` is `None`
     /// when output `i` received no gradient; rules make their own zeros when they need them.
@@ -334,6 +350,12 @@ macro_rules! op_table {
             }
             pub fn scalar(&self, dtype: DType) -> Option<ScalarForm> {
                 match self { $( Op::$variant(o) => o.scalar(dtype), )* }
+            }
+            pub fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
+                match self { $( Op::$variant(o) => o.gather_table(inputs, output), )* }
+            }
+            pub fn fold(&self, dtype: DType) -> Option<(ScalarForm, &[usize])> {
+                match self { $( Op::$variant(o) => o.fold(dtype), )* }
             }
             pub fn gradient<V: Value>(
                 &self,

@@ -17,8 +17,8 @@ use super::{
     build, dest, expect_arity, tangents, DestKernel, Grads, OpDef, Saved, Saves, Tangents, Types,
     Values,
 };
-use crate::dtype::{Element, Storage};
-use crate::emit::{Emitter, MlirValue};
+use crate::dtype::{DType, Element, Storage};
+use crate::emit::{Emitter, MlirValue, ScalarForm};
 use crate::error::{Error, Result};
 use crate::ops::Context;
 use crate::shape::{normalize_axes, numel, Shape, TensorType};
@@ -265,7 +265,7 @@ fn fold_general<T: Copy + Send + Sync>(
 }
 
 macro_rules! reduction {
-    ($(#[$doc:meta])* $name:ident, $opname:literal, $accepts:ident, $saves:expr, init: $init:ident, |$a:ident, $b:ident| $f:expr, mlir: $combine:literal) => {
+    ($(#[$doc:meta])* $name:ident, $opname:literal, $accepts:ident, $saves:expr, init: $init:ident, |$a:ident, $b:ident| $f:expr, mlir: $combine:literal, scalar: $float:literal, $int:literal) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub struct $name {
@@ -278,6 +278,10 @@ macro_rules! reduction {
 
             fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
                 reduce_infer($opname, Accepts::$accepts, &self.axes, self.keepdims, inputs)
+            }
+
+            fn fold(&self, dtype: DType) -> Option<(ScalarForm, &[usize])> {
+                Some((ScalarForm::arith(dtype, $float, $int)?, &self.axes))
             }
 
             fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
@@ -359,15 +363,18 @@ bounded! { f32: f32::NEG_INFINITY, f32::INFINITY; f64: f64::NEG_INFINITY, f64::I
 
 reduction!(
     /// Sum over `axes`.
-    Sum, "sum", Numeric, Saves::NOTHING, init: zero, |a, b| a.wadd(b), mlir: "stablehlo.add"
+    Sum, "sum", Numeric, Saves::NOTHING, init: zero, |a, b| a.wadd(b), mlir: "stablehlo.add",
+    scalar: "arith.addf", "arith.addi"
 );
 reduction!(
     /// Maximum over `axes` (NaN propagates).
-    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || kernels::is_nan(a) { a } else { b }, mlir: "stablehlo.maximum"
+    ReduceMax, "max", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: lowest, |a, b| if a >= b || kernels::is_nan(a) { a } else { b }, mlir: "stablehlo.maximum",
+    scalar: "arith.maximumf", "arith.maxsi"
 );
 reduction!(
     /// Minimum over `axes` (NaN propagates).
-    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || kernels::is_nan(a) { a } else { b }, mlir: "stablehlo.minimum"
+    ReduceMin, "min", Numeric, Saves::Values { inputs: 1, outputs: 1 }, init: highest, |a, b| if a <= b || kernels::is_nan(a) { a } else { b }, mlir: "stablehlo.minimum",
+    scalar: "arith.minimumf", "arith.minsi"
 );
 
 /// `stablehlo.reduce` of `x` over `axes` from `init`, reshaped to `out` (keepdims) when the

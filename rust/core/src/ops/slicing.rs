@@ -11,7 +11,9 @@ use smallvec::smallvec;
 use super::attrs::op_attrs;
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
-use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
+use super::{
+    build, dest, expect_arity, DestKernel, GatherTable, Grads, OpDef, Saved, Saves, Types, Values,
+};
 use super::{tangents, Tangents};
 use crate::emit::{Emitter, MlirValue, TypeText};
 use crate::error::{Error, Result};
@@ -96,10 +98,15 @@ impl OpDef for Slice {
     }
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
-        let (x, out) = (&inputs[0].shape, &outputs[0].shape);
-        dest::gather(inputs[0].dtype, 1, &[x, out], || {
-            dest::slice_table(x, &self.start, &self.step, out)
-        })
+        let table = self.gather_table(inputs, &outputs[0])?;
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::gather_to::<T>(table)
+        }))
+    }
+
+    fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
+        let (x, out) = (&inputs[0].shape, &output.shape);
+        dest::table_fits(1, &[x, out]).then(|| dest::slice_table(x, &self.start, &self.step, out))
     }
 
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
@@ -247,10 +254,15 @@ impl OpDef for Pad {
     }
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
-        let (x, out) = (&inputs[0].shape, &outputs[0].shape);
-        dest::gather(inputs[0].dtype, 1, &[x, out], || {
-            dest::pad_table(x, &self.low, &self.interior, out)
-        })
+        let table = self.gather_table(inputs, &outputs[0])?;
+        Some(crate::with_dtype!(inputs[0].dtype, T, {
+            dest::gather_to::<T>(table)
+        }))
+    }
+
+    fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
+        let (x, out) = (&inputs[0].shape, &output.shape);
+        dest::table_fits(1, &[x, out]).then(|| dest::pad_table(x, &self.low, &self.interior, out))
     }
 
     fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {

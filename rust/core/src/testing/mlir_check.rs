@@ -54,7 +54,7 @@ fn f64s(v: &[f64]) -> Tensor {
 
 /// The golden cases, with inputs.
 fn golden_cases() -> Vec<RunCase> {
-    let x3 = || values(&[3]);
+    let x5 = || values(&[5]);
     let b = |v: bool| Tensor::scalar(v);
     let i = |v: i32| Tensor::scalar(v);
     vec![
@@ -91,22 +91,30 @@ fn golden_cases() -> Vec<RunCase> {
         run_case(
             "if",
             graph(cases::IF),
-            vec![vec![b(true), x3()], vec![b(false), x3()]],
+            vec![vec![b(true), x5()], vec![b(false), x5()]],
         ),
         run_case(
             "case",
             graph(cases::CASE),
-            [0, 1, 2, 7, -1].iter().map(|&k| vec![i(k), x3()]).collect(),
+            [0, 1, 2, 7, -1].iter().map(|&k| vec![i(k), x5()]).collect(),
         ),
         run_case(
             "while",
             graph(cases::WHILE),
-            [0, 3, 25].iter().map(|&n| vec![x3(), i(n)]).collect(),
+            [0, 3, 25].iter().map(|&n| vec![x5(), i(n)]).collect(),
         ),
         run_case(
             "nested",
             graph(cases::NESTED),
-            [0, 1, 4].iter().map(|&n| vec![x3(), i(n)]).collect(),
+            [0, 1, 4].iter().map(|&n| vec![x5(), i(n)]).collect(),
+        ),
+        run_case(
+            "host_vector",
+            graph(cases::HOST_VECTOR),
+            [0, 1, 9]
+                .iter()
+                .map(|&n| vec![values(&[2]), i(n)])
+                .collect(),
         ),
     ]
 }

@@ -119,7 +119,13 @@ pub(crate) fn while_sin(order: usize) -> Graph {
 
 /// `while_sin` with `maximum_iterations`.
 pub(crate) fn while_sin_bounded(order: usize, maximum_iterations: Option<i64>) -> Graph {
-    let params = vec![f64s(2), f64s(2), ValueType::tensor(DType::I64, &[])];
+    while_sin_of(2, order, maximum_iterations)
+}
+
+/// `while_sin_bounded` on vectors of `width` elements (more than `emit::HOST_ELEMENTS`: the
+/// MLIR emitter keeps them on the device).
+pub(crate) fn while_sin_of(width: usize, order: usize, maximum_iterations: Option<i64>) -> Graph {
+    let params = vec![f64s(width), f64s(width), ValueType::tensor(DType::I64, &[])];
     trace(params, order, &move |ctx, v| {
         let (x, c, n) = (&v[0], &v[1], &v[2]);
         let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();
@@ -147,7 +153,16 @@ pub(crate) fn nested_loops(order: usize) -> Graph {
 
 /// `nested_loops` with `maximum_iterations` on the outer loop.
 pub(crate) fn nested_loops_bounded(order: usize, maximum_iterations: Option<i64>) -> Graph {
-    let params = vec![f64s(2), f64s(2), ValueType::tensor(DType::I64, &[])];
+    nested_loops_of(2, order, maximum_iterations)
+}
+
+/// `nested_loops_bounded` on vectors of `width` elements (see `while_sin_of`).
+pub(crate) fn nested_loops_of(
+    width: usize,
+    order: usize,
+    maximum_iterations: Option<i64>,
+) -> Graph {
+    let params = vec![f64s(width), f64s(width), ValueType::tensor(DType::I64, &[])];
     trace(params, order, &move |ctx, v| {
         let (x, c, n) = (&v[0], &v[1], &v[2]);
         let i0 = build::fill(ctx, DType::I64, &[], 0.0).unwrap();

@@ -111,6 +111,7 @@ pub(crate) fn predication(l: &Lowering<'_>, w: &While) -> Result<Predicated> {
         ValueType::Stack(element) => {
             l.e.options.list_stacks
                 && element.ndim() > 0
+                && !crate::mlir::stacks::on_host(element)
                 && body
                     .results
                     .get(k)
@@ -287,10 +288,10 @@ fn power_of_two(n: usize) -> usize {
 }
 
 impl Lowering<'_> {
-    /// A rank-0 host scalar as a rank-0 tensor (uploaded, no wait); other values as they are.
+    /// A value held on the host as a tensor (uploaded, no wait); other values as they are.
     pub(crate) fn on_device(&mut self, b: Bound) -> Result<Bound> {
         match b {
-            Bound::Scalar(_) => Ok(Bound::Tensor(self.tensor_input(&b)?)),
+            Bound::Scalar(_) | Bound::Elements { .. } => Ok(Bound::Tensor(self.tensor_input(&b)?)),
             other => Ok(other),
         }
     }
