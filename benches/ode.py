@@ -85,6 +85,40 @@ def solve(damping: gl.Tensor) -> gl.Tensor:
     return integrate(damping)[0][0] ** 2.0
 
 
+def diffrax_value_and_grad():
+    """The same solve and gradient with Diffrax (`Dopri5`, `PIDController` at the same
+    tolerances, its default checkpointed adjoint) under `jax.jit`, or None where Diffrax is not
+    installed (`pip install diffrax`: a benchmark-only dependency)."""
+    try:
+        import diffrax
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+
+    def field(t, y, damping):
+        return jnp.stack([y[1], -damping * y[1] - jnp.sin(y[0])])
+
+    def final_angle_squared(damping):
+        solution = diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            diffrax.Dopri5(),
+            t0=0.0,
+            t1=T1,
+            dt0=0.01,
+            y0=jnp.array([1.0, 0.0]),
+            args=damping,
+            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+            saveat=diffrax.SaveAt(t1=True),
+        )
+        return solution.ys[-1, 0] ** 2
+
+    fn = jax.jit(jax.value_and_grad(final_angle_squared))
+    damping = jnp.float64(0.3)
+    return lambda: jax.block_until_ready(fn(damping))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -110,6 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, fn in fns.items():
         got = [float(np.asarray(v)) for v in fn()]
         np.testing.assert_allclose(got, want, rtol=1e-9, err_msg=name)
+    peer = diffrax_value_and_grad()
+    if peer is not None:
+        # another step-size controller (PID, not scipy's): the same solution, not the same bits
+        got = [float(np.asarray(v)) for v in peer()]
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg="diffrax")
+        fns["diffrax"] = peer
     t = paired(fns, number=3 if args.quick else 10, repeats=repeats)
     rows = [
         (f"W11 ODE value_and_grad ({steps} accepted steps), graph, ms", *stat(t["graph"], 1e3), ""),
@@ -123,6 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "jit" in t:
         rows.append(("   gl.jit, ms", *stat(t["jit"], 1e3), ""))
         rows.append(("   gl.jit / graph", *ratio(t["jit"], t["graph"]), ""))
+    if "diffrax" in t:
+        rows.append(("   Diffrax (jax.jit), ms", *stat(t["diffrax"], 1e3), ""))
+        rows.append(("   graph / Diffrax", *ratio(t["graph"], t["diffrax"]), "1.5x"))
+        if "jit" in t:
+            rows.append(("   gl.jit / Diffrax", *ratio(t["jit"], t["diffrax"]), "1.5x"))
     print_table(rows)
     return 0
 

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 import gradloop as gl
 
-N = 3  # length of the vector state
+# The vector state's length: compiled mode holds it as host scalars (one of 2N on the device).
+N = 3
 
 LEAVES = (
     "x",
@@ -162,17 +163,18 @@ def assigns(spec: Any) -> bool:
 class Program:
     """A program tree as a function of `x`, with its closed-over tensor and Variables."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: Any, width: int = N) -> None:
         self.spec = spec
+        self.width = width
         rng = np.random.default_rng(7)
-        self.w = gl.tensor(rng.uniform(-0.8, 0.8, N))
-        self.v0 = rng.uniform(-0.5, 0.5, N)
+        self.w = gl.tensor(rng.uniform(-0.8, 0.8, width))
+        self.v0 = rng.uniform(-0.5, 0.5, width)
         self.v = gl.Variable(self.v0)
-        self.acc = gl.Variable(np.zeros(N), trainable=False)
+        self.acc = gl.Variable(np.zeros(width), trainable=False)
 
     def reset(self) -> None:
         """Puts the Variables back to their initial values (loop bodies assign to them)."""
-        self.acc.assign(np.zeros(N))
+        self.acc.assign(np.zeros(self.width))
         self.v.assign(self.v0)
 
     def __call__(self, x: gl.Tensor) -> gl.Tensor:
@@ -236,7 +238,7 @@ class Program:
             x,
             gl.cast(x, gl.float32),
             x * 0.25,
-            gl.tensor(np.arange(N), dtype=gl.int32),  # an integer vector, mixed with the rest
+            gl.tensor(np.arange(self.width), dtype=gl.int32),  # an integer vector, mixed in
         )
         _i, count, flag, h, h32, e, k = gl.while_loop(
             cond,

@@ -21,10 +21,11 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 import gradloop as gl
 from gradcheck import numerical_gradient
-from program_fuzz import Program, assigns_in_nested_loop, depth, is_pure, programs
+from program_fuzz import N, Program, assigns_in_nested_loop, depth, is_pure, programs
 from runners import run_on
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
@@ -67,7 +68,7 @@ def aliased(program: Program, x: gl.Tensor, y: gl.Tensor) -> tuple[gl.Tensor, gl
 def outputs(program: Program, stage) -> list[np.ndarray]:
     """Value, d/dx, d/dv, a second-order gradient, the gradients of `aliased` at `(x, x)` and
     the Variables' final values of `program`, run through `stage`."""
-    cot = gl.tensor(np.array([0.3, -0.7, 0.5]))
+    cot = gl.tensor(np.resize([0.3, -0.7, 0.5], program.width))
 
     def everything(x):
         with gl.GradientTape(persistent=True) as outer:
@@ -83,12 +84,17 @@ def outputs(program: Program, stage) -> list[np.ndarray]:
         return y, gx, gv, hx, ga, gb, program.acc.read(), program.v.read()
 
     program.reset()
-    results = stage(everything)(gl.tensor(X))
+    results = stage(everything)(gl.tensor(x_of(program.width)))
     program.reset()
     return [np.asarray(r) for r in results]
 
 
 X = np.array([0.41, -0.23, 0.37])
+
+
+def x_of(width: int) -> np.ndarray:
+    """The input of a program of `width` elements: X, continued."""
+    return np.resize(X, width) * np.linspace(1.0, 0.6, width)
 
 
 def on_runner(name: str):
@@ -101,8 +107,9 @@ def on_runner(name: str):
     return stage
 
 
-def check(spec, compiled: bool = True) -> None:
-    program = Program(spec)
+def check(spec, compiled: bool = True, width: int = N) -> None:
+    program = Program(spec, width)
+    x0 = x_of(width)
     eager = outputs(program, lambda f: f)
     stages = {name: on_runner(name) for name in ("executor", "frames", "interpreter")}
     if compiled:
@@ -117,10 +124,10 @@ def check(spec, compiled: bool = True) -> None:
     # One tensor in both positions: the gradients of two distinct copies of it (each from the
     # Variables' initial values: loop bodies may assign them).
     program.reset()
-    x = gl.tensor(X)
+    x = gl.tensor(x0)
     same = aliased(program, x, x)
     program.reset()
-    distinct = aliased(program, gl.tensor(X), gl.tensor(X.copy()))
+    distinct = aliased(program, gl.tensor(x0), gl.tensor(x0.copy()))
     program.reset()
     for what, s, d in zip(("d/da", "d/db"), same, distinct, strict=True):
         np.testing.assert_allclose(
@@ -133,18 +140,21 @@ def check(spec, compiled: bool = True) -> None:
             program.reset()  # loop bodies may assign to a Variable the output reads
             return float(program(gl.tensor(x)))
 
-        fd = numerical_gradient(loss, [X])[0]
+        fd = numerical_gradient(loss, [x0])[0]
         program.reset()
         np.testing.assert_allclose(eager[1], fd, rtol=1e-5, atol=1e-6, err_msg=f"d/dx: {spec}")
 
 
-def all_modes(spec) -> None:
-    check(spec)
+def all_modes(spec, width: int = N) -> None:
+    check(spec, width=width)
 
 
 @pytest.mark.timeout(BUDGET_S)
 def test_modes_agree_on_random_programs() -> None:
-    seed(SEED)(_settings(EXAMPLES)(given(spec=programs())(all_modes)))()
+    # a vector state of N elements is held as host scalars in compiled mode, one of 2N on the
+    # device: both forms are drawn
+    widths = st.sampled_from((N, 2 * N))
+    seed(SEED)(_settings(EXAMPLES)(given(spec=programs(), width=widths)(all_modes)))()
 
 
 @pytest.mark.timeout(BUDGET_S)

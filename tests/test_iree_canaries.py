@@ -284,3 +284,38 @@ def test_the_private_names_the_compiler_worker_uses_still_exist() -> None:
         assert _compiler._handle(session.invocation())
     finally:
         session.close()
+
+
+# A loop carries a matrix's four elements unchanged and rebuilds the matrix every trip.
+FROM_ELEMENTS_OF_INVARIANTS = """
+func.func @main(%w: tensor<2x2xf32>, %v: tensor<2xf32>, %n: tensor<i64>) -> tensor<2xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %a = tensor.extract %w[%c0, %c0] : tensor<2x2xf32>
+  %b = tensor.extract %w[%c0, %c1] : tensor<2x2xf32>
+  %c = tensor.extract %w[%c1, %c0] : tensor<2x2xf32>
+  %d = tensor.extract %w[%c1, %c1] : tensor<2x2xf32>
+  %limit = tensor.extract %n[] : tensor<i64>
+  %zero = arith.constant 0 : i64
+  %one = arith.constant 1 : i64
+  %r:6 = scf.while (%i = %zero, %x = %v, %p = %a, %q = %b, %s = %c, %t = %d)
+      : (i64, tensor<2xf32>, f32, f32, f32, f32) -> (i64, tensor<2xf32>, f32, f32, f32, f32) {
+    %go = arith.cmpi slt, %i, %limit : i64
+    scf.condition(%go) %i, %x, %p, %q, %s, %t : i64, tensor<2xf32>, f32, f32, f32, f32
+  } do {
+  ^bb0(%i: i64, %x: tensor<2xf32>, %p: f32, %q: f32, %s: f32, %t: f32):
+    %m = tensor.from_elements %p, %q, %s, %t : tensor<2x2xf32>
+    %y = stablehlo.dot_general %m, %x, contracting_dims = [1] x [0]
+        : (tensor<2x2xf32>, tensor<2xf32>) -> tensor<2xf32>
+    %z = stablehlo.tanh %y : tensor<2xf32>
+    %i1 = arith.addi %i, %one : i64
+    scf.yield %i1, %z, %p, %q, %s, %t : i64, tensor<2xf32>, f32, f32, f32, f32
+  }
+  return %r#1 : tensor<2xf32>
+}
+"""
+
+
+def test_canary_a_tensor_rebuilt_from_invariant_scalars_fails() -> None:
+    with pytest.raises(gl.errors.CompileError, match="invalid Write access range"):
+        compile_text(FROM_ELEMENTS_OF_INVARIANTS)

@@ -193,7 +193,7 @@ impl Lowering<'_> {
             let next = self.e.fresh();
             self.e
                 .line(&format!("{next} = arith.addi {size}, {one} : index {loc}"));
-            let (entries, first) = self.list_rows(&next, &size, &ty);
+            let (entries, first) = (self.row_start(&next, &ty), self.row_start(&size, &ty));
             self.e.line(&format!(
                 "util.list.resize {buffer}, {entries} : {list} {loc}"
             ));
@@ -266,21 +266,19 @@ impl Lowering<'_> {
         })
     }
 
-    /// For a host stack of `element`s: the list entries `rows` rows take, and the first entry
-    /// of row `row` (the same names when a row is one entry).
-    fn list_rows(&mut self, rows: &str, row: &str, element: &TensorType) -> (String, String) {
+    /// For a host stack of `element`s: the first list entry of row `row` (also the entries
+    /// `row` rows take; `row` itself when a row is one entry).
+    fn row_start(&mut self, row: &str, element: &TensorType) -> String {
         let w = width(element);
         if w == 1 {
-            return (rows.to_string(), row.to_string());
+            return row.to_string();
         }
         let loc = self.e.loc();
         let w = self.index(w);
-        let (entries, first) = (self.e.fresh(), self.e.fresh());
-        self.e
-            .line(&format!("{entries} = arith.muli {rows}, {w} : index {loc}"));
+        let first = self.e.fresh();
         self.e
             .line(&format!("{first} = arith.muli {row}, {w} : index {loc}"));
-        (entries, first)
+        first
     }
 
     /// Entry `j` of a host stack's row that starts at entry `first`.
@@ -439,7 +437,7 @@ impl Lowering<'_> {
         let loc = self.e.loc();
         if on_host(element) {
             let list = storage_type(element, self.e.options.list_stacks);
-            let (_, first) = self.list_rows(top, top, element);
+            let first = self.row_start(top, element);
             let names = (0..width(element))
                 .map(|j| {
                     let at = self.list_entry(&first, j);

@@ -319,21 +319,6 @@ pub fn gather_to<T: Element>(table: GatherTable) -> DestKernel {
     })
 }
 
-/// `gather_to` for `dtype` on `inputs` inputs, with the table `table` builds, where the indices
-/// of `shapes` (the inputs' and the output's) fit the table's types; `None` otherwise.
-pub fn gather(
-    dtype: crate::dtype::DType,
-    inputs: usize,
-    shapes: &[&[usize]],
-    table: impl FnOnce() -> GatherTable,
-) -> Option<DestKernel> {
-    if !table_fits(inputs, shapes) {
-        return None;
-    }
-    let table = table();
-    Some(crate::with_dtype!(dtype, T, { gather_to::<T>(table) }))
-}
-
 /// The table of a strided slice of `from` (`start`, `step` per dimension) of shape `out`.
 pub fn slice_table(from: &[usize], start: &[usize], step: &[usize], out: &[usize]) -> GatherTable {
     let s = strides(from);

@@ -13,7 +13,6 @@
 //!
 //! A variable passed through unchanged loses both arguments together, which is harmless.
 
-use crate::emit::host_elements;
 use crate::error::Result;
 use crate::graph::StackOp;
 use crate::graph::{Function, NodeKind, Port, ValueType};
@@ -130,8 +129,10 @@ pub(super) fn carried_only(next: Vec<Bound>, fixed: &[Option<Bound>]) -> Vec<Bou
 }
 
 /// A tensor the body passes through unchanged is not carried: both regions and the loop's
-/// result use its initial value (fewer block arguments). A rank-0 or small one (held as host
-/// scalars) is: read inside the loop, IREE would copy it to the host on every trip.
+/// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
+/// loop, IREE would copy it to the host on every trip. A small one (held as host scalars where
+/// it is computed) is not: IREE 3.13 fails to compile a loop that rebuilds a tensor from the
+/// scalars of one it carries unchanged (docs/architecture.md, `from_elements_of_invariants`).
 pub(super) fn split_invariants(
     l: &mut Lowering<'_>,
     body: &Function,
@@ -139,11 +140,8 @@ pub(super) fn split_invariants(
     types: &[ValueType],
 ) -> Result<Split> {
     let mut through = passes_through(body);
-    let host = !l.e.options.pure_stablehlo;
     for (t, ty) in through.iter_mut().zip(types) {
-        *t &= ty
-            .as_tensor()
-            .is_none_or(|t| t.ndim() > 0 && !(host && host_elements(t)));
+        *t &= ty.as_tensor().is_none_or(|t| t.ndim() > 0);
     }
     if through.iter().all(|&t| t) {
         through.fill(false);
