@@ -1011,3 +1011,28 @@ def test_small_vectors_in_loops_are_host_scalars_and_agree_with_eager() -> None:
     assert_compiled_matches_eager(grad, damping, rtol=1e-11)
     for value in (0.0, 0.7):
         assert_compiled_matches_eager(adaptive_pendulum, gl.tensor(np.float64(value)), rtol=1e-11)
+
+
+def test_small_matrices_held_as_host_scalars_agree_with_eager() -> None:
+    """2x1 and 2x2 values held as host scalars and rebuilt into tensors for a product in a loop,
+    and a host 2-vector reshaped and broadcast into columns of a device tensor: IREE computes a
+    `from_elements` into a tensor of rank 2 wrongly (docs/architecture.md), so these must be
+    built 1-D and reshaped."""
+    rng = np.random.default_rng(3)
+    x = gl.tensor(rng.standard_normal((2, 1)) * 0.3)
+    w = gl.tensor(rng.standard_normal((2, 2)) * 0.5)
+
+    def block(x, w):
+        step = lambda v: gl.tanh(gl.matmul(w, v)) * 1.5 + v  # noqa: E731
+        h = gl.while_loop(lambda v: (v * v).sum() < 4.0, step, x)
+        return gl.sin(h) * w.sum()
+
+    assert_compiled_matches_eager(block, x, w)
+    assert_compiled_matches_eager(gl.grad(lambda x, w: block(x, w).sum(), argnums=(0, 1)), x, w)
+
+    def columns(v, m):
+        body = lambda i, v: (i + 1, gl.sin(v) + 0.1)  # noqa: E731
+        v = gl.while_loop(lambda i, v: i < 3, body, (0, v))[1]
+        return gl.reshape(v, (2, 1)) * m + gl.expand_dims(v, 1), gl.reshape(v * 2.0, (2, 1))
+
+    assert_compiled_matches_eager(columns, f64(0.3, -0.4), gl.tensor(np.arange(6.0).reshape(2, 3)))

@@ -62,7 +62,7 @@ def loop_loss(x, n):
 def test_canary_list_stacks_fail_on_an_asynchronous_device() -> None:
     # A race: with 25 trips some processes never lose it; with 200, about 9 calls in 10 failed
     # in every process tried (IREE 3.13). Up to 200 calls, until one fails.
-    x, n = gl.tensor(np.array([0.3, -0.8])), gl.tensor(200)
+    x, n = gl.tensor(np.linspace(0.3, -0.8, 8)), gl.tensor(200)  # on the device: 8 elements
     form = {"list_stacks": True, "yield_barriers": "all", "unroll_loops": False}
     concrete, mlir, facts = module_of(gl.value_and_grad(loop_loss), x, n, **form)
     assert facts["tensor_stacks"]
@@ -126,7 +126,7 @@ def test_canary_multi_use_fusion_refuses_a_second_order_gradient() -> None:
 
 
 def test_canary_a_buffer_passed_twice_arrives_null() -> None:
-    program = Program(ONE_BUFFER_PASSED_TWICE)
+    program = Program(ONE_BUFFER_PASSED_TWICE, width=6)  # on the device: 6 elements
     with pytest.raises(IndexError, match="indirect buffer reference slot 0 is out range"):
         outputs(program, form_stage(ROLLED, repair=False))
     eager = outputs(program, lambda f: f)
@@ -286,8 +286,22 @@ def test_the_private_names_the_compiler_worker_uses_still_exist() -> None:
         session.close()
 
 
-# A loop carries a matrix's four elements unchanged and rebuilds the matrix every trip.
-FROM_ELEMENTS_OF_INVARIANTS = """
+# Two scalars into a column: IREE 3.13 gives the last one twice.
+COLUMN_FROM_ELEMENTS = """
+func.func @main(%x: tensor<2xf32>) -> tensor<2x1xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %a = tensor.extract %x[%c0] : tensor<2xf32>
+  %b = tensor.extract %x[%c1] : tensor<2xf32>
+  %sa = math.sin %a : f32
+  %sb = math.sin %b : f32
+  %column = tensor.from_elements %sa, %sb : tensor<2x1xf32>
+  return %column : tensor<2x1xf32>
+}
+"""
+
+# A loop that rebuilds a 2x2 matrix from four scalars on every trip: refused.
+MATRIX_FROM_ELEMENTS = """
 func.func @main(%w: tensor<2x2xf32>, %v: tensor<2xf32>, %n: tensor<i64>) -> tensor<2xf32> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -316,6 +330,10 @@ func.func @main(%w: tensor<2x2xf32>, %v: tensor<2xf32>, %n: tensor<i64>) -> tens
 """
 
 
-def test_canary_a_tensor_rebuilt_from_invariant_scalars_fails() -> None:
+def test_canary_a_tensor_built_from_elements_as_a_column_is_wrong() -> None:
+    x = np.array([0.1, 0.2], np.float32)
+    entry = _runtime.Function(compile_text(COLUMN_FROM_ELEMENTS), "local-sync", "main")
+    got = np.asarray(entry(x)[0]).ravel()
+    assert got[0] == got[1] == np.sin(x[1]), got  # the right answer is sin(x)
     with pytest.raises(gl.errors.CompileError, match="invalid Write access range"):
-        compile_text(FROM_ELEMENTS_OF_INVARIANTS)
+        compile_text(MATRIX_FROM_ELEMENTS)

@@ -188,15 +188,15 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         canary=_CANARIES + "test_canary_loading_a_system_library_leaves_its_placeholder_open",
     ),
     Workaround(
-        name="from_elements_of_invariants",
-        bug="a loop that carries scalars unchanged and rebuilds a tensor from them "
-        "(`tensor.from_elements`) on every trip fails to compile: 'stream.async.fill' op has "
-        "invalid Write access range",
-        knob="emission: a small tensor the loop passes through unchanged is not carried as host "
-        "scalars (`loop_vars::split_invariants`); scalars read out of a tensor, in order, are "
-        "that tensor again (`Lowering::extracted`)",
-        reproducer="tests/test_autodiff_api.py::test_recompute_grad_matches_plain_gradients",
-        canary=_CANARIES + "test_canary_a_tensor_rebuilt_from_invariant_scalars_fails",
+        name="multi_dim_from_elements",
+        bug="`tensor.from_elements` into a tensor of rank 2 or more, or one of rank 1 reshaped "
+        "or broadcast into one: wrong numbers with no error (a 2x1 gets its last element "
+        "twice) or a failed compile ('stream.async.fill' op has invalid Write access range, 2x2)",
+        knob="emission: small tensors held as host scalars are rebuilt as a 1-D "
+        "`from_elements` through a `stablehlo.optimization_barrier`, then reshaped "
+        "(`Lowering::from_elements`)",
+        reproducer="tests/test_compiled.py::test_small_matrices_held_as_host_scalars_agree_with_eager",
+        canary=_CANARIES + "test_canary_a_tensor_built_from_elements_as_a_column_is_wrong",
     ),
 )
 

@@ -687,29 +687,44 @@ impl<'g> Lowering<'g> {
                 // as a rank-0 bool is: through an i64 tensor and a compare
                 let wide: Vec<String> = names.iter().map(|x| self.widen(x, DType::Bool)).collect();
                 let ty = ty.with_dtype(DType::I64);
-                let body = format!(
-                    "tensor.from_elements {} : {}",
-                    wide.join(", "),
-                    TypeText(&ty)
-                );
-                let t = self.e.op(&body, &ty);
+                let t = self.from_elements(&wide, &ty);
                 let zero = self.e.splat(DType::I64, &ty.shape, 0.0)?;
                 Ok(self.e.compare("NE", &t, &zero))
             }
-            Bound::Elements { names, ty } => {
-                let body = format!(
-                    "tensor.from_elements {} : {}",
-                    names.join(", "),
-                    TypeText(ty)
-                );
-                Ok(self.e.op(&body, ty))
-            }
+            Bound::Elements { names, ty } => Ok(self.from_elements(names, ty)),
             Bound::Stack { .. } => Err(self.e.bug("a stack where a tensor is expected")),
         }
     }
 }
 
 impl Lowering<'_> {
+    /// A tensor of type `ty` made of the scalars `names`: a 1-D `tensor.from_elements` through
+    /// an optimization barrier, reshaped. IREE 3.13 computes a `from_elements` into a tensor of
+    /// rank 2 or more wrongly (each element of a 2x1 the last one; a 2x2 fails to compile),
+    /// and folds a reshape or a broadcast of a 1-D one into that (docs/architecture.md).
+    fn from_elements(&mut self, names: &[String], ty: &TensorType) -> MlirValue {
+        let flat = TensorType::new(ty.dtype, &[names.len()]);
+        let body = format!(
+            "tensor.from_elements {} : {}",
+            names.join(", "),
+            TypeText(&flat)
+        );
+        let mut t = self.e.op(&body, &flat);
+        if names.len() > 1 {
+            let body = format!("stablehlo.optimization_barrier {t} : {}", TypeText(&flat));
+            t = self.e.op(&body, &flat);
+        }
+        if flat == *ty {
+            return t;
+        }
+        let body = format!(
+            "stablehlo.reshape {t} : ({}) -> {}",
+            TypeText(&flat),
+            TypeText(ty)
+        );
+        self.e.op(&body, ty)
+    }
+
     /// The tensor of type `ty` whose elements, in order, `element_inputs` read as `names`.
     fn read_out_of(&self, names: &[String], ty: &TensorType) -> Option<MlirValue> {
         let (first, _) = self.extracted.get(names.first()?)?;

@@ -131,8 +131,8 @@ pub(super) fn carried_only(next: Vec<Bound>, fixed: &[Option<Bound>]) -> Vec<Bou
 /// A tensor the body passes through unchanged is not carried: both regions and the loop's
 /// result use its initial value (fewer block arguments). A rank-0 one is: read inside the
 /// loop, IREE would copy it to the host on every trip. A small one (held as host scalars where
-/// it is computed) is not: IREE 3.13 fails to compile a loop that rebuilds a tensor from the
-/// scalars of one it carries unchanged (docs/architecture.md, `from_elements_of_invariants`).
+/// it is computed) is not: a device op reads it as it is instead of a tensor rebuilt from
+/// scalars on every trip.
 pub(super) fn split_invariants(
     l: &mut Lowering<'_>,
     body: &Function,
