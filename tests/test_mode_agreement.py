@@ -21,6 +21,7 @@ def check(spec) -> None:
     check_at(spec)
     check_at(spec, width=2 * N)
 
+
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
 
