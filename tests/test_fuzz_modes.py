@@ -145,7 +145,7 @@ def check(spec, compiled: bool = True, width: int = N) -> None:
         np.testing.assert_allclose(eager[1], fd, rtol=1e-5, atol=1e-6, err_msg=f"d/dx: {spec}")
 
 
-def all_modes(spec, width: int = N) -> None:
+def all_modes(spec, width: int) -> None:
     check(spec, width=width)
 
 

@@ -37,6 +37,13 @@ def vector_program(x):
     return gl.sum(product(rows) * gl.tensor(np.array([1.0, -0.5])))
 
 
+def wide_vector_program(x):
+    """`vector_program` on six elements: compiled mode keeps them on the device (four or fewer
+    are host scalars)."""
+    rows = gl.stack([x, x * x, gl.sin(x) + 1.0])
+    return gl.sum(product(rows) * gl.tensor(np.linspace(1.0, -0.5, 6)))
+
+
 CASES = [
     (scalar_program, np.float64(0.7)),
     (vector_program, np.array([0.7, -0.4])),
@@ -68,8 +75,8 @@ def test_third_order_runs_right_in_every_form_iree_compiles(lists) -> None:
     # emission of the stack sum in its scf form (docs/architecture.md, "IREE workarounds").
     from gradloop import _runtime, compiled
 
-    g3, _ = third(vector_program)
-    x = gl.tensor(CASES[1][1])
+    g3, _ = third(wide_vector_program)
+    x = gl.tensor(np.linspace(0.7, -0.4, 6))
     want = np.asarray(g3(x))
     concrete = gl.function(g3).concrete_function(x)
     captured = [np.asarray(t) for t in concrete.captured_inputs]

@@ -139,7 +139,7 @@ def test_canary_an_unrolled_loop_gradient_does_not_load_on_vulkan() -> None:
     from test_compiled_targets import loop_loss
 
     second = gl.grad(lambda x: gl.grad(loop_loss)(x, 3).sum())
-    x = gl.tensor(np.array([0.3, -0.2], np.float32))
+    x = gl.tensor(np.linspace(0.3, -0.2, 8, dtype=np.float32))  # on the device: 8 elements
     form = {"list_stacks": False, "yield_barriers": "all", "unroll_loops": True}
     concrete, mlir, facts = module_of(second, x, **form)
     assert facts["unrolled_loops"]
@@ -337,3 +337,20 @@ def test_canary_a_tensor_built_from_elements_as_a_column_is_wrong() -> None:
     assert got[0] == got[1] == np.sin(x[1]), got  # the right answer is sin(x)
     with pytest.raises(gl.errors.CompileError, match="invalid Write access range"):
         compile_text(MATRIX_FROM_ELEMENTS)
+
+
+def test_canary_a_third_order_gradient_on_host_scalars_is_wrong_as_scf() -> None:
+    """The third derivative of `vector_program` (its 2-vectors held as host scalars) compiled
+    with its loops rolled: right when lowered to `cf` first, wrong as `scf`."""
+    from test_higher_order_loops import third, vector_program
+
+    g3, _ = third(vector_program)
+    x = gl.tensor(np.array([0.7, -0.4]))
+    want = np.asarray(g3(x))
+    concrete, mlir, _ = module_of(g3, x, list_stacks=True, unroll_loops=False)
+    results = {}
+    for cf in (False, True):
+        vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, cf, (), True)
+        results[cf] = run(concrete, vmfb, x)[0]
+    np.testing.assert_allclose(results[True], want, rtol=1e-10)
+    assert not np.allclose(results[False], want, rtol=1e-6), results[False]

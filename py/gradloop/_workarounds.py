@@ -198,6 +198,17 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         reproducer="tests/test_compiled.py::test_small_matrices_held_as_host_scalars_agree_with_eager",
         canary=_CANARIES + "test_canary_a_tensor_built_from_elements_as_a_column_is_wrong",
     ),
+    Workaround(
+        name="scf_host_scalar_loops",
+        bug="the third derivative of a loop over 2-vectors held as host scalars, its loops "
+        "rolled, returns wrong numbers (no error) compiled as `scf`; the same module lowered "
+        "to `cf` first is right",
+        knob="form: each form as `scf`, then as `cf`; the first call of a signature is checked "
+        "against the interpreter and a form with other results gives way to the next",
+        reproducer="tests/test_compiled.py::test_a_form_that_returns_wrong_numbers_gives_way_to_"
+        "the_next",
+        canary=_CANARIES + "test_canary_a_third_order_gradient_on_host_scalars_is_wrong_as_scf",
+    ),
 )
 
 _BY_NAME = {w.name: w for w in WORKAROUNDS}

@@ -215,9 +215,6 @@ pub(crate) struct Lowering<'g> {
     /// Scalars `narrow` made, each with the carried value it came from: `widen` gives that
     /// back, so a loop variable passed through stays the same SSA value.
     pub narrowed: HashMap<String, String>,
-    /// Host scalars `element_inputs` read out of a tensor, each with the tensor and its flat
-    /// index: a value made of all of a tensor's elements in order is that tensor again.
-    pub extracted: HashMap<String, (MlirValue, usize)>,
     /// Buffers `stack_new` made (their stacks still empty).
     pub fresh_stacks: HashSet<String>,
     /// Buffers with room for every push still to come (see `stack_bounds.rs`).
@@ -244,7 +241,6 @@ impl<'g> Lowering<'g> {
             e: Emitter::new(),
             capacities: HashSet::new(),
             narrowed: HashMap::new(),
-            extracted: HashMap::new(),
             fresh_stacks: HashSet::new(),
             reserved: HashSet::new(),
             unrolled_loops: false,
@@ -258,7 +254,6 @@ impl<'g> Lowering<'g> {
     pub fn entry(&mut self, f: &Function) -> Result<()> {
         self.e.reset_names();
         self.narrowed.clear();
-        self.extracted.clear();
         self.fresh_stacks.clear();
         self.reserved.clear();
         self.e.set_site(Site {
@@ -680,9 +675,6 @@ impl<'g> Lowering<'g> {
                 let body = format!("tensor.from_elements {v} : {}", TypeText(&v.ty));
                 Ok(self.e.op(&body, &v.ty))
             }
-            Bound::Elements { names, ty } if self.read_out_of(names, ty).is_some() => {
-                Ok(self.read_out_of(names, ty).expect("checked by the guard"))
-            }
             Bound::Elements { names, ty } if ty.dtype == DType::Bool => {
                 // as a rank-0 bool is: through an i64 tensor and a compare
                 let wide: Vec<String> = names.iter().map(|x| self.widen(x, DType::Bool)).collect();
@@ -723,17 +715,6 @@ impl Lowering<'_> {
             TypeText(ty)
         );
         self.e.op(&body, ty)
-    }
-
-    /// The tensor of type `ty` whose elements, in order, `element_inputs` read as `names`.
-    fn read_out_of(&self, names: &[String], ty: &TensorType) -> Option<MlirValue> {
-        let (first, _) = self.extracted.get(names.first()?)?;
-        let whole = names.iter().enumerate().all(|(k, name)| {
-            self.extracted
-                .get(name)
-                .is_some_and(|(t, at)| t.name == first.name && *at == k)
-        });
-        (whole && first.ty == *ty).then(|| first.clone())
     }
 }
 

@@ -349,7 +349,6 @@ impl Lowering<'_> {
                         at.join(", "),
                         TypeText(&v.ty)
                     ));
-                    self.extracted.insert(name.clone(), (v.clone(), k));
                     names.push(name);
                 }
                 Ok(names)
