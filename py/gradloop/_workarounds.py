@@ -194,7 +194,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         "twice) or a failed compile ('stream.async.fill' op has invalid Write access range, 2x2)",
         knob="emission: small tensors held as host scalars are rebuilt as a 1-D "
         "`from_elements` through a `stablehlo.optimization_barrier`, then reshaped "
-        "(`Lowering::from_elements`)",
+        "(`Lowering::build_from_elements`)",
         reproducer="tests/test_compiled.py::test_small_matrices_held_as_host_scalars_agree_with_eager",
         canary=_CANARIES + "test_canary_a_tensor_built_from_elements_as_a_column_is_wrong",
     ),

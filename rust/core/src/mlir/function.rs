@@ -679,11 +679,11 @@ impl<'g> Lowering<'g> {
                 // as a rank-0 bool is: through an i64 tensor and a compare
                 let wide: Vec<String> = names.iter().map(|x| self.widen(x, DType::Bool)).collect();
                 let ty = ty.with_dtype(DType::I64);
-                let t = self.from_elements(&wide, &ty);
+                let t = self.build_from_elements(&wide, &ty);
                 let zero = self.e.splat(DType::I64, &ty.shape, 0.0)?;
                 Ok(self.e.compare("NE", &t, &zero))
             }
-            Bound::Elements { names, ty } => Ok(self.from_elements(names, ty)),
+            Bound::Elements { names, ty } => Ok(self.build_from_elements(names, ty)),
             Bound::Stack { .. } => Err(self.e.bug("a stack where a tensor is expected")),
         }
     }
@@ -694,7 +694,7 @@ impl Lowering<'_> {
     /// an optimization barrier, reshaped. IREE 3.13 computes a `from_elements` into a tensor of
     /// rank 2 or more wrongly (each element of a 2x1 the last one; a 2x2 fails to compile),
     /// and folds a reshape or a broadcast of a 1-D one into that (docs/architecture.md).
-    fn from_elements(&mut self, names: &[String], ty: &TensorType) -> MlirValue {
+    fn build_from_elements(&mut self, names: &[String], ty: &TensorType) -> MlirValue {
         let flat = TensorType::new(ty.dtype, &[names.len()]);
         let body = format!(
             "tensor.from_elements {} : {}",
