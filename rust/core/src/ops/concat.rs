@@ -78,9 +78,7 @@ impl OpDef for Concatenate {
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
         let table = self.gather_table(inputs, &outputs[0])?;
-        Some(crate::with_dtype!(outputs[0].dtype, T, {
-            dest::gather_to::<T>(table)
-        }))
+        Some(dest::gather_kernel(outputs[0].dtype, table))
     }
 
     fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {

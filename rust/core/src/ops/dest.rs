@@ -319,6 +319,12 @@ pub fn gather_to<T: Element>(table: GatherTable) -> DestKernel {
     })
 }
 
+/// `gather_to` for elements of `dtype`: the kernel of an op that only moves elements, from its
+/// `OpDef::gather_table`.
+pub fn gather_kernel(dtype: crate::dtype::DType, table: GatherTable) -> DestKernel {
+    crate::with_dtype!(dtype, T, { gather_to::<T>(table) })
+}
+
 /// The table of a strided slice of `from` (`start`, `step` per dimension) of shape `out`.
 pub fn slice_table(from: &[usize], start: &[usize], step: &[usize], out: &[usize]) -> GatherTable {
     let s = strides(from);

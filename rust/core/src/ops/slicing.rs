@@ -99,9 +99,7 @@ impl OpDef for Slice {
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
         let table = self.gather_table(inputs, &outputs[0])?;
-        Some(crate::with_dtype!(inputs[0].dtype, T, {
-            dest::gather_to::<T>(table)
-        }))
+        Some(dest::gather_kernel(inputs[0].dtype, table))
     }
 
     fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
@@ -255,9 +253,7 @@ impl OpDef for Pad {
 
     fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
         let table = self.gather_table(inputs, &outputs[0])?;
-        Some(crate::with_dtype!(inputs[0].dtype, T, {
-            dest::gather_to::<T>(table)
-        }))
+        Some(dest::gather_kernel(inputs[0].dtype, table))
     }
 
     fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
