@@ -43,3 +43,14 @@ def graph_runner(request: pytest.FixtureRequest) -> str:
     yield runner
     gl._core.set_graph_runner("executor")
     gl._core.set_compiled_frames("on")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    # A module may define `failure_diagnostics(item) -> str`: what it returns joins the report
+    # of a test that failed (say, what Ray's logs say about workers that died).
+    outcome = yield
+    report = outcome.get_result()
+    diagnose = getattr(getattr(item, "module", None), "failure_diagnostics", None)
+    if report.when == "call" and report.failed and diagnose is not None:
+        report.sections.append(("diagnostics", diagnose(item)))

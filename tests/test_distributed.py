@@ -381,9 +381,38 @@ def test_data_parallel_training_descends_as_the_single_process_training() -> Non
 
 
 def test_a_map_with_no_worker_left_raises_instead_of_waiting() -> None:
-    """Every actor gone and none starting: the map says so at once."""
+    """Every actor gone and none starting: the map says so at once, with the cluster's
+    state."""
     pool = _pool.Pool.__new__(_pool.Pool)
-    pool.live, pool.starting, pool.payloads = [], {}, {}
+    pool.live, pool.starting, pool.payloads, pool.last_death = [], {}, {}, ""
     chunk = _pool.Chunk("k", [0], [[np.ones(1)]])
-    with pytest.raises(gl.errors.ExecutionError, match="no worker is left"):
+    with pytest.raises(gl.errors.ExecutionError, match=r"no worker is left .*1 nodes alive"):
         _pool.run(pool, [chunk], {"k": None}, lambda i, r: True, None)
+
+
+def test_workers_that_die_starting_are_replaced_a_few_times_then_the_map_says_why() -> None:
+    """An actor that dies before it answers is replaced (at most `RETRIES` times per worker),
+    so a pool does not shrink for good on one failed start; when none can start, the map's
+    error carries Ray's reason for the last death instead of waiting for ever."""
+
+    class DiesAtBirth:  # local: it travels by value
+        def __init__(self, threads: int) -> None:
+            raise RuntimeError("this worker cannot start")
+
+        def ping(self) -> None:
+            pass
+
+    pool = _pool.Pool.__new__(_pool.Pool)
+    pool._actor_class = ray.remote(num_cpus=0, max_restarts=0)(
+        DiesAtBirth
+    )  # placed beside the pools
+    pool.size, pool.live, pool.starting, pool.payloads = 2, [], {}, {}
+    pool.failed_starts, pool.last_death = 0, ""
+    for _ in range(pool.size):
+        pool.start_actor()
+    chunk = _pool.Chunk("k", [0], [[np.ones(1)]])
+    with pytest.raises(gl.errors.ExecutionError, match="this worker cannot start") as caught:
+        _pool.run(pool, [chunk], {"k": None}, lambda i, r: True, None)
+    assert "1 chunks not run" in str(caught.value)
+    assert pool.failed_starts == pool.size * (_pool.RETRIES + 1)
+    assert not pool.starting and not pool.live

@@ -6,6 +6,8 @@ results equal to a clean run's."""
 from __future__ import annotations
 
 import os
+import pathlib
+import re
 import signal
 import time
 
@@ -31,6 +33,26 @@ def cluster():
     gl.distributed.shutdown()
     ray.shutdown()
     nodes.shutdown()
+
+
+def failure_diagnostics(item: pytest.Item) -> str:
+    """What Ray's own logs say about workers that died or would not start, for a failed
+    test's report (see conftest): on a loaded machine the map's error alone may not say why."""
+    cluster = item.funcargs.get("cluster")
+    if cluster is None:
+        return "(no cluster)"
+    logs = pathlib.Path(cluster[0].head_node.get_session_dir_path()) / "logs"
+    notable = re.compile(r"kill|memory|died|dead|exit|timed? ?out|fail|error", re.IGNORECASE)
+    lines = []
+    for path in [
+        p
+        for pattern in ("raylet*.out", "gcs_server*.out", "worker-*.err")
+        for p in sorted(logs.glob(pattern))
+    ]:
+        text = path.read_text(errors="replace").splitlines()
+        found = [line[:300] for line in text if notable.search(line) and "state-dump" not in line]
+        lines += [f"{path.name}: {line}" for line in found[-20:]]
+    return "\n".join(lines) or "(nothing notable in Ray's logs)"
 
 
 def spin_loop(x, n):

@@ -14,8 +14,8 @@ dynamically to actors as they finish, never padded to the slowest (as a batched 
   captured values), so a worker needs gradloop.
 - **Workers.** Each is a Ray actor holding one CPU. It loads each payload once (from Ray's
   object store) and serves chunks of items; payloads are kept between maps.
-- **Faults.** Ray restarts an actor whose process died and runs its pending chunks again.
-  Past its restarts the chunk goes to a fresh actor, up to `_pool.RETRIES` times. Functions
+- **Faults.** An actor whose process died is replaced by a fresh one, and its chunks run
+  again on the live actors, up to `_pool.RETRIES` times each. Functions
   are pure (Variables may be read, not assigned), so running an item again gives the same
   result.
 - **Errors.** Bad arguments, or a function that is not staged, are typed errors raised before

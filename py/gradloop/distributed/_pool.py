@@ -8,6 +8,7 @@ import collections
 import contextlib
 import dataclasses
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -24,12 +25,15 @@ IN_FLIGHT = 2
 RETRIES = 3
 
 #: Seconds a map waits for a worker to start when it has none left (its cluster lost nodes).
-START_TIMEOUT = 60.0
+#: Generous: on a loaded machine a worker process takes tens of seconds to start.
+START_TIMEOUT = 120.0
 
 # Ray does not restart actors itself: a restart that cannot be placed (its node gone, the
 # other CPUs taken) waits forever, and so would the chunks sent to it. A dead actor's chunks
 # run again on the live ones, and a new actor joins once it answers.
 _ACTOR_OPTIONS = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours in Ray's error messages
 
 
 def _ray() -> Any:
@@ -71,6 +75,8 @@ class Pool:
         self.size = workers if workers is not None else max(1, cpus)
         self.live: list[Any] = []
         self.starting: dict[Any, Any] = {}  # the actor's first answer -> the actor
+        self.failed_starts = 0
+        self.last_death = ""  # why the last actor died, as Ray said it: for the map's error
         for _ in range(self.size):
             self.start_actor()
         self.payloads: dict[str, Any] = {}  # key -> the payload's object reference
@@ -84,9 +90,33 @@ class Pool:
         actor = self.starting.pop(ref)
         try:
             _ray().get(ref)
-        except Exception:  # it died starting; the others go on
+        except Exception as e:  # it died starting: another takes its place, a few times
+            self.failed_starts += 1
+            self.record_death(e)
+            if self.failed_starts <= RETRIES * self.size:
+                self.start_actor()
             return
         self.live.append(actor)
+
+    def record_death(self, error: Exception) -> None:
+        # Ray's message names the cause: a process death (killed, out of memory) at its start,
+        # an exception raised while the actor started at its end.
+        message = " ".join(_ANSI.sub("", str(error)).split())
+        self.last_death = (
+            message if len(message) <= 400 else f"{message[:200]} ... {message[-200:]}"
+        )
+
+    def describe(self) -> str:
+        """The cluster as the map saw it when it gave up: for its error."""
+        ray = _ray()
+        try:
+            alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+            cpus = ray.available_resources().get("CPU", 0), ray.cluster_resources().get("CPU", 0)
+            cluster = f"{alive} nodes alive, {cpus[0]:g} of {cpus[1]:g} CPUs free"
+        except Exception as e:  # the cluster itself is gone
+            cluster = f"the cluster does not answer ({type(e).__name__})"
+        death = f"; the last worker died: {self.last_death}" if self.last_death else ""
+        return cluster + death
 
     def payload_ref(self, key: str, payload: Any) -> Any:
         found = self.payloads.get(key)
@@ -218,9 +248,10 @@ def run(
             from .. import errors
 
             unsent = (pending is not None) + len(retries) + sum(1 for _ in fresh)
+            waited = f", and none started in {START_TIMEOUT:g} s" if waiting else ""
             raise errors.ExecutionError(
-                f"gl.distributed.map: no worker is left, and none started in {START_TIMEOUT:g} "
-                f"s ({unsent} chunks not run; did the cluster lose its nodes?)"
+                f"gl.distributed.map: no worker is left{waited} ({unsent} chunks not run; "
+                f"{pool.describe()})"
             )
         ref = ready[0]
         if ref in pool.starting:
@@ -238,6 +269,7 @@ def run(
             if isinstance(results, tuple):
                 results = _worker.unstack(results, len(chunk.indices))
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
+            pool.record_death(e)
             if actor in pool.live:
                 pool.lost(actor)
             chunk.attempts += 1
