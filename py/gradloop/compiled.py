@@ -70,6 +70,20 @@ TARGETS = {"llvm-cpu": "local-sync", "vulkan-spirv": "vulkan", "cuda": "cuda"}
 DENSE_WORK = 1 << 22
 
 
+#: IREE flags for CPU modules with an op of `DENSE_WORK` or more: data tiling packs the
+#: operands of matrix products into the layout the kernels read (W4, the MLP training step,
+#: measured interleaved with JAX's `jit` of the same step: 6.8 ms a call without, 5.2 with,
+#: JAX 4.9; docs/notes.md). Small modules gain nothing from it and compile longer.
+DENSE_FLAGS = ("--iree-dispatch-creation-data-tiling=true",)
+
+
+def dense_flags(target: str, facts: dict[str, Any]) -> tuple[str, ...]:
+    """The flags `facts` (the emitter's) ask for on `target`: `DENSE_FLAGS` for CPU modules of
+    dense work, none otherwise."""
+    dense = target == "llvm-cpu" and facts.get("heaviest_op", 0) >= DENSE_WORK
+    return DENSE_FLAGS if dense else ()
+
+
 def driver(target: str, facts: dict[str, Any]) -> str:
     """The runtime driver for a module of `target` with the emitter's `facts`. On llvm-cpu:
     `local-sync` (dispatches on the calling thread) by default: a loop's every trip steps
@@ -302,10 +316,9 @@ def _compile_concrete(
         if written in tried:
             continue
         tried.add(written)
+        f64 = "float64" in facts["dtypes"]
         try:
-            vmfb = compile_mlir(
-                mlir, target, portable, form.cf, form.workaround_flags, "float64" in facts["dtypes"]
-            )
+            vmfb = _compile_form(mlir, target, portable, form, dense_flags(target, facts), f64)
             return mlir, vmfb, dict(facts, list_stacks=written.list_stacks), forms[k + 1 :]
         except errors.CompileTimeoutError as e:
             if not written.unroll_loops:
@@ -318,6 +331,22 @@ def _compile_concrete(
     if failure is None:
         raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: no form left")
     raise errors.CompileError(f"compiling {concrete.graph.entry} for {target}: {failure}")
+
+
+def _compile_form(
+    mlir: str, target: str, portable: bool, form: _Form, extra: tuple[str, ...], f64: bool
+) -> bytes:
+    """`compile_mlir` in `form` with the module's `extra` flags (`dense_flags`), and without
+    them where IREE refuses the module with them: they only make it faster."""
+    flags = form.workaround_flags
+    if extra:
+        try:
+            return compile_mlir(mlir, target, portable, form.cf, flags + extra, f64)
+        except errors.CompileTimeoutError:
+            raise
+        except errors.CompileError:
+            pass
+    return compile_mlir(mlir, target, portable, form.cf, flags, f64)
 
 
 def _too_big(failure: errors.CompileError) -> bool:
