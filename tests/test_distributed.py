@@ -6,6 +6,7 @@ single-process gradient. The multi-node and fault cases are in `test_distributed
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 import pickle
 import subprocess
@@ -388,6 +389,44 @@ def test_a_map_with_no_worker_left_raises_instead_of_waiting() -> None:
     chunk = _pool.Chunk("k", [0], [[np.ones(1)]])
     with pytest.raises(gl.errors.ExecutionError, match=r"no worker is left .*1 nodes alive"):
         _pool.run(pool, [chunk], {"k": None}, lambda i, r: True, None)
+
+
+def test_an_actor_unreachable_for_a_moment_keeps_serving_and_its_chunk_runs_again() -> None:
+    """Ray's `ActorUnavailableError` (an actor it could not reach, which may answer later) is
+    not a death: the actor is neither killed nor replaced, and the chunk runs again."""
+
+    class UnreachableOnce:  # local: it travels by value
+        def __init__(self, threads: int) -> None:
+            self.calls = 0
+
+        def ping(self) -> int:
+            return os.getpid()
+
+        def run(self, key, boxed, count, stacked):
+            self.calls += 1
+            if self.calls == 1:
+                raise ray.exceptions.ActorUnavailableError("unreachable for a moment", None)
+            return [[np.asarray(2.0 * stacked[0][j])] for j in range(count)], 0.0
+
+    pool = _pool.Pool.__new__(_pool.Pool)
+    pool._actor_class = ray.remote(num_cpus=0, max_restarts=0)(UnreachableOnce)
+    pool.size, pool.live, pool.starting, pool.payloads = 1, [], {}, {}
+    pool.failed_starts, pool.last_death = 0, ""
+    pool.start_actor()
+    (ref,) = pool.starting
+    pool.started(ref)
+    (actor,) = pool.live
+    chunks = [_pool.Chunk("k", [i], [[np.asarray(float(i))]]) for i in range(3)]
+    got: dict[int, float] = {}
+
+    def done(index, result) -> bool:
+        got[index] = float(result[0])
+        return True
+
+    _pool.run(pool, chunks, {"k": None}, done, None)
+    assert got == {0: 0.0, 1: 2.0, 2: 4.0}
+    assert pool.live == [actor] and not pool.starting and pool.last_death == ""
+    assert chunks[0].attempts + chunks[1].attempts + chunks[2].attempts == 1
 
 
 def test_workers_that_die_starting_are_replaced_a_few_times_then_the_map_says_why() -> None:

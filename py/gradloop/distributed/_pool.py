@@ -269,9 +269,13 @@ def run(
             if isinstance(results, tuple):
                 results = _worker.unstack(results, len(chunk.indices))
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
-            pool.record_death(e)
-            if actor in pool.live:
-                pool.lost(actor)
+            # An actor Ray could not reach for a moment (a loaded machine starves its
+            # process) is alive: it keeps serving, and a dead one fails its next chunk. Killing
+            # it would leave replacements to start on that same loaded machine.
+            if not isinstance(e, ray.exceptions.ActorUnavailableError):
+                pool.record_death(e)
+                if actor in pool.live:
+                    pool.lost(actor)
             chunk.attempts += 1
             if chunk.attempts <= RETRIES:
                 if pending is not None:
