@@ -24,7 +24,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "rust" / "core" / "src"
 #: The layering, leaves first: a module may use those before it (and its own layer, without a
 #: cycle).
 LAYERS: list[set[str]] = [
-    {"aligned_alloc", "error", "dtype", "location", "pool", "shape", "tensor", "value"},
+    {"error", "dtype", "location", "pool", "shape", "tensor", "value"},
     {"emit"},
     {"ops"},
     {"tape"},

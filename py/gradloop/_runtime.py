@@ -108,35 +108,6 @@ def close_leaked_dylib_placeholders() -> int:
 
 _ATTEMPTS = 3
 
-#: Inputs of at least this many bytes that are C-contiguous and 64-byte aligned (as tensors'
-#: large buffers are: `rust/core/src/aligned_alloc.rs`) go to the CPU drivers without a copy,
-#: their memory imported as the input buffer (W4: 0.6 of 5.3 ms a call). IREE's CPU kernels
-#: assume 64-byte aligned bindings: other inputs are copied, as small ones are (cheaper).
-IMPORT_BYTES = 16384
-_ALIGNMENT = 64
-_IMPORTING_DRIVERS = frozenset({"local-sync", "local-task"})
-_HAL_ELEMENT_TYPES = {
-    "float32": "FLOAT_32",
-    "float64": "FLOAT_64",
-    "int32": "SINT_32",
-    "int64": "SINT_64",
-}
-
-
-class _Mutable:
-    """`array`'s memory as numpy sees it through this object: writable, as IREE's import
-    asks, and holding `array` (so the memory lives as long as whatever imported it). Tensors'
-    views are read-only, and compiled functions never write their inputs."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-        self.__array_interface__ = {
-            "data": (array.ctypes.data, False),
-            "shape": array.shape,
-            "typestr": array.dtype.str,
-            "version": 3,
-        }
-
 
 class Function:
     """Function `name` of the module `vmfb` on `driver`'s device, called on numpy arrays; the
@@ -171,36 +142,8 @@ class Function:
         # it reads as (they differ for bools, stored in bytes); set by the first call.
         self._mapped: list[tuple[Any, Any] | None] | None = None
 
-    def _imported(self, inputs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
-        """`inputs` with those `IMPORT_BYTES` or larger, contiguous and aligned, as buffer views
-        of their own memory (kept alive by the view); the module reads them, never writes."""
-        if self._driver not in _IMPORTING_DRIVERS:
-            return inputs
-        from iree import runtime
-
-        out: list[Any] = []
-        for a in inputs:
-            importable = (
-                isinstance(a, np.ndarray)
-                and a.nbytes >= IMPORT_BYTES
-                and a.flags.c_contiguous
-                and a.ctypes.data % _ALIGNMENT == 0
-                and a.dtype.name in _HAL_ELEMENT_TYPES
-            )
-            if not importable:
-                out.append(a)
-                continue
-            allocator = self._config.device.allocator
-            memory = runtime.MemoryType.DEVICE_LOCAL | runtime.MemoryType.HOST_VISIBLE
-            buffer = allocator.import_host_allocation(
-                np.asarray(_Mutable(a)), int(memory), int(runtime.BufferUsage.DEFAULT)
-            )
-            element = getattr(runtime.HalElementType, _HAL_ELEMENT_TYPES[a.dtype.name])
-            out.append(runtime.HalBufferView(buffer, list(a.shape), int(element)))
-        return tuple(out)
-
     def _run(self, inputs: tuple[np.ndarray, ...], copy: bool = True) -> list[np.ndarray]:
-        out = self._entry(*self._imported(inputs))
+        out = self._entry(*inputs)
         results = out if isinstance(out, (tuple, list)) else [out]
         if self._mapped is None:
             self._mapped = [_host_dtypes(r) for r in results]

@@ -11,7 +11,6 @@
 //! ([`execute`]), and emit MLIR ([`mlir::emit_module`]). `examples/loop_gradient.rs` does each
 //! for a loop with a data-dependent trip count.
 
-pub mod aligned_alloc;
 pub mod control;
 pub mod dataflow;
 pub mod dtype;

@@ -17,10 +17,6 @@ mod tensor;
 mod trace;
 mod variable;
 
-/// Large tensor buffers on 64-byte boundaries: compiled functions take them without a copy.
-#[global_allocator]
-static ALLOCATOR: gradloop::aligned_alloc::CacheAligned = gradloop::aligned_alloc::CacheAligned;
-
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
