@@ -1,7 +1,7 @@
 """W10: the flagship projectile's `value_and_grad` for 64 launch angles (64 to about 440 loop
 trips: a data-dependent `gl.while_loop` each), mapped over a local Ray instance.
 
-    python benches/distributed.py [--repeats 7] [--items 64]
+    python benches/distributed.py [--repeats 15] [--items 64]
 
 For `gl.jit` and `gl.function` it prints the median seconds of the 64 items run as a
 sequential loop in this process, with `gl.distributed.map` on one Ray worker and on two, and
@@ -39,6 +39,24 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(samples)
 
 
+def paired_medians(
+    first: Callable[[], object], second: Callable[[], object], repeats: int
+) -> tuple[float, float]:
+    """Median seconds of `first` and `second` timed in turn, so that both see the same
+    machine: a shared one's speed drifts by more than the ratios measured here."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < WARM_UP:
+        first()
+        second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for run, times in zip((first, second), samples, strict=True):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def items(count: int) -> list[tuple[gl.Tensor, gl.Tensor]]:
     thetas = np.linspace(0.04, 1.35, count)
     targets = np.linspace(15.0, 40.0, count)
@@ -50,7 +68,7 @@ def main() -> None:
     import ray
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--items", type=int, default=64)
     args = parser.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -62,25 +80,35 @@ def main() -> None:
         f"W10: {len(work)} items, loop trips {min(trips)} to {max(trips)} (sum {sum(trips)}); "
         f"a padded batch runs {padded:.2f}x the trips\n"
     )
-    print(f"{'':12} {'sequential':>11} {'1 worker':>10} {'2 workers':>10} {'2 vs seq':>9}")
+    print(
+        "each map timed in turn with the sequential loop (a shared machine's speed drifts);\n"
+        "the ratios are those pairs'\n"
+    )
+    print(
+        f"{'':12} {'sequential':>11} {'1 worker':>10} {'2 workers':>10} "
+        f"{'1 vs seq':>9} {'2 vs seq':>9}"
+    )
     for name, fn in (
         ("gl.jit", gl.jit(value_and_grad)),
         ("gl.function", gl.function(value_and_grad)),
     ):
-        sequential = median_seconds(lambda fn=fn: [fn(*item) for item in work], args.repeats)
-        mapped = {}
+        sequential, mapped = [], {}
         for workers in (1, 2):
-            mapped[workers] = median_seconds(
-                lambda fn=fn, w=workers: gl.distributed.map(fn, work, workers=w), args.repeats
+            seq, mapped[workers] = paired_medians(
+                lambda fn=fn: [fn(*item) for item in work],
+                lambda fn=fn, w=workers: gl.distributed.map(fn, work, workers=w),
+                args.repeats,
             )
+            sequential.append(seq)
             gl.distributed.shutdown()  # its actors hold the CPUs the next pool needs
         print(
-            f"{name:12} {sequential * 1e3:9.1f}ms {mapped[1] * 1e3:8.1f}ms "
-            f"{mapped[2] * 1e3:8.1f}ms {sequential / mapped[2]:8.2f}x"
+            f"{name:12} {statistics.median(sequential) * 1e3:9.1f}ms {mapped[1] * 1e3:8.1f}ms "
+            f"{mapped[2] * 1e3:8.1f}ms {sequential[0] / mapped[1]:8.2f}x "
+            f"{sequential[1] / mapped[2]:8.2f}x"
         )
         print(
             f"{'':12} padded batch, estimated from the sequential time: "
-            f"{sequential * padded * 1e3:.1f}ms"
+            f"{statistics.median(sequential) * padded * 1e3:.1f}ms"
         )
     nothing = gl.jit(lambda x: x)
     noop = [(np.zeros(1),) for _ in range(1000)]

@@ -211,10 +211,22 @@ def test_graph_functions_pickle_as_their_graph() -> None:
     assert pickle.loads(pickle.dumps(t)).dtype == gl.int32
 
 
-def test_chunks_keep_input_order_and_one_signature_each() -> None:
+def test_chunks_hold_one_signature_each_and_items_spread_over_the_input() -> None:
     staged = [(0, "a", []), (1, "a", []), (2, "b", []), (3, "a", []), (4, "a", []), (5, "a", [])]
     got = [(c.key, c.indices) for c in _pool.chunks(staged, 1, 2)]
-    assert got == [("a", [0, 1]), ("b", [2]), ("a", [3, 4]), ("a", [5])]
+    assert got == [("a", [0, 5]), ("a", [3, 1]), ("a", [4]), ("b", [2])]
+    assert _pool.spread(8) == [0, 4, 2, 6, 1, 5, 3, 7]
+    for n in (1, 2, 3, 37, 64, 100):
+        assert sorted(_pool.spread(n)) == list(range(n))
+
+
+def test_spread_chunks_of_a_rising_cost_cost_about_the_same() -> None:
+    """A sweep whose cost rises with the item's place (W10's trip counts): chunks cut in input
+    order would cost 1:3 between halves, spread ones nearly the same."""
+    cost = np.linspace(1.0, 5.0, 64)
+    staged = [(i, "a", []) for i in range(64)]
+    sums = [cost[c.indices].sum() for c in _pool.chunks(staged, 2, None, lambda key: 100)]
+    assert len(sums) == 2 and abs(sums[0] - sums[1]) / sum(sums) < 0.02
 
 
 def test_guided_chunks_shrink_to_single_items() -> None:
@@ -226,14 +238,21 @@ def test_guided_chunks_shrink_to_single_items() -> None:
     assert max(many) == _pool.MAX_CHUNK and sum(many) == 5000
 
 
-def test_chunks_hold_at_least_the_floor_asked_as_each_is_cut() -> None:
+def test_chunks_hold_at_least_the_floor_up_to_a_fair_share() -> None:
     staged = [(i, "a", []) for i in range(64)]
-    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda: 10)]
-    assert sum(sizes) == 64 and min(sizes[:-1]) >= 10 and sizes[0] == 16
+    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda key: 10)]
+    # A round of guided chunks (16), then the floor, then the fair share of the 12 left.
+    assert sizes == [16, 16, 10, 10, 6, 6]
     floors = iter([1, 1, 30, 30, 30, 30])  # the pace is measured after two chunks
-    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda: next(floors))]
-    assert sizes == [16, 12, 30, 6]
-    fixed = [len(c.indices) for c in _pool.chunks(staged, 2, 5, lambda: 30)]
+    sizes = [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda key: next(floors))]
+    assert sizes == [16, 16, 16, 16]
+    # Items cheap against a round trip: one chunk per worker, the items split evenly.
+    assert [len(c.indices) for c in _pool.chunks(staged, 2, None, lambda key: 50)] == [32, 32]
+    assert [len(c.indices) for c in _pool.chunks(staged[:7], 2, None, lambda key: 50)] == [4, 3]
+    asked = []
+    list(_pool.chunks([(0, "a", []), (1, "b", [])], 2, None, lambda key: asked.append(key) or 1))
+    assert asked == ["a", "b"]  # each signature's floor is its own
+    fixed = [len(c.indices) for c in _pool.chunks(staged, 2, 5, lambda key: 30)]
     assert set(fixed[:-1]) == {5}  # an explicit chunk_size wins
 
 
@@ -272,6 +291,15 @@ def test_a_map_of_tiny_items_runs_in_few_round_trips() -> None:
     assert sum(sent) == 399  # the first item ran on the driver when it was staged
     # Guided chunks alone would be 20, ending in single items: [64, 64, 64, 52, 39, ..., 1].
     assert len(sent) < 14, sent
+    # The pace is kept: a second map of the function cuts even its first chunks by it.
+    sent.clear()
+    _pool.chunks = recording  # type: ignore[assignment]
+    try:
+        again = gl.distributed.map(fn, items[:128])
+    finally:
+        _pool.chunks = send  # type: ignore[assignment]
+    assert [np.asarray(r)[0] for r in again] == [i + 1.0 for i in range(128)]
+    assert sent == [64, 64], sent
 
 
 def test_a_second_map_of_the_same_signature_computes_its_own_first_item() -> None:

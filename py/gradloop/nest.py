@@ -70,6 +70,22 @@ def _rebuild(like: Any, values: list[Any]) -> Any:
     return tuple(values)
 
 
+def _values(x: Any) -> list[Any]:
+    """The children of a nested value, in flattening order (`_children` without the paths)."""
+    if isinstance(x, dict):
+        return [x[k] for k in _sorted_keys(x)]
+    return list(x)
+
+
+def _leaves(structure: Any, out: list[Any]) -> list[Any]:
+    if not is_nested(structure):
+        out.append(structure)
+    else:
+        for child in _values(structure):
+            _leaves(child, out)
+    return out
+
+
 def _walk(structure: Any, path: str) -> Iterator[tuple[str, Any]]:
     if not is_nested(structure):
         yield path, structure
@@ -85,7 +101,7 @@ def path_str(path: str) -> str:
 
 def flatten(structure: Any) -> list[Any]:
     """The leaves of `structure`, depth first, dicts in sorted-key order."""
-    return [leaf for _, leaf in _walk(structure, "")]
+    return _leaves(structure, [])
 
 
 def flatten_with_paths(structure: Any) -> list[tuple[str, Any]]:
@@ -97,7 +113,7 @@ def _pack(structure: Any, flat: Sequence[Any], start: int) -> tuple[Any, int]:
     if not is_nested(structure):
         return flat[start], start + 1
     values = []
-    for _, child in _children(structure):
+    for child in _values(structure):
         value, start = _pack(child, flat, start)
         values.append(value)
     return _rebuild(structure, values), start

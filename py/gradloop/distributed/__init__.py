@@ -116,9 +116,12 @@ def map(  # noqa: A001 - DESIGN's name
     None starts or joins a local Ray instance, "auto" or "ray://host:port" joins a cluster.
     `workers`: actors to run (one CPU each), by default one per CPU of the cluster.
     `errors`: "raise" (the first failing item's error, naming its index) or "return" (its slot
-    holds the exception). `chunk_size`: items per round trip; by default a chunk takes a
-    quarter of each worker's share of the items left (at most 64), so chunks shrink to single
-    items at the end. `progress`: tqdm's bar on stderr for maps longer than
+    holds the exception). `chunk_size`: items per round trip; by default items are taken in
+    an order that spreads each chunk over the whole input, and a chunk takes a quarter of each
+    worker's share of the items left (at most 64), more where the items measured so far are
+    cheap against a round trip (up to the share itself: one round trip per worker), so that
+    chunks shrink towards single items at the end only where the items are costly.
+    `progress`: tqdm's bar on stderr for maps longer than
     2 s, by default only on a terminal.
     """
     mode = errors
@@ -178,9 +181,8 @@ def map(  # noqa: A001 - DESIGN's name
     name = next(iter(signatures.values())).entry.fn.graph.entry
     bar = _pool.progress_bar(len(staged), name, progress)
     try:
-        pace = _pool.Pace()
-        work = _pool.chunks(staged, pool.size, chunk_size, pace.floor)
-        _pool.run(pool, work, payloads, done, bar, pace)
+        work = _pool.chunks(staged, pool.size, chunk_size, lambda key: pool.paces[key].floor())
+        _pool.run(pool, work, payloads, done, bar, pool.paces)
     finally:
         if bar is not None:
             bar.close()

@@ -80,6 +80,9 @@ class Pool:
         for _ in range(self.size):
             self.start_actor()
         self.payloads: dict[str, Any] = {}  # key -> the payload's object reference
+        # What the chunks of each signature measured, kept between maps: a later map of the
+        # same function cuts even its first chunks by it.
+        self.paces: collections.defaultdict[str, Pace] = collections.defaultdict(Pace)
 
     def start_actor(self) -> None:
         actor = self._actor_class.remote(1)
@@ -148,8 +151,9 @@ GUIDED = 2
 MAX_CHUNK = 64
 
 #: A chunk's work is at least this many times a round trip's cost, once both are measured:
-#: a round trip of Ray's actor calls costs 1.5-3 ms on a small machine, more than many items.
-WORK_PER_ROUND_TRIP = 2.0
+#: a round trip of Ray's actor calls costs 1.5-5 ms on a small machine (more than many items),
+#: and a queued chunk does not hide it: a trace shows an actor idle that long between chunks.
+WORK_PER_ROUND_TRIP = 8.0
 
 
 class Pace:
@@ -177,25 +181,44 @@ class Pace:
         return max(1, min(MAX_CHUNK, math.ceil(WORK_PER_ROUND_TRIP * overhead / per_item)))
 
 
+def spread(count: int) -> list[int]:
+    """`range(count)` in bit-reversed order (van der Corput's sequence): every run of it samples
+    the whole range evenly, so that chunks cut from it cost about the same when an item's cost
+    follows its place in the input (a sweep over a parameter, trip counts rising with it)."""
+    bits = max(1, (count - 1).bit_length())
+    order = (int(format(i, f"0{bits}b")[::-1], 2) for i in range(1 << bits))
+    return [i for i in order if i < count]
+
+
 def chunks(
     staged: list[tuple[int, str, list[np.ndarray]]],
     workers: int,
     chunk_size: int | None,
-    floor: Callable[[], int] = lambda: 1,
+    floor: Callable[[str], int] = lambda key: 1,
 ) -> Iterator[Chunk]:
-    """Items in input order, in chunks of one signature: `chunk_size` items each, or by
-    default guided (OpenMP's schedule): a chunk takes 1/(GUIDED * workers) of the items left,
-    and at least `floor()` items (asked as each chunk is cut: cut lazily, chunks follow what
-    the map has measured so far)."""
-    left = len(staged)
-    current: Chunk | None = None
-    size = 0
+    """Chunks of one signature each, signatures in the order they first appear, and within one
+    the items in `spread` order: `chunk_size` items each, or by default cut a round (one chunk
+    per worker) at a time. A round's chunks are guided (OpenMP's schedule): each takes
+    1/(GUIDED * workers) of the items left when the round began, at least `floor(key)` items
+    (asked as each chunk is cut: cut lazily, chunks follow what the map has measured so far)
+    and at most a fair share, 1/workers of them: a floor above the fair share cuts the items
+    left evenly, in one round."""
+    groups: dict[str, list[tuple[int, list[np.ndarray]]]] = {}
     for index, key, inputs in staged:
+        groups.setdefault(key, []).append((index, inputs))
+    ordered = [(key, members[i]) for key, members in groups.items() for i in spread(len(members))]
+    left = len(ordered)
+    current: Chunk | None = None
+    size = guided = fair = round_left = 0
+    for key, (index, inputs) in ordered:
         if current is None or current.key != key or len(current.indices) == size:
             if current is not None:
                 yield current
-            guided = max(-(-left // (GUIDED * workers)), floor())
-            size = chunk_size or max(1, min(MAX_CHUNK, guided))
+            if round_left == 0:
+                guided = -(-left // (GUIDED * workers))
+                fair, round_left = -(-left // workers), workers
+            round_left -= 1
+            size = chunk_size or max(1, min(MAX_CHUNK, fair, max(guided, floor(key))))
             current = Chunk(key, [], [])
         current.indices.append(index)
         current.inputs.append(inputs)
@@ -210,19 +233,19 @@ def run(
     payloads: dict[str, Any],
     done: Callable[[int, Any], bool],
     progress: Any,
-    pace: Pace | None = None,
+    paces: collections.defaultdict[str, Pace] | None = None,
 ) -> None:
     """Runs every chunk of `work` (an iterable read as actors have room, so that a lazy one
-    can size later chunks by `pace`) on the pool's actors; `done(index, flat result or
+    can size later chunks by `paces`) on the pool's actors; `done(index, flat result or
     ItemError)` takes each item's result as it arrives and returns False to stop the map.
-    Each chunk that comes back is recorded in `pace`."""
+    Each chunk that comes back is recorded in `paces`, by its signature's key."""
     ray = _ray()
     fresh = iter(work)
     retries: collections.deque[Chunk] = collections.deque()
     in_flight: dict[Any, tuple[Any, Chunk, float]] = {}
     load: collections.Counter[Any] = collections.Counter()
     last_back: dict[Any, float] = {}  # actor -> when its last chunk came back
-    pace = pace or Pace()
+    paces = collections.defaultdict(Pace) if paces is None else paces
 
     def next_chunk() -> Chunk | None:
         return retries.popleft() if retries else next(fresh, None)
@@ -236,10 +259,12 @@ def run(
 
     pending = next_chunk()
     while pending is not None or in_flight:
-        for actor in list(pool.live):
-            while pending is not None and load[actor] < IN_FLIGHT:
-                send(actor, pending)
-                pending = next_chunk()
+        # Round-robin: every actor's first slot is filled before any actor's second.
+        for slot in range(IN_FLIGHT):
+            for actor in list(pool.live):
+                if pending is not None and load[actor] <= slot:
+                    send(actor, pending)
+                    pending = next_chunk()
         waiting = [*in_flight, *pool.starting]
         idle = not in_flight  # no live actor: only a starting one can take the work
         timeout = START_TIMEOUT if idle else None
@@ -264,7 +289,8 @@ def run(
             back = time.perf_counter()
             # The actor worked on this chunk, or waited for it, since it was sent or since
             # its previous chunk came back, whichever is later.
-            pace.record(len(chunk.indices), seconds, back - max(sent, last_back.get(actor, 0)))
+            busy = back - max(sent, last_back.get(actor, 0))
+            paces[chunk.key].record(len(chunk.indices), seconds, busy)
             last_back[actor] = back
             if isinstance(results, tuple):
                 results = _worker.unstack(results, len(chunk.indices))
