@@ -152,6 +152,52 @@ def np_loss(params, x, onehot):
     return np.mean(np.log(np.exp(z).sum(axis=1)) - (onehot * z).sum(axis=1))
 
 
+def np_train_step(params: list[np.ndarray], x: np.ndarray, onehot: np.ndarray) -> None:
+    """The training step written by hand in numpy: forward, backward and SGD, in place."""
+    w1, b1, w2, b2, w3, b3 = params
+    a1 = x @ w1 + b1
+    h1 = np.maximum(a1, 0)
+    a2 = h1 @ w2 + b2
+    h2 = np.maximum(a2, 0)
+    logits = h2 @ w3 + b3
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    dlogits = (e / e.sum(axis=1, keepdims=True) - onehot) / np.float32(len(x))
+    dh2 = dlogits @ w3.T
+    dh2 *= a2 > 0
+    dh1 = dh2 @ w2.T
+    dh1 *= a1 > 0
+    grads = (x.T @ dh1, dh1.sum(0), h1.T @ dh2, dh2.sum(0), h2.T @ dlogits, dlogits.sum(0))
+    for p, g in zip(params, grads, strict=True):
+        p -= np.float32(LEARNING_RATE) * g
+
+
+def torch_train_step(
+    params_np: list[np.ndarray], x_np: np.ndarray, onehot_np: np.ndarray
+) -> Callable[[], None] | None:
+    """The training step as PyTorch's users write it (autograd, SGD in place), where PyTorch is
+    installed (a benchmark-only dependency); else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    params = [torch.tensor(p, requires_grad=True) for p in params_np]
+    x, onehot = torch.from_numpy(x_np), torch.from_numpy(onehot_np)
+
+    def step() -> None:
+        w1, b1, w2, b2, w3, b3 = params
+        h = torch.relu(x @ w1 + b1)
+        h = torch.relu(h @ w2 + b2)
+        logits = h @ w3 + b3
+        z = logits - logits.max(dim=1, keepdim=True).values.detach()
+        loss = (torch.log(torch.exp(z).sum(dim=1)) - (onehot * z).sum(dim=1)).mean()
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads, strict=True):
+                p.sub_(LEARNING_RATE * g)
+
+    return step
+
+
 def bench_mlp(number: int, repeats: int) -> tuple[dict[str, list[float]], float, float]:
     rng = np.random.default_rng(0)
     params_np = init_mlp(rng)
@@ -181,13 +227,34 @@ def bench_mlp(number: int, repeats: int) -> tuple[dict[str, list[float]], float,
             p - LEARNING_RATE * g for p, g in zip(state["params"], grads, strict=True)
         )
 
-    fns = {"numpy_forward": numpy_forward, "gl_forward": gl_forward, "train_step": train_step}
+    np_params = [p.copy() for p in params_np]
+    fns = {
+        "numpy_forward": numpy_forward,
+        "gl_forward": gl_forward,
+        "train_step": train_step,
+        "numpy_step": lambda: np_train_step(np_params, x_np, onehot_np),
+    }
+    torch_step = torch_train_step([p.copy() for p in params_np], x_np, onehot_np)
+    if torch_step is not None:
+        fns["torch_step"] = torch_step
     samples = paired(fns, number, repeats)
     final = float(gl_loss(state["params"], x, onehot))
     return samples, gl_value, final
 
 
 # --- report ------------------------------------------------------------------------------------
+
+
+def _torch_rows(mlp_s: dict[str, list[float]]) -> list[tuple[str, str, str, str]]:
+    if "torch_step" not in mlp_s:
+        return [("PyTorch training step", "not installed", "", "")]
+    import torch
+
+    vs = Stat.of(ratios(mlp_s["train_step"], mlp_s["torch_step"]))
+    return [
+        (f"PyTorch {torch.__version__} training step", *fmt_ms(Stat.of(mlp_s["torch_step"])), ""),
+        ("training step / PyTorch step", *fmt_x(vs), f"<= 1.0x  {verdict(vs.median, 1.0)}"),
+    ]
 
 
 def math_kernels() -> dict[str, tuple[Callable, Callable]]:
@@ -330,12 +397,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("numpy forward (reference)", *fmt_ms(Stat.of(mlp_s["numpy_forward"])), ""),
             ("gradloop forward, tape off", *fmt_ms(Stat.of(mlp_s["gl_forward"])), ""),
             ("gradloop training step", *fmt_ms(Stat.of(mlp_s["train_step"])), ""),
+            ("numpy training step, by hand", *fmt_ms(Stat.of(mlp_s["numpy_step"])), ""),
             ("gradloop forward / numpy forward", *fmt_x(fwd_vs_np), ""),
             (
                 "training step / numpy forward",
                 *fmt_x(step_vs_np),
                 f"<= 3.5x  {verdict(step_vs_np.median, 3.5)}",
             ),
+            (
+                "training step / numpy step by hand",
+                *fmt_x(Stat.of(ratios(mlp_s["train_step"], mlp_s["numpy_step"]))),
+                "",
+            ),
+            *_torch_rows(mlp_s),
         ]
     )
 

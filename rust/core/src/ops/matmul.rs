@@ -236,7 +236,7 @@ const MATVEC_ELEMENTS: usize = 1 << 16;
 /// to `OUTER_LOOP_ELEMENTS` through `outer_rows`, vector-matrix products up to
 /// `MATVEC_ELEMENTS` through `vector_product`, large products with a transposed operand
 /// through `Reroute`. Many small products are spread over threads one per task; large ones
-/// are split by gemm itself.
+/// are split into one block per thread (`gemm_split`).
 /// Only instantiated for f32 and f64 (gemm panics on other types).
 fn gemm_product<T: MatVec + Tiled + 'static>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
     let (m, k, n) = (plan.m, plan.k, plan.n);
@@ -307,8 +307,82 @@ fn gemm_product<T: MatVec + Tiled + 'static>(plan: &Plan, a: &[T], b: &[T], out:
     }
 }
 
+/// The fewest rows or columns of the result one thread's block of a split product holds:
+/// narrower blocks leave gemm's register tiles part empty.
+const SPLIT_MIN: usize = 32;
+
+/// `dst = lhs @ rhs` for `[m, n, k]` (operands as `gemm_into` takes them, `dst` row-major),
+/// on rayon's threads: the longer of the result's sides is cut into one block per thread,
+/// each a product of its own on one thread. gemm's own split shares its packed operands
+/// between threads and synchronises at each panel; on 2 cores (AVX2) 64x784 @ 784x512 took
+/// 497 against 676 us that way, 64x512 @ 512x512 318 against 361, 784x64 @ 64x512 442 against
+/// 480, numpy's OpenBLAS 480-520 on the first (`docs/notes.md`, "Kernels").
+fn gemm_split<T: 'static + Arith>(
+    [m, n, k]: [usize; 3],
+    (dst, drs): (&mut [T], usize),
+    (lhs, (ars, acs)): (&[T], (usize, usize)),
+    (rhs, (brs, bcs)): (&[T], (usize, usize)),
+) {
+    let threads = rayon::current_num_threads();
+    let blocks = |side: usize| threads.min(side / SPLIT_MIN);
+    let none = gemm::Parallelism::None;
+    if m >= n && blocks(m) >= 2 {
+        // Rows: each block's result rows are contiguous in `dst`.
+        let rows = m.div_ceil(blocks(m));
+        dst[..m * drs]
+            .par_chunks_mut(rows * drs)
+            .enumerate()
+            .for_each(|(i, dst)| {
+                let r = (m - i * rows).min(rows);
+                let a = &lhs[i * rows * ars..];
+                gemm_into(
+                    none,
+                    [r, n, k],
+                    (dst, (drs, 1)),
+                    (a, (ars, acs)),
+                    (rhs, (brs, bcs)),
+                );
+            });
+    } else if blocks(n) >= 2 {
+        // Columns: each block into a buffer of its own, then copied into its columns.
+        let cols = n.div_ceil(blocks(n)).next_multiple_of(16);
+        let parts: Vec<(usize, Vec<T>)> = (0..n.div_ceil(cols))
+            .into_par_iter()
+            .map(|j| {
+                let c = (n - j * cols).min(cols);
+                let mut part = vec![T::zero(); m * c];
+                let b = &rhs[j * cols * bcs..];
+                gemm_into(
+                    none,
+                    [m, c, k],
+                    (&mut part, (c, 1)),
+                    (lhs, (ars, acs)),
+                    (b, (brs, bcs)),
+                );
+                (c, part)
+            })
+            .collect();
+        for (j, (c, part)) in parts.iter().enumerate() {
+            for (row, src) in dst.chunks_mut(drs).zip(part.chunks(*c)) {
+                row[j * cols..j * cols + c].copy_from_slice(src);
+            }
+        }
+    } else {
+        // gemm's own split (a thread count, not 0: `gemm_into` would send it back here).
+        let par = gemm::Parallelism::Rayon(threads);
+        gemm_into(
+            par,
+            [m, n, k],
+            (dst, (drs, 1)),
+            (lhs, (ars, acs)),
+            (rhs, (brs, bcs)),
+        );
+    }
+}
+
 /// `dst = lhs @ rhs` through gemm for `[m, n, k]`, each operand given with its (row, column)
-/// strides; whatever `dst` held is overwritten (`read_dst` false).
+/// strides; whatever `dst` held is overwritten (`read_dst` false). On rayon's threads, with a
+/// row-major `dst`, through `gemm_split`.
 #[allow(unsafe_code, reason = "gemm takes raw pointers and strides")]
 #[rustfmt::skip]
 fn gemm_into<T: 'static + Arith>(
@@ -318,6 +392,9 @@ fn gemm_into<T: 'static + Arith>(
     (lhs, (ars, acs)): (&[T], (usize, usize)),
     (rhs, (brs, bcs)): (&[T], (usize, usize)),
 ) {
+    if matches!(par, gemm::Parallelism::Rayon(0)) && dcs == 1 && drs == n {
+        return gemm_split([m, n, k], (dst, drs), (lhs, (ars, acs)), (rhs, (brs, bcs)));
+    }
     let last = |rs: usize, cs: usize, r: usize, c: usize| (r - 1) * rs + (c - 1) * cs;
     assert!(
         last(drs, dcs, m, n) < dst.len()

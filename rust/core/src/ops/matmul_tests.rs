@@ -155,6 +155,25 @@ fn large_products_take_the_parallel_paths() {
 }
 
 #[test]
+fn products_split_over_threads_by_rows_or_columns_match_the_reference() {
+    // Four threads whatever the machine: rows (ragged last block), columns (blocks of 80, 80,
+    // 80 and 60, each copied into its columns), transposed operands, and sides too short to
+    // split (gemm's own split).
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        check(&[300, 200], &[200, 100], false, false);
+        check(&[200, 300], &[200, 100], true, false);
+        check(&[70, 200], &[200, 300], false, false);
+        check(&[70, 200], &[300, 200], false, true);
+        check(&[2, 70, 200], &[200, 300], false, false);
+        check(&[40, 4000], &[4000, 40], false, false);
+    });
+}
+
+#[test]
 fn products_with_a_transposed_operand_are_rerouted_through_row_major_copies() {
     // Each case is large enough for `Reroute`, with sizes that leave ragged tiles.
     let route = |sa: &[usize], sb: &[usize], ta: bool, tb: bool| {
