@@ -266,6 +266,9 @@ def test_the_pace_sizes_chunks_so_that_work_outweighs_a_round_trip() -> None:
     slow = _pool.Pace()
     slow.record(1, 1e-6, 1.0)
     assert slow.floor() == _pool.MAX_CHUNK
+    for _ in range(16):  # items that grew costlier: the pace follows the recent chunks
+        slow.record(10, 1.0, 1.001)
+    assert slow.floor() == 1
 
 
 def test_a_map_of_tiny_items_runs_in_few_round_trips() -> None:

@@ -162,21 +162,23 @@ class Pace:
     `floor()` is the fewest items a chunk should hold so that its work outweighs that cost."""
 
     def __init__(self) -> None:
-        self.items = 0
-        self.compute = 0.0
+        # The last chunks' (items, compute seconds) and overheads: kept between maps, so the
+        # recent ones, which follow a function whose items grew costlier.
+        self.chunks: collections.deque[tuple[int, float]] = collections.deque(maxlen=16)
         self.overheads: collections.deque[float] = collections.deque(maxlen=16)
 
     def record(self, items: int, compute: float, busy: float) -> None:
         """A chunk of `items` computed for `compute` seconds on an actor that was busy with it
         (or waiting for it) for `busy` seconds."""
-        self.items += items
-        self.compute += compute
+        self.chunks.append((items, compute))
         self.overheads.append(max(0.0, busy - compute))
 
     def floor(self) -> int:
-        if not self.items or not self.overheads or self.compute <= 0.0:
+        items = sum(n for n, _ in self.chunks)
+        compute = sum(seconds for _, seconds in self.chunks)
+        if not items or not self.overheads or compute <= 0.0:
             return 1
-        per_item = self.compute / self.items
+        per_item = compute / items
         overhead = sorted(self.overheads)[len(self.overheads) // 2]
         return max(1, min(MAX_CHUNK, math.ceil(WORK_PER_ROUND_TRIP * overhead / per_item)))
 
