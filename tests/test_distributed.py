@@ -152,6 +152,39 @@ def test_an_item_that_fails_on_its_worker_keeps_its_error_class() -> None:
         gl.distributed.map(pick, items, chunk_size=2)
 
 
+def test_a_map_that_raises_raises_the_failing_item_of_lowest_index() -> None:
+    """Chunks come back in any order and hold items spread over the input: the error raised
+    is the lowest failing index's, every time, and items after it are not all run."""
+
+    @gl.function
+    def pick(x, i):
+        return gl.take(x, i) * 2.0
+
+    x = np.array([1.0, 2.0, 3.0])
+    items = [(x, np.array([k % 3])) for k in range(64)]
+    for bad in (9, 30, 60):
+        items[bad] = (x, np.array([7 + bad]))
+    sent: list[int] = []
+    send = _pool.chunks
+
+    def recording(*args: object) -> object:
+        for chunk in send(*args):  # type: ignore[arg-type]
+            sent.extend(chunk.indices)
+            yield chunk
+
+    for chunk_size in (1, 4, None):
+        sent.clear()
+        _pool.chunks = recording  # type: ignore[assignment]
+        try:
+            with pytest.raises(gl.errors.IndexError, match=r"^item 9: take: index 16"):
+                gl.distributed.map(pick, items, chunk_size=chunk_size)
+        finally:
+            _pool.chunks = send  # type: ignore[assignment]
+        assert set(range(9)) <= set(sent)  # every item before the failure ran
+        if chunk_size == 1:
+            assert len(sent) < 64  # items after it stopped being sent
+
+
 @pytest.mark.parametrize(
     ("item", "match"),
     [

@@ -19,9 +19,10 @@ dynamically to actors as they finish, never padded to the slowest (as a batched 
   are pure (Variables may be read, not assigned), so running an item again gives the same
   result.
 - **Errors.** Bad arguments, or a function that is not staged, are typed errors raised before
-  anything is sent. An item whose call fails: with `errors="raise"` the map raises that error
-  (its `gl.errors` class) naming the item's index; with `errors="return"` that item's slot
-  holds the exception and the other items' results come back.
+  anything is sent. An item whose call fails: with `errors="raise"` the map raises the error
+  of the failing item of lowest index (its `gl.errors` class) naming that index; with
+  `errors="return"` that item's slot holds the exception and the other items' results come
+  back.
 """
 
 from __future__ import annotations
@@ -115,14 +116,14 @@ def map(  # noqa: A001 - DESIGN's name
     tensor or array: the single argument), every leaf a tensor or numpy array. `address`:
     None starts or joins a local Ray instance, "auto" or "ray://host:port" joins a cluster.
     `workers`: actors to run (one CPU each), by default one per CPU of the cluster.
-    `errors`: "raise" (the first failing item's error, naming its index) or "return" (its slot
-    holds the exception). `chunk_size`: items per round trip; by default items are taken in
-    an order that spreads each chunk over the whole input, and a chunk takes a quarter of each
-    worker's share of the items left (at most 64), more where the items measured so far are
-    cheap against a round trip (up to the share itself: one round trip per worker), so that
-    chunks shrink towards single items at the end only where the items are costly.
-    `progress`: tqdm's bar on stderr for maps longer than
-    2 s, by default only on a terminal.
+    `errors`: "raise" (the error of the failing item of lowest index, naming that index: items
+    after it are not run further) or "return" (its slot holds the exception). `chunk_size`:
+    items per round trip; by default items are taken in an order that spreads each chunk over
+    the whole input, and a chunk takes a quarter of each worker's share of the items left (at
+    most 64), more where the items measured so far are cheap against a round trip (up to the
+    share itself: one round trip per worker), so that chunks shrink towards single items at
+    the end only where the items are costly. `progress`: tqdm's bar on stderr for maps longer
+    than 2 s, by default only on a terminal.
     """
     mode = errors
     from .. import errors as gl_errors
@@ -165,29 +166,36 @@ def map(  # noqa: A001 - DESIGN's name
     keys = {key for _, key, _ in staged}
     payloads = {key: signatures[key].payload for key in keys}
     entries = {index: signatures[key].entry for index, key, _ in staged}
-    failure: list[Exception] = []
+    # With errors="raise", the lowest failing index: items past it are not sent any more, those
+    # before it all run, so the error raised is that of the first item that fails, whatever
+    # order the chunks come back in.
+    failure: dict[int, Exception] = {}
 
     def done(index: int, result: Any) -> bool:
         if isinstance(result, _worker.ItemError):
             error = _exception(result, index)
             if mode == "raise":
-                failure.append(error)
-                return False
+                failure[index] = error
+                return True
             results[index] = error
             return True
         results[index] = entries[index].outputs([_core.tensor(r) for r in result])
         return True
 
+    def wanted(index: int) -> bool:
+        return not failure or index < min(failure)
+
     name = next(iter(signatures.values())).entry.fn.graph.entry
     bar = _pool.progress_bar(len(staged), name, progress)
     try:
-        work = _pool.chunks(staged, pool.size, chunk_size, lambda key: pool.paces[key].floor())
+        floor = lambda key: pool.paces[key].floor()  # noqa: E731
+        work = _pool.chunks(staged, pool.size, chunk_size, floor, wanted)
         _pool.run(pool, work, payloads, done, bar, pool.paces)
     finally:
         if bar is not None:
             bar.close()
     if failure:
-        raise failure[0]
+        raise failure[min(failure)]
     return results
 
 

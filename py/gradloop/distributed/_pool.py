@@ -197,6 +197,7 @@ def chunks(
     workers: int,
     chunk_size: int | None,
     floor: Callable[[str], int] = lambda key: 1,
+    wanted: Callable[[int], bool] = lambda index: True,
 ) -> Iterator[Chunk]:
     """Chunks of one signature each, signatures in the order they first appear, and within one
     the items in `spread` order: `chunk_size` items each, or by default cut a round (one chunk
@@ -204,7 +205,8 @@ def chunks(
     1/(GUIDED * workers) of the items left when the round began, at least `floor(key)` items
     (asked as each chunk is cut: cut lazily, chunks follow what the map has measured so far)
     and at most a fair share, 1/workers of them: a floor above the fair share cuts the items
-    left evenly, in one round."""
+    left evenly, in one round. An item that is no longer `wanted(index)` when its chunk is cut
+    is left out."""
     groups: dict[str, list[tuple[int, list[np.ndarray]]]] = {}
     for index, key, inputs in staged:
         groups.setdefault(key, []).append((index, inputs))
@@ -213,6 +215,9 @@ def chunks(
     current: Chunk | None = None
     size = guided = fair = round_left = 0
     for key, (index, inputs) in ordered:
+        if not wanted(index):
+            left -= 1
+            continue
         if current is None or current.key != key or len(current.indices) == size:
             if current is not None:
                 yield current
