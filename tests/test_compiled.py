@@ -650,6 +650,30 @@ def test_gradient_loops_unroll_exactly_across_trip_boundaries(n) -> None:
     assert_compiled_matches_eager(hess, x, w, steps)
 
 
+def countdown_with_a_running_sum(x, n):
+    """`while k > 0: k - 1`: a countdown of ops alone carrying a sum the device computes (a
+    checkpointed loop's advance runs its body so)."""
+
+    def body(k, s, v):
+        v = gl.sin(v) * 1.1 + 0.05
+        return k - 1, s + gl.sum(v * v), v
+
+    start = gl.cast(n, gl.int64)
+    return gl.while_loop(lambda k, s, v: k > 0, body, (start, gl.zeros((), x.dtype), x))[1:]
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 16, 21])
+def test_countdowns_of_ops_keep_their_sums_on_the_device_within_a_trip(n) -> None:
+    """Unrolled, the running sum stays on the device for a trip's 8 iterations and is read back
+    at its end; then one iteration a trip for the rest. Values as eager mode's, any remainder,
+    and the gradient through both loops."""
+    x, steps = f64(0.3, -0.5, 0.8), gl.tensor(n)
+    assert "arith.cmpi sge" in gl.jit(countdown_with_a_running_sum).mlir(x, steps)
+    assert_compiled_matches_eager(countdown_with_a_running_sum, x, steps)
+    grad = gl.grad(lambda x, m: gl.sum(countdown_with_a_running_sum(x, m)[0]))
+    assert_compiled_matches_eager(grad, x, steps)
+
+
 def bounded_recurrence(x, w, n, bound):
     body = lambda i, h: (i + 1, gl.tanh(w * h + x))  # noqa: E731
     _, h = gl.while_loop(lambda i, h: i < n, body, (0, x), maximum_iterations=bound)
