@@ -651,8 +651,8 @@ def test_gradient_loops_unroll_exactly_across_trip_boundaries(n) -> None:
 
 
 def countdown_with_a_running_sum(x, n):
-    """`while k > 0: k - 1`: a countdown of ops alone carrying a sum the device computes (a
-    checkpointed loop's advance runs its body so)."""
+    """`while k > 0: k - 1`: a countdown of ops alone carrying a sum the device computes (the
+    shape of a checkpointed loop's advance)."""
 
     def body(k, s, v):
         v = gl.sin(v) * 1.1 + 0.05
@@ -663,10 +663,9 @@ def countdown_with_a_running_sum(x, n):
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 16, 21])
-def test_countdowns_of_ops_keep_their_sums_on_the_device_within_a_trip(n) -> None:
-    """Unrolled, the running sum stays on the device for a trip's 8 iterations and is read back
-    at its end; then one iteration a trip for the rest. Values as eager mode's, any remainder,
-    and the gradient through both loops."""
+def test_countdowns_of_ops_with_a_running_sum_match_eager(n) -> None:
+    """Unrolled 8 iterations a trip, then one a trip for the rest: values as eager mode's for
+    any remainder, and the gradient through both loops."""
     x, steps = f64(0.3, -0.5, 0.8), gl.tensor(n)
     assert "arith.cmpi sge" in gl.jit(countdown_with_a_running_sum).mlir(x, steps)
     assert_compiled_matches_eager(countdown_with_a_running_sum, x, steps)

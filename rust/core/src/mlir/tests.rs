@@ -736,42 +736,6 @@ fn countdown_loops_unroll_exactly_then_finish_one_iteration_per_trip() {
 }
 
 #[test]
-fn a_countdown_keeps_a_running_sum_on_the_device_until_its_trips_end() {
-    // `while n > 0: n, x, acc = n - 1, sin(x), acc + sum(sin(x))` (a checkpointed loop's
-    // advance runs its body so): the sum stays on the device within an unrolled trip and is
-    // read back once at its end, where one read-back per iteration would split the trip.
-    let text =
-        "graph @f\n\nfunc @f(%0: i64[], %1: f32[5], %2: f32[]) -> (i64[], f32[5], f32[]) {\n  \
-         %3 = while(%0, %1, %2) {cond=@c, body=@b, parallel_iterations=1} \
-         : (i64[], f32[5], f32[])\n  return %3#0, %3#1, %3#2\n}\n\n\
-         func @c(%0: i64[], %1: f32[5], %2: f32[]) -> (bool[]) {\n  \
-         %3 = const() {value=[0]} : i64[]\n  %4 = greater(%0, %3) : bool[]\n  \
-         return %4\n}\n\n\
-         func @b(%0: i64[], %1: f32[5], %2: f32[]) -> (i64[], f32[5], f32[]) {\n  \
-         %3 = const() {value=[1]} : i64[]\n  %4 = sub(%0, %3) : i64[]\n  \
-         %5 = sin(%1) : f32[5]\n  %6 = sum(%5) {axes=[0], keepdims=false} : f32[]\n  \
-         %7 = add(%2, %6) : f32[]\n  return %4, %5, %7\n}\n";
-    let options = EmitOptions {
-        unroll_loops: true,
-        ..Default::default()
-    };
-    let (text, _) = emit_module_facts(&graph(text), options).unwrap();
-    let loops: Vec<&str> = text.split("scf.while").skip(1).collect();
-    assert_eq!(loops.len(), 2, "{text}");
-    let sums_read = |trip: &str| {
-        trip.lines()
-            .filter(|l| l.contains("tensor.extract") && l.contains(": tensor<f32>"))
-            .count()
-    };
-    assert_eq!(loops[0].matches("stablehlo.sine").count(), 8, "{text}");
-    assert_eq!(sums_read(loops[0]), 1, "{text}");
-    assert!(!loops[0].contains("arith.addf"), "{text}");
-    // The loop of single iterations after it adds its sum on the host, as before.
-    assert_eq!(loops[1].matches("stablehlo.sine").count(), 1, "{text}");
-    assert!(loops[1].contains("arith.addf"), "{text}");
-}
-
-#[test]
 fn pure_stablehlo_writes_stablehlo_control_flow_and_refuses_what_it_cannot_express() {
     let pure = EmitOptions {
         pure_stablehlo: true,

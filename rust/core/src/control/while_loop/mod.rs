@@ -306,14 +306,14 @@ impl While {
                 let p = trips::predication(l, self)?;
                 (p.per_trip, p.nodes, p.host_vars)
             }
-            Trips::Exact(c) => (c.per_trip, c.nodes, trips::device_countdown(body_fn)),
+            Trips::Exact(c) => (c.per_trip, c.nodes, None),
         };
         trips::charge_unrolled(l, per_trip, nodes);
         l.unrolled_loops |= per_trip > 1;
         // A predicated trip's pushes and counter advance by the iterations it kept.
         let counts = limits.is_some() || types.iter().any(|t| matches!(t, ValueType::Stack(_)));
         let predicated = matches!(trips, Trips::Predicated) && per_trip > 1;
-        let host_vars = host_vars.filter(|_| per_trip > 1);
+        let host_vars = host_vars.filter(|_| predicated);
         let kept_name = (predicated && counts).then(|| l.e.fresh());
         let (prefix, names) = l.result_names(&flat);
         let before: Vec<String> = flat.iter().map(|_| l.e.fresh()).collect();

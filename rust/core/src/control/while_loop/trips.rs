@@ -249,21 +249,6 @@ pub(crate) fn countdown(l: &Lowering<'_>, w: &While) -> Result<Option<Countdown>
     }))
 }
 
-/// For a countdown whose body is ops alone with rank-0 variables the device computes (a
-/// running sum of a reduction): per loop variable, whether the host computes it
-/// (`host_vars`). The others then stay on the device within a trip and are read back once at
-/// its end, not once an iteration (each read-back ends IREE's submission). `None` otherwise.
-pub(crate) fn device_countdown(body: &Function) -> Option<Vec<bool>> {
-    let plain = !body
-        .nodes
-        .iter()
-        .any(|n| matches!(n.kind, NodeKind::Stack(_)));
-    let host = host_vars(body);
-    let rank0 = |t: &ValueType| matches!(t, ValueType::Tensor(t) if t.ndim() == 0);
-    let device = body.params.iter().zip(&host).any(|(t, &h)| rank0(t) && !h);
-    (plain && device).then_some(host)
-}
-
 /// `k` where `f` returns `arg k > 0`, `arg k` an int64 scalar.
 fn tested_above_zero(f: &Function) -> Option<usize> {
     let [result] = f.results[..] else {
