@@ -1,5 +1,7 @@
-"""Online checkpointing schedules for loop gradients in bounded memory (the schedule behind
-`while_loop(..., checkpoints=c)`).
+"""Online checkpointing schedules for loop gradients in bounded memory: the Python model of
+the schedule that `while_loop(..., checkpoints=c)` runs in every mode (the Rust transform in
+`control/while_loop/schedule.rs`), kept to count body evaluations for benchmarks and to test
+the schedule's properties on integer states. Nothing runs it at run time.
 
 A loop's states are x_0 (its initial variables), x_{k+1} = body(x_k), n trips; n is unknown
 until the loop stops. Its gradient needs x_k for k = n-1, ..., 0, in that order (to run trip k

@@ -241,8 +241,10 @@ def record_custom_gradient(
     inputs: Sequence[Tensor],
     outputs: Sequence[Tensor],
     grad_fn: Callable[..., Sequence[Tensor | None]],
+    takes_needs: bool = False,
 ) -> None:
-    """Records an op on the active tapes whose gradient is `grad_fn(*output_grads)`.
+    """Records an op on the active tapes whose gradient is `grad_fn(*output_grads)` (with
+    `takes_needs`, `grad_fn(*output_grads, needs=(bool per input))`: which gradients are asked).
 
     `output_grads[i]` is a Tensor (zeros filled in for outputs that got no gradient). `grad_fn`
     returns one gradient (or None) per input. Ops it runs are recorded by outer tapes, so custom
@@ -392,7 +394,15 @@ class ConcreteFunction:
         """Values passed after the arguments on every call: closed-over tensors, variables."""
     def count_nodes(self, kind_name: str) -> int:
         """Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) in all functions."""
-    def __call__(self, args: Sequence[TensorLike]) -> list[Tensor]:
+    def explicit(self) -> ConcreteFunction:
+        """The same function taking its captured inputs as arguments, after its own."""
+    def vjp(self, wrt: Sequence[int]) -> ConcreteFunction:
+        """(Every input explicit.) Arguments, then one cotangent per result -> the gradients
+        of the arguments `wrt`."""
+    def jvp(self, wrt: Sequence[int]) -> ConcreteFunction:
+        """(Every input explicit.) Arguments, then one tangent per argument `wrt` -> the
+        results, then one tangent per float result."""
+    def __call__(self, args: Sequence[TensorLike | VariableHandle]) -> list[Tensor]:
         """Runs the entry function on `args` (concrete; `num_params` of them) followed by the
         captured inputs, on the graph interpreter with the GIL released. Errors are
         `gradloop.errors` exceptions naming the failing node, its function and the source line
@@ -402,12 +412,15 @@ def trace_begin(
     name: str,
     params: Sequence[tuple[DType | str | type, Sequence[int | None]]],
     fixed_state_loops: int | None = None,
+    closed_over_inputs: bool = False,
 ) -> list[Tensor]:
     """Starts tracing function `name` on this thread with parameters `[(dtype, shape), ...]`
     (None in a shape: a dimension known only at run time); returns the symbolic parameters.
     With `fixed_state_loops`, loop gradients keep fixed-size state (`maximum_iterations` slots,
-    else that many checkpoints), as pure StableHLO needs. Raises ControlFlowError if this
-    thread is already tracing."""
+    else that many checkpoints), as pure StableHLO needs. With `closed_over_inputs`, every
+    tensor made before the trace that the traced code uses is a captured input (scalars too)
+    and ops on such tensors are traced. Raises ControlFlowError if this thread is already
+    tracing."""
 
 def trace_active() -> bool:
     """Whether a function is being traced on this thread."""

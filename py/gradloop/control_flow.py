@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import _core, _validate, autodiff, nest
+from . import _core, _staged, _validate, nest
 
 __all__ = ["cond", "switch_case", "while_loop"]
 
@@ -166,14 +166,8 @@ def while_loop(
     call = _caller(isinstance(loop_vars, (tuple, list)))
     if _core.mode() == "tracing":
         return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
-    if checkpoints is not None and _core.any_tape_active() and not autodiff.perturbed(flat):
-        from . import _checkpointed_loop
-
-        def traced(values: Any) -> Any:
-            values = nest.pack_sequence_as(loop_vars, values)
-            return _graph_while(cond, body, values, call, limit, parallel_iterations, checkpoints)
-
-        return _checkpointed_loop.run(cond, body, loop_vars, call, limit, checkpoints, traced)
+    if checkpoints is not None and _core.any_tape_active():
+        return _staged_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
     values, i = loop_vars, 0
     while limit is None or i < limit:
         if not _validate.check_predicate("while_loop", call(cond, values), "the result of cond"):
@@ -182,6 +176,29 @@ def while_loop(
         values = _validate.check_loop_body_output("while_loop", loop_vars, new_values, i, body)
         i += 1
     return values
+
+
+def _staged_while(
+    cond: Callable[..., Any],
+    body: Callable[..., Any],
+    loop_vars: Any,
+    call: Callable[[Callable[..., Any], Any], Any],
+    limit: int | None,
+    parallel_iterations: int,
+    checkpoints: int,
+) -> Any:
+    """A checkpointed loop run eagerly under a tape: traced with what it closes over as
+    inputs and run as one staged op, whose gradient is graph mode's (`_staged`)."""
+    flat = nest.flatten(loop_vars)
+
+    def build(symbols: list[Any]) -> list[Any]:
+        values = nest.pack_sequence_as(loop_vars, symbols)
+        out = _graph_while(cond, body, values, call, limit, parallel_iterations, checkpoints)
+        return nest.flatten(out)
+
+    specs = [(t.dtype, tuple(t.shape)) for t in flat]
+    staged, captured = _staged.trace("while_loop", specs, build)
+    return nest.pack_sequence_as(loop_vars, _staged.call(staged, flat + list(captured)))
 
 
 # ---- graph mode ---------------------------------------------------------------------------------

@@ -46,6 +46,17 @@ pub fn next_id() -> TensorId {
     })
 }
 
+/// An identity that no value made before this call has, on any thread, and that every value
+/// this thread makes after it exceeds: this thread starts a block of its own here. What
+/// separates the values a trace closes over from those it makes (`Tracer::closed_over`).
+pub fn id_epoch() -> TensorId {
+    IDS.with(|ids| {
+        let start = NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed);
+        ids.set((start, start + ID_BLOCK));
+        start
+    })
+}
+
 /// Where a tensor's elements live.
 #[derive(Clone, Debug)]
 enum Data {

@@ -268,6 +268,24 @@ impl PyConcreteFunction {
 }
 
 impl PyConcreteFunction {
+    /// A function of `graph` taking every input as an argument (nothing captured).
+    fn derived(graph: Arc<Graph>, num_params: usize) -> Self {
+        PyConcreteFunction {
+            graph,
+            num_params,
+            captured_inputs: Vec::new(),
+            executors: [OnceLock::new(), OnceLock::new()],
+        }
+    }
+
+    fn require_explicit(&self, py: Python<'_>, what: &'static str) -> PyResult<()> {
+        if self.captured_inputs.is_empty() {
+            return Ok(());
+        }
+        let msg = "the function captures inputs: derive from `explicit()` instead";
+        Err(new_err(py, ErrorKind::Internal, what, msg))
+    }
+
     fn emit(
         &self,
         py: Python<'_>,
@@ -462,6 +480,38 @@ impl PyConcreteFunction {
         count_nodes(&self.graph, kind_name)
     }
 
+    /// The same function taking its captured inputs as arguments, after its own: every input
+    /// explicit, as derivatives of it take them (`vjp`, `jvp`).
+    fn explicit(&self) -> PyConcreteFunction {
+        let params = self.num_params + self.captured_inputs.len();
+        PyConcreteFunction::derived(self.graph.clone(), params)
+    }
+
+    /// The vector-Jacobian product of this function (whose inputs must all be explicit):
+    /// arguments, then one cotangent per result; returns the gradients of the arguments `wrt`.
+    fn vjp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {
+        self.require_explicit(py, "vjp")?;
+        let name = format!("{}_vjp", self.graph.entry);
+        let graph = py
+            .detach(|| gradloop::trace::vjp_graph(&self.graph, &wrt, &name))
+            .py(py)?;
+        let params = graph.entry_function().py(py)?.params.len();
+        Ok(PyConcreteFunction::derived(Arc::new(graph), params))
+    }
+
+    /// The Jacobian-vector product of this function (whose inputs must all be explicit):
+    /// arguments, then one tangent per argument in `wrt`; returns the results, then one
+    /// tangent per float result.
+    fn jvp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {
+        self.require_explicit(py, "jvp")?;
+        let name = format!("{}_jvp", self.graph.entry);
+        let graph = py
+            .detach(|| gradloop::trace::jvp_graph(&self.graph, &wrt, &name))
+            .py(py)?;
+        let params = graph.entry_function().py(py)?.params.len();
+        Ok(PyConcreteFunction::derived(Arc::new(graph), params))
+    }
+
     /// Runs the entry function on `args` (concrete tensors) followed by the captured inputs, on
     /// the frame executor (or the interpreter, `set_graph_runner`) with the GIL released;
     /// returns the results.
@@ -490,8 +540,12 @@ impl PyConcreteFunction {
         }
         let mut values = Vec::with_capacity(n + self.captured_inputs.len());
         for i in 0..n {
-            let t = concrete_input(&seq.get_item(i)?, "ConcreteFunction")?;
-            values.push(RtValue::Tensor(t));
+            let item = seq.get_item(i)?;
+            // A variable argument: a function whose captured inputs are explicit (`explicit`).
+            values.push(match item.cast::<PyVariableHandle>() {
+                Ok(v) => RtValue::Resource(v.get().inner().clone()),
+                Err(_) => RtValue::Tensor(concrete_input(&item, "ConcreteFunction")?),
+            });
         }
         values.extend(self.captured_inputs.iter().map(Captured::runtime_value));
         // Graph execution may run long: always release the GIL.

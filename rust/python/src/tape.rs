@@ -166,6 +166,8 @@ struct PyGradientFunction {
     callable: Py<PyAny>,
     zero_seeds: Vec<ZeroSeed>,
     n_inputs: usize,
+    /// Whether the callable takes `needs=` (which inputs' gradients are asked for).
+    takes_needs: bool,
 }
 
 impl GradientFunction<Val> for PyGradientFunction {
@@ -173,7 +175,7 @@ impl GradientFunction<Val> for PyGradientFunction {
         &self,
         ctx: &mut dyn Context<Val>,
         grad_outputs: &[Option<Val>],
-        _needs: &[bool],
+        needs: &[bool],
     ) -> gradloop::Result<Grads<Val>> {
         // Missing output gradients become zeros: the user's function expects every one.
         let mut seeds = Vec::with_capacity(grad_outputs.len());
@@ -184,14 +186,20 @@ impl GradientFunction<Val> for PyGradientFunction {
                 (None, ZeroSeed::Like(v)) => build::zeros_like(ctx, v)?,
             });
         }
-        Python::attach(|py| self.call(py, seeds).map_err(park))
+        Python::attach(|py| self.call(py, seeds, needs).map_err(park))
     }
 }
 
 impl PyGradientFunction {
-    fn call(&self, py: Python<'_>, seeds: Vec<Val>) -> PyResult<Grads<Val>> {
+    fn call(&self, py: Python<'_>, seeds: Vec<Val>, needs: &[bool]) -> PyResult<Grads<Val>> {
         let args = PyTuple::new(py, seeds.into_iter().map(PyTensor::new))?;
-        let result = self.callable.bind(py).call1(args)?;
+        let result = if self.takes_needs {
+            let kwargs = pyo3::types::PyDict::new(py);
+            kwargs.set_item("needs", PyTuple::new(py, needs)?)?;
+            self.callable.bind(py).call(args, Some(&kwargs))?
+        } else {
+            self.callable.bind(py).call1(args)?
+        };
         let seq = result.cast::<PySequence>().map_err(|_| {
             new_err(py, ErrorKind::Gradient, "custom_gradient", "the gradient function must return a sequence with one gradient (or None) per input")
         })?;
@@ -220,13 +228,17 @@ impl PyGradientFunction {
     }
 }
 
-/// Records an op on the active tapes whose gradient is `grad_fn(*output_grads)`.
+/// Records an op on the active tapes whose gradient is `grad_fn(*output_grads)`; with
+/// `takes_needs`, `grad_fn(*output_grads, needs=(bool per input))`, so that it computes only
+/// the gradients asked for.
 #[pyfunction]
+#[pyo3(signature = (name, inputs, outputs, grad_fn, takes_needs=false))]
 pub fn record_custom_gradient(
     name: &str,
     inputs: &Bound<'_, PyAny>,
     outputs: &Bound<'_, PyAny>,
     grad_fn: Py<PyAny>,
+    takes_needs: bool,
 ) -> PyResult<()> {
     // The tape keeps static op names; the user's name is for error messages only.
     let _ = name;
@@ -243,6 +255,7 @@ pub fn record_custom_gradient(
         callable: grad_fn,
         zero_seeds,
         n_inputs: inputs.len(),
+        takes_needs,
     });
     record_custom(
         &runtime::active_tapes(),

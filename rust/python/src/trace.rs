@@ -83,13 +83,17 @@ pub fn require_tracer(py: Python<'_>, what: &'static str) -> PyResult<TracerRef>
 /// Starts tracing function `name` with parameters of the given types; returns the symbolic
 /// parameters. Errors if this thread is already tracing. With `fixed_state_loops`, loop
 /// gradients keep fixed-size state (`Tracer::fixed_state_loops`: what pure StableHLO needs).
+/// With `closed_over_inputs`, every tensor made before the trace that the traced code uses is
+/// an input (scalars too) and ops on such tensors are traced (`Tracer::closed_over_before`):
+/// what an eager construct staged as a graph needs to differentiate what it closes over.
 #[pyfunction]
-#[pyo3(signature = (name, params, fixed_state_loops=None))]
+#[pyo3(signature = (name, params, fixed_state_loops=None, closed_over_inputs=false))]
 pub fn trace_begin(
     py: Python<'_>,
     name: &str,
     params: &Bound<'_, PyAny>,
     fixed_state_loops: Option<u32>,
+    closed_over_inputs: bool,
 ) -> PyResult<Vec<PyTensor>> {
     let types = param_types(params)?;
     if runtime::active_tracer().is_some() {
@@ -102,7 +106,11 @@ pub fn trace_begin(
         ));
     }
     let (tracer, vals) = Tracer::new(name, types);
-    lock(&tracer).fixed_state_loops = fixed_state_loops;
+    {
+        let mut t = lock(&tracer);
+        t.fixed_state_loops = fixed_state_loops;
+        t.closed_over_before = closed_over_inputs.then(gradloop::tensor::id_epoch);
+    }
     runtime::begin_trace(tracer);
     Ok(py_tensors(vals))
 }

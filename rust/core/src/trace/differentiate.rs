@@ -46,6 +46,17 @@ pub fn takes_cotangents(graph: &Graph) -> Result<bool> {
 /// # Ok::<(), gradloop::Error>(())
 /// ```
 pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
+    differentiate(graph, wrt, name, takes_cotangents(graph)?)
+}
+
+/// `gradient_graph` taking one cotangent per result always, a single scalar result's too:
+/// `name(params.., cotangents..)`, the vector-Jacobian product that a staged eager op's
+/// gradient calls (cotangents of integer results are ignored).
+pub fn vjp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
+    differentiate(graph, wrt, name, true)
+}
+
+fn differentiate(graph: &Graph, wrt: &[usize], name: &str, cotangents: bool) -> Result<Graph> {
     let f = graph.entry_function()?;
     for &i in wrt {
         let ty = f.params.get(i).ok_or_else(|| {
@@ -65,7 +76,6 @@ pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph>
             ));
         }
     }
-    let cotangents = takes_cotangents(graph)?;
     let n = f.params.len();
     let mut params = f.params.clone();
     if cotangents {

@@ -130,6 +130,12 @@ pub struct Tracer {
     /// Loop gradients in fixed-size state (`While::fixed_state`): what a loop without
     /// `checkpoints` keeps when it has no `maximum_iterations`; None: stacks.
     pub fixed_state_loops: Option<u32>,
+    /// Values made before this id (`tensor::id_epoch`) are inputs of the trace: scalars are
+    /// captured rather than folded into constants, and ops on them are traced rather than run
+    /// at once. An eager construct staged as a graph (`gl.while_loop(..., checkpoints=c)`
+    /// under a tape) so differentiates every tensor it closes over. None: what `@gl.function`
+    /// does (scalars are constants, concrete work runs while tracing).
+    pub closed_over_before: Option<TensorId>,
 }
 
 fn control_flow_error(message: String) -> Error {
@@ -162,6 +168,7 @@ impl Tracer {
             augmented: HashMap::new(),
             assignment_helpers: HashMap::new(),
             fixed_state_loops: None,
+            closed_over_before: None,
         };
         let name = tracer.unique_name(name);
         let (frame, vals) = Frame::new(&name, params);
@@ -356,7 +363,9 @@ impl Tracer {
             }
         }
         let port = match v {
-            Val::Tensor(t) if t.ndim() == 0 => self.frames[k].builder.add_const(t.clone()),
+            Val::Tensor(t) if t.ndim() == 0 && !self.closed_over(t) => {
+                self.frames[k].builder.add_const(t.clone())
+            }
             Val::Tensor(t) if k == 0 => {
                 self.captured_inputs.push(Captured::Tensor(t.clone()));
                 self.frames[0].builder.add_param(v.value_type())
@@ -377,6 +386,12 @@ impl Tracer {
         };
         self.frames[k].captured.insert(key, port);
         Ok(port)
+    }
+
+    /// Whether concrete `t` is an input of the trace (see `closed_over_before`): made before
+    /// the trace began, a value the traced code closes over rather than one it made.
+    pub fn closed_over(&self, t: &Tensor) -> bool {
+        self.closed_over_before.is_some_and(|first| t.id() < first)
     }
 
     /// A stack of an enclosing frame is recomputed in frame `k` instead of captured: stacks
@@ -541,6 +556,19 @@ impl TraceContext {
         }
     }
 
+    /// Whether concrete `inputs` include a value the trace closes over: the op is then traced,
+    /// so that the trace stays a function of it.
+    fn traces_inputs(&self, inputs: &[Val]) -> bool {
+        let Some(tracer) = &self.tracer else {
+            return false;
+        };
+        let tracer = lock(tracer);
+        tracer.closed_over_before.is_some()
+            && inputs
+                .iter()
+                .any(|v| v.as_tensor().is_some_and(|t| tracer.closed_over(t)))
+    }
+
     fn tracer_ref(&self, what: &str) -> Result<&TracerRef> {
         self.tracer.as_ref().ok_or_else(|| {
             control_flow_error(format!(
@@ -553,7 +581,8 @@ impl TraceContext {
 impl Context<Val> for TraceContext {
     fn apply(&mut self, op: &Op, inputs: &[Val]) -> Result<Values<Val>> {
         let concrete = inputs.iter().all(Val::is_concrete);
-        if concrete && (self.tracer.is_none() || !inputs.is_empty()) {
+        if concrete && (self.tracer.is_none() || !inputs.is_empty()) && !self.traces_inputs(inputs)
+        {
             let tensors: SmallVec<[Tensor; 2]> = inputs
                 .iter()
                 .filter_map(|v| v.as_tensor().cloned())

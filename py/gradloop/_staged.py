@@ -1,0 +1,163 @@
+"""Eager constructs run as staged graphs, so that their derivatives have one implementation.
+
+`while_loop(..., checkpoints=c)` run eagerly while tapes record is traced into a graph function
+whose inputs are the loop variables and every tensor and Variable its cond and body close over
+(scalars and values computed from them included: `trace_begin(closed_over_inputs=True)`). The
+function runs on the frame executor and the tapes record it as one op. That op's gradient is
+the function's vector-Jacobian product (`ConcreteFunction.vjp`: the Rust transform that graph
+mode and `gl.jit` use, with the same checkpoint schedule), run as a staged op in turn, so
+gradients of any order follow; its inputs carry tangents through the function's
+Jacobian-vector product (`ConcreteFunction.jvp`). Memory: the checkpointed gradient's, c
+states plus one trip.
+
+Traces are cached by their graph's text: a loop run again with new values reuses the
+function, its executor and its derivatives.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from . import _core, autodiff
+
+__all__ = ["Staged", "call", "trace"]
+
+#: Staged functions kept, by graph text (least recently used dropped first).
+CACHE_SIZE = 64
+
+_cache: OrderedDict[str, Staged] = OrderedDict()
+
+
+class Staged:
+    """A graph function taking every input as an argument, with its derivatives made once."""
+
+    __slots__ = ("fn", "name", "result_floats", "_vjps", "_jvps")
+
+    def __init__(self, fn: Any, name: str, result_floats: list[bool]) -> None:
+        self.fn = fn
+        self.name = name
+        self.result_floats = result_floats
+        self._vjps: dict[tuple[int, ...], Staged] = {}
+        self._jvps: dict[tuple[int, ...], Staged] = {}
+
+    def vjp(self, wrt: tuple[int, ...]) -> Staged:
+        """Arguments, then one cotangent per result -> the gradients of arguments `wrt`."""
+        found = self._vjps.get(wrt)
+        if found is None:
+            found = Staged(self.fn.vjp(list(wrt)), f"{self.name}_vjp", [True] * len(wrt))
+            self._vjps[wrt] = found
+        return found
+
+    def jvp(self, wrt: tuple[int, ...]) -> Staged:
+        """Arguments, then one tangent per argument `wrt` -> the results, then one tangent
+        per float result."""
+        found = self._jvps.get(wrt)
+        if found is None:
+            floats = self.result_floats + [True] * sum(self.result_floats)
+            found = Staged(self.fn.jvp(list(wrt)), f"{self.name}_jvp", floats)
+            self._jvps[wrt] = found
+        return found
+
+
+def trace(
+    name: str, specs: list[tuple[Any, tuple]], build: Callable[[list[Any]], list[Any]]
+) -> tuple[Staged, list[Any]]:
+    """`build(parameters)` traced with nothing recorded: the staged function (taking the
+    parameters, then the captured inputs) and the captured inputs (tensors and variable
+    handles) to pass it after the parameters' values."""
+    with autodiff._paused():
+        symbols = _core.trace_begin(name, specs, closed_over_inputs=True)
+        try:
+            outputs = build(symbols)
+            concrete = _core.trace_finish(outputs)
+        except BaseException:
+            _core.trace_abort()
+            raise
+    text = str(concrete.graph)
+    staged = _cache.get(text)
+    if staged is None:
+        floats = [t.dtype.is_floating for t in outputs]
+        staged = Staged(concrete.explicit(), name, floats)
+        _cache[text] = staged
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    else:
+        _cache.move_to_end(text)
+    return staged, concrete.captured_inputs
+
+
+def _differentiable(arg: Any) -> Any:
+    """What a tape links for `arg`: a float tensor itself, a trainable float Variable's value
+    (read now, so that tapes note the read); None for anything without a gradient."""
+    if isinstance(arg, _core.Tensor):
+        return arg if arg.dtype.is_floating else None
+    from .variables import live_variable
+
+    variable = live_variable(arg)
+    if variable is not None and variable.trainable and variable.dtype.is_floating:
+        return variable.read()
+    return None
+
+
+def call(staged: Staged, args: list[Any]) -> list[_core.Tensor]:
+    """Runs `staged` on `args` (one tensor or variable handle per input) on the executor;
+    the active tapes record it as one op and the active accumulators give its results
+    tangents (see the module's doc)."""
+    linked = [_differentiable(a) for a in args]
+    accumulators = autodiff.perturbed([t for t in linked if t is not None])
+    if accumulators:
+        return _tangents(staged, args, linked, accumulators[-1])
+    outputs = staged.fn(args)
+    if not _core.any_tape_active():
+        return outputs
+    # New identities: a result may be an argument itself (a loop of no trips returns it).
+    outputs = [_core.identity(t) for t in outputs]
+    inputs = [i for i, t in enumerate(linked) if t is not None]
+    floats = [k for k, is_float in enumerate(staged.result_floats) if is_float]
+    if not inputs or not floats:
+        return outputs
+
+    def backward(*cotangents: _core.Tensor, needs: tuple[bool, ...]) -> list[Any]:
+        wrt = tuple(i for i, need in zip(inputs, needs, strict=True) if need)
+        if not wrt:
+            return [None] * len(inputs)
+        seeds = list(map(_core.zeros_like, outputs))
+        for k, ct in zip(floats, cotangents, strict=True):
+            seeds[k] = ct
+        grads = iter(call(staged.vjp(wrt), list(args) + seeds))
+        return [next(grads) if need else None for need in needs]
+
+    _core.record_custom_gradient(
+        staged.name,
+        [linked[i] for i in inputs],
+        [outputs[k] for k in floats],
+        backward,
+        takes_needs=True,
+    )
+    return outputs
+
+
+def _tangents(staged: Staged, args: list[Any], linked: list[Any], acc: Any) -> list[Any]:
+    """`staged` under accumulator `acc` (the innermost that perturbs an input): its
+    Jacobian-vector product runs outside `acc` (as a staged op: outer accumulators and tapes
+    see it), and the results get its tangents."""
+    wrt = tuple(
+        i
+        for i, (a, t) in enumerate(zip(args, linked, strict=True))
+        if isinstance(a, _core.Tensor) and t is not None and acc.tangent(t) is not None
+    )
+    tangents = [acc.tangent(args[i]) for i in wrt]
+    place = acc.pop()
+    try:
+        outputs = call(staged.jvp(wrt), list(args) + tangents)
+    finally:
+        if place is not None:
+            acc.push_at(place)
+    n = len(staged.result_floats)
+    values, given = [_core.identity(t) for t in outputs[:n]], iter(outputs[n:])
+    for v, is_float in zip(values, staged.result_floats, strict=True):
+        if is_float:
+            acc.watch(v, next(given))
+    return values
