@@ -33,7 +33,7 @@ _cache: OrderedDict[str, Staged] = OrderedDict()
 class Staged:
     """A graph function taking every input as an argument, with its derivatives made once."""
 
-    __slots__ = ("fn", "name", "result_floats", "_vjps", "_jvps")
+    __slots__ = ("_jvps", "_vjps", "fn", "name", "result_floats")
 
     def __init__(self, fn: Any, name: str, result_floats: list[bool]) -> None:
         self.fn = fn

@@ -162,7 +162,6 @@ def while_loop(
     limit = _validate.check_maximum_iterations("while_loop", maximum_iterations)
     checkpoints = _validate.check_checkpoints("while_loop", checkpoints)
     loop_vars = _validate.convert_loop_vars("while_loop", loop_vars)
-    flat = nest.flatten(loop_vars)
     call = _caller(isinstance(loop_vars, (tuple, list)))
     if _core.mode() == "tracing":
         return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
