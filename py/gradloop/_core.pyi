@@ -232,8 +232,9 @@ def mode() -> str:
 def recording_tape_keys() -> list[int]:
     """The `Tape.key`s of the tapes recording on this thread, innermost last."""
 
-def pause_recording() -> int:
-    """Stops recording on all active tapes of this thread; returns a token for resume_recording."""
+def pause_recording(above_level: int | None = None) -> int:
+    """Stops recording on all active tapes of this thread (with `above_level`, on those pushed
+    after the tape or accumulator of that level); returns a token for resume_recording."""
 
 def resume_recording(token: int) -> None: ...
 def record_custom_gradient(
@@ -242,9 +243,11 @@ def record_custom_gradient(
     outputs: Sequence[Tensor],
     grad_fn: Callable[..., Sequence[Tensor | None]],
     takes_needs: bool = False,
+    above_level: int | None = None,
 ) -> None:
     """Records an op on the active tapes whose gradient is `grad_fn(*output_grads)` (with
-    `takes_needs`, `grad_fn(*output_grads, needs=(bool per input))`: which gradients are asked).
+    `takes_needs`, `grad_fn(*output_grads, needs=(bool per input))`: which gradients are asked;
+    with `above_level`, only the tapes pushed after the tape or accumulator of that level).
 
     `output_grads[i]` is a Tensor (zeros filled in for outputs that got no gradient). `grad_fn`
     returns one gradient (or None) per input. Ops it runs are recorded by outer tapes, so custom

@@ -429,18 +429,30 @@ def _traced_custom_op(
     params = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in inputs])
     try:
         y, outs, grad_fn = _run_forward(fn, params, kwargs, where)
-        try:
-            rules = {
-                "grad": _traced_rule(
-                    f"{name}_grad",
-                    outs,
-                    lambda cts: _call_grad_fn(grad_fn, y, cts, params, where),
-                    params,
-                ),
-                "tangent": None,
-            }
-            if tangent_fn is not None:
-                rules["tangent"] = _traced_rule(
+        rules: dict[str, Any] = {}
+        failures: list[str] = []
+
+        def traced(kind: str, build: Callable[[], Any]) -> None:
+            # Each rule on its own: a tangent rule that fails (a recompute_grad function
+            # calling a custom_gradient one) leaves the gradient rule in force.
+            try:
+                rules[kind] = build()
+            except Exception as e:
+                failures.append(_described(e, where))
+
+        traced(
+            "grad",
+            lambda: _traced_rule(
+                f"{name}_grad",
+                outs,
+                lambda cts: _call_grad_fn(grad_fn, y, cts, params, where),
+                params,
+            ),
+        )
+        if tangent_fn is not None:
+            traced(
+                "tangent",
+                lambda: _traced_rule(
                     f"{name}_jvp",
                     params,
                     lambda ts: tangent_fn(
@@ -451,10 +463,11 @@ def _traced_custom_op(
                         ],
                     ),
                     outs,
-                )
-        except Exception as e:
+                ),
+            )
+        if failures:
             # the core names the user's line where a derivative is asked
-            rules = {"refused": f"{where}: its rule failed: {_described(e, where)}"}
+            rules["refused"] = f"{where}: its rule failed: {failures[0]}"
     except BaseException:
         _core.trace_pop([])  # close the frame; the unfinished function is never called
         raise

@@ -23,6 +23,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
+    "ResourceExhaustedError",
     "RetracingWarning",
     "ShapeError",
 ]
@@ -86,6 +87,11 @@ class CompileTimeoutError(CompileError, TimeoutError):
 
 class ExecutionError(GradloopError, RuntimeError):
     """A compiled module failed while it ran (IREE's runtime reported an error)."""
+
+
+class ResourceExhaustedError(GradloopError, MemoryError):
+    """An allocation larger than the machine can give: the message names the op, the size
+    asked and the user's line. Nothing was changed (numpy raises MemoryError here too)."""
 
 
 class InternalError(GradloopError, RuntimeError):

@@ -384,8 +384,12 @@ class custom_jvp:
             else (t if (t := acc.tangent(x)) is not None else _core.zeros_like(x))
             for x in inputs
         )
-        # The rule runs outside its own accumulator (outer ones see it: higher order).
+        # The rule runs outside its own accumulator (outer ones see it: higher order). Tapes
+        # nested inside that accumulator (forward over reverse: `hessian`) do not record its
+        # ops: their gradient would run under the accumulator on intermediates it never saw.
+        # They record `f` as one op whose gradient is the transposed rule, run under it.
         place = acc.pop()
+        inner = None if place is None else _core.pause_recording(place[1])
         try:
             result = self.rule(tuple(inputs), tangents, **kwargs)
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
@@ -397,8 +401,19 @@ class custom_jvp:
             t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
             fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
         finally:
+            if inner is not None:
+                _core.resume_recording(inner)
             if place is not None:
                 acc.push_at(place)
+        outs = [v for v in fresh if isinstance(v, _core.Tensor)]
+        if place is not None and outs and _core.any_tape_active():
+            _core.record_custom_gradient(
+                where,
+                inputs,
+                outs,
+                lambda *cts: self._transposed(inputs, kwargs, where, list(cts)),
+                above_level=place[1],
+            )
         for k, (v, t) in enumerate(zip(fresh, t_flat, strict=True)):
             if isinstance(v, _core.Tensor):
                 t = _tangent(t, v, where, f"{k} of the rule's outputs")
@@ -421,42 +436,49 @@ class custom_jvp:
             )
         return result[0], result[1]
 
+    def _transposed(
+        self, xs: list[Any], kwargs: dict[str, Any], where: str, cotangents: list[Any]
+    ) -> list[Any]:
+        """The gradients of inputs `xs` from the cotangents of `f`'s flat outputs: the
+        rule's tangent map at `xs`, transposed (its gradient with respect to the tangents at
+        zero). Its ops are recorded and see tangents as any ops do: higher order."""
+        floats = [x for x in xs if x.dtype.is_floating]
+        zeros = [_core.zeros_like(x) for x in floats]
+        it = iter(zeros)
+        tangents = tuple(next(it) if x.dtype.is_floating else None for x in xs)
+        with GradientTape() as tape:
+            tape.watch(zeros)
+            y, ty = self._rule(xs, tangents, kwargs, where)
+        t_flat = [
+            t if isinstance(t, _core.Tensor) else None
+            for t in _flatten_like(y, ty, f"{where}, the rule's tangents")
+        ]
+        if len(t_flat) != len(cotangents):
+            raise errors.GradientError(
+                _validate.at_user(
+                    f"{where}: the rule gives {len(t_flat)} outputs; the function "
+                    f"gives {len(cotangents)}"
+                )
+            )
+        used = [(t, c) for t, c in zip(t_flat, cotangents, strict=True) if t is not None]
+        grads = iter(
+            tape.gradient(
+                [t for t, _ in used],
+                zeros,
+                output_gradients=[c for _, c in used],
+                unconnected_gradients="zero",
+            )
+            if used
+            else [None] * len(zeros)
+        )
+        return [next(grads) if x.dtype.is_floating else None for x in xs]
+
     def _reverse(self, inputs: list[Any], kwargs: dict[str, Any], where: str) -> Any:
         """`f` as one op whose gradient is the transposed rule (see the class doc)."""
 
         def forward(*xs: _core.Tensor) -> tuple[Any, Callable[..., Any]]:
             def backward(*cotangents: Any) -> list[Any]:
-                cotangents = tuple(nest.flatten(list(cotangents)))  # y may be a dict
-                floats = [x for x in xs if x.dtype.is_floating]
-                zeros = [_core.zeros_like(x) for x in floats]
-                it = iter(zeros)
-                tangents = tuple(next(it) if x.dtype.is_floating else None for x in xs)
-                with GradientTape() as tape:
-                    tape.watch(zeros)
-                    y, ty = self._rule(xs, tangents, kwargs, where)
-                t_flat = [
-                    t if isinstance(t, _core.Tensor) else None
-                    for t in _flatten_like(y, ty, f"{where}, the rule's tangents")
-                ]
-                if len(t_flat) != len(cotangents):
-                    raise errors.GradientError(
-                        _validate.at_user(
-                            f"{where}: the rule gives {len(t_flat)} outputs; the function "
-                            f"gives {len(cotangents)}"
-                        )
-                    )
-                used = [(t, c) for t, c in zip(t_flat, cotangents, strict=True) if t is not None]
-                grads = iter(
-                    tape.gradient(
-                        [t for t, _ in used],
-                        zeros,
-                        output_gradients=[c for _, c in used],
-                        unconnected_gradients="zero",
-                    )
-                    if used
-                    else [None] * len(zeros)
-                )
-                return [next(grads) if x.dtype.is_floating else None for x in xs]
+                return self._transposed(list(xs), kwargs, where, nest.flatten(list(cotangents)))
 
             return self.fn(*xs, **kwargs), backward
 

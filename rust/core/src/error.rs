@@ -23,6 +23,8 @@ pub enum ErrorKind {
     Graph,
     /// A failure of the MLIR emitter or of the compiler behind it.
     Compile,
+    /// An allocation larger than the machine can give (sized by the user's shapes or data).
+    ResourceExhausted,
     /// A bug in gradloop itself; never the user's fault.
     Internal,
 }
@@ -38,6 +40,7 @@ impl ErrorKind {
             ErrorKind::Gradient => "GradientError",
             ErrorKind::Graph => "GraphError",
             ErrorKind::Compile => "CompileError",
+            ErrorKind::ResourceExhausted => "ResourceExhaustedError",
             ErrorKind::Internal => "InternalError",
         }
     }

@@ -211,10 +211,23 @@ impl Runtime {
 
     /// Sets the recording tapes aside (nothing records) until `resume(token)`.
     pub fn pause(&mut self) -> usize {
-        let levels = std::mem::take(&mut self.tape_levels);
-        self.paused.push((std::mem::take(&mut self.tapes), levels));
+        self.pause_above(0)
+    }
+
+    /// Sets aside the recording tapes pushed after `level` (those nested inside the tape or
+    /// accumulator of that level; all of them for 0) until `resume(token)`.
+    pub fn pause_above(&mut self, level: u64) -> usize {
+        let keep = self.tape_levels.partition_point(|&l| l <= level);
+        let levels = self.tape_levels.split_off(keep);
+        let tapes = Arc::make_mut(&mut self.tapes).split_off(keep);
+        self.paused.push((Arc::new(tapes), levels));
         self.relevel();
         self.paused.len()
+    }
+
+    /// The recording tapes pushed after `level` (nested inside what has that level).
+    pub fn tapes_above(&self, level: u64) -> &[TapeRef<Val>] {
+        &self.tapes[self.tape_levels.partition_point(|&l| l <= level)..]
     }
 
     /// Ends the pause `token`, the innermost one; tapes pushed during it stay recording,
@@ -225,11 +238,16 @@ impl Runtime {
             let msg = format!("resume_recording({token}) out of order: {open} pauses are open");
             return Err(Error::invalid("resume_recording", msg));
         }
-        let (mut tapes, mut levels) = self.paused.pop().unwrap_or_default();
-        Arc::make_mut(&mut tapes).extend(self.tapes.iter().cloned());
-        levels.extend(self.tape_levels.iter().copied());
-        self.tapes = tapes;
-        self.tape_levels = levels;
+        let (paused, paused_levels) = self.paused.pop().unwrap_or_default();
+        // Merged by level: the tapes set aside may be inner to some that kept recording.
+        let mut both: Vec<(u64, TapeRef<Val>)> = paused_levels
+            .into_iter()
+            .zip(paused.iter().cloned())
+            .chain(self.tape_levels.iter().copied().zip(self.tapes.iter().cloned()))
+            .collect();
+        both.sort_by_key(|(level, _)| *level);
+        self.tape_levels = both.iter().map(|(level, _)| *level).collect();
+        self.tapes = Arc::new(both.into_iter().map(|(_, tape)| tape).collect());
         self.relevel();
         Ok(())
     }

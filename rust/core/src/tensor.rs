@@ -57,6 +57,42 @@ pub fn id_epoch() -> TensorId {
     })
 }
 
+/// Results smaller than this many bytes are allocated without asking first.
+const ASK_ABOVE_BYTES: usize = 1 << 28;
+
+/// Checks that a result of type `ty` can be allocated before a kernel allocates it (an
+/// allocation that fails inside a kernel aborts the process): its size must fit in memory's
+/// address range, and a large one is reserved and released once to see that the system gives
+/// it. `op` names the op in the ResourceExhaustedError. Dimensions known only at run time
+/// (`DYN`) are not checked here.
+pub fn check_allocation(op: &str, ty: &crate::shape::TensorType) -> crate::Result<()> {
+    if ty.shape.contains(&crate::shape::DYN) {
+        return Ok(());
+    }
+    let bytes = ty
+        .shape
+        .iter()
+        .try_fold(ty.dtype.size(), |n, &d| n.checked_mul(d));
+    let refused = match bytes {
+        None => true,
+        Some(n) if n > isize::MAX as usize => true,
+        Some(n) if n >= ASK_ABOVE_BYTES => Vec::<u8>::new().try_reserve_exact(n).is_err(),
+        Some(_) => false,
+    };
+    if !refused {
+        return Ok(());
+    }
+    let size = match bytes {
+        Some(n) => format!("{n} bytes"),
+        None => "more bytes than an address can count".to_owned(),
+    };
+    Err(crate::Error::new(
+        crate::ErrorKind::ResourceExhausted,
+        op.to_owned(),
+        format!("its result {ty} needs {size}, more than this machine can allocate"),
+    ))
+}
+
 /// Where a tensor's elements live.
 #[derive(Clone, Debug)]
 enum Data {

@@ -52,6 +52,16 @@ pub fn pause() -> usize {
     RUNTIME.with(|r| r.borrow_mut().pause())
 }
 
+/// Sets aside the tapes pushed after `level` (`Runtime::pause_above`).
+pub fn pause_above(level: u64) -> usize {
+    RUNTIME.with(|r| r.borrow_mut().pause_above(level))
+}
+
+/// The recording tapes pushed after `level`, innermost last.
+pub fn tapes_above(level: u64) -> Vec<TapeRef<Val>> {
+    RUNTIME.with(|r| r.borrow().tapes_above(level).to_vec())
+}
+
 pub fn resume(token: usize) -> gradloop::Result<()> {
     RUNTIME.with(|r| r.borrow_mut().resume(token))
 }

@@ -143,10 +143,15 @@ pub fn any_tape_active() -> bool {
     !runtime::active_tapes().is_empty()
 }
 
-/// Sets the active tapes aside (nothing is recorded) until `resume_recording(token)`.
+/// Sets the active tapes aside (nothing is recorded) until `resume_recording(token)`; with
+/// `above_level`, only those pushed after the tape or accumulator of that level (nested in it).
 #[pyfunction]
-pub fn pause_recording() -> usize {
-    runtime::pause()
+#[pyo3(signature = (above_level=None))]
+pub fn pause_recording(above_level: Option<u64>) -> usize {
+    match above_level {
+        None => runtime::pause(),
+        Some(level) => runtime::pause_above(level),
+    }
 }
 
 #[pyfunction]
@@ -231,14 +236,17 @@ impl PyGradientFunction {
 /// Records an op on the active tapes whose gradient is `grad_fn(*output_grads)`; with
 /// `takes_needs`, `grad_fn(*output_grads, needs=(bool per input))`, so that it computes only
 /// the gradients asked for.
+/// With `above_level`, only the tapes pushed after the tape or accumulator of that level
+/// record it.
 #[pyfunction]
-#[pyo3(signature = (name, inputs, outputs, grad_fn, takes_needs=false))]
+#[pyo3(signature = (name, inputs, outputs, grad_fn, takes_needs=false, above_level=None))]
 pub fn record_custom_gradient(
     name: &str,
     inputs: &Bound<'_, PyAny>,
     outputs: &Bound<'_, PyAny>,
     grad_fn: Py<PyAny>,
     takes_needs: bool,
+    above_level: Option<u64>,
 ) -> PyResult<()> {
     // The tape keeps static op names; the user's name is for error messages only.
     let _ = name;
@@ -257,8 +265,12 @@ pub fn record_custom_gradient(
         n_inputs: inputs.len(),
         takes_needs,
     });
+    let tapes = match above_level {
+        None => runtime::active_tapes(),
+        Some(level) => runtime::tapes_above(level),
+    };
     record_custom(
-        &runtime::active_tapes(),
+        &tapes,
         "custom_gradient",
         &inputs,
         &outputs,

@@ -2,7 +2,8 @@
 //! function (`gl.custom_gradient` traced in graph mode) `gradient(operands, results,
 //! cotangents) -> gradients of the leading operands`, a custom tangent function (`gl.custom_jvp`,
 //! `gl.recompute_grad`) `tangent(operands, results, operand tangents) -> result tangents`, or
-//! the reason it has no derivative (`refused`: its rule failed as it was traced).
+//! the reason the derivatives without a rule have none (`refused`: a rule failed as it was
+//! traced; a custom gradient whose tangent rule failed still differentiates in reverse).
 //!
 //! - Type rule: the callee's signature; a custom gradient takes operands, results and their
 //!   cotangents and returns at most one gradient per operand, typed like it; a custom tangent
@@ -10,7 +11,7 @@
 //!   result, typed like it.
 //! - Gradient: the custom gradient's call, or else the branch gradient of `control::branches`
 //!   with one branch. Tangent: the custom tangent's call, or else the callee's tangent function.
-//!   A refused call raises its reason when either is asked. Interpretation: the call. MLIR:
+//!   A refused derivative raises its reason when it is asked. Interpretation: the call. MLIR:
 //!   the callee inlined.
 
 use std::sync::Arc;
@@ -184,11 +185,11 @@ impl crate::trace::tangents::Tangent for Call {
         inputs: &[Val],
         tangents: &[Option<Val>],
     ) -> Result<crate::trace::tangents::Built> {
-        if let Some(why) = &self.refused {
-            return Err(refusal(why));
-        }
         if let Some(tangent) = &self.tangent {
             return custom_tangent(ctx, self, tangent, inputs, tangents);
+        }
+        if let Some(why) = &self.refused {
+            return Err(refusal(why));
         }
         if self.gradient.is_some() {
             return Err(Error::gradient(
@@ -207,16 +208,14 @@ impl Differentiate for Call {
         inputs: &[Val],
         outputs: &[Val],
     ) -> Result<Option<Arc<dyn GradientFunction<Val>>>> {
-        if let Some(why) = &self.refused {
-            return Ok(Some(Arc::new(Refused(why.clone()))));
-        }
-        Ok(Some(match &self.gradient {
-            Some(gradient) => Arc::new(CustomGradient {
+        Ok(Some(match (&self.gradient, &self.refused) {
+            (Some(gradient), _) => Arc::new(CustomGradient {
                 gradient: gradient.clone(),
                 inputs: inputs.to_vec(),
                 outputs: outputs.to_vec(),
             }),
-            None => ControlGradient::boxed(self.clone(), inputs, outputs),
+            (None, Some(why)) => Arc::new(Refused(why.clone())),
+            (None, None) => ControlGradient::boxed(self.clone(), inputs, outputs),
         }))
     }
 }

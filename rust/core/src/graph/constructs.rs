@@ -47,8 +47,8 @@ pub struct While {
 /// one gradient for each of the first k operands; with `tangent` (a `custom_jvp` rule, or the
 /// forward mode of a `recompute_grad` function), its tangents are `tangent(operands, results,
 /// operand tangents)`, one per result the function computes for its caller. `refused` says why
-/// the function has no derivative (its rule failed as it was traced): asking for one raises it,
-/// running the call does not.
+/// the derivatives that have no rule here have none (a rule failed as it was traced): asking
+/// for one raises it, running the call does not.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Call {
     pub function: String,

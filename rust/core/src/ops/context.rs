@@ -59,5 +59,8 @@ impl Context<Tensor> for EagerContext {
 pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Values<Tensor>> {
     let types: SmallVec<[TensorType; 2]> = inputs.iter().map(|t| t.ty().clone()).collect();
     let outputs = op.infer(&types)?;
+    for ty in &outputs {
+        crate::tensor::check_allocation(op.name(), ty)?;
+    }
     op.compute(inputs, &outputs)
 }
