@@ -438,7 +438,8 @@ def _traced_custom_op(
             try:
                 rules[kind] = build()
             except Exception as e:
-                failures.append(_described(e, where))
+                what = "is malformed" if isinstance(e, TypeError) else "failed"
+                failures.append(f"its rule {what}: {_described(e, where)}")
 
         traced(
             "grad",
@@ -467,7 +468,7 @@ def _traced_custom_op(
             )
         if failures:
             # the core names the user's line where a derivative is asked
-            rules["refused"] = f"{where}: its rule failed: {failures[0]}"
+            rules["refused"] = f"{where}: {failures[0]}"
     except BaseException:
         _core.trace_pop([])  # close the frame; the unfinished function is never called
         raise
@@ -489,10 +490,17 @@ def _traced_rule(
         with _paused():
             out = rule(values)
             if len(out) != len(gives):
-                raise errors.GradientError(
+                raise errors.GradientTypeError(
                     f"the rule gives {len(out)} values for {len(gives)} outputs"
                 )
             out = [_core.zeros_like(g) if o is None else o for o, g in zip(out, gives, strict=True)]
+            for k, (o, g) in enumerate(zip(out, gives, strict=True)):
+                o = _core.tensor(o, dtype=g.dtype) if not isinstance(o, _core.Tensor) else o
+                if (o.dtype, tuple(o.shape)) != (g.dtype, tuple(g.shape)):
+                    raise errors.GradientTypeError(
+                        f"the rule's value {k} is {o.dtype.name}{list(o.shape)} where "
+                        f"{g.dtype.name}{list(g.shape)} is expected"
+                    )
     except BaseException:
         _core.trace_pop([])
         raise

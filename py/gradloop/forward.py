@@ -34,7 +34,9 @@ def _primal(leaf: Any) -> Any:
     return _validate.convert_number(leaf)
 
 
-def _tangent(t: Any, p: _core.Tensor, where: str, path: str) -> _core.Tensor | None:
+def _tangent(
+    t: Any, p: _core.Tensor, where: str, path: str, mismatch: type = errors.GradientError
+) -> _core.Tensor | None:
     """The tangent `t` given for primal `p`: a tensor of `p`'s type, None for integer and bool
     primals (their tangents are absent; zeros are accepted and dropped)."""
     if not p.dtype.is_floating:
@@ -70,7 +72,7 @@ def _tangent(t: Any, p: _core.Tensor, where: str, path: str) -> _core.Tensor | N
             )
         )
     if tuple(t.shape) != tuple(p.shape):
-        raise errors.GradientError(
+        raise mismatch(
             _validate.at_user(
                 f"{where}: tangent {path} is {t.dtype.name}{list(t.shape)} but its primal is "
                 f"{p.dtype.name}{list(p.shape)}"
@@ -328,6 +330,19 @@ def hessian(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Calla
     return jacfwd(jacrev(fn, argnums), argnums)
 
 
+def _rule_pair(result: Any, where: str) -> tuple[Any, Any]:
+    """A custom_jvp rule's `(outputs, tangents)`; anything else is a GradientTypeError (a
+    TypeError, as JAX raises)."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        got = type(result).__name__
+        if isinstance(result, (tuple, list)):
+            got = f"a {got} of {len(result)}"
+        raise errors.GradientTypeError(
+            _validate.at_user(f"{where}: the rule must return (outputs, tangents); got {got}")
+        )
+    return result[0], result[1]
+
+
 class custom_jvp:
     """Decorator: a function with its own forward-mode rule (JAX's convention).
 
@@ -392,11 +407,7 @@ class custom_jvp:
         inner = None if place is None else _core.pause_recording(place[1])
         try:
             result = self.rule(tuple(inputs), tangents, **kwargs)
-            if not (isinstance(result, (tuple, list)) and len(result) == 2):
-                raise errors.GradientError(
-                    _validate.at_user(f"{where}: the rule must return (outputs, tangents)")
-                )
-            y, ty = result
+            y, ty = _rule_pair(result, where)
             y_flat = [_primal(leaf) for leaf in nest.flatten(y)]
             t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
             fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
@@ -416,7 +427,7 @@ class custom_jvp:
             )
         for k, (v, t) in enumerate(zip(fresh, t_flat, strict=True)):
             if isinstance(v, _core.Tensor):
-                t = _tangent(t, v, where, f"{k} of the rule's outputs")
+                t = _tangent(t, v, where, f"{k} of the rule's outputs", errors.GradientTypeError)
                 if t is not None:
                     acc.watch(v, t)
         return nest.pack_sequence_as(y, fresh)
@@ -430,11 +441,7 @@ class custom_jvp:
             result = self.rule(tuple(xs), tuple(ts), **kwargs)
         finally:
             self._transposing.on = False
-        if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise errors.GradientError(
-                _validate.at_user(f"{where}: the rule must return (outputs, tangents)")
-            )
-        return result[0], result[1]
+        return _rule_pair(result, where)
 
     def _transposed(
         self, xs: list[Any], kwargs: dict[str, Any], where: str, cotangents: list[Any]
@@ -454,12 +461,29 @@ class custom_jvp:
             for t in _flatten_like(y, ty, f"{where}, the rule's tangents")
         ]
         if len(t_flat) != len(cotangents):
-            raise errors.GradientError(
+            raise errors.GradientTypeError(
                 _validate.at_user(
                     f"{where}: the rule gives {len(t_flat)} outputs; the function "
                     f"gives {len(cotangents)}"
                 )
             )
+        for k, (v, c) in enumerate(zip(nest.flatten(y), cotangents, strict=True)):
+            v = _primal(v)
+            if (v.dtype, tuple(v.shape)) != (c.dtype, tuple(c.shape)):
+                raise errors.GradientTypeError(
+                    _validate.at_user(
+                        f"{where}: the rule's primal output {k} is {v.dtype.name}"
+                        f"{list(v.shape)} but the function's is {c.dtype.name}{list(c.shape)}"
+                    )
+                )
+        for k, (t, c) in enumerate(zip(t_flat, cotangents, strict=True)):
+            if t is not None and (t.dtype, tuple(t.shape)) != (c.dtype, tuple(c.shape)):
+                raise errors.GradientTypeError(
+                    _validate.at_user(
+                        f"{where}: the rule's tangent {k} is {t.dtype.name}{list(t.shape)} but "
+                        f"the function's output is {c.dtype.name}{list(c.shape)}"
+                    )
+                )
         used = [(t, c) for t, c in zip(t_flat, cotangents, strict=True) if t is not None]
         grads = iter(
             tape.gradient(

@@ -19,6 +19,8 @@ pub enum ErrorKind {
     ControlFlow,
     /// A gradient that cannot be computed as asked.
     Gradient,
+    /// A custom rule whose results have the wrong structure, dtype or shape (also a TypeError).
+    GradientType,
     /// A malformed graph (verifier) or text form that does not parse.
     Graph,
     /// A failure of the MLIR emitter or of the compiler behind it.
@@ -38,6 +40,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "InvalidArgumentError",
             ErrorKind::ControlFlow => "ControlFlowError",
             ErrorKind::Gradient => "GradientError",
+            ErrorKind::GradientType => "GradientTypeError",
             ErrorKind::Graph => "GraphError",
             ErrorKind::Compile => "CompileError",
             ErrorKind::ResourceExhausted => "ResourceExhaustedError",

@@ -243,7 +243,12 @@ impl Runtime {
         let mut both: Vec<(u64, TapeRef<Val>)> = paused_levels
             .into_iter()
             .zip(paused.iter().cloned())
-            .chain(self.tape_levels.iter().copied().zip(self.tapes.iter().cloned()))
+            .chain(
+                self.tape_levels
+                    .iter()
+                    .copied()
+                    .zip(self.tapes.iter().cloned()),
+            )
             .collect();
         both.sort_by_key(|(level, _)| *level);
         self.tape_levels = both.iter().map(|(level, _)| *level).collect();

@@ -269,12 +269,6 @@ pub fn record_custom_gradient(
         None => runtime::active_tapes(),
         Some(level) => runtime::tapes_above(level),
     };
-    record_custom(
-        &tapes,
-        "custom_gradient",
-        &inputs,
-        &outputs,
-        function,
-    );
+    record_custom(&tapes, "custom_gradient", &inputs, &outputs, function);
     Ok(())
 }

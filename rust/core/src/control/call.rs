@@ -320,12 +320,22 @@ impl GradientFunction<Val> for Refused {
 }
 
 /// The error of a refused call: `why` reads `"<api>(<function>): <message>"`.
+/// A rule that returned values of the wrong structure or type (`MALFORMED` in `why`) is a
+/// GradientTypeError, as JAX raises a TypeError for it.
 fn refusal(why: &str) -> Error {
+    let kind = if why.contains(MALFORMED) {
+        crate::ErrorKind::GradientType
+    } else {
+        crate::ErrorKind::Gradient
+    };
     match why.split_once(": ") {
-        Some((op, message)) => Error::gradient(op.to_string(), message.to_string()),
-        None => Error::gradient("custom rule", why.to_string()),
+        Some((op, message)) => Error::new(kind, op.to_string(), message.to_string()),
+        None => Error::new(kind, "custom rule", why.to_string()),
     }
 }
+
+/// What a refusal says of a rule whose results were malformed (`refusal`).
+const MALFORMED: &str = "its rule is malformed";
 
 impl Lower for Call {
     fn is_loop(&self) -> bool {
