@@ -247,3 +247,30 @@ def test_an_allocation_too_large_raises_and_the_process_lives(name):
     assert "raised:" in done.stdout and "bytes" in done.stdout, done.stdout
     assert "<string>" in done.stdout  # the user's line
     assert "alive 3.0" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["eager", "executor", "compiled"])
+def test_recompute_grad_differentiates_what_its_function_closes_over(mode):
+    w0 = np.array([[0.5, 0.1], [-0.3, 0.8]])
+    x = t64([0.7, -0.2])
+
+    def f(w):
+        layer = gl.recompute_grad(lambda h: gl.tanh(gl.matmul(w, h[:, None])[:, 0]))  # w closed
+        h = gl.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, layer(h)), (0, x))[1]
+        return gl.sum(h)
+
+    def f_np(w):
+        h = np.array([0.7, -0.2])
+        for _ in range(3):
+            h = np.tanh(w @ h)
+        return h.sum()
+
+    want = np.zeros_like(w0)
+    for idx in np.ndindex(*w0.shape):
+        e = np.zeros_like(w0)
+        e[idx] = EPS
+        want[idx] = (f_np(w0 + e) - f_np(w0 - e)) / (2 * EPS)
+    got = np.asarray(staged(mode, gl.grad(f))(t64(w0)))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+    tangent = staged(mode, lambda w: gl.jvp(f, (w,), (gl.ones_like(w),))[1])(t64(w0))
+    np.testing.assert_allclose(float(tangent), want.sum(), rtol=1e-6)

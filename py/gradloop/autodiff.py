@@ -532,30 +532,38 @@ def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
 def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator trading compute for memory: the forward pass keeps no intermediates.
 
-    The tapes record `fn` as one op; its gradient re-runs `fn` under a fresh tape and
-    differentiates that. Gradients (of any order) equal those of `fn`. Positional arguments are
-    the tensor inputs (as in `custom_gradient`); Variables read inside `fn` get no gradient.
+    Eagerly under a tape, `fn` is traced into a graph whose inputs are its positional tensor
+    arguments and everything it closes over (tensors, scalars included, and Variables it
+    reads), run on the frame executor and recorded as one op; its gradient is the graph's
+    vector-Jacobian product, which runs `fn` again from those inputs (`_staged`), so gradients
+    of any order reach closed-over values too. A function that cannot be traced (Python
+    control flow on tensor values) runs as written, recorded op by op: the same gradients,
+    without the saving. Inside `@gl.function` and `gl.jit`, and under forward mode alone, `fn`
+    runs as written and is differentiated as written. Positional arguments are the tensor
+    inputs (as in `custom_gradient`); keyword arguments pass through undifferentiated.
     """
 
     @functools.wraps(fn)
-    def forward(*inputs: _core.Tensor, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
-        def backward(*dys: Any) -> list[Any]:
-            # One value per position: `f(x, x)` has a gradient for each (their sum reaches x).
-            fresh = [_core.identity(x) if x.dtype.is_floating else x for x in inputs]
-            floats = [x for x in fresh if x.dtype.is_floating]
-            # Runs while the outer tapes record, so the recomputation is differentiable again.
-            with GradientTape() as tape:
-                tape.watch(floats)
-                again = nest.flatten(fn(*fresh, **kwargs))
-            grads = iter(tape.gradient(again, floats, output_gradients=nest.flatten(list(dys))))
-            return [next(grads) if x.dtype.is_floating else None for x in inputs]
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _core.mode() != "recording" or not _core.any_tape_active():
+            return fn(*args, **kwargs)
+        where = f"recompute_grad({getattr(fn, '__name__', 'fn')})"
+        inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
+        from . import _staged
 
-        return fn(*inputs, **kwargs), backward
+        structure: list[Any] = []
 
-    def tangents(inputs: list[_core.Tensor], ts: list[Any], **kwargs: Any) -> list[Any]:
-        from .forward import jvp
+        def build(symbols: list[Any]) -> list[Any]:
+            out = fn(*symbols, **kwargs)
+            structure.append(out)
+            return _fresh_outputs(out, where)
 
-        return nest.flatten(jvp(lambda *xs: fn(*xs, **kwargs), tuple(inputs), tuple(ts))[1])
+        specs = [(t.dtype, tuple(t.shape)) for t in inputs]
+        try:
+            staged, captured = _staged.trace("recompute_grad", specs, build)
+        except errors.ControlFlowError:
+            return fn(*args, **kwargs)  # Python control flow on values: run as written
+        outputs = _staged.call(staged, inputs + list(captured))
+        return nest.pack_sequence_as(structure[0], outputs)
 
-    # Forward mode keeps nothing for later: it runs `fn` as it is.
-    return _custom_op(forward, f"recompute_grad({getattr(fn, '__name__', 'fn')})", fn, tangents)
+    return wrapper
