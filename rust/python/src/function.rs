@@ -278,12 +278,22 @@ impl PyConcreteFunction {
         }
     }
 
-    fn require_explicit(&self, py: Python<'_>, what: &'static str) -> PyResult<()> {
-        if self.captured_inputs.is_empty() {
-            return Ok(());
+    /// The function of `transform(graph, "<entry>_<what>")`, taking every input; derivatives
+    /// need every input explicit (`explicit`).
+    fn derive(
+        &self,
+        py: Python<'_>,
+        what: &'static str,
+        transform: impl FnOnce(&Graph, &str) -> gradloop::Result<Graph> + Send,
+    ) -> PyResult<PyConcreteFunction> {
+        if !self.captured_inputs.is_empty() {
+            let msg = "the function captures inputs: derive from `explicit()` instead";
+            return Err(new_err(py, ErrorKind::Internal, what, msg));
         }
-        let msg = "the function captures inputs: derive from `explicit()` instead";
-        Err(new_err(py, ErrorKind::Internal, what, msg))
+        let name = format!("{}_{what}", self.graph.entry);
+        let graph = py.detach(|| transform(&self.graph, &name)).py(py)?;
+        let params = graph.entry_function().py(py)?.params.len();
+        Ok(PyConcreteFunction::derived(Arc::new(graph), params))
     }
 
     fn emit(
@@ -490,26 +500,14 @@ impl PyConcreteFunction {
     /// The vector-Jacobian product of this function (whose inputs must all be explicit):
     /// arguments, then one cotangent per result; returns the gradients of the arguments `wrt`.
     fn vjp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {
-        self.require_explicit(py, "vjp")?;
-        let name = format!("{}_vjp", self.graph.entry);
-        let graph = py
-            .detach(|| gradloop::trace::vjp_graph(&self.graph, &wrt, &name))
-            .py(py)?;
-        let params = graph.entry_function().py(py)?.params.len();
-        Ok(PyConcreteFunction::derived(Arc::new(graph), params))
+        self.derive(py, "vjp", |g, name| gradloop::trace::vjp_graph(g, &wrt, name))
     }
 
     /// The Jacobian-vector product of this function (whose inputs must all be explicit):
     /// arguments, then one tangent per argument in `wrt`; returns the results, then one
     /// tangent per float result.
     fn jvp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {
-        self.require_explicit(py, "jvp")?;
-        let name = format!("{}_jvp", self.graph.entry);
-        let graph = py
-            .detach(|| gradloop::trace::jvp_graph(&self.graph, &wrt, &name))
-            .py(py)?;
-        let params = graph.entry_function().py(py)?.params.len();
-        Ok(PyConcreteFunction::derived(Arc::new(graph), params))
+        self.derive(py, "jvp", |g, name| gradloop::trace::jvp_graph(g, &wrt, name))
     }
 
     /// Runs the entry function on `args` (concrete tensors) followed by the captured inputs, on
