@@ -8,10 +8,15 @@ with `logical_not`, the float state, a float32 copy, and variables that the body
 overwrites each trip, never reads, or that are unused at the output; `maximum_iterations` is
 drawn too, and an int32 vector. Leaves may go through `custom_gradient` (a deliberately scaled
 gradient, so ignoring it shows), `custom_jvp` (a deliberately skewed rule, in forward and reverse
-mode), `recompute_grad`, `stop_gradient`, `x ** 2`/`x ** 3` (negative bases), a float32 detour,
-and Variable reads; loop bodies may `assign_add` to a second Variable or to the one the leaves
-read, forward the state into another variable's place or make a variable a constant; a loop
-that assigns nothing may keep `checkpoints` instead of stacks for its gradient.
+mode; a true rule that computes an intermediate from the primal; two made on the fly, one
+closing over the other's argument), `recompute_grad` (also made on the fly, closing over a
+differentiated value), code that closes over differentiated values of the enclosing construct
+(its input, and a scalar computed from it where the construct is called: a loop body's
+closures, which `checkpoints` must differentiate too), `stop_gradient`, `x ** 2`/`x ** 3`
+(negative bases), a float32 detour, and Variable reads; loop bodies may `assign_add` to a
+second Variable or to the one the leaves read, forward the state into another variable's place
+or make a variable a constant; a loop that assigns nothing may keep `checkpoints` instead of
+stacks for its gradient.
 
 `build(spec)` returns `(fn, pure)`: `fn(x)` gives a float64 scalar, and `pure` says whether the
 program's gradient is its true derivative (no custom gradient or stop_gradient), so that it can
@@ -45,6 +50,10 @@ LEAVES = (
     "stop",
     "f32",
     "sigmoid",
+    "outer",
+    "sin_sin",
+    "recompute_outer",
+    "nested_jvp",
 )
 
 #: Leaves whose derivative is not the code's (a custom rule that says otherwise, or none).
@@ -73,6 +82,51 @@ def _skewed_sin_jvp(primals, tangents):
 def recomputed(t):
     """`t * tanh(t)`, its gradient recomputed from `t` (the true derivative)."""
     return t * gl.tanh(t)
+
+
+@gl.custom_jvp
+def sin_sin(t):
+    """`sin(sin(t))` with a true rule that computes an intermediate from the primal itself
+    (`s = sin(t)`): forward over reverse must differentiate it."""
+    return gl.sin(gl.sin(t))
+
+
+@sin_sin.defjvp
+def _sin_sin_jvp(primals, tangents):
+    (t,), (dt,) = primals, tangents
+    s = gl.sin(t)
+    return gl.sin(s), gl.cos(s) * gl.cos(t) * dt
+
+
+def recompute_outer(t, vec):
+    """`t * tanh(t + vec)`, recomputed, from a function made on the fly that closes over
+    `vec` (a differentiated value of the enclosing construct)."""
+    return gl.recompute_grad(lambda u: u * gl.tanh(u + vec))(t)
+
+
+def nested_jvp(t, scalar):
+    """`sin(t) * scalar` through two `custom_jvp`s made on the fly, the inner one closing over
+    the outer one's argument; their rules are true derivatives."""
+
+    @gl.custom_jvp
+    def outer(z, u):
+        @gl.custom_jvp
+        def inner(y):
+            return gl.sin(y) * u  # closes over the outer function's argument
+
+        @inner.defjvp
+        def _inner_jvp(primals, tangents):
+            (y,), (dy,) = primals, tangents
+            return inner(y), gl.cos(y) * u * dy
+
+        return inner(z)
+
+    @outer.defjvp
+    def _outer_jvp(primals, tangents):
+        (z, u), (dz, du) = primals, tangents
+        return outer(z, u), gl.cos(z) * u * dz + gl.sin(z) * du
+
+    return outer(t, scalar)
 
 
 def _leaves() -> st.SearchStrategy[Any]:
@@ -134,6 +188,19 @@ def is_pure(spec: Any) -> bool:
     return is_pure(spec[1]) and not spec[5]
 
 
+def forward_ok(spec: Any) -> bool:
+    """Whether every derivative kind applies: no `custom_gradient` leaf (it has no forward-mode
+    rule) and no loop that assigns a Variable. Custom JVP rules and stop_gradient are fine."""
+    kind = spec[0]
+    if kind == "leaf":
+        return spec[1] != "custom"
+    if kind in ("add", "mul", "cond"):
+        return all(forward_ok(c) for c in spec[-1])
+    if kind == "switch":
+        return all(forward_ok(c) for c in spec[1])
+    return forward_ok(spec[1]) and not spec[5]
+
+
 def assigns_in_nested_loop(spec: Any, nested: bool = False) -> bool:
     """Whether a loop that assigns the Variable sits inside another control-flow construct."""
     kind = spec[0]
@@ -146,6 +213,23 @@ def assigns_in_nested_loop(spec: Any, nested: bool = False) -> bool:
     if kind == "switch":
         return any(assigns_in_nested_loop(c, True) for c in spec[1])
     return (nested and bool(spec[5])) or assigns_in_nested_loop(spec[1], True)
+
+
+CLOSING_LEAVES = ("outer", "recompute_outer", "nested_jvp")
+
+
+def closes_over_in_checkpointed_loop(spec: Any, checkpointed: bool = False) -> bool:
+    """Whether a leaf that closes over differentiated values sits in a checkpointed loop."""
+    kind = spec[0]
+    if kind == "leaf":
+        return checkpointed and spec[1] in CLOSING_LEAVES
+    if kind in ("add", "mul", "cond"):
+        return any(closes_over_in_checkpointed_loop(c, checkpointed) for c in spec[-1])
+    if kind == "switch":
+        return any(closes_over_in_checkpointed_loop(c, checkpointed) for c in spec[1])
+    drawn = spec[6:]
+    kept = bool(drawn and drawn[0]) and not assigns(spec)
+    return closes_over_in_checkpointed_loop(spec[1], checkpointed or kept)
 
 
 def assigns(spec: Any) -> bool:
@@ -178,27 +262,33 @@ class Program:
         self.v.assign(self.v0)
 
     def __call__(self, x: gl.Tensor) -> gl.Tensor:
-        y = self._eval(self.spec, x)
+        y = self._eval(self.spec, x, self._scope(x))
         return gl.sum(gl.tanh(y)) + gl.sum(self.acc.read()) * 0.1
 
-    def _eval(self, spec: Any, x: gl.Tensor) -> gl.Tensor:
+    def _scope(self, x: gl.Tensor) -> tuple[gl.Tensor, gl.Tensor]:
+        """What code inside a construct closes over: the construct's input (a differentiated
+        vector) and a scalar computed from it where the construct is called."""
+        return x, gl.sum(x * self.w) * 0.3
+
+    def _eval(self, spec: Any, x: gl.Tensor, scope: tuple[gl.Tensor, gl.Tensor]) -> gl.Tensor:
         kind = spec[0]
         if kind == "leaf":
-            return self._leaf(spec[1], x)
+            return self._leaf(spec[1], x, scope)
         if kind == "add":
             a, b = spec[1]
-            return self._eval(a, x) + self._eval(b, x)
+            return self._eval(a, x, scope) + self._eval(b, x, scope)
         if kind == "mul":
             a, b = spec[1]
-            return gl.tanh(self._eval(a, x)) * self._eval(b, x)
+            return gl.tanh(self._eval(a, x, scope)) * self._eval(b, x, scope)
         if kind == "cond":
             threshold, (a, b) = spec[1], spec[2]
             pred = gl.sum(x * self.w) > threshold
-            return gl.cond(pred, lambda: self._eval(a, x), lambda: self._eval(b, x))
+            inner = self._scope(x)
+            return gl.cond(pred, lambda: self._eval(a, x, inner), lambda: self._eval(b, x, scope))
         if kind == "switch":
             branches, with_default = spec[1], spec[2]
             index = gl.cast(gl.sum(gl.abs(x)) * 2.0, gl.int32) - 1  # -1 runs the default
-            fns = [lambda b=b: self._eval(b, x) for b in branches]
+            fns = [lambda b=b: self._eval(b, x, scope) for b in branches]
             default = (lambda: x * 0.5) if with_default else None
             return gl.switch_case(index, fns, default=default)
         return self._while(spec, x)
@@ -213,8 +303,11 @@ class Program:
         def cond(i, count, flag, h, h32, e, k):
             return i < n
 
+        # The body closes over the loop's input and a scalar of it (differentiated values).
+        scope = self._scope(x)
+
         def body(i, count, flag, h, h32, e, k):
-            new_h = self._eval(body_spec, h) * 0.5 + h * 0.3
+            new_h = self._eval(body_spec, h, scope) * 0.5 + h * 0.3
             if assign:
                 target = self.v if assign == "v" else self.acc
                 target.assign_add(gl.stop_gradient(new_h) * 0.01)
@@ -256,7 +349,8 @@ class Program:
             out = out + e * 0.2
         return out
 
-    def _leaf(self, name: str, x: gl.Tensor) -> gl.Tensor:
+    def _leaf(self, name: str, x: gl.Tensor, scope: tuple[gl.Tensor, gl.Tensor]) -> gl.Tensor:
+        vec, scalar = scope
         leaves: dict[str, Callable[[], gl.Tensor]] = {
             "x": lambda: x,
             "w": lambda: x * self.w,
@@ -271,6 +365,10 @@ class Program:
             "stop": lambda: gl.stop_gradient(x) * x,
             "f32": lambda: gl.cast(gl.sin(gl.cast(x, gl.float32)), gl.float64) * 0.0 + x * 0.5,
             "sigmoid": lambda: gl.sigmoid(x),
+            "outer": lambda: x * gl.tanh(vec) * 0.5 + x * scalar,
+            "sin_sin": lambda: sin_sin(x),
+            "recompute_outer": lambda: recompute_outer(x, vec),
+            "nested_jvp": lambda: nested_jvp(x, scalar),
         }
         return leaves[name]()
 

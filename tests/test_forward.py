@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, seed, settings
 
 import gradloop as gl
 from gradcheck import numerical_gradient
-from program_fuzz import Program, is_pure, programs
+from program_fuzz import Program, forward_ok, is_pure, programs
 from runners import run_on, staged
 
 X = np.array([0.41, -0.23, 0.37])
@@ -108,31 +109,46 @@ def test_loop_with_maximum_iterations_and_integer_state(mode: str) -> None:
 # ---- jvp and vjp agree on random programs ----------------------------------------------------
 
 
-def _jvp_vjp(program: Program, stage) -> tuple[float, float, np.ndarray, np.ndarray]:
-    """`<grad, v>` by forward and by reverse mode, and a Hessian-vector product both ways
-    (forward over reverse, reverse over reverse)."""
+def _jvp_vjp(program: Program, stage) -> list[Any]:
+    """`<grad, v>` by forward and by reverse mode, a Hessian-vector product three ways (forward
+    over reverse, reverse over reverse, reverse over forward) and `v H v` (forward over
+    forward)."""
     v = gl.tensor(V)
 
     def everything(x):
-        _, t = gl.jvp(program, (x,), (v,))
+        jvp = lambda y: gl.jvp(program, (y,), (v,))[1]  # noqa: E731
+        t = jvp(x)
         g = gl.grad(program)(x)
-        _, hv_fwd = gl.jvp(gl.grad(program), (x,), (v,))
-        hv_rev = gl.grad(lambda y: gl.sum(gl.grad(program)(y) * v))(x)
-        return t, gl.sum(g * v), hv_fwd, hv_rev
+        _, hv_fwd = gl.jvp(gl.grad(program), (x,), (v,))  # forward over reverse
+        hv_rev = gl.grad(lambda y: gl.sum(gl.grad(program)(y) * v))(x)  # reverse over reverse
+        hv_rf = gl.grad(jvp)(x)  # reverse over forward
+        _, vhv = gl.jvp(jvp, (x,), (v,))  # forward over forward
+        return t, gl.sum(g * v), hv_fwd, hv_rev, hv_rf, vhv
 
     program.reset()
-    t, gv, hf, hr = stage(everything)(gl.tensor(X))
-    return float(t), float(gv), np.asarray(hf), np.asarray(hr)
+    t, gv, hf, hr, hrf, vhv = stage(everything)(gl.tensor(X))
+    return [float(t), float(gv), *map(np.asarray, (hf, hr, hrf)), float(vhv)]
 
 
 def _check_program(spec, modes) -> None:
     program = Program(spec)
     eager = _jvp_vjp(program, lambda f: f)
     np.testing.assert_allclose(eager[0], eager[1], rtol=1e-9, atol=1e-12, err_msg=str(spec))
-    np.testing.assert_allclose(eager[2], eager[3], rtol=1e-8, atol=1e-11, err_msg=str(spec))
-    program.reset()
-    fd = float(np.dot(numerical_gradient(lambda x: float(program(gl.tensor(x))), [X])[0], V))
-    np.testing.assert_allclose(eager[0], fd, rtol=1e-5, atol=1e-6, err_msg=str(spec))
+    for k, what in [(3, "reverse over reverse"), (4, "reverse over forward")]:
+        np.testing.assert_allclose(
+            eager[k], eager[2], rtol=1e-8, atol=1e-11, err_msg=f"{what}: {spec}"
+        )
+    np.testing.assert_allclose(
+        eager[5],
+        np.dot(eager[2], V),
+        rtol=1e-8,
+        atol=1e-11,
+        err_msg=f"forward over forward: {spec}",
+    )
+    if is_pure(spec):  # rules that are true derivatives: finite differences agree
+        program.reset()
+        fd = float(np.dot(numerical_gradient(lambda x: float(program(gl.tensor(x))), [X])[0], V))
+        np.testing.assert_allclose(eager[0], fd, rtol=1e-5, atol=1e-6, err_msg=str(spec))
     for mode in modes:
         if mode == "compiled":
             stage = gl.jit
@@ -143,7 +159,8 @@ def _check_program(spec, modes) -> None:
                 return lambda *a: run_on(mode, traced, *a)
 
         got = _jvp_vjp(program, stage)
-        for what, e, g in zip(("jvp", "vjp", "hvp fwd", "hvp rev"), eager, got, strict=True):
+        names = ("jvp", "vjp", "hvp fwd", "hvp rev", "hvp rev/fwd", "vHv fwd/fwd")
+        for what, e, g in zip(names, eager, got, strict=True):
             np.testing.assert_allclose(
                 g, e, rtol=1e-7, atol=1e-10, err_msg=f"{mode} {what} != eager: {spec}"
             )
@@ -168,7 +185,7 @@ FUZZ_SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261126"))
 def test_jvp_and_vjp_agree_on_random_programs_in_graph_mode() -> None:
     @seed(FUZZ_SEED)
     @_settings(40)
-    @given(spec=programs().filter(is_pure))
+    @given(spec=programs().filter(forward_ok))
     def check(spec) -> None:
         _check_program(spec, ("frames", "interpreter"))
 
@@ -179,7 +196,7 @@ def test_jvp_and_vjp_agree_on_random_programs_in_graph_mode() -> None:
 def test_jvp_and_vjp_agree_on_random_programs_compiled() -> None:
     @seed(FUZZ_SEED + 1)
     @_settings(6)
-    @given(spec=programs(max_leaves=5).filter(is_pure))
+    @given(spec=programs(max_leaves=5).filter(forward_ok))
     def check(spec) -> None:
         _check_program(spec, ("compiled",))
 

@@ -25,7 +25,15 @@ from hypothesis import strategies as st
 
 import gradloop as gl
 from gradcheck import numerical_gradient
-from program_fuzz import N, Program, assigns_in_nested_loop, depth, is_pure, programs
+from program_fuzz import (
+    N,
+    Program,
+    assigns_in_nested_loop,
+    closes_over_in_checkpointed_loop,
+    depth,
+    is_pure,
+    programs,
+)
 from runners import run_on
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
@@ -166,9 +174,16 @@ def test_graph_mode_agrees_on_many_random_programs() -> None:
 
 
 def test_the_generator_nests_three_deep_and_mixes_purity() -> None:
-    # The strategy reaches what the tester is for: three-deep nesting, both kinds of program, and
-    # loops that assign a Variable inside another construct.
-    found = {"deep": False, "pure": False, "impure": False, "nested assignment": False}
+    # The strategy reaches what the tester is for: three-deep nesting, both kinds of program,
+    # loops that assign a Variable inside another construct, and differentiated values closed
+    # over by a checkpointed loop's body.
+    found = {
+        "deep": False,
+        "pure": False,
+        "impure": False,
+        "nested assignment": False,
+        "closure in a checkpointed loop": False,
+    }
 
     @seed(1)
     @settings(max_examples=300, deadline=None, database=None)
@@ -176,6 +191,7 @@ def test_the_generator_nests_three_deep_and_mixes_purity() -> None:
     def look(spec) -> None:
         found["deep"] |= depth(spec) >= 3
         found["nested assignment"] |= assigns_in_nested_loop(spec)
+        found["closure in a checkpointed loop"] |= closes_over_in_checkpointed_loop(spec)
         found["pure" if is_pure(spec) else "impure"] = True
 
     look()
