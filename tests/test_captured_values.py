@@ -274,3 +274,47 @@ def test_recompute_grad_differentiates_what_its_function_closes_over(mode):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
     tangent = staged(mode, lambda w: gl.jvp(f, (w,), (gl.ones_like(w),))[1])(t64(w0))
     np.testing.assert_allclose(float(tangent), want.sum(), rtol=1e-6)
+
+
+_GROWING_LOOP = """
+import resource
+import numpy as np
+import gradloop as gl
+
+def vm_bytes():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+
+limit = vm_bytes() + (2 << 30)  # 2 GiB more address space than the process has now
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+x = gl.tensor(np.linspace(0.0, 1.0, 1 << 17))  # 1 MiB kept per trip
+
+def loss(x):
+    def body(i, h):
+        return i + 1, gl.sin(h) * 1.0001
+    return gl.sum(gl.while_loop(lambda i, h: i < 100000, body, (0, x))[1])
+
+run = {mode}
+try:
+    run(x)
+except MemoryError as e:
+    assert isinstance(e, gl.errors.ResourceExhaustedError), type(e)
+    print("raised:", e)
+print("alive", float(gl.sum(x[:2] * 0.0 + 1.5)))
+"""
+
+
+@pytest.mark.parametrize(
+    "mode", ["gl.grad(loss)", "gl.function(gl.grad(loss))"], ids=["eager tape", "graph stacks"]
+)
+def test_a_loop_whose_gradient_outgrows_memory_raises(mode):
+    """The eager tape and graph mode's stacks grow by small allocations; each checks, as it
+    doubles, that the machine could give as much again, and stops with an error while the
+    kernels still have room (in a child process with 2 GiB of address space to spare)."""
+    code = _GROWING_LOOP.replace("{mode}", mode)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "raised:" in done.stdout and "bytes" in done.stdout, done.stdout
+    assert "checkpoints" in done.stdout  # the way out is named
+    assert "alive 3.0" in done.stdout

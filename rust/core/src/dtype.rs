@@ -216,9 +216,27 @@ impl Storage {
         self.len() == 0
     }
 
-    /// Appends `xs`; false (nothing appended) when they are not of this buffer's dtype.
-    pub fn append<T: Element>(&mut self, xs: &[T]) -> bool {
-        T::vec_mut(self).map(|v| v.extend_from_slice(xs)).is_some()
+    /// Appends `xs`; `Ok(false)` (nothing appended) when they are not of this buffer's dtype,
+    /// a ResourceExhausted error (nothing appended) when the buffer cannot grow: a loop's
+    /// stack outgrowing memory must not abort the process.
+    pub fn append<T: Element>(&mut self, xs: &[T]) -> crate::Result<bool> {
+        let Some(v) = T::vec_mut(self) else {
+            return Ok(false);
+        };
+        v.try_reserve(xs.len()).map_err(|_| {
+            let bytes = (v.len() + xs.len()).saturating_mul(std::mem::size_of::<T>());
+            crate::Error::new(
+                crate::ErrorKind::ResourceExhausted,
+                "stack_push",
+                format!(
+                    "a loop's stack needs {bytes} bytes after {} elements, more than this \
+                     machine can allocate (fewer trips, or `checkpoints`, keep it smaller)",
+                    v.len()
+                ),
+            )
+        })?;
+        v.extend_from_slice(xs);
+        Ok(true)
     }
 
     /// Keeps the first `len` elements.

@@ -208,7 +208,7 @@ impl StackValue {
                 let n = numel(&self.element.shape);
                 let appended = crate::with_dtype!(value.dtype(), T, {
                     let xs = value.as_slice::<T>()?;
-                    xs.len() == n && data.append(xs)
+                    xs.len() == n && data.append(xs)?
                 });
                 if !appended {
                     let msg = format!("a {} does not fit a packed {}", value.ty(), self.element);
@@ -216,7 +216,10 @@ impl StackValue {
                 }
                 *len += 1;
             }
-            Items::Tensors(items) => items.push(value),
+            Items::Tensors(items) => {
+                reserve_one(items)?;
+                items.push(value);
+            }
         }
         Ok(())
     }
@@ -239,7 +242,7 @@ impl StackValue {
         match Arc::make_mut(&mut self.items) {
             Items::Packed { data, len } => {
                 let appended = crate::with_dtype!(buffer.dtype(), T, {
-                    data.append(T::slice(buffer).ok_or_else(wrong)?)
+                    data.append(T::slice(buffer).ok_or_else(wrong)?)?
                 });
                 if !appended {
                     return Err(wrong());
@@ -252,6 +255,7 @@ impl StackValue {
                     let xs = T::slice(buffer).ok_or_else(wrong)?;
                     Tensor::collect::<T>(&self.element.shape, xs.iter().copied())?
                 });
+                reserve_one(items)?;
                 items.push(tensor);
                 Ok(())
             }
@@ -413,4 +417,34 @@ fn check_assignable(op: &'static str, ty: &TensorType, value: &Tensor) -> Result
         op,
         format!("cannot store a {got} in a variable of type {want}"),
     ))
+}
+
+/// Stacks of tensors holding at least this many bytes check, each time their length reaches a
+/// power of two, that the machine could give as much again.
+const HEADROOM_ABOVE_BYTES: usize = 1 << 24;
+
+/// Room for one more item of a stack of tensors, or a ResourceExhausted error. Each item is
+/// an allocation of its own, so the stack never asks for one large block that could fail
+/// cleanly: when its length reaches a power of two past 16 MiB it asks the system for as much
+/// as it holds, and stops (freeing nothing it did not own) while the loop's kernels still
+/// have that much room, rather than when a small allocation fails inside one of them.
+fn reserve_one(items: &mut Vec<Tensor>) -> Result<()> {
+    let refused = |what: String| Error::new(ErrorKind::ResourceExhausted, "stack_push", what);
+    items.try_reserve(1).map_err(|_| {
+        refused(format!(
+            "a loop's stack of {} items cannot grow",
+            items.len()
+        ))
+    })?;
+    let n = items.len();
+    if n.is_power_of_two() {
+        let held: usize = items.iter().map(|t| t.numel() * t.dtype().size()).sum();
+        if held >= HEADROOM_ABOVE_BYTES && Vec::<u8>::new().try_reserve_exact(held).is_err() {
+            return Err(refused(format!(
+                "a loop's stack holds {held} bytes in {n} items and this machine could not \
+                 allocate as much again (fewer trips, or `checkpoints`, keep it smaller)"
+            )));
+        }
+    }
+    Ok(())
 }

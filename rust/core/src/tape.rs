@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ops::Context;
 use crate::ops::{build, Grads, Op, OpKind, Saved, Saves, Values};
 use crate::shape::{ShapeDisplay, DYN};
@@ -203,7 +203,13 @@ pub struct Tape<V: Value> {
     watched: HashSet<TensorId>,
     entries: Vec<TapeEntry<V>>,
     used: bool,
+    /// Bytes of the concrete values its records were given (an upper bound of what they keep).
+    held_bytes: usize,
 }
+
+/// Tapes whose records hold at least this many bytes check, each time their length reaches a
+/// power of two, that the machine could give as much again (`Tape::check_headroom`).
+const HEADROOM_ABOVE_BYTES: usize = 1 << 24;
 
 /// Tapes are shared between the thread that records and the code that asks for gradients.
 pub type TapeRef<V> = Arc<Mutex<Tape<V>>>;
@@ -219,6 +225,7 @@ impl<V: Value> Tape<V> {
             watched: HashSet::new(),
             entries: Vec::new(),
             used: false,
+            held_bytes: 0,
         }
     }
 
@@ -265,14 +272,22 @@ impl<V: Value> Tape<V> {
             .any(|v| self.watched.contains(&v.id()) && is_trainable(v))
     }
 
-    /// Records an op; its float outputs become watched.
+    /// Records an op; its float outputs become watched. A ResourceExhausted error (nothing
+    /// recorded) when the records outgrow what the machine can give (`check_headroom`).
     pub fn record_operation(
         &mut self,
         name: &'static str,
         inputs: &[V],
         outputs: &[V],
         function: Arc<dyn GradientFunction<V>>,
-    ) {
+    ) -> Result<()> {
+        let held = inputs
+            .iter()
+            .chain(outputs)
+            .map(Value::held_bytes)
+            .sum::<usize>();
+        self.check_headroom(name, held)?;
+        self.held_bytes = self.held_bytes.saturating_add(held);
         let needs = inputs
             .iter()
             .map(|v| self.watched.contains(&v.id()) && is_trainable(v))
@@ -288,6 +303,36 @@ impl<V: Value> Tape<V> {
             input_types: inputs.iter().map(|v| v.ty().clone()).collect(),
             function,
         });
+        Ok(())
+    }
+
+    /// Each record is small and the values it keeps were allocated by their ops, so a tape
+    /// never asks for one large block that could fail cleanly: when its length reaches a power
+    /// of two past 16 MiB held, it asks the system for as much as it holds, and refuses to
+    /// grow while the kernels still have that much room, rather than a small allocation
+    /// failing inside one of them and aborting the process.
+    fn check_headroom(&mut self, name: &str, more: usize) -> Result<()> {
+        let refused =
+            |what: String| Error::new(ErrorKind::ResourceExhausted, name.to_owned(), what);
+        self.entries.try_reserve(1).map_err(|_| {
+            refused(format!(
+                "the gradient tape cannot grow past {} records",
+                self.entries.len()
+            ))
+        })?;
+        let n = self.entries.len() + 1;
+        let held = self.held_bytes.saturating_add(more);
+        if n.is_power_of_two()
+            && held >= HEADROOM_ABOVE_BYTES
+            && Vec::<u8>::new().try_reserve_exact(held).is_err()
+        {
+            return Err(refused(format!(
+                "the gradient tape's {n} records hold {held} bytes and this machine could not \
+                 allocate as much again (a loop of many trips: `checkpoints` keeps its \
+                 gradient's memory bounded)"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -323,7 +368,7 @@ pub fn record_op<V: Value>(
             function = Some(registry.lookup(&fwd)?);
         }
         if let Some(Some(f)) = &function {
-            t.record_operation(op.name(), inputs, outputs, f.clone());
+            t.record_operation(op.name(), inputs, outputs, f.clone())?;
         }
     }
     Ok(())
@@ -336,13 +381,14 @@ pub fn record_custom<V: Value>(
     inputs: &[V],
     outputs: &[V],
     function: Arc<dyn GradientFunction<V>>,
-) {
+) -> Result<()> {
     for tape in tapes {
         let mut t = lock(tape);
         if t.should_record(inputs) {
-            t.record_operation(name, inputs, outputs, function.clone());
+            t.record_operation(name, inputs, outputs, function.clone())?;
         }
     }
+    Ok(())
 }
 
 /// A context that applies ops through `inner` and records them on `tapes`.
@@ -366,7 +412,7 @@ impl<V: Value> Context<V> for TapeContext<'_, V> {
         let watched = self.tapes.iter().any(|t| lock(t).should_record(inputs));
         if watched {
             if let Some(f) = self.registry.lookup_node(kind, inputs, &outputs)? {
-                record_custom(self.tapes, kind.name(), inputs, &outputs, f);
+                record_custom(self.tapes, kind.name(), inputs, &outputs, f)?;
             }
         }
         Ok(outputs)

@@ -58,7 +58,7 @@ pub fn id_epoch() -> TensorId {
 }
 
 /// Results smaller than this many bytes are allocated without asking first.
-const ASK_ABOVE_BYTES: usize = 1 << 28;
+const ASK_ABOVE_BYTES: usize = 1 << 24;
 
 /// Checks that a result of type `ty` can be allocated before a kernel allocates it (an
 /// allocation that fails inside a kernel aborts the process): its size must fit in memory's

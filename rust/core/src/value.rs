@@ -25,6 +25,12 @@ pub trait Value: Clone + fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// Bytes of memory this value holds (0 for a symbolic value): what a tape that keeps it
+    /// alive counts.
+    fn held_bytes(&self) -> usize {
+        self.ty().shape.iter().product::<usize>() * self.ty().dtype.size()
+    }
+
     /// The node that sums two gradients of this value where no op does (a stack's, which two
     /// loops that read it both give); None where `add` does.
     fn sum_node(&self) -> Option<Self::Node> {

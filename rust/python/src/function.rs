@@ -500,14 +500,18 @@ impl PyConcreteFunction {
     /// The vector-Jacobian product of this function (whose inputs must all be explicit):
     /// arguments, then one cotangent per result; returns the gradients of the arguments `wrt`.
     fn vjp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {
-        self.derive(py, "vjp", |g, name| gradloop::trace::vjp_graph(g, &wrt, name))
+        self.derive(py, "vjp", |g, name| {
+            gradloop::trace::vjp_graph(g, &wrt, name)
+        })
     }
 
     /// The Jacobian-vector product of this function (whose inputs must all be explicit):
     /// arguments, then one tangent per argument in `wrt`; returns the results, then one
     /// tangent per float result.
     fn jvp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {
-        self.derive(py, "jvp", |g, name| gradloop::trace::jvp_graph(g, &wrt, name))
+        self.derive(py, "jvp", |g, name| {
+            gradloop::trace::jvp_graph(g, &wrt, name)
+        })
     }
 
     /// Runs the entry function on `args` (concrete tensors) followed by the captured inputs, on

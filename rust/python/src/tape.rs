@@ -241,6 +241,7 @@ impl PyGradientFunction {
 #[pyfunction]
 #[pyo3(signature = (name, inputs, outputs, grad_fn, takes_needs=false, above_level=None))]
 pub fn record_custom_gradient(
+    py: Python<'_>,
     name: &str,
     inputs: &Bound<'_, PyAny>,
     outputs: &Bound<'_, PyAny>,
@@ -269,6 +270,5 @@ pub fn record_custom_gradient(
         None => runtime::active_tapes(),
         Some(level) => runtime::tapes_above(level),
     };
-    record_custom(&tapes, "custom_gradient", &inputs, &outputs, function);
-    Ok(())
+    record_custom(&tapes, "custom_gradient", &inputs, &outputs, function).py(py)
 }

@@ -125,6 +125,10 @@ impl Value for Symbol {
     fn ty(&self) -> &TensorType {
         self.ty.inner()
     }
+
+    fn held_bytes(&self) -> usize {
+        0
+    }
 }
 
 impl Value for Val {
@@ -147,6 +151,13 @@ impl Value for Val {
 
     fn is_unique(&self) -> bool {
         matches!(self, Val::Tensor(t) if t.is_unique())
+    }
+
+    fn held_bytes(&self) -> usize {
+        match self {
+            Val::Tensor(t) => t.held_bytes(),
+            Val::Symbol(_) => 0,
+        }
     }
 
     fn sum_node(&self) -> Option<NodeKind> {
