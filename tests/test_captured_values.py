@@ -207,13 +207,21 @@ def test_malformed_custom_jvp_rules_raise_type_errors(rule, how):
     assert "test_captured_values.py" in str(caught.value)
 
 
-def test_malformed_rule_under_forward_mode_is_a_type_error():
+@pytest.mark.parametrize(
+    "rule",
+    [
+        lambda p, t: (gl.sin(p[0]), gl.ones((3,), dtype=gl.float64)),  # tangent's shape
+        lambda p, t: (gl.ones((2,), dtype=gl.float64), gl.ones((2,), dtype=gl.float64)),  # primal
+        lambda p, t: gl.sin(p[0]),  # not a pair
+    ],
+)
+def test_malformed_rule_under_forward_mode_is_a_type_error(rule):
     @gl.custom_jvp
     def f(x):
         return gl.sin(x)
 
-    f.defjvp(lambda p, t: (gl.sin(p[0]), gl.ones((3,), dtype=gl.float64)))
-    with pytest.raises(gl.errors.GradientTypeError, match="rule"):
+    f.defjvp(rule)
+    with pytest.raises(gl.errors.GradientTypeError, match=r"custom_jvp\(f\): .*rule"):
         gl.jvp(f, (t64(X),), (t64(1.0),))
 
 

@@ -373,6 +373,8 @@ class custom_jvp:
         # Calls of `f` made by its own rule while it is transposed or traced run as written: a
         # rule usually computes its primal output by calling `f`.
         self._transposing = threading.local()
+        # The types of `f`'s outputs by input signature (`_check_primal`).
+        self._output_types: dict[Any, list[Any]] = {}
         functools.update_wrapper(self, fn)
 
     def defjvp(self, rule: Callable[..., Any]) -> Callable[..., Any]:
@@ -410,6 +412,7 @@ class custom_jvp:
             y, ty = _rule_pair(result, where)
             y_flat = [_primal(leaf) for leaf in nest.flatten(y)]
             t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
+            self._check_primal(inputs, kwargs, y_flat, where)
             fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
         finally:
             if inner is not None:
@@ -431,6 +434,33 @@ class custom_jvp:
                 if t is not None:
                     acc.watch(v, t)
         return nest.pack_sequence_as(y, fresh)
+
+    def _check_primal(
+        self, xs: list[Any], kwargs: dict[str, Any], y_flat: list[Any], where: str
+    ) -> None:
+        """Eagerly, the rule's primal outputs must be typed as `f`'s (what `f` gives is
+        found by running it once per input signature, unrecorded; traced, the node's
+        verification checks it)."""
+        if _core.trace_active():
+            return
+        key = (tuple((x.dtype, tuple(x.shape)) for x in xs), tuple(sorted(kwargs)))
+        types = self._output_types.get(key)
+        if types is None:
+            from .autodiff import _paused
+
+            with _paused():
+                out = nest.flatten(self.fn(*xs, **kwargs))
+            types = [(v.dtype, tuple(v.shape)) for v in map(_primal, out)]
+            self._output_types[key] = types
+        got = [(v.dtype, tuple(v.shape)) for v in y_flat]
+        if got != types:
+            show = lambda ts: ", ".join(f"{d.name}{list(s)}" for d, s in ts)  # noqa: E731
+            raise errors.GradientTypeError(
+                _validate.at_user(
+                    f"{where}: the rule's primal outputs are ({show(got)}) but the function's "
+                    f"are ({show(types)})"
+                )
+            )
 
     def _rule(self, xs: Any, ts: Any, kwargs: dict[str, Any], where: str) -> tuple[Any, Any]:
         """The rule's `(outputs, tangents)` at `xs` and tangents `ts`, calls of `f` inside it
