@@ -495,3 +495,9 @@ def test_a_long_loop_runs_in_constant_memory_in_forward_mode(mode: str, trips: i
 def test_the_memory_measure_sees_a_tape_grow() -> None:
     growth = _peak_growth_kib("reverse", 10**5)
     assert growth > 40 * 1024, f"a tape over 10^5 trips grew the peak RSS by only {growth} KiB"
+
+
+def test_fuzz_found_forward_over_reverse_through_a_rule_with_an_intermediate() -> None:
+    # The rule's `sin(t)` was computed outside its accumulator while an inner tape recorded it:
+    # forward over reverse dropped its dependence on the primal.
+    _check_program(("leaf", "sin_sin"), ("frames", "interpreter", "compiled"))

@@ -578,3 +578,22 @@ def test_fuzz_found_a_predicate_overwritten_by_a_64_bit_move() -> None:
     # gradient of the identity branch came back. The VM repair (`_vm_repair.py`) widens the
     # i32 arguments of blocks that also take i64s.
     check(SWITCHES_OF_CONDS)
+
+
+def test_fuzz_found_a_checkpointed_loop_closing_over_the_loops_input() -> None:
+    # Eagerly, a checkpointed loop's body closing over a differentiated scalar (made where the
+    # loop is called) gave it no gradient: the loop is now staged with what it closes over as
+    # inputs, and differentiated by graph mode's transform.
+    check(("while", ("leaf", "outer"), 2, None, "passthrough", False, 1))
+
+
+def test_fuzz_found_recompute_grad_closing_over_a_differentiated_value() -> None:
+    # recompute_grad dropped the gradient of what its function closes over, in every mode.
+    check(("leaf", "recompute_outer"))
+
+
+def test_fuzz_found_a_variable_assigned_after_a_checkpointed_loop_read_it() -> None:
+    # Eagerly, the checkpointed loop's gradient read the Variable when the gradient ran, after
+    # the second loop had assigned it; it now reads the value the loop ran with.
+    first = ("while", ("leaf", "v"), 2, None, "passthrough", False, 1)
+    check(("add", (first, ("while", ("leaf", "x"), 2, None, "passthrough", "v", None))))

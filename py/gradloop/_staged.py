@@ -101,11 +101,21 @@ def _differentiable(arg: Any) -> Any:
     return None
 
 
-def call(staged: Staged, args: list[Any]) -> list[_core.Tensor]:
+def _frozen(arg: Any, linked: Any) -> Any:
+    """`arg` as the derivatives of a call read it: a variable handle becomes a handle of the
+    value read now (a later assignment must not change a gradient taken of this call)."""
+    if isinstance(arg, _core.Tensor):
+        return arg
+    return _core.VariableHandle(arg.read() if linked is None else linked)
+
+
+def call(staged: Staged, args: list[Any], linked: list[Any] | None = None) -> list[_core.Tensor]:
     """Runs `staged` on `args` (one tensor or variable handle per input) on the executor;
     the active tapes record it as one op and the active accumulators give its results
-    tangents (see the module's doc)."""
-    linked = [_differentiable(a) for a in args]
+    tangents (see the module's doc). `linked[i]` is what the tapes link for argument i (None
+    for none): a Variable's value read now, by default."""
+    if linked is None:
+        linked = [_differentiable(a) for a in args]
     accumulators = autodiff.perturbed([t for t in linked if t is not None])
     if accumulators:
         return _tangents(staged, args, linked, accumulators[-1])
@@ -118,6 +128,7 @@ def call(staged: Staged, args: list[Any]) -> list[_core.Tensor]:
     floats = [k for k, is_float in enumerate(staged.result_floats) if is_float]
     if not inputs or not floats:
         return outputs
+    frozen = [_frozen(a, t) for a, t in zip(args, linked, strict=True)]
 
     def backward(*cotangents: _core.Tensor, needs: tuple[bool, ...]) -> list[Any]:
         wrt = tuple(i for i, need in zip(inputs, needs, strict=True) if need)
@@ -126,7 +137,7 @@ def call(staged: Staged, args: list[Any]) -> list[_core.Tensor]:
         seeds = list(map(_core.zeros_like, outputs))
         for k, ct in zip(floats, cotangents, strict=True):
             seeds[k] = ct
-        grads = iter(call(staged.vjp(wrt), list(args) + seeds))
+        grads = iter(call(staged.vjp(wrt), frozen + seeds, linked + seeds))
         return [next(grads) if need else None for need in needs]
 
     _core.record_custom_gradient(
@@ -149,9 +160,10 @@ def _tangents(staged: Staged, args: list[Any], linked: list[Any], acc: Any) -> l
         if isinstance(a, _core.Tensor) and t is not None and acc.tangent(t) is not None
     )
     tangents = [acc.tangent(args[i]) for i in wrt]
+    frozen = [_frozen(a, t) for a, t in zip(args, linked, strict=True)]
     place = acc.pop()
     try:
-        outputs = call(staged.jvp(wrt), list(args) + tangents)
+        outputs = call(staged.jvp(wrt), frozen + tangents, linked + tangents)
     finally:
         if place is not None:
             acc.push_at(place)
