@@ -7,6 +7,7 @@ checked against central finite differences of the function (not of its rules) in
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -326,3 +327,57 @@ def test_a_loop_whose_gradient_outgrows_memory_raises(mode):
     assert "raised:" in done.stdout and "bytes" in done.stdout, done.stdout
     assert "checkpoints" in done.stdout  # the way out is named
     assert "alive 3.0" in done.stdout
+
+
+_SIZED_CALLS = """
+import resource
+import gradloop as gl
+
+for line in open("/proc/self/status"):
+    if line.startswith("VmSize:"):
+        limit = int(line.split()[1]) * 1024 + (1 << 30)  # 1 GiB to spare: large sizes fail fast
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+cases = {cases!r}
+x = gl.tensor([1.0, 2.0])
+made = {{
+    "zeros": lambda s: gl.zeros(s),
+    "ones": lambda s: gl.ones(s, dtype=gl.float64),
+    "full": lambda s: gl.full(s, 1.5),
+    "broadcast_to": lambda s: gl.broadcast_to(x[:1], s),
+    "arange": lambda s: gl.arange(0, s[0] * (s[-1] if len(s) > 1 else 1)),
+    "graph": lambda s: gl.function(lambda t: gl.zeros(s) + t)(gl.tensor(1.0)),
+}}
+counts = {{"made": 0, "memory": 0, "refused": 0}}
+for name, shape in cases:
+    try:
+        made[name](tuple(shape))
+        counts["made"] += 1
+    except MemoryError as e:
+        assert isinstance(e, gl.errors.ResourceExhaustedError), (name, shape, type(e))
+        assert "bytes" in str(e), str(e)
+        counts["memory"] += 1
+    except gl.errors.GradloopError:
+        counts["refused"] += 1  # a shape the op refuses for another reason (named, typed)
+print(counts)
+"""
+
+
+def test_random_sizes_never_abort():
+    """The bad-input draw of sizes: creation ops, broadcasts and graph mode over random shapes
+    whose sizes span 0 to past what an address can count. Each call makes its tensor or raises
+    a gradloop error (ResourceExhaustedError when too large), in one child process with 1 GiB
+    of address space to spare that must survive them all."""
+    rng = np.random.default_rng(52)
+    dims = [0, 1, 7, 1000, 10**6, 10**9, 2**31, 2**40, 2**62]
+    names = ["zeros", "ones", "full", "broadcast_to", "arange", "graph"]
+    cases = []
+    for _ in range(120):
+        rank = int(rng.integers(1, 4))
+        shape = [int(dims[i]) for i in rng.integers(0, len(dims), rank)]
+        cases.append((names[int(rng.integers(0, len(names)))], shape))
+    code = _SIZED_CALLS.format(cases=cases)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert counts["made"] > 0 and counts["memory"] > 0, counts
+    assert sum(counts.values()) == len(cases)
