@@ -346,6 +346,8 @@ made = {{
     "broadcast_to": lambda s: gl.broadcast_to(x[:1], s),
     "arange": lambda s: gl.arange(0, s[0] * (s[-1] if len(s) > 1 else 1)),
     "graph": lambda s: gl.function(lambda t: gl.zeros(s) + t)(gl.tensor(1.0)),
+    "outer": lambda s: gl.zeros(s[:1] + (1,)) * gl.reshape(gl.zeros(s[-1:]), (1, s[-1])),
+    "matmul": lambda s: gl.matmul(gl.ones((s[0], 1)), gl.ones((1, s[-1]))),
 }}
 counts = {{"made": 0, "memory": 0, "refused": 0}}
 for name, shape in cases:
@@ -363,13 +365,13 @@ print(counts)
 
 
 def test_random_sizes_never_abort():
-    """The bad-input draw of sizes: creation ops, broadcasts and graph mode over random shapes
-    whose sizes span 0 to past what an address can count. Each call makes its tensor or raises
-    a gradloop error (ResourceExhaustedError when too large), in one child process with 1 GiB
+    """The bad-input draw of sizes: creation ops, broadcasts, products and graph mode over random
+    shapes whose sizes span 0 to past what an address can count. Each call makes its tensor or
+    raises a gradloop error (ResourceExhaustedError when too large), in one child process with 1 GiB
     of address space to spare that must survive them all."""
     rng = np.random.default_rng(52)
     dims = [0, 1, 7, 1000, 10**6, 10**9, 2**31, 2**40, 2**62]
-    names = ["zeros", "ones", "full", "broadcast_to", "arange", "graph"]
+    names = ["zeros", "ones", "full", "broadcast_to", "arange", "graph", "outer", "matmul"]
     cases = []
     for _ in range(120):
         rank = int(rng.integers(1, 4))
@@ -381,3 +383,49 @@ def test_random_sizes_never_abort():
     counts = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert counts["made"] > 0 and counts["memory"] > 0, counts
     assert sum(counts.values()) == len(cases)
+
+
+_SMALL_ALLOCATIONS = """
+import resource
+import numpy as np
+import gradloop as gl
+
+for line in open("/proc/self/status"):
+    if line.startswith("VmSize:"):
+        limit = int(line.split()[1]) * 1024 + (1 << 30)
+x = gl.tensor(np.linspace(0.0, 1.0, 1 << 17))  # 1 MiB: below the size asked for in advance
+step = {step}
+kept = []
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+for attempt in range(2):  # the second: memory set aside again once the first results are freed
+    try:
+        while len(kept) < 100000:
+            kept.append(step(x))
+    except MemoryError as e:
+        assert isinstance(e, gl.errors.ResourceExhaustedError), type(e)
+        print("raised:", e)
+    print("kept", len(kept))
+    kept.clear()
+print("alive", float(gl.sum(step(x)[:2] * 0.0 + 1.5)))
+"""
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "gl.sin",
+        "gl.function(lambda t: gl.sin(t) * 2.0)",
+        "lambda t: gl.grad(lambda u: gl.sum(u * t))(t)",
+    ],
+    ids=["eager", "graph", "gradient"],
+)
+def test_small_allocations_that_exhaust_memory_raise(step):
+    """Many results under the size asked for in advance, kept until the system refuses one:
+    the allocator's reserve lets the op finish, and the op raises instead of the process
+    aborting. Memory is usable again once the results are dropped."""
+    code = _SMALL_ALLOCATIONS.replace("{step}", step)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("raised:") == 2 and "1048576 bytes" in done.stdout, done.stdout
+    assert "<string>" in done.stdout  # the user's line
+    assert "alive 3.0" in done.stdout, done.stdout

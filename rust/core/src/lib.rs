@@ -23,6 +23,7 @@ pub mod graph;
 pub mod import;
 pub mod interpret;
 pub mod location;
+pub mod memory;
 pub mod mlir;
 pub mod ops;
 pub mod passes;

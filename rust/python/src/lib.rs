@@ -20,6 +20,8 @@ mod variable;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // The allocator's reserve, so that memory running out in a kernel is an error, not an abort.
+    gradloop::memory::arm();
     let threading = py.import("threading")?;
     let main = threading.call_method0("main_thread")?;
     if threading.call_method0("current_thread")?.is(&main) {

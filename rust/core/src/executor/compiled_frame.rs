@@ -301,15 +301,18 @@ impl CompiledFrame {
         })
     }
 
-    fn fresh_state(&self) -> State {
-        let buffers = self
-            .slots
-            .iter()
-            .map(|s| match s {
-                Slot::Buffer(t) => Storage::filled(t.dtype, numel(&t.shape), 0.0),
+    /// A state with a buffer per slot; a buffer the machine cannot give is an error.
+    fn fresh_state(&self) -> Result<State> {
+        let mut buffers = Vec::with_capacity(self.slots.len());
+        for s in &self.slots {
+            buffers.push(match s {
+                Slot::Buffer(t) => {
+                    crate::tensor::check_allocation("executor", t)?;
+                    Storage::filled(t.dtype, numel(&t.shape), 0.0)
+                }
                 Slot::Value(_) => Storage::Bool(Vec::new()),
-            })
-            .collect();
+            });
+        }
         let nested = self
             .steps
             .iter()
@@ -317,9 +320,9 @@ impl CompiledFrame {
                 Action::Loop(inner, _) => Some(inner.fresh_state()),
                 _ => None,
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let n = self.slots.len();
-        State {
+        Ok(State {
             buffers,
             values: vec![None; n],
             phys: (0..n as u32).collect(),
@@ -327,7 +330,7 @@ impl CompiledFrame {
             dead: vec![false; self.fused.nodes.len()],
             data: Vec::with_capacity(n),
             nested,
-        }
+        })
     }
 
     /// Whether `inputs` have the frame's static types (else the program runs them).
@@ -353,7 +356,10 @@ impl CompiledFrame {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        let mut state = spare.unwrap_or_else(|| self.fresh_state());
+        let mut state = match spare {
+            Some(state) => state,
+            None => self.fresh_state()?,
+        };
         state.live.fill(false);
         let outcome = self.load_inputs(&mut state, inputs.into_iter());
         let outcome = outcome.and_then(|()| self.run_in(&mut state));

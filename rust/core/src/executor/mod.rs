@@ -227,6 +227,11 @@ impl Executor {
 
     /// Runs the graph on `args` (checked against its parameters); returns its results.
     pub fn run(&self, args: Vec<RtValue>) -> Result<Vec<RtValue>> {
+        // Memory that ran out in the executor's own bookkeeping (its kernels check their own).
+        crate::memory::checked(&self.plan.graph.name, self.run_unchecked(args))
+    }
+
+    fn run_unchecked(&self, args: Vec<RtValue>) -> Result<Vec<RtValue>> {
         let g = &self.plan.graph;
         check_params(&g.name, &g.params, &args)?;
         if let Some(root) = &self.root {

@@ -328,13 +328,18 @@ macro_rules! op_table {
                 match self { $( Op::$variant(o) => o.infer(inputs), )* }
             }
             pub fn compute(&self, inputs: &[Tensor], outputs: &[TensorType]) -> Result<Values<Tensor>> {
-                match self { $( Op::$variant(o) => o.compute(inputs, outputs), )* }
+                let result = match self { $( Op::$variant(o) => o.compute(inputs, outputs), )* };
+                crate::memory::checked(self.name(), result)
             }
             pub fn work(&self, inputs: &[&[usize]], outputs: &[&[usize]]) -> usize {
                 match self { $( Op::$variant(o) => o.work(inputs, outputs), )* }
             }
             pub fn compute_owned(&self, inputs: &mut Vec<Tensor>, outputs: &[TensorType]) -> Result<Values<Tensor>> {
-                match self { $( Op::$variant(o) => o.compute_owned(inputs, outputs), )* }
+                for ty in outputs {
+                    crate::tensor::check_allocation(self.name(), ty)?;
+                }
+                let result = match self { $( Op::$variant(o) => o.compute_owned(inputs, outputs), )* };
+                crate::memory::checked(self.name(), result)
             }
             pub fn kernel_into(&self, inputs: &[TensorType], outputs: &[TensorType]) -> Option<DestKernel> {
                 match self { $( Op::$variant(o) => o.kernel_into(inputs, outputs), )* }
