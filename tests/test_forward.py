@@ -501,3 +501,56 @@ def test_fuzz_found_forward_over_reverse_through_a_rule_with_an_intermediate() -
     # The rule's `sin(t)` was computed outside its accumulator while an inner tape recorded it:
     # forward over reverse dropped its dependence on the primal.
     _check_program(("leaf", "sin_sin"), ("frames", "interpreter", "compiled"))
+
+
+def _nested_on_the_fly(inner: str):
+    """custom_jvps made while the function runs, nested inside each other: `h` closes over the
+    outer function's `x` and over `g`'s argument `z`, `g` over `x`; an inner transform (`inner`)
+    differentiates through `g`'s rule and the outer one through everything those rules close
+    over (JAX's pattern of rules that close over tracers of an enclosing transform)."""
+
+    def outer(x):
+        def inner_fn(y):
+            @gl.custom_jvp
+            def g(z):
+                @gl.custom_jvp
+                def h(u):
+                    return gl.sin(u) * x * z
+
+                @h.defjvp
+                def h_jvp(p, t):
+                    (u,), (du,) = p, t
+                    return h(u), gl.cos(u) * x * z * du
+
+                return h(z)
+
+            @g.defjvp
+            def g_jvp(p, t):
+                (z,), (dz,) = p, t
+                return g(z), (gl.cos(z) * z + gl.sin(z)) * x * dz
+
+            return g(y)
+
+        if inner == "grad":
+            return gl.grad(lambda y: gl.sum(inner_fn(y)))(x * 2.0)
+        return gl.jvp(inner_fn, (x * 2.0,), (gl.ones_like(x),))[1]
+
+    return outer
+
+
+@pytest.mark.parametrize("inner", ["grad", "jvp"])
+@pytest.mark.parametrize("mode", MODES)
+def test_nested_on_the_fly_custom_jvps_closing_over_each_other(mode: str, inner: str) -> None:
+    outer = _nested_on_the_fly(inner)
+
+    def reference(x):  # d/dy of sum(sin(y) x y) at y = 2x
+        y = 2.0 * x
+        return x * (np.cos(y) * y + np.sin(y))
+
+    x = np.array([0.7, -0.4])
+    np.testing.assert_allclose(np.asarray(staged(mode, outer)(gl.tensor(x))), reference(x))
+    want = directional(reference, x, np.ones(2))
+    got = staged(mode, lambda x: gl.jvp(outer, (x,), (gl.ones_like(x),))[1])(gl.tensor(x))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    got = staged(mode, gl.grad(lambda x: gl.sum(outer(x))))(gl.tensor(x))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)  # the Jacobian is diagonal
