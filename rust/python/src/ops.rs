@@ -83,6 +83,17 @@ unary_fns! {
     ceil => build::ceil;
     round => build::round;
     logical_not => build::logical_not;
+    tan => build::tan;
+    arcsin => build::arcsin;
+    arccos => build::arccos;
+    arctan => build::arctan;
+    sinh => build::sinh;
+    cosh => build::cosh;
+    arcsinh => build::arcsinh;
+    arccosh => build::arccosh;
+    arctanh => build::arctanh;
+    log1p => build::log1p;
+    expm1 => build::expm1;
     stop_gradient => build::stop_gradient;
     identity => build::identity;
 }
@@ -104,6 +115,9 @@ binary_fns! {
     logical_and => build::logical_and;
     logical_or => build::logical_or;
     matmul => build::matmul;
+    arctan2 => build::arctan2;
+    rem => build::rem;
+    quotient => build::quotient;
 }
 
 /// `axis` as None, an int or a sequence of ints, made absolute for rank `ndim`.

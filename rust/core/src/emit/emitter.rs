@@ -369,6 +369,18 @@ impl Emitter {
         self.op(&body, ty)
     }
 
+    /// `stablehlo.select`: `a` where `pred`, else `b` (all of one shape).
+    pub fn select(&mut self, pred: &MlirValue, a: &MlirValue, b: &MlirValue) -> MlirValue {
+        let body = format!(
+            "stablehlo.select {pred}, {a}, {b} : ({}, {}, {}) -> {}",
+            TypeText(&pred.ty),
+            TypeText(&a.ty),
+            TypeText(&b.ty),
+            TypeText(&a.ty)
+        );
+        self.op(&body, &a.ty)
+    }
+
     /// `stablehlo.compare` of two same-typed operands; `direction` is EQ, NE, LT, LE, GT or GE.
     pub fn compare(&mut self, direction: &str, a: &MlirValue, b: &MlirValue) -> MlirValue {
         let kind = match a.ty.dtype {

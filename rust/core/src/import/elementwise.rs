@@ -162,34 +162,14 @@ pub(crate) fn clamp(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<
     Ok(vec![build::minimum(ctx, &low, hi)?])
 }
 
-/// Division; integer division truncates toward zero (through float64, exact below 2^53).
+/// Division; integer division truncates toward zero.
 pub(crate) fn divide(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
     let [a, b] = operands(op, x)?;
     let ctx = im.ctx();
     if a.ty().dtype.is_float() {
         return Ok(vec![build::div(ctx, a, b)?]);
     }
-    Ok(vec![truncated_quotient(ctx, a, b)?])
-}
-
-/// `trunc(a / b)` in `a`'s dtype: a cast to an integer truncates toward zero.
-fn truncated_quotient(ctx: &mut dyn Context<Val>, a: &Val, b: &Val) -> Result<Val> {
-    let dtype = a.ty().dtype;
-    let wide = |ctx: &mut dyn Context<Val>, v: &Val| build::cast(ctx, v, DType::F64);
-    let (fa, fb) = (wide(ctx, a)?, wide(ctx, b)?);
-    let q = build::div(ctx, &fa, &fb)?;
-    let q = build::cast(ctx, &q, DType::I64)?;
-    build::cast(ctx, &q, dtype)
-}
-
-/// `a - b * trunc(a / b)`: the sign of `a`, as C's `fmod`. For floats the quotient goes through
-/// int64, so it needs |a / b| < 2^63; its gradient is 1 for `a` and `-trunc(a / b)` for `b`.
-pub(crate) fn remainder(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
-    let [a, b] = operands(op, x)?;
-    let ctx = im.ctx();
-    let q = truncated_quotient(ctx, a, b)?;
-    let bq = build::mul(ctx, b, &q)?;
-    Ok(vec![build::sub(ctx, a, &bq)?])
+    Ok(vec![build::quotient(ctx, a, b)?])
 }
 
 /// `1 / sqrt(x)`.
@@ -197,27 +177,6 @@ pub(crate) fn rsqrt(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
     let s = build::sqrt(ctx, x)?;
     let one = build::ones_like(ctx, &s)?;
     build::div(ctx, &one, &s)
-}
-
-/// `exp(x) - 1` (loses the precision of a fused expm1 near 0).
-pub(crate) fn expm1(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
-    let e = build::exp(ctx, x)?;
-    let one = build::ones_like(ctx, &e)?;
-    build::sub(ctx, &e, &one)
-}
-
-/// `log(1 + x)` (loses the precision of a fused log1p near 0).
-pub(crate) fn log1p(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
-    let one = build::ones_like(ctx, x)?;
-    let s = build::add(ctx, &one, x)?;
-    build::log(ctx, &s)
-}
-
-/// `sin(x) / cos(x)`.
-pub(crate) fn tan(ctx: &mut dyn Context<Val>, x: &Val) -> Result<Val> {
-    let s = build::sin(ctx, x)?;
-    let c = build::cos(ctx, x)?;
-    build::div(ctx, &s, &c)
 }
 
 /// `x == x and |x| < inf` (false for NaN and the infinities).

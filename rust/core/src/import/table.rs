@@ -34,7 +34,7 @@ static TABLE: &[(&str, Convert)] = &[
         unary(im, op, x, build::exp)
     }),
     ("stablehlo.exponential_minus_one", |im, op, x| {
-        unary(im, op, x, ew::expm1)
+        unary(im, op, x, build::expm1)
     }),
     ("stablehlo.floor", |im, op, x| {
         unary(im, op, x, build::floor)
@@ -42,9 +42,18 @@ static TABLE: &[(&str, Convert)] = &[
     ("stablehlo.is_finite", |im, op, x| {
         unary(im, op, x, ew::is_finite)
     }),
+    ("chlo.acos", |im, op, x| unary(im, op, x, build::arccos)),
+    ("chlo.acosh", |im, op, x| unary(im, op, x, build::arccosh)),
+    ("chlo.asin", |im, op, x| unary(im, op, x, build::arcsin)),
+    ("chlo.asinh", |im, op, x| unary(im, op, x, build::arcsinh)),
+    ("chlo.atan", |im, op, x| unary(im, op, x, build::arctan)),
+    ("chlo.atanh", |im, op, x| unary(im, op, x, build::arctanh)),
+    ("chlo.cosh", |im, op, x| unary(im, op, x, build::cosh)),
+    ("chlo.sinh", |im, op, x| unary(im, op, x, build::sinh)),
+    ("chlo.tan", |im, op, x| unary(im, op, x, build::tan)),
     ("stablehlo.log", |im, op, x| unary(im, op, x, build::log)),
     ("stablehlo.log_plus_one", |im, op, x| {
-        unary(im, op, x, ew::log1p)
+        unary(im, op, x, build::log1p)
     }),
     ("stablehlo.logistic", |im, op, x| {
         unary(im, op, x, build::sigmoid)
@@ -57,7 +66,7 @@ static TABLE: &[(&str, Convert)] = &[
     ("stablehlo.sign", |im, op, x| unary(im, op, x, build::sign)),
     ("stablehlo.sine", |im, op, x| unary(im, op, x, build::sin)),
     ("stablehlo.sqrt", |im, op, x| unary(im, op, x, build::sqrt)),
-    ("stablehlo.tan", |im, op, x| unary(im, op, x, ew::tan)),
+    ("stablehlo.tan", |im, op, x| unary(im, op, x, build::tan)),
     ("stablehlo.tanh", |im, op, x| unary(im, op, x, build::tanh)),
     ("stablehlo.not", ew::logical),
     ("stablehlo.convert", ew::convert),
@@ -70,7 +79,8 @@ static TABLE: &[(&str, Convert)] = &[
         binary(im, op, x, build::mul)
     }),
     ("stablehlo.divide", ew::divide),
-    ("stablehlo.remainder", ew::remainder),
+    ("stablehlo.remainder", |im, op, x| binary(im, op, x, build::rem)),
+    ("stablehlo.atan2", |im, op, x| binary(im, op, x, build::arctan2)),
     ("stablehlo.power", |im, op, x| binary(im, op, x, build::pow)),
     ("stablehlo.maximum", |im, op, x| {
         binary(im, op, x, build::maximum)

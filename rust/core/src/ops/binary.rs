@@ -36,7 +36,12 @@ fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
 }
 
 /// `g` reduced to the shape of input `i`, if that input needs a gradient.
-fn unbroadcast<V: Value>(ctx: &mut dyn Context<V>, saved: &Saved<V>, i: usize, g: V) -> Result<V> {
+pub(super) fn unbroadcast<V: Value>(
+    ctx: &mut dyn Context<V>,
+    saved: &Saved<V>,
+    i: usize,
+    g: V,
+) -> Result<V> {
     let shape = saved.input_types[i].shape.clone();
     build::sum_to_shape(ctx, &g, &shape)
 }
@@ -228,6 +233,9 @@ macro_rules! binary_op {
         }
     };
 }
+
+/// For the other files of binary elementwise ops (`binary_math`).
+pub(super) use binary_op;
 
 binary_op! {
     /// a + b.

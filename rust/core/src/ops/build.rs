@@ -14,6 +14,7 @@ pub use super::binary::{
     add, div, equal, greater, greater_equal, less, less_equal, logical_and, logical_or, maximum,
     minimum, mul, not_equal, pow, relu_grad, select, sub,
 };
+pub use super::binary_math::{arctan2, quotient, rem};
 pub use super::creation::{
     arange, arange_of, cast, fill, fill_like, identity, ones_like, stop_gradient, zeros_like,
 };
@@ -28,6 +29,9 @@ pub use super::matmul::matmul;
 pub use super::reduce::{mean, reduce_max, reduce_min, sum};
 pub use super::unary::{
     abs, ceil, cos, exp, floor, log, logical_not, neg, relu, round, sigmoid, sign, sin, sqrt, tanh,
+};
+pub use super::unary_math::{
+    arccos, arccosh, arcsin, arcsinh, arctan, arctanh, cosh, expm1, log1p, sinh, tan,
 };
 
 /// Applies a single-output op.

@@ -299,6 +299,11 @@ pub trait Arith: Element {
     fn wmul(self, other: Self) -> Self;
     fn wneg(self) -> Self;
     fn wabs(self) -> Self;
+    /// The remainder of truncated division, with the sign of `self` (C's `fmod`, Rust's `%`);
+    /// 0 for integers divided by 0, as numpy gives.
+    fn wrem(self, other: Self) -> Self;
+    /// The quotient rounded toward zero; 0 for integers divided by 0, as numpy gives.
+    fn wquot(self, other: Self) -> Self;
     fn zero() -> Self;
     fn one() -> Self;
 }
@@ -311,6 +316,8 @@ macro_rules! arith_float {
             fn wmul(self, o: Self) -> Self { self * o }
             fn wneg(self) -> Self { -self }
             fn wabs(self) -> Self { self.abs() }
+            fn wrem(self, o: Self) -> Self { self % o }
+            fn wquot(self, o: Self) -> Self { (self / o).trunc() }
             fn zero() -> Self { 0.0 }
             fn one() -> Self { 1.0 }
         }
@@ -325,6 +332,8 @@ macro_rules! arith_int {
             fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
             fn wneg(self) -> Self { self.wrapping_neg() }
             fn wabs(self) -> Self { self.wrapping_abs() }
+            fn wrem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
+            fn wquot(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_div(o) } }
             fn zero() -> Self { 0 }
             fn one() -> Self { 1 }
         }

@@ -24,6 +24,7 @@ pub use dest::{DestKernel, GatherTable};
 
 pub mod attrs;
 pub mod binary;
+pub mod binary_math;
 pub mod build;
 pub mod concat;
 pub mod context;
@@ -44,6 +45,7 @@ pub mod slicing;
 pub mod tangents;
 pub mod tiles;
 pub mod unary;
+pub mod unary_math;
 
 /// Output types of a shape rule (most ops have one output: no allocation).
 pub type Types = SmallVec<[TensorType; 1]>;
@@ -410,6 +412,17 @@ op_table! {
     Ceil(unary::Ceil),
     Round(unary::Round),
     LogicalNot(unary::LogicalNot),
+    Tan(unary_math::Tan),
+    Arcsin(unary_math::Arcsin),
+    Arccos(unary_math::Arccos),
+    Arctan(unary_math::Arctan),
+    Sinh(unary_math::Sinh),
+    Cosh(unary_math::Cosh),
+    Arcsinh(unary_math::Arcsinh),
+    Arccosh(unary_math::Arccosh),
+    Arctanh(unary_math::Arctanh),
+    Log1p(unary_math::Log1p),
+    Expm1(unary_math::Expm1),
     // binary elementwise (numpy broadcasting)
     Add(binary::Add),
     Sub(binary::Sub),
@@ -428,6 +441,9 @@ op_table! {
     LogicalAnd(binary::LogicalAnd),
     LogicalOr(binary::LogicalOr),
     Select(binary::Select),
+    Arctan2(binary_math::Arctan2),
+    Rem(binary_math::Rem),
+    Quotient(binary_math::Quotient),
     // reductions
     Sum(reduce::Sum),
     ReduceMax(reduce::ReduceMax),

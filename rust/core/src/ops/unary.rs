@@ -195,6 +195,9 @@ macro_rules! unary_op {
     };
 }
 
+/// For the other files of elementwise ops (`unary_math`).
+pub(super) use unary_op;
+
 unary_op! {
     /// Negation.
     Neg, "neg", neg, Numeric,
