@@ -44,6 +44,15 @@ def sample(domain: str, shape: Shape, rng: np.random.Generator) -> np.ndarray:
     if domain in ("even", "odd"):  # an "even" value is >= 0.2 from every "odd" one
         centre = 2.0 * rng.integers(-2, 2, shape) + (1.0 if domain == "odd" else 0.0)
         return centre + rng.uniform(-0.4, 0.4, shape)
+    if domain == "unit":  # inside arcsin's, arccos's and arctanh's domain, away from its ends
+        return rng.uniform(-0.8, 0.8, shape)
+    if domain == "above1":  # arccosh's
+        return rng.uniform(1.2, 3.0, shape)
+    if domain in ("mod_a", "mod_b"):  # a / b at least 0.15 from an integer: no jump of fmod
+        sign = np.where(rng.uniform(size=shape) < 0.5, -1.0, 1.0)
+        if domain == "mod_b":
+            return sign * rng.uniform(1.97, 2.03, shape)
+        return sign * (2.0 * rng.integers(0, 3, shape) + rng.uniform(0.4, 1.6, shape))
     if domain == "distinct":  # elements >= 0.3 apart: no ties for max/min
         n = int(np.prod(shape))
         values = 0.5 * rng.permutation(n) - 0.25 * n + rng.uniform(-0.1, 0.1, n)
@@ -64,14 +73,28 @@ BINARY_SHAPES: tuple[tuple[Shape, Shape], ...] = (
 )
 
 
-def unary(op: str, fn: Callable[..., gl.Tensor], domain: str = "real") -> list[Row]:
-    return [Row(op, fn, (s,), domain) for s in UNARY_SHAPES]
+#: Fewer shapes for the elementwise functions whose broadcasting and empty-tensor handling is
+#: the shared macro's, already checked by the rows above over every shape.
+FEW_UNARY_SHAPES: tuple[Shape, ...] = ((), (2, 3))
+FEW_BINARY_SHAPES: tuple[tuple[Shape, Shape], ...] = (((3,), (3,)), ((2, 1), (1, 3)))
+
+
+def unary(
+    op: str,
+    fn: Callable[..., gl.Tensor],
+    domain: str = "real",
+    shapes: tuple[Shape, ...] = UNARY_SHAPES,
+) -> list[Row]:
+    return [Row(op, fn, (s,), domain) for s in shapes]
 
 
 def binary(
-    op: str, fn: Callable[..., gl.Tensor], domain: tuple[str, str] = ("real", "real")
+    op: str,
+    fn: Callable[..., gl.Tensor],
+    domain: tuple[str, str] = ("real", "real"),
+    shapes: tuple[tuple[Shape, Shape], ...] = BINARY_SHAPES,
 ) -> list[Row]:
-    return [Row(op, fn, pair, domain) for pair in BINARY_SHAPES]
+    return [Row(op, fn, pair, domain) for pair in shapes]
 
 
 _rng = np.random.default_rng(1234)
@@ -297,6 +320,23 @@ ROWS: list[Row] = [
     *unary("relu", gl.relu, "away0"),
     *unary("sqrt", gl.sqrt, "pos"),
     *unary("abs", gl.abs, "away0"),
+    *unary("tan", gl.tan, "unit", FEW_UNARY_SHAPES),
+    *unary("arcsin", gl.arcsin, "unit", FEW_UNARY_SHAPES),
+    *unary("arccos", gl.arccos, "unit", FEW_UNARY_SHAPES),
+    *unary("arctan", gl.arctan, "real", FEW_UNARY_SHAPES),
+    *unary("sinh", gl.sinh, "real", FEW_UNARY_SHAPES),
+    *unary("cosh", gl.cosh, "real", FEW_UNARY_SHAPES),
+    *unary("arcsinh", gl.arcsinh, "real", FEW_UNARY_SHAPES),
+    *unary("arccosh", gl.arccosh, "above1", FEW_UNARY_SHAPES),
+    *unary("arctanh", gl.arctanh, "unit", FEW_UNARY_SHAPES),
+    *unary("log1p", gl.log1p, "pos", FEW_UNARY_SHAPES),
+    *unary("expm1", gl.expm1, "real", FEW_UNARY_SHAPES),
+    *unary("square", gl.square, "real", FEW_UNARY_SHAPES),
+    *unary("clip", lambda x: gl.clip(x, -0.5, 0.5), "away0", FEW_UNARY_SHAPES),
+    *binary("arctan2", gl.arctan2, ("real", "away0"), FEW_BINARY_SHAPES),
+    *binary("fmod", gl.fmod, ("mod_a", "mod_b"), FEW_BINARY_SHAPES),
+    *binary("remainder", gl.remainder, ("mod_a", "mod_b"), FEW_BINARY_SHAPES),
+    *binary("hypot", gl.hypot, ("away0", "away0"), FEW_BINARY_SHAPES),
     *binary("add", gl.add),
     *binary("sub", gl.sub),
     *binary("mul", gl.mul),

@@ -76,7 +76,11 @@ def floor_divide(a: Any, b: Any) -> Tensor:
     below = _core.logical_and(
         _core.not_equal(r, zero), _core.not_equal(_core.sign(b), _core.sign(r))
     )
-    return _core.stop_gradient(_core.round(_core.where(below, q - 1.0, q)))
+    q = _core.round(_core.where(below, q - 1.0, q))
+    exact = a / b
+    # numpy's ends: a zero quotient keeps the sign of a / b, division by zero is a / b
+    q = _core.where(_core.equal(q, zero), exact * 0.0, q)
+    return _core.stop_gradient(_core.where(_core.equal(b, _core.zeros_like(b)), exact, q))
 
 
 def clip(a: Any, a_min: Any = None, a_max: Any = None) -> Tensor:

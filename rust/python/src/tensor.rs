@@ -261,6 +261,24 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         ops::pow(slf.py(), o, slf.as_any())
     }
+    fn __mod__<'py>(slf: &Bound<'py, Self>, o: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        composed(slf.py(), "remainder", slf.as_any(), o)
+    }
+    fn __rmod__<'py>(slf: &Bound<'py, Self>, o: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        composed(slf.py(), "remainder", o, slf.as_any())
+    }
+    fn __floordiv__<'py>(
+        slf: &Bound<'py, Self>,
+        o: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        composed(slf.py(), "floor_divide", slf.as_any(), o)
+    }
+    fn __rfloordiv__<'py>(
+        slf: &Bound<'py, Self>,
+        o: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        composed(slf.py(), "floor_divide", o, slf.as_any())
+    }
     fn __matmul__(slf: &Bound<'_, Self>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         ops::matmul(slf.py(), slf.as_any(), o)
     }
@@ -419,4 +437,17 @@ fn symbolic_repr(v: &Val) -> String {
         "<gl.Tensor symbolic{kind} shape={shape} dtype={}>",
         ty.dtype.name()
     )
+}
+
+/// `a % b` and `a // b`: numpy's `remainder` and `floor_divide`, which the Python API composes
+/// from the op table's `rem` and `quotient` as JAX does (`gradloop.elementwise`).
+fn composed<'py>(
+    py: Python<'py>,
+    name: &str,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    py.import("gradloop.elementwise")?
+        .getattr(name)?
+        .call1((a, b))
 }

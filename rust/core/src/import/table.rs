@@ -79,8 +79,12 @@ static TABLE: &[(&str, Convert)] = &[
         binary(im, op, x, build::mul)
     }),
     ("stablehlo.divide", ew::divide),
-    ("stablehlo.remainder", |im, op, x| binary(im, op, x, build::rem)),
-    ("stablehlo.atan2", |im, op, x| binary(im, op, x, build::arctan2)),
+    ("stablehlo.remainder", |im, op, x| {
+        binary(im, op, x, build::rem)
+    }),
+    ("stablehlo.atan2", |im, op, x| {
+        binary(im, op, x, build::arctan2)
+    }),
     ("stablehlo.power", |im, op, x| binary(im, op, x, build::pow)),
     ("stablehlo.maximum", |im, op, x| {
         binary(im, op, x, build::maximum)

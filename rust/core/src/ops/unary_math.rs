@@ -15,6 +15,7 @@
 //! a composition agrees with the kernel to rounding, not bit for bit.
 
 use super::attrs::op_attrs;
+use super::kernels::Arith;
 use super::rules::{check_dtype, Accepts};
 use super::unary::{neg, unary_op};
 use super::{
@@ -57,6 +58,15 @@ fn emit_sqrt_one_minus_square(e: &mut Emitter, x: &MlirValue) -> Result<MlirValu
     let b = e.elementwise("stablehlo.add", &[&one, x], &x.ty);
     let p = e.elementwise("stablehlo.multiply", &[&a, &b], &x.ty);
     Ok(e.elementwise("stablehlo.sqrt", &[&p], &x.ty))
+}
+
+/// Above this, `x * x` overflows (roughly: the square root of the dtype's largest value).
+fn square_root_of_max(dtype: DType) -> f64 {
+    if dtype == DType::F32 {
+        1e18
+    } else {
+        1e150
+    }
 }
 
 fn emit_half(e: &mut Emitter, x: &MlirValue) -> Result<MlirValue> {
@@ -197,7 +207,7 @@ unary_op! {
         let ln2 = e.splat_like(x, std::f64::consts::LN_2)?;
         let big = e.elementwise("stablehlo.log", &[&a], &x.ty);
         let big = e.elementwise("stablehlo.add", &[&big, &ln2], &x.ty);
-        let limit = e.splat_like(x, 1e150)?;
+        let limit = e.splat_like(x, square_root_of_max(x.ty.dtype))?;
         let huge = e.compare("GT", &a, &limit);
         let y = e.select(&huge, &big, &small);
         let sign = e.elementwise("stablehlo.sign", &[x], &x.ty);
@@ -231,7 +241,7 @@ unary_op! {
         let ln2 = e.splat_like(x, std::f64::consts::LN_2)?;
         let big = e.elementwise("stablehlo.log", &[x], &x.ty);
         let big = e.elementwise("stablehlo.add", &[&big, &ln2], &x.ty);
-        let limit = e.splat_like(x, 1e150)?;
+        let limit = e.splat_like(x, square_root_of_max(x.ty.dtype))?;
         let huge = e.compare("GT", x, &limit);
         Ok(e.select(&huge, &big, &small))
     }
@@ -240,7 +250,12 @@ unary_op! {
 unary_op! {
     /// Inverse hyperbolic tangent, for |x| < 1 (+-inf at +-1, NaN beyond).
     Arctanh, "arctanh", arctanh, Float,
-    kernel: |x: T| x.atanh(),
+    // log1p(2|x| / (1 - |x|)) / 2 with x's sign: Rust's `atanh` loses digits for x near -1.
+    kernel: |x: T| {
+        let a = x.abs();
+        let r = ((a + a) / (T::one() - a)).ln_1p() / (T::one() + T::one());
+        if x.is_sign_negative() { -r } else { r }
+    },
     saves: Saves::inputs(1),
     grad: |ctx, saved, g| {
         let d = one_minus_square(ctx, saved.input(0)?)?;
