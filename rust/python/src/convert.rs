@@ -71,6 +71,12 @@ pub fn operand(obj: &Bound<'_, PyAny>) -> PyResult<Operand> {
 }
 
 /// A single op input: a tensor, or anything `gl.tensor` accepts.
+/// A sequence of tensors (or values `input` takes).
+pub fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Val>> {
+    let seq = xs.cast::<pyo3::types::PySequence>()?;
+    (0..seq.len()?).map(|i| input(&seq.get_item(i)?)).collect()
+}
+
 pub fn input(obj: &Bound<'_, PyAny>) -> PyResult<Val> {
     match operand(obj)? {
         Operand::Tensor(t) => Ok(t),

@@ -15,6 +15,7 @@ mod runtime;
 mod tape;
 mod tensor;
 mod trace;
+mod updates;
 mod variable;
 
 #[pymodule]
@@ -53,6 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtype::as_dtype, m)?)?;
     m.add_function(wrap_pyfunction!(errors::py_user_location, m)?)?;
     ops::register(m)?;
+    updates::register(m)?;
     m.add_function(wrap_pyfunction!(tape::watch_on_active_tapes, m)?)?;
     m.add_function(wrap_pyfunction!(tape::any_tape_active, m)?)?;
     m.add_function(wrap_pyfunction!(tape::recording_tape_keys, m)?)?;

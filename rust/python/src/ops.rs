@@ -7,9 +7,9 @@ use gradloop::shape::{normalize_axis, DYN};
 use gradloop::trace::Val;
 use gradloop::{DType, Scalar, Value};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PySequence};
+use pyo3::types::{PyBool, PyFloat, PyInt};
 
-use crate::convert::{binary_operands, input, opt_dtype, python_number, scalar};
+use crate::convert::{binary_operands, input, inputs, opt_dtype, python_number, scalar};
 use crate::dtype::to_dtype;
 use crate::errors::IntoPyResult;
 use crate::runtime::{numel, run, run_op, work};
@@ -272,11 +272,6 @@ pub mod py_shape {
         let x = input(x)?;
         let shape = shape_arg(shape)?;
         run_op!(py, numel(&x), |ctx, x| build::broadcast_to(ctx, &x, &shape)).map(PyTensor::new)
-    }
-
-    fn inputs(xs: &Bound<'_, PyAny>) -> PyResult<Vec<Val>> {
-        let seq = xs.cast::<PySequence>()?;
-        (0..seq.len()?).map(|i| input(&seq.get_item(i)?)).collect()
     }
 
     fn first_ndim(py: Python<'_>, op: &'static str, xs: &[Val]) -> PyResult<usize> {

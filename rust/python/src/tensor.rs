@@ -219,6 +219,16 @@ impl PyTensor {
         numpy_view(slf, "str")?.str()?.extract()
     }
 
+    /// JAX's functional updates: `x.at[idx].set(v)`, `.add`, `.mul`, `.min`, `.max`, `.get()`
+    /// (`gradloop.at`).
+    #[getter]
+    fn at<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py()
+            .import("gradloop.at")?
+            .getattr("IndexUpdateHelper")?
+            .call1((slf,))
+    }
+
     fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         crate::indexing::getitem(py, &self.inner, index)
     }

@@ -327,6 +327,47 @@ impl OpDef for DynamicUpdateSlice {
         update_kernel(&inputs[0], &inputs[1], &inputs[2..], false)
     }
 
+    /// The window's elements: written in place, a row written each trip of a loop costs the
+    /// row, not the buffer (`compute_owned`), so such a loop stays fused.
+    fn work(&self, inputs: &[&[usize]], _outputs: &[&[usize]]) -> usize {
+        inputs.get(1).map_or(0, |u| u.iter().product())
+    }
+
+    /// Writes the window into the operand's buffer when the operand is its only holder (a
+    /// loop-carried buffer read for the last time): no copy of the rest.
+    fn compute_owned(
+        &self,
+        inputs: &mut Vec<Tensor>,
+        outputs: &[TensorType],
+    ) -> Result<Values<Tensor>> {
+        let op = "dynamic_update_slice";
+        if inputs.len() >= 2 && inputs[0].is_unique() && inputs[0].ty() == &outputs[0] {
+            let shape = inputs[0].shape().to_vec();
+            let starts = clamped_starts(op, &inputs[2..], &shape, inputs[1].shape())?;
+            let update = inputs[1].clone();
+            let written = crate::with_dtype!(update.dtype(), T, {
+                let u = update.view::<T>()?;
+                match inputs[0].unique_slice_mut::<T>() {
+                    Some(xs) => {
+                        let mut x = ndarray::ArrayViewMut::from_shape(shape.as_slice(), xs)
+                            .map_err(|e| Error::internal(op, e.to_string()))?;
+                        x.slice_each_axis_mut(|ax| {
+                            let d = ax.axis.index();
+                            ndarray::Slice::from(starts[d]..starts[d] + u.shape()[d])
+                        })
+                        .assign(&u);
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if written {
+                return Ok(smallvec![inputs.swap_remove(0).renewed()]);
+            }
+        }
+        self.compute(inputs, outputs)
+    }
+
     fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
         let (x, u) = (&inputs[0], &inputs[1]);
         let starts = clamped_starts("dynamic_update_slice", &inputs[2..], x.shape(), u.shape())?;

@@ -1,0 +1,115 @@
+"""The numerics solvers call, beside their peers in one run.
+
+- The ring-buffer write loop: `buf.at[k].set(row)` in a `while_loop` of `n` trips writing one
+  row of a `[n, 64]` float64 buffer per trip (ODE solvers' saved steps, L-BFGS's history).
+  Written in place, a trip costs the row, not the buffer: the time per trip stays flat as `n`
+  grows. Peers: numpy's in-place `buf[k] = row` in a Python loop, and JAX's `lax.fori_loop`
+  under `jax.jit` where JAX is installed.
+- Elementwise math: `arcsinh`, `arctan2`, `log1p` on 10^6 float64 elements against numpy.
+
+Medians of `--repeats` calls after a warm-up; ratios are to numpy, measured in the same run.
+
+Usage: python benches/numerics.py [--quick] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+import gradloop as gl
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ring_buffer(n: int, repeats: int, with_jit: bool) -> dict[str, float]:
+    row = np.linspace(0.0, 1.0, 64)
+
+    def loop(buf, row):
+        def body(k, buf):
+            return k + 1, buf.at[k].set(row * gl.cast(k, gl.float64))
+
+        return gl.while_loop(lambda k, b: k < n, body, (gl.tensor(0), buf))[1]
+
+    def numpy_loop():
+        buf = np.zeros((n, 64))
+        for k in range(n):
+            buf[k] = row * k
+        return buf
+
+    buf_t, row_t = gl.zeros((n, 64), dtype=gl.float64), gl.tensor(row)
+    graph = gl.function(loop)
+    out = {
+        "numpy": median_seconds(numpy_loop, repeats) / n,
+        "graph": median_seconds(lambda: graph(buf_t, row_t), repeats) / n,
+    }
+    if with_jit:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            jitted = gl.jit(loop)
+            out["gl.jit (IREE)"] = median_seconds(lambda: jitted(buf_t, row_t), repeats) / n
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+
+        @jax.jit
+        def jax_loop(buf, row):
+            return jax.lax.fori_loop(0, n, lambda k, b: b.at[k].set(row * k), buf)
+
+        b, r = jnp.zeros((n, 64)), jnp.asarray(row)
+        out["JAX jit"] = median_seconds(lambda: jax_loop(b, r).block_until_ready(), repeats) / n
+    except ImportError:
+        pass
+    return out
+
+
+def elementwise(repeats: int) -> dict[str, tuple[float, float]]:
+    x = np.random.default_rng(0).uniform(-3.0, 3.0, 1_000_000)
+    y = np.random.default_rng(1).uniform(0.5, 3.0, 1_000_000)
+    xt, yt = gl.tensor(x), gl.tensor(y)
+    cases = {
+        "arcsinh": (lambda: gl.arcsinh(xt), lambda: np.arcsinh(x)),
+        "arctan2": (lambda: gl.arctan2(xt, yt), lambda: np.arctan2(x, y)),
+        "log1p": (lambda: gl.log1p(yt), lambda: np.log1p(y)),
+    }
+    return {
+        name: (median_seconds(ours, repeats), median_seconds(peer, repeats))
+        for name, (ours, peer) in cases.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for the test suite")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    sizes = (200, 1000) if args.quick else (1000, 10_000)
+    print("ring-buffer write loop, microseconds per trip (median)")
+    for n in sizes:
+        row = ring_buffer(n, args.repeats, with_jit=not args.quick)
+        cells = "  ".join(f"{k} {v * 1e6:8.3f}" for k, v in row.items())
+        print(f"  n = {n:6d}: {cells}  (graph / numpy {row['graph'] / row['numpy']:.2f}x)")
+    print("elementwise on 10^6 float64, milliseconds (median)")
+    for name, (ours, peer) in elementwise(args.repeats).items():
+        print(
+            f"  {name:8s} gradloop {ours * 1e3:7.2f}  numpy {peer * 1e3:7.2f}  {ours / peer:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
