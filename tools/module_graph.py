@@ -25,7 +25,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "rust" / "core" / "src"
 #: cycle).
 LAYERS: list[set[str]] = [
     {"error", "dtype", "location", "pool", "shape", "tensor", "value"},
-    {"emit"},
+    {"memory", "emit"},
     {"ops"},
     {"tape"},
     {"forward"},

@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use crate::dtype::DType;
 use crate::error::ErrorKind;
 use crate::graph::{FunctionBuilder, Graph, Library, Location, ValueType};
-use crate::ops::{binary, creation, index, layout, matmul, reduce, unary, Op, OpKind};
+use crate::ops::{
+    binary, binary_math, creation, index, layout, matmul, reduce, unary, unary_math, Op, OpKind,
+};
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
 
@@ -61,7 +63,8 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
     let (m, v, s) = (values(&[2, 3]), values(&[3]), Tensor::scalar(0.25f32));
     let mask = bools(&[true, false, false, true, true, false], &[2, 3]);
     let shape = |d: &[usize]| d.into();
-    let mut rows = vec![
+    let mut rows =
+        vec![
         case(
             creation::Fill {
                 dtype: DType::F32,
@@ -128,6 +131,20 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
         case(Ceil, vec![m.clone()], "stablehlo.ceil"),
         case(Round, vec![m.clone()], "stablehlo.round_nearest_even"),
         case(LogicalNot, vec![mask.clone()], "stablehlo.not"),
+        case(unary_math::Tan, vec![m.clone()], "stablehlo.tan"),
+        case(unary_math::Arcsin, vec![m.clone()], "stablehlo.atan2"),
+        case(unary_math::Arccos, vec![m.clone()], "stablehlo.atan2"),
+        case(unary_math::Arctan, vec![m.clone()], "stablehlo.atan2"),
+        case(unary_math::Sinh, vec![m.clone()], "stablehlo.exponential_minus_one"),
+        case(unary_math::Cosh, vec![m.clone()], "stablehlo.exponential"),
+        case(unary_math::Arcsinh, vec![m.clone()], "stablehlo.log_plus_one"),
+        case(unary_math::Arccosh, vec![positive(&[2, 3])], "stablehlo.select"),
+        case(unary_math::Arctanh, vec![m.clone()], "stablehlo.log_plus_one"),
+        case(unary_math::Log1p, vec![positive(&[2, 3])], "stablehlo.log_plus_one"),
+        case(unary_math::Expm1, vec![m.clone()], "stablehlo.exponential_minus_one"),
+        case(binary_math::Arctan2, vec![m.clone(), v.clone()], "stablehlo.atan2"),
+        case(binary_math::Rem, vec![m.clone(), positive(&[3])], "stablehlo.remainder"),
+        case(binary_math::Quotient, vec![m.clone(), positive(&[3])], "stablehlo.floor"),
         case(Add, vec![m.clone(), v.clone()], "stablehlo.add"),
         case(Sub, vec![s.clone(), m.clone()], "stablehlo.subtract"),
         case(Mul, vec![m.clone(), v.clone()], "stablehlo.multiply"),

@@ -5,7 +5,9 @@ use std::collections::HashSet;
 
 use super::*;
 use crate::graph::builtin_names;
-use crate::ops::{binary, creation, index, layout, matmul, reduce, unary, Op, OpKind};
+use crate::ops::{
+    binary, binary_math, creation, index, layout, matmul, reduce, unary, unary_math, Op, OpKind,
+};
 
 fn shape(dims: &[usize]) -> Shape {
     dims.into()
@@ -60,6 +62,20 @@ pub(crate) fn samples() -> Vec<Op> {
         Ceil.into(),
         Round.into(),
         LogicalNot.into(),
+        unary_math::Tan.into(),
+        unary_math::Arcsin.into(),
+        unary_math::Arccos.into(),
+        unary_math::Arctan.into(),
+        unary_math::Sinh.into(),
+        unary_math::Cosh.into(),
+        unary_math::Arcsinh.into(),
+        unary_math::Arccosh.into(),
+        unary_math::Arctanh.into(),
+        unary_math::Log1p.into(),
+        unary_math::Expm1.into(),
+        binary_math::Arctan2.into(),
+        binary_math::Rem.into(),
+        binary_math::Quotient.into(),
         Add.into(),
         Sub.into(),
         Mul.into(),
