@@ -220,7 +220,7 @@ def test_a_loop_saves_its_trajectory_row_by_row(mode: str) -> None:
 
     g = float(staged(mode, gl.grad(loss))(gl.tensor(rate, dtype=gl.float64)))
     eps = 1e-6
-    fd = (
-        np.sum(reference_np(y0, rate + eps) ** 2) - np.sum(reference_np(y0, rate - eps) ** 2)
-    ) / (2 * eps)
+    fd = (np.sum(reference_np(y0, rate + eps) ** 2) - np.sum(reference_np(y0, rate - eps) ** 2)) / (
+        2 * eps
+    )
     np.testing.assert_allclose(g, fd, rtol=1e-7)
