@@ -106,6 +106,7 @@ from .elementwise import (
 )
 from .forward import custom_jvp, hessian, jacfwd, jacrev, jvp, linearize
 from .function import Function, function, inline, lower, prune
+from .loops import fori_loop
 from .variables import Variable
 
 __version__ = "0.1.0"
@@ -151,6 +152,7 @@ __all__ = [
     "floor",
     "floor_divide",
     "fmod",
+    "fori_loop",
     "full",
     "function",
     "grad",
