@@ -24,8 +24,8 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "rust" / "core" / "src"
 #: The layering, leaves first: a module may use those before it (and its own layer, without a
 #: cycle).
 LAYERS: list[set[str]] = [
-    {"error", "dtype", "location", "pool", "shape", "tensor", "value"},
-    {"memory", "emit"},
+    {"error", "dtype", "location", "memory", "pool", "shape", "tensor", "value"},
+    {"emit"},
     {"ops"},
     {"tape"},
     {"forward"},

@@ -223,7 +223,7 @@ impl Storage {
         let Some(v) = T::vec_mut(self) else {
             return Ok(false);
         };
-        v.try_reserve(xs.len()).map_err(|_| {
+        crate::memory::fallibly(|| v.try_reserve(xs.len())).map_err(|_| {
             let bytes = (v.len() + xs.len()).saturating_mul(std::mem::size_of::<T>());
             crate::Error::new(
                 crate::ErrorKind::ResourceExhausted,

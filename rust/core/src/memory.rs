@@ -19,6 +19,7 @@
 )]
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -52,6 +53,9 @@ impl Reserve {
     /// Gives the reserve back and retries `attempt` once, noting the shortage when the retry
     /// succeeds; null when there was no reserve left or the retry failed too.
     fn after_refusal(&self, size: usize, attempt: impl FnOnce() -> *mut u8) -> *mut u8 {
+        if ASKING.try_with(Cell::get).unwrap_or(false) {
+            return std::ptr::null_mut(); // a fallible request: its caller reports the refusal
+        }
         let block = self.block.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if block.is_null() {
             return std::ptr::null_mut();
@@ -125,6 +129,21 @@ impl Reserve {
 }
 
 static RESERVE: Reserve = Reserve::new();
+
+thread_local! {
+    /// Set while this thread makes a fallible request (`fallibly`).
+    static ASKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, whose allocations are fallible requests (`try_reserve`, a probe of whether the
+/// machine could give a size): a refusal is theirs to report, so the reserve is not spent on
+/// them.
+pub fn fallibly<T>(f: impl FnOnce() -> T) -> T {
+    let before = ASKING.with(|a| a.replace(true));
+    let out = f();
+    ASKING.with(|a| a.set(before));
+    out
+}
 
 /// The system's allocator with a reserve (see the module's comment).
 pub struct ReserveAllocator;

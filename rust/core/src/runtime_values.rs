@@ -430,7 +430,7 @@ const HEADROOM_ABOVE_BYTES: usize = 1 << 24;
 /// have that much room, rather than when a small allocation fails inside one of them.
 fn reserve_one(items: &mut Vec<Tensor>) -> Result<()> {
     let refused = |what: String| Error::new(ErrorKind::ResourceExhausted, "stack_push", what);
-    items.try_reserve(1).map_err(|_| {
+    crate::memory::fallibly(|| items.try_reserve(1)).map_err(|_| {
         refused(format!(
             "a loop's stack of {} items cannot grow",
             items.len()
@@ -439,7 +439,8 @@ fn reserve_one(items: &mut Vec<Tensor>) -> Result<()> {
     let n = items.len();
     if n.is_power_of_two() {
         let held: usize = items.iter().map(|t| t.numel() * t.dtype().size()).sum();
-        if held >= HEADROOM_ABOVE_BYTES && Vec::<u8>::new().try_reserve_exact(held).is_err() {
+        let asked = || Vec::<u8>::new().try_reserve_exact(held).is_err();
+        if held >= HEADROOM_ABOVE_BYTES && crate::memory::fallibly(asked) {
             return Err(refused(format!(
                 "a loop's stack holds {held} bytes in {n} items and this machine could not \
                  allocate as much again (fewer trips, or `checkpoints`, keep it smaller)"

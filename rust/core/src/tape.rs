@@ -314,7 +314,8 @@ impl<V: Value> Tape<V> {
     fn check_headroom(&mut self, name: &str, more: usize) -> Result<()> {
         let refused =
             |what: String| Error::new(ErrorKind::ResourceExhausted, name.to_owned(), what);
-        self.entries.try_reserve(1).map_err(|_| {
+        let entries = &mut self.entries;
+        crate::memory::fallibly(|| entries.try_reserve(1)).map_err(|_| {
             refused(format!(
                 "the gradient tape cannot grow past {} records",
                 self.entries.len()
@@ -324,7 +325,7 @@ impl<V: Value> Tape<V> {
         let held = self.held_bytes.saturating_add(more);
         if n.is_power_of_two()
             && held >= HEADROOM_ABOVE_BYTES
-            && Vec::<u8>::new().try_reserve_exact(held).is_err()
+            && crate::memory::fallibly(|| Vec::<u8>::new().try_reserve_exact(held).is_err())
         {
             return Err(refused(format!(
                 "the gradient tape's {n} records hold {held} bytes and this machine could not \

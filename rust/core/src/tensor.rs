@@ -76,7 +76,9 @@ pub fn check_allocation(op: &str, ty: &crate::shape::TensorType) -> crate::Resul
     let refused = match bytes {
         None => true,
         Some(n) if n > isize::MAX as usize => true,
-        Some(n) if n >= ASK_ABOVE_BYTES => Vec::<u8>::new().try_reserve_exact(n).is_err(),
+        Some(n) if n >= ASK_ABOVE_BYTES => {
+            crate::memory::fallibly(|| Vec::<u8>::new().try_reserve_exact(n).is_err())
+        }
         Some(_) => false,
     };
     if !refused {
