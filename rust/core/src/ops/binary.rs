@@ -28,7 +28,7 @@ use crate::shape::{broadcast_shapes, TensorType};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
-fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
+pub(super) fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
     Error::internal(
         op,
         format!("kernel called with {dtype} (rule should have rejected it)"),

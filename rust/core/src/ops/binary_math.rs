@@ -12,7 +12,7 @@
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
-use super::binary::{binary_op, unbroadcast};
+use super::binary::{binary_op, kernel_dtype_bug, unbroadcast};
 use super::kernels::{self, Arith};
 use super::rules::{broadcast_binary, Accepts};
 use super::{
@@ -20,18 +20,11 @@ use super::{
 };
 use crate::dtype::DType;
 use crate::emit::{Emitter, MlirValue, ScalarForm};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::Context;
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
-
-fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
-    Error::internal(
-        op,
-        format!("kernel called with {dtype} (rule should have rejected it)"),
-    )
-}
 
 binary_op! {
     /// The angle of the point (b, a) from the x axis, in [-pi, pi] (numpy's `arctan2(a, b)`).

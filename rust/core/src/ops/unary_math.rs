@@ -17,25 +17,18 @@
 use super::attrs::op_attrs;
 use super::kernels::Arith;
 use super::rules::{check_dtype, Accepts};
-use super::unary::{neg, unary_op};
+use super::unary::{kernel_dtype_bug, neg, unary_op};
 use super::{
     build, dest, expect_arity, kernels, tangents, DestKernel, Grads, OpDef, Saved, Saves, Tangents,
     Types, Values,
 };
 use crate::dtype::DType;
 use crate::emit::{Emitter, MlirValue, ScalarForm};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::Context;
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
 use crate::value::Value;
-
-fn kernel_dtype_bug(op: &'static str, dtype: DType) -> Error {
-    Error::internal(
-        op,
-        format!("kernel called with {dtype} (rule should have rejected it)"),
-    )
-}
 
 /// `1 - x^2` as `(1 - x)(1 + x)`, exact where `x^2` would round (|x| near 1).
 fn one_minus_square<V: Value>(ctx: &mut dyn Context<V>, x: &V) -> Result<V> {
