@@ -54,3 +54,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     diagnose = getattr(getattr(item, "module", None), "failure_diagnostics", None)
     if report.when == "call" and report.failed and diagnose is not None:
         report.sections.append(("diagnostics", diagnose(item)))
+
+
+@pytest.fixture(scope="module")
+def ray_alone(request: pytest.FixtureRequest) -> None:
+    """For the module fixtures that start Ray. Two Ray instances on one machine see each other
+    and cancel each other's actors, so the Ray modules share one test process (`--dist
+    loadgroup`). pytest-xdist marks a grouped test by renaming its node id; where a pytest
+    release breaks that, fail with the reason rather than let the modules run side by side."""
+    if not getattr(request.config.option, "loadgroup", False):
+        return
+    for item in request.session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            pytest.fail(
+                f"pytest-xdist's --dist loadgroup did not group {item.nodeid} (pytest "
+                f"{pytest.__version__}): install the pytest that requirements-dev.txt names",
+                pytrace=False,
+            )

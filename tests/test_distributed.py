@@ -28,7 +28,7 @@ F64 = gl.float64
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
+def local_ray(ray_alone):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     gl.distributed.shutdown()

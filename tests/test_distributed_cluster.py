@@ -23,7 +23,7 @@ pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(ray_alone):
     from ray.cluster_utils import Cluster
 
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
