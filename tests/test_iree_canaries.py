@@ -354,3 +354,32 @@ def test_canary_a_third_order_gradient_on_host_scalars_is_wrong_as_scf() -> None
         results[cf] = run(concrete, vmfb, x)[0]
     np.testing.assert_allclose(results[True], want, rtol=1e-10)
     assert not np.allclose(results[False], want, rtol=1e-6), results[False]
+
+
+SUM_OF_A_BROADCAST_PRODUCT = """
+func.func @main(%m: tensor<4x5xf32>, %w: tensor<5xf32>) -> tensor<f32> {
+  %b = stablehlo.broadcast_in_dim %w, dims = [1] : (tensor<5xf32>) -> tensor<4x5xf32>
+  %p = stablehlo.multiply %m, %b : tensor<4x5xf32>
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0, 1]
+      : (tensor<4x5xf32>, tensor<f32>) -> tensor<f32>
+  return %s : tensor<f32>
+}
+"""
+
+
+def test_canary_a_sum_of_a_broadcast_product_over_two_axes_fails() -> None:
+    with pytest.raises(gl.errors.CompileError, match="invalid accumulator/result vector shape"):
+        compile_text(SUM_OF_A_BROADCAST_PRODUCT)
+    # the same sum over the merged axes compiles
+    merged = SUM_OF_A_BROADCAST_PRODUCT.replace(
+        "%s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0, 1]\n"
+        "      : (tensor<4x5xf32>, tensor<f32>) -> tensor<f32>",
+        "%f = stablehlo.reshape %p : (tensor<4x5xf32>) -> tensor<20xf32>\n"
+        "  %s = stablehlo.reduce(%f init: %zero) applies stablehlo.add across dimensions = [0]\n"
+        "      : (tensor<20xf32>, tensor<f32>) -> tensor<f32>",
+    )
+    assert "tensor<20xf32>" in merged
+    entry = _runtime.Function(compile_text(merged), "local-sync", "main")
+    m, w = np.arange(20.0, dtype=np.float32).reshape(4, 5), np.arange(5.0, dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(entry(m, w)[0]), np.sum(m * w), rtol=1e-6)

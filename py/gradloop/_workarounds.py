@@ -199,6 +199,17 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         canary=_CANARIES + "test_canary_a_tensor_built_from_elements_as_a_column_is_wrong",
     ),
     Workaround(
+        name="multi_axis_sums",
+        bug="a `stablehlo.reduce` (add) over two or more axes of a product with a broadcast "
+        "operand (`sum(m * w)`, m 4x5, w 5) becomes a `vector.contract` that fails to verify "
+        "('invalid accumulator/result vector shape')",
+        knob="emission: a sum over several static axes moves them last and merges them into "
+        "one first (`reduce::collapsed_sum`)",
+        reproducer="tests/test_array_functions.py::test_sums_of_broadcast_products_over_several_"
+        "axes_compile",
+        canary=_CANARIES + "test_canary_a_sum_of_a_broadcast_product_over_two_axes_fails",
+    ),
+    Workaround(
         name="scf_host_scalar_loops",
         bug="the third derivative of a loop over 2-vectors held as host scalars, its loops "
         "rolled, returns wrong numbers (no error) compiled as `scf`; the same module lowered "

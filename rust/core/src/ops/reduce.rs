@@ -18,10 +18,10 @@ use super::{
     Values,
 };
 use crate::dtype::{DType, Element, Storage};
-use crate::emit::{Emitter, MlirValue, ScalarForm};
+use crate::emit::{Emitter, MlirValue, ScalarForm, TypeText};
 use crate::error::{Error, Result};
 use crate::ops::Context;
-use crate::shape::{normalize_axes, numel, Shape, TensorType};
+use crate::shape::{normalize_axes, numel, Shape, TensorType, DYN};
 use crate::tensor::Tensor;
 use crate::value::Value;
 
@@ -390,7 +390,10 @@ fn emit_reduction(
     if axes.is_empty() {
         return Ok(x.clone());
     }
-    let r = e.reduce(x, axes, combine, init)?;
+    let r = match collapsed_sum(e, x, axes, combine)? {
+        Some(flat) => e.reduce(&flat, &[flat.ty.ndim() - 1], combine, init)?,
+        None => e.reduce(x, axes, combine, init)?,
+    };
     if r.ty.shape == out.shape {
         return Ok(r);
     }
@@ -404,6 +407,37 @@ fn emit_reduction(
         })
         .collect();
     e.broadcast_in_dim(&r, &kept, &out.shape, &known)
+}
+
+/// A sum over several static axes, as `x` with those axes moved last and merged into one
+/// (the `multi_axis_sums` workaround: IREE reads a sum over several axes of a product with a
+/// broadcast operand as a contraction it cannot vectorize, and fails to compile it).
+fn collapsed_sum(
+    e: &mut Emitter,
+    x: &MlirValue,
+    axes: &[usize],
+    combine: &str,
+) -> Result<Option<MlirValue>> {
+    if combine != "stablehlo.add" || axes.len() < 2 || x.ty.shape.contains(&DYN) {
+        return Ok(None);
+    }
+    let kept: Vec<usize> = (0..x.ty.ndim()).filter(|d| !axes.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let moved = if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        x.clone()
+    } else {
+        let shape: Vec<usize> = perm.iter().map(|&d| x.ty.shape[d]).collect();
+        let ty = TensorType::new(x.ty.dtype, &shape);
+        let body = format!(
+            "stablehlo.transpose {x}, dims = {perm:?} : ({}) -> {}",
+            TypeText(&x.ty),
+            TypeText(&ty)
+        );
+        e.op(&body, &ty)
+    };
+    let mut shape: Vec<usize> = kept.iter().map(|&d| x.ty.shape[d]).collect();
+    shape.push(axes.iter().map(|&d| x.ty.shape[d]).product());
+    e.reshape(&moved, &shape).map(Some)
 }
 
 /// `g` (shaped like the reduction's output) broadcast back to the input's shape.
