@@ -6,7 +6,7 @@ on data, and take reverse-mode and higher-order gradients through them.
 
 from __future__ import annotations
 
-from . import errors, mlir
+from . import errors, linalg, mlir
 from ._core import (
     DType,
     Tensor,
@@ -125,7 +125,7 @@ from .elementwise import (
 )
 from .forward import custom_jvp, hessian, jacfwd, jacrev, jvp, linearize
 from .function import Function, function, inline, lower, prune
-from .loops import fori_loop
+from .loops import fori_loop, scan
 from .reductions import (
     all,
     any,
@@ -218,6 +218,7 @@ __all__ = [
     "jvp",
     "less",
     "less_equal",
+    "linalg",
     "linearize",
     "linspace",
     "log",
@@ -251,6 +252,7 @@ __all__ = [
     "repeat",
     "reshape",
     "round",
+    "scan",
     "searchsorted",
     "sigmoid",
     "sign",

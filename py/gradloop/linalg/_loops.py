@@ -1,0 +1,163 @@
+"""The factorisations and substitutions of `gl.linalg` as loops of the op table's ops.
+
+Each is a `fori_loop` over the matrix's rows or columns whose trip works on whole (batched)
+matrices through one-hot masks, so one definition runs eagerly, on the frame executor and
+compiled (IREE has no triangular solve or Cholesky lowering; pure StableHLO has none either),
+over any leading batch axes. A trip costs O(n^2) (O(n k) for a substitution with k right-hand
+sides). The public functions in `gl.linalg` wrap these with their own derivative rules;
+differentiated op by op (forward mode, higher orders) the loops are exact too.
+
+Conventions are LAPACK's: `lu_factor` gives `P a = L U` with L unit lower triangular packed
+below U's diagonal and `piv[i]` the row swapped with row i at step i; `cholesky` the lower
+factor of the symmetrised input (NaN where it is not positive definite, as JAX's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _core
+from .._core import Tensor
+from ..loops import fori_loop
+from ..reductions import argmax
+
+
+def _iota(n: int) -> Tensor:
+    return _core.arange(n, dtype="int32")
+
+
+def _pick_row(m: Tensor, hot: Tensor) -> Tensor:
+    """The row of `m` (..., n, k) where the one-hot `hot` (..., n) is set: (..., k)."""
+    return _core.sum(_core.where(_core.expand_dims(hot, -1), m, _core.zeros_like(m)), axis=-2)
+
+
+def _pick(v: Tensor, hot: Tensor) -> Tensor:
+    """The element of `v` (..., n) where `hot` (..., n) is set: (...)."""
+    return _core.sum(_core.where(hot, v, _core.zeros_like(v)), axis=-1)
+
+
+def _column(m: Tensor, k: Tensor) -> Tensor:
+    """Column `k` of `m` (..., n, n): (..., n)."""
+    at = _core.equal(_iota(m.shape[-1]), k)
+    return _core.sum(_core.where(at, m, _core.zeros_like(m)), axis=-1)
+
+
+def lu_factor(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`(lu, piv, perm)` of the square `a` (..., n, n) with partial pivoting: `perm[i]` is the
+    row of `a` that is row i of `P a`."""
+    n = a.shape[-1]
+    batch = list(a.shape[:-2])
+    iota = _iota(n)
+    rows, cols = _core.reshape(iota, [n, 1]), _core.reshape(iota, [1, n])
+    piv = _core.zeros([*batch, n], dtype="int32")
+    perm = _core.broadcast_to(iota, [*batch, n])
+
+    def step(k: Tensor, carry: Any) -> Any:
+        lu, piv, perm = carry
+        ek = _core.equal(iota, k)
+        col = _column(lu, k)
+        # the largest magnitude at or below the diagonal (the first of ties, as LAPACK's)
+        candidates = _core.where(
+            _core.greater_equal(iota, k), _core.abs(col), -_core.ones_like(col)
+        )
+        p = argmax(candidates, axis=-1)
+        ep = _core.equal(iota, _core.expand_dims(p, -1))
+        row_k, row_p = _pick_row(lu, ek), _pick_row(lu, ep)
+        swap = _core.cast(ek, lu.dtype) - _core.cast(ep, lu.dtype)
+        lu = lu + _core.expand_dims(swap, -1) * _core.expand_dims(row_p - row_k, -2)
+        piv = _core.where(ek, _core.expand_dims(p, -1), piv)
+        at_k, at_p = _pick(perm, ek), _pick(perm, ep)
+        perm = _core.where(
+            ek, _core.expand_dims(at_p, -1), _core.where(ep, _core.expand_dims(at_k, -1), perm)
+        )
+        # eliminate below the pivot: the multipliers go where the zeros would be
+        pivot = _pick(row_p, ek)
+        below = _core.greater(iota, k)
+        multipliers = _core.where(
+            below, _column(lu, k) / _core.expand_dims(pivot, -1), _core.zeros_like(col)
+        )
+        right = _core.where(_core.greater(cols, k), _core.expand_dims(row_p, -2), 0.0)
+        lu = lu - _core.expand_dims(multipliers, -1) * right
+        lu = _core.where(
+            _core.logical_and(_core.greater(rows, k), _core.equal(cols, k)),
+            _core.expand_dims(multipliers, -1),
+            lu,
+        )
+        return lu, piv, perm
+
+    return fori_loop(0, n, step, (a, piv, perm))
+
+
+def permutation(piv: Tensor) -> Tensor:
+    """The row order `perm` that LAPACK's swaps `piv` make, applied in turn."""
+    n = piv.shape[-1]
+    iota = _iota(n)
+    perm = _core.broadcast_to(iota, list(piv.shape))
+
+    def step(i: Tensor, perm: Tensor) -> Tensor:
+        ei = _core.equal(iota, i)
+        ep = _core.equal(iota, _core.expand_dims(_pick(piv, ei), -1))
+        at_i, at_p = _pick(perm, ei), _pick(perm, ep)
+        return _core.where(
+            ei, _core.expand_dims(at_p, -1), _core.where(ep, _core.expand_dims(at_i, -1), perm)
+        )
+
+    return fori_loop(0, n, step, perm)
+
+
+def permutation_matrix(perm: Tensor, dtype: Any) -> Tensor:
+    """P with `(P b)[i] = b[perm[i]]`."""
+    n = perm.shape[-1]
+    return _core.cast(_core.equal(_core.expand_dims(perm, -1), _iota(n)), dtype)
+
+
+def triangular(a: Tensor, b: Tensor, lower: bool, unit_diagonal: bool) -> Tensor:
+    """`x` with `T x = b` for the triangle of `a` (..., n, n) named by `lower` (the other
+    triangle is never read), `b` (..., n, k): substitution, one row per trip."""
+    n = a.shape[-1]
+    iota = _iota(n)
+
+    def step(t: Tensor, x: Tensor) -> Tensor:
+        i = t if lower else (n - 1) - t
+        ei = _core.equal(iota, i)
+        row = _pick_row(a, ei)
+        # the solved part of the row only: the other triangle may hold anything (LU's U)
+        solved = _core.less(iota, i) if lower else _core.greater(iota, i)
+        row = _core.where(solved, row, _core.zeros_like(row))
+        rhs = _pick_row(b, ei) - _core.sum(_core.expand_dims(row, -1) * x, axis=-2)
+        xi = rhs if unit_diagonal else rhs / _core.expand_dims(_pick(_pick_row(a, ei), ei), -1)
+        return _core.where(_core.expand_dims(ei, -1), _core.expand_dims(xi, -2), x)
+
+    return fori_loop(0, n, step, _core.zeros_like(b))
+
+
+def lu_solve(lu: Tensor, perm: Tensor, b: Tensor, trans: bool) -> Tensor:
+    """`x` with `a x = b` (or `a^T x = b`) from `a`'s LU factors, `b` (..., n, k)."""
+    p = permutation_matrix(perm, lu.dtype)
+    if not trans:
+        y = triangular(lu, _core.matmul(p, b), lower=True, unit_diagonal=True)
+        return triangular(lu, y, lower=False, unit_diagonal=False)
+    lu_t = _core.transpose(lu, [*range(lu.ndim - 2), lu.ndim - 1, lu.ndim - 2])
+    y = triangular(lu_t, b, lower=True, unit_diagonal=False)
+    y = triangular(lu_t, y, lower=False, unit_diagonal=True)
+    return _core.matmul(_core.transpose(p, [*range(p.ndim - 2), p.ndim - 1, p.ndim - 2]), y)
+
+
+def cholesky(a: Tensor) -> Tensor:
+    """The lower triangular `L` with `L L^T = a` (symmetric), one column per trip."""
+    n = a.shape[-1]
+    iota = _iota(n)
+    cols = _core.reshape(iota, [1, n])
+
+    def step(k: Tensor, carry: Any) -> Any:
+        w, low = carry
+        ek = _core.equal(iota, k)
+        col = _column(w, k)
+        d = _core.sqrt(_pick(col, ek))
+        c = _core.where(_core.greater_equal(iota, k), col / _core.expand_dims(d, -1), 0.0)
+        low = _core.where(_core.equal(cols, k), _core.expand_dims(c, -1), low)
+        below = _core.where(_core.greater(iota, k), c, 0.0)
+        w = w - _core.expand_dims(below, -1) * _core.expand_dims(below, -2)
+        return w, low
+
+    return fori_loop(0, n, step, (a, _core.zeros_like(a)))[1]
