@@ -5,6 +5,7 @@ exported artifacts run under plain `iree-run-module`; the compile cache works.""
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -1093,3 +1094,32 @@ def test_small_matrices_held_as_host_scalars_agree_with_eager() -> None:
         return gl.reshape(v, (2, 1)) * m + gl.expand_dims(v, 1), gl.reshape(v * 2.0, (2, 1))
 
     assert_compiled_matches_eager(columns, f64(0.3, -0.4), gl.tensor(np.arange(6.0).reshape(2, 3)))
+
+
+def test_the_compile_worker_dies_with_its_parent_even_mid_compile(tmp_path) -> None:
+    """A worker busy in a compile does not read its pipe (stopped here to stand for that):
+    when the process that started it dies, the kernel kills it, so no orphan keeps a core."""
+    import signal
+
+    code = (
+        "from gradloop import _compiler\n"
+        "_compiler.warm_up()\n"
+        "print(_compiler._worker.process.pid, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    time.sleep(1.0)  # the worker has asked for its parent-death signal
+    os.kill(worker, signal.SIGSTOP)
+    parent.kill()
+    parent.wait()
+    parent.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = pathlib.Path(f"/proc/{worker}/stat")
+        if not state.exists() or state.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        raise AssertionError("the stopped worker outlived its parent")

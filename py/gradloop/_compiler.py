@@ -272,8 +272,23 @@ def _compile(
     raise CompilerFailure(value)
 
 
+def _die_with_parent() -> None:
+    """A compile may run for minutes without reading its pipe: the kernel kills the worker
+    when the process that started it dies (Linux's parent-death signal), so that no orphan
+    keeps a core busy."""
+    if not sys.platform.startswith("linux"):
+        return
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the signal was asked for
+        os._exit(0)
+
+
 def _serve() -> None:
     """The worker's loop: one compile per request, until its parent closes the pipe."""
+    _die_with_parent()
     _load()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while header := stdin.read(_HEADER.size):

@@ -108,6 +108,9 @@ def scan(
             written.append(_core.dynamic_update_slice(buf, _core.expand_dims(leaf, 0), starts))
         return i + 1, carry, written
 
+    y_structure = y_specs[0]
+    if n == 0:  # no step: the body, which reads a row of xs, is never built
+        return init, None if y_structure is None else nest.pack_sequence_as(y_structure, buffers)
     counter = _core.tensor(0, dtype=_core.int32)
     _, carry, ys = while_loop(
         lambda i, carry, ys: i < n,
@@ -116,7 +119,6 @@ def scan(
         maximum_iterations=n,
         checkpoints=checkpoints,
     )
-    y_structure = y_specs[0]
     return carry, None if y_structure is None else nest.pack_sequence_as(y_structure, ys)
 
 

@@ -98,6 +98,14 @@ def _triangle(m: Tensor, lower: bool, unit_diagonal: bool) -> Tensor:
     return _core.where(_core.tensor(mask), m, _core.zeros_like(m))
 
 
+def _recompute() -> bool:
+    """Whether a rule's ops may be differentiated again (an outer tape, a forward-mode
+    accumulator, or a trace whose rules are differentiated later): then it recomputes what it
+    needs from its inputs, since the forward pass it closes over was not recorded; otherwise it
+    reuses the forward pass's factors."""
+    return _core.trace_active() or _core.any_tape_active() or bool(_core.active_accumulators())
+
+
 # --- triangular solves -----------------------------------------------------------------------
 
 
@@ -129,8 +137,9 @@ def _triangular_op(lower: bool, unit: bool) -> Any:
         x = _loops.triangular(a, b, lower, unit)
 
         def grad(ct: Tensor) -> tuple[Tensor, Tensor]:
+            xr = _loops.triangular(a, b, lower, unit) if _recompute() else x
             ct_b = _loops.triangular(_mt(a), ct, not lower, unit)
-            return -_triangle(_core.matmul(ct_b, _mt(x)), lower, unit), ct_b
+            return -_triangle(_core.matmul(ct_b, _mt(xr)), lower, unit), ct_b
 
         return x, grad
 
@@ -159,14 +168,15 @@ def lu_factor(a: Any) -> tuple[Tensor, Tensor]:
         lu, piv, perm = _loops.lu_factor(a)
 
         def grad(ct_lu: Tensor, _ct_piv: Any) -> Tensor:
-            low = _triangle(lu, True, True) + _core.tensor(_eye(a), dtype=a.dtype)
-            up = _triangle(lu, False, False)
+            lu_r, _, perm_r = _loops.lu_factor(a) if _recompute() else (lu, piv, perm)
+            low = _triangle(lu_r, True, True) + _core.tensor(_eye(a), dtype=a.dtype)
+            up = _triangle(lu_r, False, False)
             ct_lau = _triangle(_core.matmul(_mt(low), ct_lu), True, True)
             ct_lau = ct_lau + _triangle(_core.matmul(ct_lu, _mt(up)), False, False)
             # a's cotangent: P^T L^-T ct_lau U^-T
             y = _loops.triangular(_mt(low), ct_lau, lower=False, unit_diagonal=True)
             y = _mt(_loops.triangular(up, _mt(y), lower=False, unit_diagonal=False))
-            return _core.matmul(_mt(_loops.permutation_matrix(perm, a.dtype)), y)
+            return _core.matmul(_mt(_loops.permutation_matrix(perm_r, a.dtype)), y)
 
         return (lu, piv), grad
 
@@ -240,8 +250,12 @@ def _solve_op(a: Tensor, b: Tensor) -> Tensor:
         x = _loops.lu_solve(lu, perm, b, trans=False)
 
         def grad(ct: Tensor) -> tuple[Tensor, Tensor]:
-            ct_b = _loops.lu_solve(lu, perm, ct, trans=True)
-            return -_core.matmul(ct_b, _mt(x)), ct_b
+            lu_r, perm_r, x_r = lu, perm, x
+            if _recompute():
+                lu_r, _, perm_r = _loops.lu_factor(a)
+                x_r = _loops.lu_solve(lu_r, perm_r, b, trans=False)
+            ct_b = _loops.lu_solve(lu_r, perm_r, ct, trans=True)
+            return -_core.matmul(ct_b, _mt(x_r)), ct_b
 
         return x, grad
 
@@ -277,7 +291,8 @@ def slogdet(a: Any) -> tuple[Tensor, Tensor]:
         sign, logabs = _sign_and_log(lu, piv)
 
         def grad(_ct_sign: Any, ct_log: Tensor) -> Tensor:
-            inverse_t = _loops.lu_solve(lu, perm, _identity_like(a), trans=True)
+            lu_r, _, perm_r = _loops.lu_factor(a) if _recompute() else (lu, piv, perm)
+            inverse_t = _loops.lu_solve(lu_r, perm_r, _identity_like(a), trans=True)
             return _core.expand_dims(_core.expand_dims(ct_log, -1), -1) * inverse_t
 
         return (sign, logabs), grad
@@ -304,8 +319,12 @@ def det(a: Any) -> Tensor:
         d = _det(lu, piv)
 
         def grad(ct: Tensor) -> Tensor:
-            inverse_t = _loops.lu_solve(lu, perm, _identity_like(a), trans=True)
-            return _core.expand_dims(_core.expand_dims(ct * d, -1), -1) * inverse_t
+            lu_r, piv_r, perm_r, d_r = lu, piv, perm, d
+            if _recompute():
+                lu_r, piv_r, perm_r = _loops.lu_factor(a)
+                d_r = _det(lu_r, piv_r)
+            inverse_t = _loops.lu_solve(lu_r, perm_r, _identity_like(a), trans=True)
+            return _core.expand_dims(_core.expand_dims(ct * d_r, -1), -1) * inverse_t
 
         return d, grad
 
@@ -371,9 +390,10 @@ def cholesky(a: Any) -> Tensor:
         low = _loops.cholesky(_symmetrised(a))
 
         def grad(ct: Tensor) -> Tensor:
-            phi = _half_diagonal(_triangle(_core.matmul(_mt(low), ct), True, False))
-            y = _loops.triangular(_mt(low), phi, lower=False, unit_diagonal=False)
-            s = _mt(_loops.triangular(_mt(low), _mt(y), lower=False, unit_diagonal=False))
+            low_r = _loops.cholesky(_symmetrised(a)) if _recompute() else low
+            phi = _half_diagonal(_triangle(_core.matmul(_mt(low_r), ct), True, False))
+            y = _loops.triangular(_mt(low_r), phi, lower=False, unit_diagonal=False)
+            s = _mt(_loops.triangular(_mt(low_r), _mt(y), lower=False, unit_diagonal=False))
             return _symmetrised(s)
 
         return low, grad
