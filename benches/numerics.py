@@ -6,6 +6,8 @@
   grows. Peers: numpy's in-place `buf[k] = row` in a Python loop, and JAX's `lax.fori_loop`
   under `jax.jit` where JAX is installed.
 - Elementwise math: `arcsinh`, `arctan2`, `log1p` on 10^6 float64 elements against numpy.
+- Linear algebra: `solve` (and the gradient of a loss through it) and `cholesky` of n x n
+  float64 matrices, eagerly, in graph mode and under `gl.jit`, against numpy (LAPACK) and JAX.
 
 Medians of `--repeats` calls after a warm-up; ratios are to numpy, measured in the same run.
 
@@ -93,6 +95,57 @@ def elementwise(repeats: int) -> dict[str, tuple[float, float]]:
     }
 
 
+def linear_algebra(n: int, repeats: int, with_jit: bool) -> dict[str, dict[str, float]]:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)) + n * np.eye(n)
+    b = rng.standard_normal((n, 4))
+    spd = a @ a.T
+    at, bt, st = gl.tensor(a), gl.tensor(b), gl.tensor(spd)
+
+    def loss(a, b):
+        return gl.sum(gl.linalg.solve(a, b) ** 2)
+
+    ours = {
+        "solve": (lambda a, b: gl.linalg.solve(a, b), (at, bt)),
+        "grad of solve": (gl.grad(loss), (at, bt)),
+        "cholesky": (gl.linalg.cholesky, (st,)),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, (fn, args) in ours.items():
+        row = {"eager": median_seconds(lambda fn=fn, args=args: fn(*args), repeats)}
+        graph = gl.function(fn)
+        row["graph"] = median_seconds(lambda g=graph, args=args: g(*args), repeats)
+        if with_jit:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                jitted = gl.jit(fn)
+                row["gl.jit"] = median_seconds(lambda j=jitted, args=args: j(*args), repeats)
+        out[name] = row
+    out["solve"]["numpy"] = median_seconds(lambda: np.linalg.solve(a, b), repeats)
+    out["cholesky"]["numpy"] = median_seconds(lambda: np.linalg.cholesky(spd), repeats)
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+        ja, jb, js = jnp.asarray(a), jnp.asarray(b), jnp.asarray(spd)
+        peers = {
+            "solve": (jax.jit(jnp.linalg.solve), (ja, jb)),
+            "grad of solve": (
+                jax.jit(jax.grad(lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2))),
+                (ja, jb),
+            ),
+            "cholesky": (jax.jit(jnp.linalg.cholesky), (js,)),
+        }
+        for name, (fn, args) in peers.items():
+            out[name]["JAX jit"] = median_seconds(
+                lambda fn=fn, args=args: fn(*args).block_until_ready(), repeats
+            )
+    except ImportError:
+        pass
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for the test suite")
@@ -109,6 +162,11 @@ def main() -> None:
         print(
             f"  {name:8s} gradloop {ours * 1e3:7.2f}  numpy {peer * 1e3:7.2f}  {ours / peer:.2f}x"
         )
+    print("linear algebra, float64, milliseconds (median)")
+    for n in (8, 32) if args.quick else (8, 64, 256):
+        for name, row in linear_algebra(n, args.repeats, with_jit=not args.quick).items():
+            cells = "  ".join(f"{k} {v * 1e3:8.3f}" for k, v in row.items())
+            print(f"  n = {n:4d} {name:14s} {cells}")
 
 
 if __name__ == "__main__":
