@@ -125,6 +125,7 @@ from .elementwise import (
 )
 from .forward import custom_jvp, hessian, jacfwd, jacrev, jvp, linearize
 from .function import Function, function, inline, lower, prune
+from .implicit import custom_linear_solve, custom_root
 from .loops import fori_loop, scan
 from .reductions import (
     all,
@@ -181,6 +182,8 @@ __all__ = [
     "cumsum",
     "custom_gradient",
     "custom_jvp",
+    "custom_linear_solve",
+    "custom_root",
     "diag",
     "diagonal",
     "div",
