@@ -58,6 +58,14 @@ LEAVES = (
     "log1p",
     "arctan2",
     "hyperbolic",
+    "at",
+    "at_dynamic",
+    "fori",
+    "scan",
+    "solve",
+    "cholesky",
+    "arrays",
+    "implicit",
 )
 
 #: Leaves whose derivative is not the code's (a custom rule that says otherwise, or none).
@@ -131,6 +139,21 @@ def nested_jvp(t, scalar):
         return outer(z, u), gl.cos(z) * u * dz + gl.sin(z) * du
 
     return outer(t, scalar)
+
+
+def _newton(f, x0):
+    def body(i, r):
+        return i + 1, r - f(r) / gl.jvp(f, (r,), (gl.ones_like(r),))[1]
+
+    return gl.while_loop(lambda i, r: i < 20, body, (gl.tensor(0), x0))[1]
+
+
+def implicit_root(t):
+    """The root `r` of `r^3 + r = t`, elementwise, through `custom_root` (a Newton loop its
+    derivatives do not go through)."""
+    return gl.custom_root(
+        lambda r: r**3 + r - t, gl.zeros_like(t), _newton, lambda g, y: y / g(gl.ones_like(y))
+    )
 
 
 def _leaves() -> st.SearchStrategy[Any]:
@@ -377,8 +400,32 @@ class Program:
             "log1p": lambda: gl.log1p(x * x),
             "arctan2": lambda: gl.arctan2(x, 1.5 + gl.cos(x)),
             "hyperbolic": lambda: gl.hypot(x, 0.5) * gl.sinh(gl.tanh(x)) + gl.expm1(-(x * x)),
+            "at": lambda: x.at[0].add(gl.sin(x[2])).at[1:].mul(x[:-1] * 0.5 + 1.0),
+            "at_dynamic": lambda: x.at[self._row(x)].set(gl.tanh(x[self._row(x)]) * 2.0),
+            "fori": lambda: gl.fori_loop(0, 2, lambda i, v: v * 0.8 + 0.1 * gl.sin(v), x),
+            "scan": lambda: gl.scan(lambda c, xi: (c * 0.5 + xi, gl.sin(c + xi)), x[0] * 0.0, x)[1],
+            "solve": lambda: gl.linalg.solve(
+                gl.eye(self.width, dtype=x.dtype) * 2.0 + gl.outer(gl.tanh(x), self.w) * 0.3, x
+            ),
+            "cholesky": lambda: gl.matmul(
+                gl.linalg.cholesky(
+                    gl.eye(self.width, dtype=x.dtype) * 2.0 + gl.outer(gl.sin(x), gl.sin(x)) * 0.3
+                ),
+                x,
+            ),
+            "arrays": lambda: (
+                gl.cumsum(x) * 0.3
+                + gl.cumprod(gl.tanh(x))
+                + gl.softmax(x) * x
+                + gl.einsum("i,i,j->j", x, self.w, x) * 0.1
+            ),
+            "implicit": lambda: implicit_root(x),
         }
         return leaves[name]()
+
+    def _row(self, x: gl.Tensor) -> gl.Tensor:
+        """A row chosen by the data: 0 .. width - 1."""
+        return gl.minimum(gl.cast(gl.abs(gl.sum(x * self.w)) * 2.0, gl.int32), self.width - 1)
 
 
 def build(spec: Any) -> Program:
