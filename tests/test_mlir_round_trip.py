@@ -47,7 +47,7 @@ def composed(x, y):
     """Ops that pure StableHLO writes as compositions: read back, they agree to rounding."""
     return (
         gl.arcsin(y - 1.0), gl.arccos(y - 1.0), gl.arctan(x), gl.sinh(x), gl.cosh(x),
-        gl.arcsinh(x), gl.arccosh(y + 0.5), gl.arctanh(y - 1.0), _core.quotient(x, y),
+        gl.arcsinh(x), gl.arccosh(y + 0.5), gl.arctanh(y - 1.0), _core.quotient(x, y), gl.erf(x),
     )  # fmt: skip
 
 

@@ -331,6 +331,7 @@ ROWS: list[Row] = [
     *unary("arctanh", gl.arctanh, "unit", FEW_UNARY_SHAPES),
     *unary("log1p", gl.log1p, "pos", FEW_UNARY_SHAPES),
     *unary("expm1", gl.expm1, "real", FEW_UNARY_SHAPES),
+    *unary("erf", gl.erf, "real", FEW_UNARY_SHAPES),
     *unary("square", gl.square, "real", FEW_UNARY_SHAPES),
     *unary("clip", lambda x: gl.clip(x, -0.5, 0.5), "away0", FEW_UNARY_SHAPES),
     *binary("arctan2", gl.arctan2, ("real", "away0"), FEW_BINARY_SHAPES),

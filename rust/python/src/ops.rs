@@ -94,6 +94,7 @@ unary_fns! {
     arctanh => build::arctanh;
     log1p => build::log1p;
     expm1 => build::expm1;
+    erf => build::erf;
     stop_gradient => build::stop_gradient;
     identity => build::identity;
 }

@@ -48,6 +48,7 @@ static TABLE: &[(&str, Convert)] = &[
     ("chlo.asinh", |im, op, x| unary(im, op, x, build::arcsinh)),
     ("chlo.atan", |im, op, x| unary(im, op, x, build::arctan)),
     ("chlo.atanh", |im, op, x| unary(im, op, x, build::arctanh)),
+    ("chlo.erf", |im, op, x| unary(im, op, x, build::erf)),
     ("chlo.cosh", |im, op, x| unary(im, op, x, build::cosh)),
     ("chlo.sinh", |im, op, x| unary(im, op, x, build::sinh)),
     ("chlo.tan", |im, op, x| unary(im, op, x, build::tan)),

@@ -9,7 +9,8 @@ use crate::dtype::DType;
 use crate::error::ErrorKind;
 use crate::graph::{FunctionBuilder, Graph, Library, Location, ValueType};
 use crate::ops::{
-    binary, binary_math, creation, index, layout, matmul, reduce, unary, unary_math, Op, OpKind,
+    binary, binary_math, creation, index, layout, matmul, reduce, special, unary, unary_math, Op,
+    OpKind,
 };
 use crate::shape::{TensorType, DYN};
 use crate::tensor::Tensor;
@@ -142,6 +143,7 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
         case(unary_math::Arctanh, vec![m.clone()], "stablehlo.log_plus_one"),
         case(unary_math::Log1p, vec![positive(&[2, 3])], "stablehlo.log_plus_one"),
         case(unary_math::Expm1, vec![m.clone()], "stablehlo.exponential_minus_one"),
+        case(special::Erf, vec![m.clone()], "stablehlo.exponential"),
         case(binary_math::Arctan2, vec![m.clone(), v.clone()], "stablehlo.atan2"),
         case(binary_math::Rem, vec![m.clone(), positive(&[3])], "stablehlo.remainder"),
         case(binary_math::Quotient, vec![m.clone(), positive(&[3])], "stablehlo.floor"),

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use super::*;
 use crate::graph::builtin_names;
 use crate::ops::{
-    binary, binary_math, creation, index, layout, matmul, reduce, unary, unary_math, Op, OpKind,
+    binary, binary_math, creation, index, layout, matmul, reduce, special, unary, unary_math, Op,
+    OpKind,
 };
 
 fn shape(dims: &[usize]) -> Shape {
@@ -73,6 +74,7 @@ pub(crate) fn samples() -> Vec<Op> {
         unary_math::Arctanh.into(),
         unary_math::Log1p.into(),
         unary_math::Expm1.into(),
+        special::Erf.into(),
         binary_math::Arctan2.into(),
         binary_math::Rem.into(),
         binary_math::Quotient.into(),

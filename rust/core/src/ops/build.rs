@@ -27,6 +27,7 @@ pub use super::layout::{
 };
 pub use super::matmul::matmul;
 pub use super::reduce::{mean, reduce_max, reduce_min, sum};
+pub use super::special::erf;
 pub use super::unary::{
     abs, ceil, cos, exp, floor, log, logical_not, neg, relu, round, sigmoid, sign, sin, sqrt, tanh,
 };

@@ -42,6 +42,7 @@ pub mod permute;
 pub mod reduce;
 pub mod rules;
 pub mod slicing;
+pub mod special;
 pub mod tangents;
 pub mod tiles;
 pub mod unary;
@@ -421,6 +422,7 @@ op_table! {
     Arcsinh(unary_math::Arcsinh),
     Arccosh(unary_math::Arccosh),
     Arctanh(unary_math::Arctanh),
+    Erf(special::Erf),
     Log1p(unary_math::Log1p),
     Expm1(unary_math::Expm1),
     // binary elementwise (numpy broadcasting)
