@@ -43,6 +43,9 @@ def numpy_answers(a, b, v, spd, batch):
         np.linalg.norm(b, np.inf, axis=0),
         np.linalg.norm(v, 3),
         np.linalg.solve(a.T, b),
+        *np.linalg.qr(np.concatenate([a, b.T])),
+        np.linalg.qr(b.T, mode="r"),
+        *np.linalg.qr(a[:3], mode="complete"),
     ]
 
 
@@ -66,6 +69,9 @@ def every(a, b, v, spd, batch):
         L.norm(b, float("inf"), axis=0),
         L.norm(v, 3),
         L.lu_solve(lu_piv, b, trans=1),
+        *L.qr(gl.concatenate([a, gl.transpose(b)])),
+        L.qr(gl.transpose(b), mode="r"),
+        *L.qr(a[:3], mode="complete"),
     )
 
 
@@ -116,6 +122,9 @@ GRADIENTS = {
     "det": (lambda a: L.det(a), [A]),
     "slogdet": (lambda a: L.slogdet(a)[1], [A]),
     "batched_solve": (lambda a, b: L.solve(a, b), [BATCH, B]),
+    "qr_tall_q": (lambda a: L.qr(a)[0], [np.concatenate([A, B.T])]),
+    "qr_tall_r": (lambda a: L.qr(a)[1], [np.concatenate([A, B.T])]),
+    "qr_wide_r": (lambda b: L.qr(b, mode="r"), [B.T]),
     "norms": (lambda a: L.norm(a) + L.norm(a, 1) + L.norm(a[0], 3) + L.norm(a, -np.inf), [A]),
 }
 

@@ -23,6 +23,7 @@ from typing import Any
 from .. import _core, errors
 from .._core import Tensor
 from ..autodiff import _custom_op
+from ..forward import custom_jvp
 from . import _loops
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "lu_factor",
     "lu_solve",
     "norm",
+    "qr",
     "slogdet",
     "solve",
     "solve_triangular",
@@ -429,6 +431,57 @@ def cho_solve(c_and_lower: tuple[Any, bool], b: Any) -> Tensor:
     c = _square(c, "cho_solve")
     y = solve_triangular(c, b, trans=0 if lower else 1, lower=lower)
     return solve_triangular(c, y, trans=1 if lower else 0, lower=lower)
+
+
+# --- QR ------------------------------------------------------------------------------------
+
+
+def qr(a: Any, mode: str = "reduced") -> Any:
+    """numpy's `qr`: `(q, r)` with `a = q r`, `q` orthonormal columns and `r` upper triangular,
+    by Householder reflections (LAPACK's signs, so numpy's answer). `mode` "reduced" (q m x k,
+    r k x n, k = min(m, n)), "complete" (q m x m, r m x n) or "r" (r alone, k x n). For
+    `m >= n` in the reduced modes the derivative is JAX's rule (triangular solves with r);
+    otherwise the reflections are differentiated as written."""
+    a = _tensor(a)
+    if a.ndim < 2 or not a.dtype.is_floating:
+        raise errors.InvalidArgumentError(
+            f"qr: `a` must be float matrices (..., m, n), got {a.dtype}{list(a.shape)}"
+        )
+    if mode not in ("reduced", "complete", "r"):
+        raise errors.InvalidArgumentError(
+            f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"
+        )
+    m, n = a.shape[-2], a.shape[-1]
+    if mode == "complete" or m < n:
+        q, r = _loops.householder_qr(a)
+        k = m if mode == "complete" else min(m, n)
+        q, r = q[..., :, :k], r[..., :k, :]
+    else:
+        q, r = _reduced_qr(a)
+    return r if mode == "r" else (q, r)
+
+
+@custom_jvp
+def _reduced_qr(a: Tensor) -> tuple[Tensor, Tensor]:
+    n = a.shape[-1]
+    q, r = _loops.householder_qr(a)
+    return q[..., :, :n], r[..., :n, :]
+
+
+@_reduced_qr.defjvp
+def _reduced_qr_jvp(primals: tuple[Tensor], tangents: tuple[Tensor]) -> Any:
+    """JAX's `qr_jvp_rule` (m >= n): with `B = Q^T dA R^-1` and `W = tril(B, -1) - its
+    transpose`, `dQ = Q (W - B) + dA R^-1`, `dR = (B - W) R`."""
+    (a,), (da,) = primals, tangents
+    q, r = _reduced_qr(a)
+    # dA R^-1: solve R^T X^T = dA^T (R^T lower triangular)
+    da_rinv = _mt(_loops.triangular(_mt(r), _mt(da), lower=True, unit_diagonal=False))
+    b = _core.matmul(_mt(q), da_rinv)
+    lower = _triangle(b, True, True)
+    w = lower - _mt(lower)
+    dq = _core.matmul(q, w - b) + da_rinv
+    dr = _core.matmul(b - w, r)
+    return (q, r), (dq, dr)
 
 
 # --- norms ---------------------------------------------------------------------------------

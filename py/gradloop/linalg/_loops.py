@@ -161,3 +161,40 @@ def cholesky(a: Tensor) -> Tensor:
         return w, low
 
     return fori_loop(0, n, step, (a, _core.zeros_like(a)))[1]
+
+
+def householder_qr(a: Tensor) -> tuple[Tensor, Tensor]:
+    """`(q, r)` of `a` (..., m, n) with `q` (..., m, m) orthogonal and `r` (..., m, n) upper
+    triangular, by Householder reflections (LAPACK's signs: `r`'s diagonal is `-sign(x_j)
+    |x|`), one column per trip."""
+    m, n = a.shape[-2], a.shape[-1]
+    rows = _iota(m)
+    batch = list(a.shape[:-2])
+    eye = _core.broadcast_to(
+        _core.cast(_core.equal(_core.reshape(rows, [m, 1]), rows), a.dtype), [*batch, m, m]
+    )
+
+    def step(j: Tensor, carry: Any) -> Any:
+        q, r = carry
+        ej = _core.equal(rows, j)
+        x = _core.where(_core.greater_equal(rows, j), _column(r, j), 0.0)
+        norm = _core.sqrt(_core.sum(x * x, axis=-1))
+        head = _pick(x, ej)
+        alpha = _core.where(_core.greater_equal(head, 0.0), -norm, norm)
+        v = x - _core.cast(ej, a.dtype) * _core.expand_dims(alpha, -1)
+        vv = _core.sum(v * v, axis=-1)
+        # nothing below the diagonal: no reflection (LAPACK's `dlarfg`, tau = 0)
+        zero = _core.equal(_core.sum(x * x, axis=-1) - head * head, 0.0)
+        zero = _core.logical_or(zero, _core.equal(vv, 0.0))
+        beta = _core.where(
+            zero, _core.zeros_like(vv), 2.0 / _core.where(zero, _core.ones_like(vv), vv)
+        )
+        beta = _core.expand_dims(_core.expand_dims(beta, -1), -1)
+        col, row = _core.expand_dims(v, -1), _core.expand_dims(v, -2)
+        r = r - beta * col * _core.matmul(row, r)
+        q = q - beta * _core.matmul(q, col) * row
+        return q, r
+
+    q, r = fori_loop(0, min(m, n), step, (eye, a))
+    below = _core.greater(_core.reshape(rows, [m, 1]), _iota(n))
+    return q, _core.where(below, _core.zeros_like(r), r)
