@@ -186,14 +186,37 @@ def test_pure_stablehlo_runs_on_the_reference_interpreter() -> None:
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-12, err_msg=f"result {k}")
 
 
-def test_singular_and_indefinite_matrices_give_inf_or_nan_not_errors() -> None:
+def test_singular_and_indefinite_matrices_raise_eagerly() -> None:
     singular = gl.tensor(np.array([[1.0, 2.0], [2.0, 4.0]]))
     assert float(L.det(singular)) == 0.0
     sign, logabs = L.slogdet(singular)
     assert float(sign) == 0.0 and float(logabs) == -np.inf
-    assert not np.isfinite(np.asarray(L.solve(singular, gl.tensor(np.ones(2))))).all()
+    for call in (
+        lambda: L.solve(singular, gl.tensor(np.ones(2))),
+        lambda: L.inv(singular),
+        lambda: L.solve_triangular(
+            gl.tensor(np.array([[1.0, 0.0], [1.0, 0.0]])), gl.ones([2], gl.float64), lower=True
+        ),
+    ):
+        with pytest.raises(gl.errors.LinAlgError, match="singular"):
+            call()
     indefinite = gl.tensor(np.array([[1.0, 2.0], [2.0, 1.0]]))
-    assert np.isnan(np.asarray(L.cholesky(indefinite))).any()
+    with pytest.raises(gl.errors.LinAlgError, match="not positive definite") as caught:
+        L.cholesky(indefinite)
+    assert "test_linalg.py" in str(caught.value)  # the user's line
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("mode", ["executor", "compiled"])
+def test_traced_singular_and_indefinite_matrices_give_inf_or_nan(mode: str) -> None:
+    def both(singular, indefinite):
+        return L.solve(singular, gl.ones([2], gl.float64)), L.cholesky(indefinite)
+
+    x, low = staged(mode, both)(
+        gl.tensor(np.array([[1.0, 2.0], [2.0, 4.0]])), gl.tensor(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    )
+    assert not np.isfinite(np.asarray(x)).all()
+    assert np.isnan(np.asarray(low)).any()
 
 
 def test_the_norm_s_gradient_at_zero_is_zero() -> None:

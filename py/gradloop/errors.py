@@ -23,6 +23,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
+    "LinAlgError",
     "ResourceExhaustedError",
     "RetracingWarning",
     "ShapeError",
@@ -55,6 +56,12 @@ class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
     """An argument of the wrong type or structure (primals or tangents that are not tuples or
     whose structures differ, an `argnums` that is not an int): also a `TypeError`, which JAX's
     users catch for the same mistakes."""
+
+
+class LinAlgError(InvalidArgumentError):
+    """A matrix that a factorisation cannot take, found eagerly: singular for `solve` and
+    `inv`, not positive definite for `cholesky` (numpy's `LinAlgError`). Traced and compiled,
+    the result holds the inf or NaN that LAPACK gives instead, as JAX's does."""
 
 
 class ControlFlowError(GradloopError, ValueError, TypeError):

@@ -11,8 +11,9 @@ which is exact and keeps no stacks; higher orders differentiate the rules' own s
 
 Shapes follow numpy and JAX: matrices are the last two axes, leading axes are a batch;
 `solve`'s `b` is a vector when it is 1-D, the scipy-style solves' when it has one axis fewer
-than `a`. A singular matrix gives infinities or NaN (and `cholesky` of a matrix that is not
-positive definite NaN), as JAX's do, never an exception from inside a loop.
+than `a`. A singular matrix (one that is not positive definite, for `cholesky`) raises
+`gl.errors.LinAlgError` eagerly, as numpy's does; traced and compiled, the result holds the
+infinities or NaN that LAPACK gives, as JAX's does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _core, errors
+from .. import _core, _validate, errors
 from .._core import Tensor
 from ..autodiff import _custom_op
 from ..forward import custom_jvp
@@ -100,6 +101,20 @@ def _triangle(m: Tensor, lower: bool, unit_diagonal: bool) -> Tensor:
     return _core.where(_core.tensor(mask), m, _core.zeros_like(m))
 
 
+def _refuse_eagerly(op: str, what: str, result: Tensor, *inputs: Tensor) -> None:
+    """Eagerly (numpy's behaviour), a result that is not finite from finite inputs means the
+    matrix was singular (or not positive definite): a `LinAlgError`. Traced, the inf or NaN
+    stays, as LAPACK's and JAX's do."""
+    if _core.trace_active():
+        return
+    import numpy as np
+
+    if np.isfinite(np.asarray(result)).all():
+        return
+    if all(np.isfinite(np.asarray(x)).all() for x in inputs):
+        raise errors.LinAlgError(_validate.at_user(f"{op}: {what}"))
+
+
 def _recompute() -> bool:
     """Whether a rule's ops may be differentiated again (an outer tape, a forward-mode
     accumulator, or a trace whose rules are differentiated later): then it recomputes what it
@@ -131,6 +146,7 @@ def solve_triangular(
             f"solve_triangular: trans must be 0, 1, 'N' or 'T', got {trans!r}"
         )
     x = _triangular_op(lower, unit_diagonal)(a, b)
+    _refuse_eagerly("solve_triangular", "the matrix is singular (a zero on its diagonal)", x, a, b)
     return _core.squeeze(x, -1) if vector else x
 
 
@@ -243,6 +259,7 @@ def solve(a: Any, b: Any) -> Tensor:
     vector = _tensor(b).ndim == 1
     a, b = _rhs(a, b, "solve", vector)
     x = _solve_op(a, b)
+    _refuse_eagerly("solve", "the matrix is singular", x, a, b)
     return _core.squeeze(x, -1) if vector else x
 
 
@@ -280,7 +297,9 @@ def inv(a: Any) -> Tensor:
     """The inverse of `a` (numpy's `inv`): `solve(a, I)`."""
     a = _square(a, "inv")
     eye = _core.broadcast_to(_core.tensor(_eye(a), dtype=a.dtype), list(a.shape))
-    return _solve_op(a, eye)
+    inverse = _solve_op(a, eye)
+    _refuse_eagerly("inv", "the matrix is singular", inverse, a)
+    return inverse
 
 
 def slogdet(a: Any) -> tuple[Tensor, Tensor]:
@@ -410,7 +429,9 @@ def cholesky(a: Any) -> Tensor:
         z = _mt(_loops.triangular(low, _mt(y), lower=True, unit_diagonal=False))
         return [_core.matmul(low, _half_diagonal(_triangle(z, True, False)))]
 
-    return _custom_op(fn, "linalg.cholesky", forward_fn=forward, tangent_fn=tangent)(a)
+    low = _custom_op(fn, "linalg.cholesky", forward_fn=forward, tangent_fn=tangent)(a)
+    _refuse_eagerly("cholesky", "the matrix is not positive definite", low, a)
+    return low
 
 
 def _symmetrised(m: Tensor) -> Tensor:
