@@ -46,6 +46,9 @@ def numpy_answers(a, b, v, spd, batch):
         *np.linalg.qr(np.concatenate([a, b.T])),
         np.linalg.qr(b.T, mode="r"),
         *np.linalg.qr(a[:3], mode="complete"),
+        *np.linalg.lstsq(np.concatenate([a, b.T]), np.concatenate([v, v[:2]]), rcond=None),
+        np.linalg.norm(a, 2),
+        np.linalg.norm(batch, "nuc", axis=(1, 2)),
     ]
 
 
@@ -72,6 +75,9 @@ def every(a, b, v, spd, batch):
         *L.qr(gl.concatenate([a, gl.transpose(b)])),
         L.qr(gl.transpose(b), mode="r"),
         *L.qr(a[:3], mode="complete"),
+        *L.lstsq(gl.concatenate([a, gl.transpose(b)]), gl.concatenate([v, v[:2]])),
+        L.norm(a, 2),
+        L.norm(batch, "nuc", axis=(1, 2)),
     )
 
 
@@ -85,7 +91,8 @@ def test_values_match_numpy(mode: str) -> None:
     assert len(got) == len(wants)
     for k, (g, w) in enumerate(zip(got, wants, strict=True)):
         g = np.asarray(g)
-        assert g.shape == np.shape(w) and g.dtype == np.float64, k
+        want_dtype = np.int32 if np.asarray(w).dtype.kind == "i" else np.float64
+        assert g.shape == np.shape(w) and g.dtype == want_dtype, k
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-12, err_msg=f"result {k} ({mode})")
 
 
@@ -93,7 +100,7 @@ def test_float32_values_match_numpy() -> None:
     args = [gl.tensor(x.astype(np.float32)) for x in ARGS]
     got = every(*args)
     for k, (g, w) in enumerate(zip(got, numpy_answers(*ARGS), strict=True)):
-        assert np.asarray(g).dtype == np.float32, k
+        assert np.asarray(g).dtype == (np.int32 if np.asarray(w).dtype.kind == "i" else np.float32)
         np.testing.assert_allclose(np.asarray(g), w, rtol=2e-4, atol=2e-4, err_msg=f"result {k}")
 
 
@@ -125,6 +132,12 @@ GRADIENTS = {
     "qr_tall_q": (lambda a: L.qr(a)[0], [np.concatenate([A, B.T])]),
     "qr_tall_r": (lambda a: L.qr(a)[1], [np.concatenate([A, B.T])]),
     "qr_wide_r": (lambda b: L.qr(b, mode="r"), [B.T]),
+    "lstsq_tall": (
+        lambda a, v: L.lstsq(a, v)[0] + L.lstsq(a, v)[1],
+        [np.concatenate([A, B.T]), np.concatenate([V, V[:2]])],
+    ),
+    "lstsq_wide": (lambda b, y: L.lstsq(b, y)[0], [B.T, V[:2]]),
+    "singular_value_norms": (lambda a: L.norm(a, 2) + L.norm(a, "nuc") + L.norm(a, -2), [A]),
     "norms": (lambda a: L.norm(a) + L.norm(a, 1) + L.norm(a[0], 3) + L.norm(a, -np.inf), [A]),
 }
 
@@ -238,7 +251,13 @@ def test_the_norm_s_gradient_at_zero_is_zero() -> None:
             "InvalidArgumentError",
             "trans",
         ),
-        (lambda: L.norm(gl.ones([2, 2]), "nuc"), "InvalidArgumentError", "singular values"),
+        (lambda: L.norm(gl.ones([2, 2]), "max"), "InvalidArgumentError", "not a matrix norm"),
+        (
+            lambda: L.lstsq(gl.tensor(np.ones((3, 2))), gl.tensor(np.ones(3))),
+            "LinAlgError",
+            "rank-deficient",
+        ),
+        (lambda: L.lstsq(gl.ones([3, 2]), gl.ones([4])), "ShapeError", "3 rows"),
         (lambda: L.norm(gl.ones([2]), axis=3), "InvalidArgumentError", "axis 3"),
         (
             lambda: L.lu_solve((gl.ones([2, 2]), gl.ones([2])), gl.ones([2])),

@@ -32,6 +32,7 @@ __all__ = [
     "cholesky",
     "det",
     "inv",
+    "lstsq",
     "lu_factor",
     "lu_solve",
     "norm",
@@ -505,6 +506,52 @@ def _reduced_qr_jvp(primals: tuple[Tensor], tangents: tuple[Tensor]) -> Any:
     return (q, r), (dq, dr)
 
 
+def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """numpy's `lstsq` for a matrix of full rank: `(x, residuals, rank, s)` with `x`
+    minimising `|a x - b|` (the least-norm one when `a` is wide), `residuals` the squared
+    residual per column of `b` when `a` is tall (empty otherwise), `rank` the number of singular
+    values above `rcond * s[0]` (int32; `rcond` None is numpy's `eps * max(m, n)`) and `s` the
+    singular values, largest first (one-sided Jacobi). `x` comes from a QR factorisation, so
+    its derivative is QR's and the triangular solves'. A rank-deficient `a` raises
+    `LinAlgError` eagerly; traced, its `x` holds inf or NaN."""
+    a, b = _tensor(a), _tensor(b)
+    if a.ndim != 2 or not a.dtype.is_floating:
+        raise errors.InvalidArgumentError(
+            f"lstsq: `a` must be a float matrix, got {a.dtype}{list(a.shape)}"
+        )
+    m, n = a.shape
+    vector = b.ndim == 1
+    if b.dtype != a.dtype:
+        raise errors.DTypeError(f"lstsq: `a` is {a.dtype} and `b` {b.dtype}")
+    if b.ndim not in (1, 2) or b.shape[0] != m:
+        raise errors.ShapeError(f"lstsq: `b` must have {m} rows, got {list(b.shape)}")
+    rhs = _core.expand_dims(b, -1) if vector else b
+    s = _loops.singular_values(a)
+    import numpy as np
+
+    cutoff = float(np.finfo(np.dtype(a.dtype.name)).eps) * max(m, n) if rcond is None else rcond
+    rank = _core.sum(_core.cast(_core.greater(s, s[..., :1] * cutoff), "int32"), axis=-1)
+    if not _core.trace_active() and int(rank) < min(m, n):
+        raise errors.LinAlgError(
+            _validate.at_user(
+                f"lstsq: `a` is rank-deficient (rank {int(rank)} of {min(m, n)}); "
+                "gl.linalg.lstsq solves systems of full rank"
+            )
+        )
+    if m >= n:
+        q, r = qr(a)
+        x = solve_triangular(r, _core.matmul(_mt(q), rhs))
+        fit = _core.matmul(a, x) - rhs
+        residuals = _core.sum(fit * fit, axis=0) if m > n else _core.zeros([0], dtype=a.dtype)
+    else:
+        q, r = qr(_mt(a))
+        x = _core.matmul(q, solve_triangular(r, rhs, trans=1))
+        residuals = _core.zeros([0], dtype=a.dtype)
+    if vector:
+        x = _core.squeeze(x, -1)
+    return x, residuals, rank, s
+
+
 # --- norms ---------------------------------------------------------------------------------
 
 
@@ -515,7 +562,8 @@ def norm(
     keepdims: bool = False,
 ) -> Tensor:
     """numpy's `norm`: vector norms (`ord` None or 2, 1, inf, -inf, 0, any p) over one axis and
-    matrix norms (`ord` None or "fro", 1, -1, inf, -inf) over two; `axis` None is the 2-norm of
+    matrix norms (`ord` None or "fro", 1, -1, inf, -inf, 2, -2, "nuc": the last three from
+    singular values) over two; `axis` None is the 2-norm of
     everything for `ord` None, else the vector or matrix norm by `x`'s rank. The gradient of a
     2-norm (and of "fro") at zero is zero, not NaN."""
     x = _tensor(x)
@@ -581,6 +629,12 @@ def _matrix_norm(x: Tensor, order: Any, axes: list[int], keepdims: bool) -> Tens
         pick = _core.max if order in (1, inf) else _core.min
         out = pick(sums, axis=across, keepdims=True)
         return out if keepdims else _core.squeeze(out, sorted(axes))
-    raise errors.InvalidArgumentError(
-        f"norm: the matrix norm {order!r} needs singular values, which gl.linalg does not compute"
-    )
+    if order in (2, -2, "nuc"):
+        moved = _core.transpose(x, [d for d in range(x.ndim) if d not in axes] + axes)
+        s = _loops.singular_values(moved)
+        out = _core.sum(s, axis=-1) if order == "nuc" else s[..., 0] if order == 2 else s[..., -1]
+        if keepdims:
+            for ax in sorted(axes):
+                out = _core.expand_dims(out, ax)
+        return out
+    raise errors.InvalidArgumentError(f"norm: {order!r} is not a matrix norm")
