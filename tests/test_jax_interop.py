@@ -235,3 +235,26 @@ def test_the_example_fits_the_angle() -> None:
     got = float(jax.grad(gj.differentiable(flight_range))(0.3))
     want = float(central(lambda v: float(flight_range(float(v))), np.float64(0.3), eps=1e-6))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def nextafter_up(t):
+    """Equinox's `nextafter` for t > 0, as Diffrax nudges its times: one more in the bits."""
+    bits = lax.bitcast_convert_type(t, jnp.int64)
+    return lax.bitcast_convert_type(bits + 1, jnp.float64)
+
+
+def nudged_steps(y):
+    def body(s):
+        t, y = s
+        t = nextafter_up(t + 0.1)
+        return t, y * 0.9 + 0.1 * jnp.sin(y) * t
+
+    _, y = lax.while_loop(lambda s: s[0] < 1.0, body, (jnp.asarray(0.0), y))
+    return jnp.sum(y**2)
+
+
+def test_bitcast_convert_in_a_loop_s_times_is_read_and_differentiated() -> None:
+    x = np.array([0.8, -0.3])
+    got = np.asarray(jax.grad(gj.differentiable(nudged_steps))(x))
+    np.testing.assert_allclose(got, central(lambda v: float(nudged_steps(v)), x), rtol=1e-6)
+    assert float(nextafter_up(1.0)) == 1.0 + np.finfo(np.float64).eps

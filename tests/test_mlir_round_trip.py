@@ -39,6 +39,7 @@ def elementwise(x, y):
         gl.maximum(x, y), gl.minimum(x, y), _core.identity(x),
         gl.tan(x), gl.log1p(y), gl.expm1(x), gl.arctan2(x, y - 1.0), gl.fmod(x, y),
         gl.remainder(x, y), gl.floor_divide(x, y),
+        _core.bitcast_convert(_core.bitcast_convert(x, gl.int64) + 1, gl.float64),
         _core.quotient(gl.cast(x, gl.int64), gl.cast(y * 3.0, gl.int64)),
     )  # fmt: skip
 

@@ -263,6 +263,18 @@ pub mod py_shape {
         super::cast(py, x, dtype)
     }
 
+    /// The same bits read as `dtype` of the same width (JAX's `lax.bitcast_convert_type`).
+    #[pyfunction]
+    pub fn bitcast_convert(
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        let x = input(x)?;
+        let to = to_dtype(dtype)?;
+        run_op!(py, numel(&x), |ctx, x| build::bitcast_convert(ctx, &x, to)).map(PyTensor::new)
+    }
+
     /// numpy's broadcast_to.
     #[pyfunction]
     pub fn broadcast_to(
@@ -533,6 +545,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(py_shape::reshape, m)?,
         wrap_pyfunction!(py_shape::transpose, m)?,
         wrap_pyfunction!(py_shape::cast, m)?,
+        wrap_pyfunction!(py_shape::bitcast_convert, m)?,
         wrap_pyfunction!(py_shape::broadcast_to, m)?,
         wrap_pyfunction!(py_shape::concatenate, m)?,
         wrap_pyfunction!(py_shape::stack, m)?,

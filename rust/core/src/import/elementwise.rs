@@ -149,6 +149,21 @@ pub(crate) fn convert(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Resul
     Ok(vec![build::cast(im.ctx(), a, to)?])
 }
 
+pub(crate) fn bitcast_convert(
+    im: &mut Importer<'_>,
+    op: &Operation,
+    x: &[Val],
+) -> Result<Vec<Val>> {
+    let [a] = operands(op, x)?;
+    let to = op
+        .result_types
+        .first()
+        .and_then(|t| t.tensor_type())
+        .ok_or_else(|| import_error(&op.name, "unsupported result type"))?
+        .dtype;
+    Ok(vec![build::bitcast_convert(im.ctx(), a, to)?])
+}
+
 pub(crate) fn select(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
     let [p, a, b] = operands(op, x)?;
     Ok(vec![build::select(im.ctx(), p, a, b)?])

@@ -71,6 +71,7 @@ static TABLE: &[(&str, Convert)] = &[
     ("stablehlo.tanh", |im, op, x| unary(im, op, x, build::tanh)),
     ("stablehlo.not", ew::logical),
     ("stablehlo.convert", ew::convert),
+    ("stablehlo.bitcast_convert", ew::bitcast_convert),
     // elementwise, two or three operands
     ("stablehlo.add", |im, op, x| binary(im, op, x, build::add)),
     ("stablehlo.subtract", |im, op, x| {

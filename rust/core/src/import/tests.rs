@@ -178,6 +178,24 @@ fn integer_division_remainder_and_conversions_truncate() {
         &[x],
     );
     assert_eq!(c.as_slice::<i32>().unwrap(), [-1, 2]);
+    // nextafter's trick: the bits of 1.0 plus one are the next float up
+    let bits = one_op(
+        "stablehlo.bitcast_convert",
+        &["tensor<1xf64>"],
+        "tensor<1xi64>",
+        "",
+        &[f64s(&[1.0], &[1])],
+    );
+    assert_eq!(bits.as_slice::<i64>().unwrap(), [1.0f64.to_bits() as i64]);
+    let up = Tensor::from_vec(vec![1.0f64.to_bits() as i64 + 1], &[1]).unwrap();
+    let next = one_op(
+        "stablehlo.bitcast_convert",
+        &["tensor<1xi64>"],
+        "tensor<1xf64>",
+        "",
+        &[up],
+    );
+    assert_eq!(next.to_f64_vec(), [1.0 + f64::EPSILON]);
 }
 
 #[test]

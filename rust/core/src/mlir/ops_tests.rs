@@ -117,6 +117,11 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
             vec![mask.clone()],
             "stablehlo.select %arg0, %0, %1 : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<2x3xf32>)",
         ),
+        case(
+            creation::BitcastConvert { to: DType::I32 },
+            vec![m.clone()],
+            "stablehlo.bitcast_convert %arg0 : (tensor<2x3xf32>) -> tensor<2x3xi32>",
+        ),
         case(Neg, vec![m.clone()], "stablehlo.negate"),
         case(Exp, vec![m.clone()], "stablehlo.exponential"),
         case(Log, vec![positive(&[2, 3])], "stablehlo.log"),

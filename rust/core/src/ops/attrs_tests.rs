@@ -74,6 +74,7 @@ pub(crate) fn samples() -> Vec<Op> {
         unary_math::Arctanh.into(),
         unary_math::Log1p.into(),
         unary_math::Expm1.into(),
+        creation::BitcastConvert { to: DType::I64 }.into(),
         special::Erf.into(),
         binary_math::Arctan2.into(),
         binary_math::Rem.into(),

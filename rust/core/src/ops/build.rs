@@ -16,7 +16,8 @@ pub use super::binary::{
 };
 pub use super::binary_math::{arctan2, quotient, rem};
 pub use super::creation::{
-    arange, arange_of, cast, fill, fill_like, identity, ones_like, stop_gradient, zeros_like,
+    arange, arange_of, bitcast_convert, cast, fill, fill_like, identity, ones_like, stop_gradient,
+    zeros_like,
 };
 pub use super::gather::take_along;
 pub use super::index::{dynamic_slice, dynamic_update_slice, scatter_add, take};

@@ -426,6 +426,107 @@ pub fn cast<V: Value>(ctx: &mut dyn Context<V>, x: &V, to: DType) -> Result<V> {
     build::apply1(ctx, Cast { to }, std::slice::from_ref(x))
 }
 
+/// The same bits read as another dtype of the same width (`float64` <-> `int64`, `float32` <->
+/// `int32`): StableHLO's `bitcast_convert`, what `nextafter` and float tricks are written with.
+/// Bit patterns have no derivative: a float read from an integer has none, and an integer
+/// output carries none.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BitcastConvert {
+    pub to: DType,
+}
+op_attrs!(BitcastConvert = "bitcast_convert" { to });
+
+impl OpDef for BitcastConvert {
+    fn infer(&self, inputs: &[TensorType]) -> Result<Types> {
+        expect_arity("bitcast_convert", inputs, 1)?;
+        let from = inputs[0].dtype;
+        let width = |d: DType| match d {
+            DType::F64 | DType::I64 => Some(8),
+            DType::F32 | DType::I32 => Some(4),
+            DType::Bool => None,
+        };
+        if width(from).is_none() || width(from) != width(self.to) {
+            return Err(Error::dtype(
+                "bitcast_convert",
+                format!(
+                    "{from} and {} are not of one width (float64/int64, float32/int32)",
+                    self.to
+                ),
+            ));
+        }
+        Ok(smallvec![inputs[0].with_dtype(self.to)])
+    }
+
+    fn compute(&self, inputs: &[Tensor], _outputs: &[TensorType]) -> Result<Values<Tensor>> {
+        let x = &inputs[0];
+        let out = match (x.dtype(), self.to) {
+            (from, to) if from == to => x.with_new_id(),
+            (DType::F64, DType::I64) => kernels::map::<f64, i64>(x, |v| v.to_bits() as i64)?,
+            (DType::I64, DType::F64) => kernels::map::<i64, f64>(x, |v| f64::from_bits(v as u64))?,
+            (DType::F32, DType::I32) => kernels::map::<f32, i32>(x, |v| v.to_bits() as i32)?,
+            (DType::I32, DType::F32) => kernels::map::<i32, f32>(x, |v| f32::from_bits(v as u32))?,
+            (from, to) => {
+                return Err(Error::internal(
+                    "bitcast_convert",
+                    format!("{from} to {to} (the rule should have refused it)"),
+                ))
+            }
+        };
+        Ok(smallvec![out])
+    }
+
+    fn saves(&self) -> Saves {
+        Saves::NOTHING
+    }
+
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        inputs: &[MlirValue],
+        outputs: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
+        let x = &inputs[0];
+        if x.ty.dtype == self.to {
+            return Ok(smallvec![x.clone()]);
+        }
+        let body = format!(
+            "stablehlo.bitcast_convert {x} : ({}) -> {}",
+            TypeText(&x.ty),
+            TypeText(&outputs[0])
+        );
+        Ok(smallvec![e.op(&body, &outputs[0])])
+    }
+
+    fn gradient<V: Value>(
+        &self,
+        _ctx: &mut dyn Context<V>,
+        saved: &Saved<V>,
+        grads: &[Option<V>],
+        _: &[bool],
+    ) -> Result<Grads<V>> {
+        // the same dtype is the identity; across dtypes one side is an integer
+        let same = saved.input_types[0].dtype == self.to;
+        Ok(smallvec![if same { grads[0].clone() } else { None }])
+    }
+
+    fn tangent<V: Value>(
+        &self,
+        _ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        outputs: &[V],
+        tangents: &[Option<V>],
+    ) -> Result<Tangents<V>> {
+        if inputs[0].ty().dtype == self.to {
+            return Ok(smallvec![tangents[0].clone()]);
+        }
+        tangents::none(outputs)
+    }
+}
+
+pub fn bitcast_convert<V: Value>(ctx: &mut dyn Context<V>, x: &V, to: DType) -> Result<V> {
+    build::apply1(ctx, BitcastConvert { to }, std::slice::from_ref(x))
+}
+
 /// Identity whose gradient is nothing: values pass, gradients stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StopGradient;

@@ -397,6 +397,7 @@ op_table! {
     StopGradient(creation::StopGradient),
     Identity(creation::Identity),
     Cast(creation::Cast),
+    BitcastConvert(creation::BitcastConvert),
     // unary elementwise
     Neg(unary::Neg),
     Exp(unary::Exp),
