@@ -279,3 +279,28 @@ def test_integer_and_bool_inputs() -> None:
 def test_bad_arguments_raise_clear_errors(call, error: str, match: str) -> None:
     with pytest.raises(getattr(gl.errors, error), match=match):
         call()
+
+
+def test_numpy_s_methods_are_the_functions() -> None:
+    x = gl.tensor(M)
+    calls = {
+        "any": ((), {"axis": 1}),
+        "all": ((0,), {}),
+        "argmax": ((), {"axis": 1}),
+        "argmin": ((), {}),
+        "argsort": ((), {"axis": 0}),
+        "prod": ((), {"axis": 1, "keepdims": True}),
+        "cumsum": ((1,), {}),
+        "cumprod": ((), {"axis": 0}),
+        "clip": ((-0.5, 0.5), {}),
+        "diagonal": ((1,), {}),
+        "trace": ((), {}),
+        "repeat": ((2,), {"axis": 0}),
+    }
+    for name, (args, kwargs) in calls.items():
+        got = getattr(x, name)(*args, **kwargs)
+        want = getattr(gl, name)(x, *args, **kwargs)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(got), getattr(M, name)(*args, **kwargs), err_msg=name, rtol=1e-12
+        )

@@ -8,7 +8,7 @@ use gradloop::trace::Val;
 use gradloop::{ErrorKind, Tensor, Value, DYN};
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{numpy_view, opt_dtype};
 use crate::dtype::{py_dtype, PyDType};
@@ -365,6 +365,126 @@ impl PyTensor {
         ops::transpose(slf.py(), slf.as_any(), axes.as_ref())
     }
 
+    /// numpy's method: `gl.any(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn any<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "any", args, kwargs)
+    }
+
+    /// numpy's method: `gl.all(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn all<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "all", args, kwargs)
+    }
+
+    /// numpy's method: `gl.argmax(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn argmax<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "argmax", args, kwargs)
+    }
+
+    /// numpy's method: `gl.argmin(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn argmin<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "argmin", args, kwargs)
+    }
+
+    /// numpy's method: `gl.argsort(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn argsort<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "argsort", args, kwargs)
+    }
+
+    /// numpy's method: `gl.prod(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn prod<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "prod", args, kwargs)
+    }
+
+    /// numpy's method: `gl.cumsum(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn cumsum<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "cumsum", args, kwargs)
+    }
+
+    /// numpy's method: `gl.cumprod(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn cumprod<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "reductions", "cumprod", args, kwargs)
+    }
+
+    /// numpy's method: `gl.clip(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn clip<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "elementwise", "clip", args, kwargs)
+    }
+
+    /// numpy's method: `gl.diagonal(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn diagonal<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "arrays", "diagonal", args, kwargs)
+    }
+
+    /// numpy's method: `gl.trace(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn trace<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "arrays", "trace", args, kwargs)
+    }
+
+    /// numpy's method: `gl.repeat(x, ...)`.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn repeat<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        numpy_method(slf, "arrays", "repeat", args, kwargs)
+    }
+
     #[pyo3(signature = (axis=None, keepdims=false))]
     fn sum(
         slf: &Bound<'_, Self>,
@@ -451,6 +571,22 @@ fn symbolic_repr(v: &Val) -> String {
 
 /// `a % b` and `a // b`: numpy's `remainder` and `floor_divide`, which the Python API composes
 /// from the op table's `rem` and `quotient` as JAX does (`gradloop.elementwise`).
+/// A numpy method that is a composition in Python: `gradloop.<module>.<name>(self, *args)`.
+fn numpy_method<'py>(
+    slf: &Bound<'py, PyTensor>,
+    module: &str,
+    name: &str,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    let mut all = vec![slf.clone().into_any()];
+    all.extend(args.iter());
+    py.import(format!("gradloop.{module}"))?
+        .getattr(name)?
+        .call(PyTuple::new(py, all)?, kwargs)
+}
+
 fn composed<'py>(
     py: Python<'py>,
     name: &str,
