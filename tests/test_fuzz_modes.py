@@ -162,7 +162,8 @@ def test_modes_agree_on_random_programs() -> None:
     # a vector state of N elements is held as host scalars in compiled mode, one of 2N on the
     # device: both forms are drawn
     widths = st.sampled_from((N, 2 * N))
-    seed(SEED)(_settings(EXAMPLES)(given(spec=programs(), width=widths)(all_modes)))()
+    specs = programs(heavy=os.environ.get("GRADLOOP_FUZZ_HEAVY") == "1")
+    seed(SEED)(_settings(EXAMPLES)(given(spec=specs, width=widths)(all_modes)))()
 
 
 @pytest.mark.timeout(BUDGET_S)
@@ -186,7 +187,7 @@ def test_the_generator_nests_three_deep_and_mixes_purity() -> None:
     }
 
     @seed(1)
-    @settings(max_examples=300, deadline=None, database=None)
+    @settings(max_examples=1000, deadline=None, database=None)
     @given(spec=programs())
     def look(spec) -> None:
         found["deep"] |= depth(spec) >= 3

@@ -311,7 +311,7 @@ def test_a_jax_export_comes_back_pure_with_its_gradient_and_tangent(tmp_path) ->
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(programs())
+@given(programs(heavy=False))
 def test_random_programs_agree_with_eager_in_the_reference_interpreter(spec) -> None:
     """Random nested control flow: value and gradient as pure StableHLO, run by the reference
     interpreter, against eager; Variables a loop assigns come back as the module's last

@@ -12,7 +12,7 @@ echo "GRADLOOP_FUZZ_SEED=$seed: $jobs jobs of $per_job programs (logs in $logs)"
 start=$(date +%s)
 pids=()
 for k in $(seq 0 $((jobs - 1))); do
-	GRADLOOP_FUZZ_SEED=$((seed + k)) GRADLOOP_FUZZ_EXAMPLES=$per_job \
+	GRADLOOP_FUZZ_SEED=$((seed + k)) GRADLOOP_FUZZ_EXAMPLES=$per_job GRADLOOP_FUZZ_HEAVY=1 \
 		python -m pytest -q -x -p no:cacheprovider --hypothesis-show-statistics \
 		tests/test_fuzz_modes.py::test_modes_agree_on_random_programs \
 		tests/test_fuzz_modes.py::test_graph_mode_agrees_on_many_random_programs \
