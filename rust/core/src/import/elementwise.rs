@@ -135,14 +135,19 @@ pub(crate) fn compare(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Resul
 }
 
 /// `stablehlo.convert` (and `arith.index_cast`): a cast to the result's dtype.
-pub(crate) fn convert(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
-    let [a] = operands(op, x)?;
-    let to = op
+/// The dtype of an op's first result (what a conversion converts to).
+fn result_dtype(op: &Operation) -> Result<DType> {
+    Ok(op
         .result_types
         .first()
         .and_then(|t| t.tensor_type())
         .ok_or_else(|| import_error(&op.name, "unsupported result type"))?
-        .dtype;
+        .dtype)
+}
+
+pub(crate) fn convert(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let [a] = operands(op, x)?;
+    let to = result_dtype(op)?;
     if a.ty().dtype == to {
         return Ok(vec![a.clone()]);
     }
@@ -155,12 +160,7 @@ pub(crate) fn bitcast_convert(
     x: &[Val],
 ) -> Result<Vec<Val>> {
     let [a] = operands(op, x)?;
-    let to = op
-        .result_types
-        .first()
-        .and_then(|t| t.tensor_type())
-        .ok_or_else(|| import_error(&op.name, "unsupported result type"))?
-        .dtype;
+    let to = result_dtype(op)?;
     Ok(vec![build::bitcast_convert(im.ctx(), a, to)?])
 }
 
