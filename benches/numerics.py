@@ -6,10 +6,11 @@
   grows. Peers: numpy's in-place `buf[k] = row` in a Python loop, and JAX's `lax.fori_loop`
   under `jax.jit` where JAX is installed.
 - Elementwise math: `arcsinh`, `arctan2`, `log1p` on 10^6 float64 elements against numpy.
-- Linear algebra: `solve` (and the gradient of a loss through it) and `cholesky` of n x n
-  float64 matrices, eagerly, in graph mode and under `gl.jit`, against numpy (LAPACK) and JAX.
+- Linear algebra: `solve`, `cholesky` and `qr`, and the gradient of a loss through each, of
+  n x n float64 matrices (n = 8, 64, 512), eagerly, in graph mode and under `gl.jit`, against
+  numpy (LAPACK) and JAX's `jit`; each row ends with graph mode's ratio to its peers.
 
-Medians of `--repeats` calls after a warm-up; ratios are to numpy, measured in the same run.
+Medians of `--repeats` calls after a warm-up; ratios are measured in the same run.
 
 Usage: python benches/numerics.py [--quick] [--repeats R]
 """
@@ -105,15 +106,25 @@ def linear_algebra(n: int, repeats: int, with_jit: bool) -> dict[str, dict[str, 
     def loss(a, b):
         return gl.sum(gl.linalg.solve(a, b) ** 2)
 
+    def cholesky_loss(s):
+        return gl.sum(gl.linalg.cholesky(s) ** 2)
+
+    def qr_loss(a):
+        return gl.sum(gl.linalg.qr(a)[1] ** 2)
+
     ours = {
         "solve": (lambda a, b: gl.linalg.solve(a, b), (at, bt)),
         "grad of solve": (gl.grad(loss), (at, bt)),
         "cholesky": (gl.linalg.cholesky, (st,)),
+        "grad of chol": (gl.grad(cholesky_loss), (st,)),
+        "qr": (gl.linalg.qr, (at,)),
+        "grad of qr": (gl.grad(qr_loss), (at,)),
     }
     out: dict[str, dict[str, float]] = {}
     for name, (fn, args) in ours.items():
         row = {"eager": median_seconds(lambda fn=fn, args=args: fn(*args), repeats)}
         graph = gl.function(fn)
+        graph(*args)  # traced once, outside the timing
         row["graph"] = median_seconds(lambda g=graph, args=args: g(*args), repeats)
         if with_jit:
             with warnings.catch_warnings():
@@ -123,6 +134,7 @@ def linear_algebra(n: int, repeats: int, with_jit: bool) -> dict[str, dict[str, 
         out[name] = row
     out["solve"]["numpy"] = median_seconds(lambda: np.linalg.solve(a, b), repeats)
     out["cholesky"]["numpy"] = median_seconds(lambda: np.linalg.cholesky(spd), repeats)
+    out["qr"]["numpy"] = median_seconds(lambda: np.linalg.qr(a), repeats)
     try:
         import jax
         import jax.numpy as jnp
@@ -136,10 +148,17 @@ def linear_algebra(n: int, repeats: int, with_jit: bool) -> dict[str, dict[str, 
                 (ja, jb),
             ),
             "cholesky": (jax.jit(jnp.linalg.cholesky), (js,)),
+            "grad of chol": (
+                jax.jit(jax.grad(lambda s: jnp.sum(jnp.linalg.cholesky(s) ** 2))),
+                (js,),
+            ),
+            "qr": (jax.jit(jnp.linalg.qr), (ja,)),
+            "grad of qr": (jax.jit(jax.grad(lambda a: jnp.sum(jnp.linalg.qr(a)[1] ** 2))), (ja,)),
         }
         for name, (fn, args) in peers.items():
+            fn(*args)  # compiled once, outside the timing
             out[name]["JAX jit"] = median_seconds(
-                lambda fn=fn, args=args: fn(*args).block_until_ready(), repeats
+                lambda fn=fn, args=args: jax.block_until_ready(fn(*args)), repeats
             )
     except ImportError:
         pass
@@ -163,10 +182,16 @@ def main() -> None:
             f"  {name:8s} gradloop {ours * 1e3:7.2f}  numpy {peer * 1e3:7.2f}  {ours / peer:.2f}x"
         )
     print("linear algebra, float64, milliseconds (median)")
-    for n in (8, 32) if args.quick else (8, 64, 256):
-        for name, row in linear_algebra(n, args.repeats, with_jit=not args.quick).items():
+    for n in (8, 32) if args.quick else (8, 64, 512):
+        repeats = args.repeats if n < 512 else max(3, args.repeats // 4)
+        for name, row in linear_algebra(n, repeats, with_jit=not args.quick).items():
             cells = "  ".join(f"{k} {v * 1e3:8.3f}" for k, v in row.items())
-            print(f"  n = {n:4d} {name:14s} {cells}")
+            ratios = "  ".join(
+                f"graph/{peer} {row['graph'] / row[peer]:.2f}x"
+                for peer in ("numpy", "JAX jit")
+                if peer in row
+            )
+            print(f"  n = {n:4d} {name:14s} {cells}  {ratios}")
 
 
 if __name__ == "__main__":

@@ -512,12 +512,18 @@ def emit_custom_call(
     grad: Branch | None = None,
     tangent: Branch | None = None,
     refused: str | None = None,
+    kernel: str | None = None,
 ) -> list[Tensor]:
     """Closes the innermost frame (a custom function traced on `params` that returned
     `results`) and calls it on `inputs` through a node whose gradient is `grad` (traced above
     that frame on one cotangent per result) and whose tangent is `tangent` (traced there on one
     tangent per parameter, returning one per result); `refused` is why it has neither, raised
-    when a derivative is asked. Returns the call's results."""
+    when a derivative is asked; `kernel` (an op's graph text) makes it a composite that the
+    frame executor runs as that op. Returns the call's results."""
+
+def factor_kernel(kernel: str, inputs: Sequence[Tensor]) -> list[Tensor]:
+    """The factorisation kernel named by its graph text (`lu_factor`,
+    `triangular_solve{lower=true, unit_diagonal=false}`, ...) on `inputs`, eagerly."""
 
 def mlir_gradient_module(
     text: str,

@@ -2,7 +2,9 @@
 and conventions.
 
 The factorisations and substitutions are loops of the op table's ops (`_loops`), so they run
-in every mode, compile through IREE and emit pure StableHLO. Each public function is one
+in every mode, compile through IREE and emit pure StableHLO; eagerly and on the frame executor
+they run as faer's blocked kernels (composites: the loop defines, the kernel computes). Each
+public function is one
 custom op whose reverse-mode rule is written with solves, as JAX's are, not by differentiating
 the factorisation's loop: the gradient of `solve(a, b)` is one more solve with the factors of
 the forward pass, Cholesky's is Murray's formula, LU's the transpose of its tangent map.

@@ -1,11 +1,17 @@
 """The factorisations and substitutions of `gl.linalg` as loops of the op table's ops.
 
 Each is a `fori_loop` over the matrix's rows or columns whose trip works on whole (batched)
-matrices through one-hot masks, so one definition runs eagerly, on the frame executor and
-compiled (IREE has no triangular solve or Cholesky lowering; pure StableHLO has none either),
-over any leading batch axes. A trip costs O(n^2) (O(n k) for a substitution with k right-hand
-sides). The public functions in `gl.linalg` wrap these with their own derivative rules;
-differentiated op by op (forward mode, higher orders) the loops are exact too.
+matrices through one-hot masks, so one definition compiles everywhere (IREE has no triangular
+solve or Cholesky lowering; pure StableHLO has none either), over any leading batch axes. A
+trip costs O(n^2) (O(n k) for a substitution with k right-hand sides). The public functions in
+`gl.linalg` wrap these with their own derivative rules; differentiated op by op (forward mode,
+higher orders) the loops are exact too.
+
+LU, its solves, triangular solves, Cholesky and QR are composites (`_composite`): the loop defines
+them, and a kernel of the op table (faer's blocked algorithms) computes the same values where
+nothing reads the loop itself: eagerly when no tape or tangent differentiates the operands, and
+on the frame executor, which runs a traced composite call as its kernel. Compilers and
+derivatives read the loop.
 
 Conventions are LAPACK's: `lu_factor` gives `P a = L U` with L unit lower triangular packed
 below U's diagonal and `piv[i]` the row swapped with row i at step i; `cholesky` the lower
@@ -14,12 +20,42 @@ factor of the symmetrised input (NaN where it is not positive definite, as JAX's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import _core
 from .._core import Tensor
+from ..autodiff import perturbed
 from ..loops import fori_loop
 from ..reductions import argmax
+
+
+def _composite(kernel: str, loop: Callable[..., Any], *inputs: Tensor) -> Any:
+    """`loop(*inputs)`, computed by the kernel whose graph text is `kernel` where nothing
+    differentiates the loop: eagerly without tapes or tangents on the inputs; traced, as a
+    call of the loop that the frame executor runs as the kernel."""
+    if _core.trace_active():
+        params = _core.trace_push(
+            kernel.split("{")[0], [(t.dtype, tuple(t.shape)) for t in inputs]
+        )
+        try:
+            out = loop(*params)
+        except BaseException:
+            _core.trace_pop([])
+            raise
+        several = isinstance(out, tuple)
+        results = _core.emit_custom_call(
+            list(inputs), params, list(out) if several else [out], kernel=kernel
+        )
+        return tuple(results) if several else results[0]
+    if _core.any_tape_active() or perturbed(list(inputs)):
+        return loop(*inputs)
+    results = _core.factor_kernel(kernel, list(inputs))
+    return tuple(results) if len(results) > 1 else results[0]
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def _iota(n: int) -> Tensor:
@@ -45,6 +81,10 @@ def _column(m: Tensor, k: Tensor) -> Tensor:
 def lu_factor(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """`(lu, piv, perm)` of the square `a` (..., n, n) with partial pivoting: `perm[i]` is the
     row of `a` that is row i of `P a`."""
+    return _composite("lu_factor", _lu_factor_loop, a)
+
+
+def _lu_factor_loop(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     n = a.shape[-1]
     batch = list(a.shape[:-2])
     iota = _iota(n)
@@ -90,6 +130,10 @@ def lu_factor(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def permutation(piv: Tensor) -> Tensor:
     """The row order `perm` that LAPACK's swaps `piv` make, applied in turn."""
+    return _composite("lu_permutation", _permutation_loop, piv)
+
+
+def _permutation_loop(piv: Tensor) -> Tensor:
     n = piv.shape[-1]
     iota = _iota(n)
     perm = _core.broadcast_to(iota, list(piv.shape))
@@ -114,6 +158,13 @@ def permutation_matrix(perm: Tensor, dtype: Any) -> Tensor:
 def triangular(a: Tensor, b: Tensor, lower: bool, unit_diagonal: bool) -> Tensor:
     """`x` with `T x = b` for the triangle of `a` (..., n, n) named by `lower` (the other
     triangle is never read), `b` (..., n, k): substitution, one row per trip."""
+    kernel = f"triangular_solve{{lower={_flag(lower)}, unit_diagonal={_flag(unit_diagonal)}}}"
+    return _composite(
+        kernel, lambda a, b: _triangular_loop(a, b, lower, unit_diagonal), a, b
+    )
+
+
+def _triangular_loop(a: Tensor, b: Tensor, lower: bool, unit_diagonal: bool) -> Tensor:
     n = a.shape[-1]
     iota = _iota(n)
 
@@ -133,6 +184,16 @@ def triangular(a: Tensor, b: Tensor, lower: bool, unit_diagonal: bool) -> Tensor
 
 def lu_solve(lu: Tensor, perm: Tensor, b: Tensor, trans: bool) -> Tensor:
     """`x` with `a x = b` (or `a^T x = b`) from `a`'s LU factors, `b` (..., n, k)."""
+    return _composite(
+        f"lu_solve{{trans={_flag(trans)}}}",
+        lambda lu, perm, b: _lu_solve_loop(lu, perm, b, trans),
+        lu,
+        perm,
+        b,
+    )
+
+
+def _lu_solve_loop(lu: Tensor, perm: Tensor, b: Tensor, trans: bool) -> Tensor:
     p = permutation_matrix(perm, lu.dtype)
     if not trans:
         y = triangular(lu, _core.matmul(p, b), lower=True, unit_diagonal=True)
@@ -144,7 +205,12 @@ def lu_solve(lu: Tensor, perm: Tensor, b: Tensor, trans: bool) -> Tensor:
 
 
 def cholesky(a: Tensor) -> Tensor:
-    """The lower triangular `L` with `L L^T = a` (symmetric), one column per trip."""
+    """The lower triangular `L` with `L L^T = a` (symmetric), one column per trip; all NaN
+    where `a` is not positive definite."""
+    return _composite("cholesky", _cholesky_loop, a)
+
+
+def _cholesky_loop(a: Tensor) -> Tensor:
     n = a.shape[-1]
     iota = _iota(n)
     cols = _core.reshape(iota, [1, n])
@@ -160,13 +226,22 @@ def cholesky(a: Tensor) -> Tensor:
         w = w - _core.expand_dims(below, -1) * _core.expand_dims(below, -2)
         return w, low
 
-    return fori_loop(0, n, step, (a, _core.zeros_like(a)))[1]
+    low = fori_loop(0, n, step, (a, _core.zeros_like(a)))[1]
+    # not positive definite (a pivot not above zero, or NaN): NaN throughout, as the kernel's
+    # and JAX's. Compared, not tested with `x != x`, which compilers may fold away.
+    diagonal = _core.sum(_core.where(_core.equal(_core.reshape(iota, [n, 1]), iota), low, 0.0), axis=-1)
+    ok = _core.min(_core.cast(_core.greater(diagonal, 0.0), "int32"), axis=-1, keepdims=True)
+    return _core.where(_core.expand_dims(_core.equal(ok, 0), -1), float("nan"), low)
 
 
 def householder_qr(a: Tensor) -> tuple[Tensor, Tensor]:
     """`(q, r)` of `a` (..., m, n) with `q` (..., m, m) orthogonal and `r` (..., m, n) upper
     triangular, by Householder reflections (LAPACK's signs: `r`'s diagonal is `-sign(x_j)
     |x|`), one column per trip."""
+    return _composite("householder_qr", _householder_qr_loop, a)
+
+
+def _householder_qr_loop(a: Tensor) -> tuple[Tensor, Tensor]:
     m, n = a.shape[-2], a.shape[-1]
     rows = _iota(m)
     batch = list(a.shape[:-2])

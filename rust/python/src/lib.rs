@@ -73,6 +73,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(trace::emit_case, m)?,
         wrap_pyfunction!(trace::emit_while, m)?,
         wrap_pyfunction!(trace::emit_custom_call, m)?,
+        wrap_pyfunction!(trace::factor_kernel, m)?,
         wrap_pyfunction!(mlir::mlir_gradient_module, m)?,
         wrap_pyfunction!(mlir::mlir_jvp_module, m)?,
         wrap_pyfunction!(mlir::mlir_run_reference, m)?,

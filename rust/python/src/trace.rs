@@ -239,12 +239,27 @@ pub fn first(mut outputs: gradloop::ops::Values<Val>, what: &'static str) -> gra
     Ok(outputs.swap_remove(0))
 }
 
+/// A factorisation kernel (`gradloop::ops::factor`, named by its graph text) on `inputs`:
+/// what `gl.linalg` runs eagerly where nothing traces or differentiates its operands.
+#[pyfunction]
+pub fn factor_kernel(
+    py: Python<'_>,
+    kernel: &str,
+    inputs: &Bound<'_, PyAny>,
+) -> PyResult<Vec<PyTensor>> {
+    let op = gradloop::control::parse_kernel(kernel).py(py)?;
+    let inputs = tensors(inputs)?;
+    let size = inputs.iter().map(runtime::numel).sum();
+    run(py, size, move |ctx| ctx.apply(&op, &inputs)).map(|v| py_tensors(v.into_vec()))
+}
+
 /// Closes the innermost frame, a custom function traced on `params` that returned `results`,
 /// and calls it on `inputs` through a node whose gradient is `grad` (traced above that frame
 /// on one cotangent per result) and whose tangent is `tangent` (on one tangent per parameter);
-/// `refused`, where given, is why it has neither. Returns the call's results.
+/// `refused`, where given, is why it has neither; `kernel`, where given, makes it a composite
+/// (the graph text of the op the executor runs in its place). Returns the call's results.
 #[pyfunction]
-#[pyo3(signature = (inputs, params, results, grad=None, tangent=None, refused=None))]
+#[pyo3(signature = (inputs, params, results, grad=None, tangent=None, refused=None, kernel=None))]
 pub fn emit_custom_call(
     py: Python<'_>,
     inputs: &Bound<'_, PyAny>,
@@ -253,12 +268,18 @@ pub fn emit_custom_call(
     grad: Option<&Bound<'_, PyBranch>>,
     tangent: Option<&Bound<'_, PyBranch>>,
     refused: Option<String>,
+    kernel: Option<&str>,
 ) -> PyResult<Vec<PyTensor>> {
     let (inputs, params, results) = (tensors(inputs)?, tensors(params)?, tensors(results)?);
+    let kernel = match kernel {
+        Some(text) => Some(gradloop::control::parse_kernel(text).py(py)?),
+        None => None,
+    };
     let rules = trace::CustomRules {
         gradient: grad.map(|b| b.get().inner.clone()),
         tangent: tangent.map(|b| b.get().inner.clone()),
         refused,
+        kernel,
     };
     run(py, 0, move |ctx| {
         gradloop::control::emit_custom_call(ctx, &inputs, &params, &results, &rules)

@@ -13,12 +13,16 @@
 //!   with one branch. Tangent: the custom tangent's call, or else the callee's tangent function.
 //!   A refused derivative raises its reason when it is asked. Interpretation: the call. MLIR:
 //!   the callee inlined.
+//! - A composite (`kernel`): the frame executor runs the kernel op in place of the callee;
+//!   everything else reads the callee, which defines it.
 
 use std::sync::Arc;
 
 use super::branches::branch_gradient;
-use crate::dataflow::{Lower, LowerNode, Lowered};
-use crate::error::{Error, Result};
+use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ops::attrs::{Attr, AttrMap};
+use crate::ops::Op;
 use crate::graph::text::{FuncName, Quoted};
 use crate::graph::verify_nodes::{check_call, check_params};
 use crate::graph::with_params;
@@ -57,6 +61,9 @@ impl NodeRule for Call {
         if let Some(why) = &self.refused {
             attrs.push(("refused", Quoted(why).to_string()));
         }
+        if let Some(op) = &self.kernel {
+            attrs.push(("kernel", Quoted(&kernel_text(op)).to_string()));
+        }
         attrs
     }
 
@@ -83,6 +90,9 @@ impl NodeRule for Call {
 
     fn check(&self, library: &Library, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
         check_call(library, "callee", &self.function, ins, outs)?;
+        if let Some(op) = &self.kernel {
+            check_kernel(op, ins, outs)?;
+        }
         let node = (ins, outs);
         if let Some(g) = &self.gradient {
             check_rule(library, "gradient", g, node, (outs, ins, "operand"))?;
@@ -107,7 +117,72 @@ impl ParseNode for Call {
             gradient: attrs.optional_function("gradient")?,
             tangent: attrs.optional_function("tangent")?,
             refused: attrs.optional_string("refused")?,
+            kernel: match attrs.optional_string("kernel")? {
+                Some(text) => Some(parse_kernel(&text)?),
+                None => None,
+            },
         })
+    }
+}
+
+/// A composite's kernel in graph text: the op's name and its attributes, as an op node
+/// prints them (`triangular_solve{lower=true, unit_diagonal=false}`).
+pub fn kernel_text(op: &Op) -> String {
+    let attrs: Vec<String> = op
+        .attrs()
+        .iter()
+        .map(|(n, a)| format!("{n}={a}"))
+        .collect();
+    if attrs.is_empty() {
+        op.name().to_string()
+    } else {
+        format!("{}{{{}}}", op.name(), attrs.join(", "))
+    }
+}
+
+/// The op that `kernel_text` wrote (its attributes are booleans and integers).
+pub fn parse_kernel(text: &str) -> Result<Op> {
+    let bad = |why: &str| Error::new(ErrorKind::Graph, "call", format!("kernel `{text}`: {why}"));
+    let (name, rest) = match text.split_once('{') {
+        Some((name, rest)) => (
+            name,
+            rest.strip_suffix('}')
+                .ok_or_else(|| bad("no closing brace"))?,
+        ),
+        None => (text, ""),
+    };
+    let mut map = AttrMap::new();
+    for pair in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| bad("an attribute without `=`"))?;
+        let attr = match v.trim() {
+            "true" => Attr::Bool(true),
+            "false" => Attr::Bool(false),
+            v => Attr::Int(v.parse().map_err(|_| bad("an attribute that is not a bool or int"))?),
+        };
+        map.insert(k.trim(), attr)?;
+    }
+    Op::from_name(name, &map)
+}
+
+/// A kernel takes the call's operands and gives its results, typed alike.
+fn check_kernel(op: &Op, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
+    let types = ins
+        .iter()
+        .map(|t| match t {
+            ValueType::Tensor(t) => Ok(t.clone()),
+            other => Err(format!("kernel {op} takes tensors, not {other}")),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let given = op.infer(&types).map_err(|e| format!("kernel {op}: {}", e.message))?;
+    let fits = given.len() == outs.len()
+        && given
+            .iter()
+            .zip(outs)
+            .all(|(g, o)| ValueType::Tensor(g.clone()).compatible(o));
+    if fits {
+        Ok(())
+    } else {
+        Err(format!("kernel {op} gives {given:?}, not the callee's results"))
     }
 }
 
@@ -342,8 +417,14 @@ impl Lower for Call {
         false
     }
 
-    /// The callee inlined; the call's control inputs gate its inputs and constants.
+    /// The callee inlined; the call's control inputs gate its inputs and constants. A
+    /// composite is its kernel, one node.
     fn lower(&self, cx: &mut LowerNode<'_, '_>) -> Result<Lowered> {
+        if let Some(op) = &self.kernel {
+            let inputs = std::mem::take(&mut cx.inputs);
+            let control = std::mem::take(&mut cx.control);
+            return Ok(cx.b.single(cx.scope, DfKind::Op(op.clone()), cx.node, inputs, control));
+        }
         cx.b.inline_call(
             cx.scope,
             &self.function,
@@ -433,11 +514,15 @@ pub fn emit_custom_call(
             Some(b) => Some(resign(b, "jvp", &f.params)?),
             None => None,
         };
+        // a composite's callee takes its operands alone (it captured nothing): else the
+        // kernel would not fit, and the plain call stands
+        let kernel = rules.kernel.clone().filter(|_| captures.is_empty());
         let call = Call {
             function,
             gradient,
             tangent,
             refused: rules.refused.clone(),
+            kernel,
         };
         let mut operands = inputs.to_vec();
         operands.extend(captures);

@@ -46,7 +46,7 @@ mod stacks;
 mod variables;
 pub(crate) mod while_loop;
 
-pub use call::emit_custom_call;
+pub use call::{emit_custom_call, kernel_text, parse_kernel};
 pub use case::emit_case;
 pub use if_else::emit_if;
 pub use while_loop::emit_while;

@@ -48,13 +48,17 @@ pub struct While {
 /// forward mode of a `recompute_grad` function), its tangents are `tangent(operands, results,
 /// operand tangents)`, one per result the function computes for its caller. `refused` says why
 /// the derivatives that have no rule here have none (a rule failed as it was traced): asking
-/// for one raises it, running the call does not.
+/// for one raises it, running the call does not. With `kernel` it is a composite: the callee
+/// defines it (for compilers, derivatives and the reference interpreter) and the frame
+/// executor runs the kernel, an op of the table computing the same values (a factorisation
+/// written as a loop in the callee and as faer's blocked algorithm in the kernel).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Call {
     pub function: String,
     pub gradient: Option<String>,
     pub tangent: Option<String>,
     pub refused: Option<String>,
+    pub kernel: Option<crate::ops::Op>,
 }
 
 /// Reads and writes of a variable: `Read(resource<T>) -> T`, `Assign(resource<T>, T) -> ()`,

@@ -76,6 +76,16 @@ pub(crate) fn samples() -> Vec<Op> {
         unary_math::Expm1.into(),
         creation::BitcastConvert { to: DType::I64 }.into(),
         special::Erf.into(),
+        factor::LuFactor.into(),
+        factor::LuPermutation.into(),
+        factor::LuSolve { trans: true }.into(),
+        factor::TriangularSolve {
+            lower: false,
+            unit_diagonal: true,
+        }
+        .into(),
+        factor::Cholesky.into(),
+        factor::HouseholderQr.into(),
         binary_math::Arctan2.into(),
         binary_math::Rem.into(),
         binary_math::Quotient.into(),

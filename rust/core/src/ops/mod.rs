@@ -30,6 +30,7 @@ pub mod concat;
 pub mod context;
 pub mod creation;
 pub mod dest;
+pub mod factor;
 pub mod gather;
 pub mod index;
 pub mod indexing;
@@ -453,6 +454,12 @@ op_table! {
     ReduceMin(reduce::ReduceMin),
     // linear algebra
     MatMul(matmul::MatMul),
+    LuFactor(factor::LuFactor),
+    LuPermutation(factor::LuPermutation),
+    LuSolve(factor::LuSolve),
+    TriangularSolve(factor::TriangularSolve),
+    Cholesky(factor::Cholesky),
+    HouseholderQr(factor::HouseholderQr),
     // layout
     Reshape(layout::Reshape),
     Transpose(layout::Transpose),

@@ -122,4 +122,6 @@ pub struct CustomRules {
     pub gradient: Option<Branch>,
     pub tangent: Option<Branch>,
     pub refused: Option<String>,
+    /// A composite's kernel (`graph::Call::kernel`).
+    pub kernel: Option<crate::ops::Op>,
 }
