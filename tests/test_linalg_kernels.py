@@ -24,7 +24,10 @@ def _np(x):
 
 COMPOSITES = {
     "lu_factor": (lambda a: _loops.lu_factor(a), lambda a: _loops._lu_factor_loop(a)),
-    "cholesky": (lambda a: _loops.cholesky(a @ _mt(a)), lambda a: _loops._cholesky_loop(a @ _mt(a))),
+    "cholesky": (
+        lambda a: _loops.cholesky(a @ _mt(a)),
+        lambda a: _loops._cholesky_loop(a @ _mt(a)),
+    ),
 }
 
 
@@ -87,7 +90,10 @@ def test_cholesky_kernel_is_the_loop_and_refuses_with_nan_throughout():
 
 def test_the_executor_runs_composites_as_kernels_and_compilers_read_the_loop():
     def f(a, b):
-        return gl.linalg.solve(a, b) + gl.linalg.cholesky(a @ a.T + 10.0 * gl.eye(a.shape[0], dtype=a.dtype))[0]
+        return (
+            gl.linalg.solve(a, b)
+            + gl.linalg.cholesky(a @ a.T + 10.0 * gl.eye(a.shape[0], dtype=a.dtype))[0]
+        )
 
     fn = gl.function(f)
     a_np, b_np = _matrix(12, 12), RNG.standard_normal((12, 12))

@@ -49,6 +49,8 @@ def elementwise(x, y):
         gl.remainder(x, y), gl.floor_divide(x, y),
         _core.bitcast_convert(_core.bitcast_convert(x, gl.int64) + 1, gl.float64),
         _core.quotient(gl.cast(x, gl.int64), gl.cast(y * 3.0, gl.int64)),
+        gl.bitwise_and(_core.bitcast_convert(x, gl.int64), 0x7FFF_FFFF_FFFF_FFFF),
+        gl.bitwise_or(gl.cast(y * 8.0, gl.int32), 5), gl.bitwise_xor(gl.cast(x * 8.0, gl.int64), 3),
     )  # fmt: skip
 
 

@@ -163,6 +163,25 @@ def test_logical(shapes: tuple) -> None:
     check(~gl.tensor(a), ~a)
 
 
+@pytest.mark.parametrize("shapes", PAIRS, ids=str)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64], ids=str)
+def test_bitwise(shapes: tuple, dtype) -> None:
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, size=shapes[0], dtype=dtype)
+    b = rng.integers(info.min, info.max, size=shapes[1], dtype=dtype)
+    for fn, ref in (
+        (gl.bitwise_and, np.bitwise_and),
+        (gl.bitwise_or, np.bitwise_or),
+        (gl.bitwise_xor, np.bitwise_xor),
+    ):
+        check(fn(gl.tensor(a), gl.tensor(b)), ref(a, b))
+        traced = gl.function(fn)(gl.tensor(a), gl.tensor(b))
+        np.testing.assert_array_equal(np.asarray(traced), ref(a, b))
+    with pytest.raises(gl.errors.DTypeError, match="integer"):
+        gl.bitwise_and(gl.tensor(np.ones(2)), gl.tensor(np.ones(2)))
+
+
 @pytest.mark.parametrize("dtype", (*NUMERIC, gl.bool_), ids=str)
 @pytest.mark.parametrize(
     "shapes",

@@ -35,9 +35,7 @@ def _composite(kernel: str, loop: Callable[..., Any], *inputs: Tensor) -> Any:
     differentiates the loop: eagerly without tapes or tangents on the inputs; traced, as a
     call of the loop that the frame executor runs as the kernel."""
     if _core.trace_active():
-        params = _core.trace_push(
-            kernel.split("{")[0], [(t.dtype, tuple(t.shape)) for t in inputs]
-        )
+        params = _core.trace_push(kernel.split("{")[0], [(t.dtype, tuple(t.shape)) for t in inputs])
         try:
             out = loop(*params)
         except BaseException:
@@ -159,9 +157,7 @@ def triangular(a: Tensor, b: Tensor, lower: bool, unit_diagonal: bool) -> Tensor
     """`x` with `T x = b` for the triangle of `a` (..., n, n) named by `lower` (the other
     triangle is never read), `b` (..., n, k): substitution, one row per trip."""
     kernel = f"triangular_solve{{lower={_flag(lower)}, unit_diagonal={_flag(unit_diagonal)}}}"
-    return _composite(
-        kernel, lambda a, b: _triangular_loop(a, b, lower, unit_diagonal), a, b
-    )
+    return _composite(kernel, lambda a, b: _triangular_loop(a, b, lower, unit_diagonal), a, b)
 
 
 def _triangular_loop(a: Tensor, b: Tensor, lower: bool, unit_diagonal: bool) -> Tensor:
@@ -229,7 +225,9 @@ def _cholesky_loop(a: Tensor) -> Tensor:
     low = fori_loop(0, n, step, (a, _core.zeros_like(a)))[1]
     # not positive definite (a pivot not above zero, or NaN): NaN throughout, as the kernel's
     # and JAX's. Compared, not tested with `x != x`, which compilers may fold away.
-    diagonal = _core.sum(_core.where(_core.equal(_core.reshape(iota, [n, 1]), iota), low, 0.0), axis=-1)
+    diagonal = _core.sum(
+        _core.where(_core.equal(_core.reshape(iota, [n, 1]), iota), low, 0.0), axis=-1
+    )
     ok = _core.min(_core.cast(_core.greater(diagonal, 0.0), "int32"), axis=-1, keepdims=True)
     return _core.where(_core.expand_dims(_core.equal(ok, 0), -1), float("nan"), low)
 

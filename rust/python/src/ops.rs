@@ -114,6 +114,9 @@ binary_fns! {
     greater => build::greater;
     greater_equal => build::greater_equal;
     logical_and => build::logical_and;
+    bitwise_and => build::bitwise_and;
+    bitwise_or => build::bitwise_or;
+    bitwise_xor => build::bitwise_xor;
     logical_or => build::logical_or;
     matmul => build::matmul;
     arctan2 => build::arctan2;

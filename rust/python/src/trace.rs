@@ -260,6 +260,7 @@ pub fn factor_kernel(
 /// (the graph text of the op the executor runs in its place). Returns the call's results.
 #[pyfunction]
 #[pyo3(signature = (inputs, params, results, grad=None, tangent=None, refused=None, kernel=None))]
+#[allow(clippy::too_many_arguments)] // the Python call's keyword arguments, one by one
 pub fn emit_custom_call(
     py: Python<'_>,
     inputs: &Bound<'_, PyAny>,

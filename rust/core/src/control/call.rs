@@ -21,8 +21,6 @@ use std::sync::Arc;
 use super::branches::branch_gradient;
 use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ops::attrs::{Attr, AttrMap};
-use crate::ops::Op;
 use crate::graph::text::{FuncName, Quoted};
 use crate::graph::verify_nodes::{check_call, check_params};
 use crate::graph::with_params;
@@ -33,6 +31,8 @@ use crate::interpret::{Interpret, NodeRun};
 use crate::mlir::stack_bounds::{PushFlow, Pushes};
 use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
+use crate::ops::attrs::{Attr, AttrMap};
+use crate::ops::Op;
 use crate::ops::{build, Context, Grads, Tangents};
 use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
@@ -128,11 +128,7 @@ impl ParseNode for Call {
 /// A composite's kernel in graph text: the op's name and its attributes, as an op node
 /// prints them (`triangular_solve{lower=true, unit_diagonal=false}`).
 pub fn kernel_text(op: &Op) -> String {
-    let attrs: Vec<String> = op
-        .attrs()
-        .iter()
-        .map(|(n, a)| format!("{n}={a}"))
-        .collect();
+    let attrs: Vec<String> = op.attrs().iter().map(|(n, a)| format!("{n}={a}")).collect();
     if attrs.is_empty() {
         op.name().to_string()
     } else {
@@ -153,11 +149,16 @@ pub fn parse_kernel(text: &str) -> Result<Op> {
     };
     let mut map = AttrMap::new();
     for pair in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').ok_or_else(|| bad("an attribute without `=`"))?;
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| bad("an attribute without `=`"))?;
         let attr = match v.trim() {
             "true" => Attr::Bool(true),
             "false" => Attr::Bool(false),
-            v => Attr::Int(v.parse().map_err(|_| bad("an attribute that is not a bool or int"))?),
+            v => Attr::Int(
+                v.parse()
+                    .map_err(|_| bad("an attribute that is not a bool or int"))?,
+            ),
         };
         map.insert(k.trim(), attr)?;
     }
@@ -173,7 +174,9 @@ fn check_kernel(op: &Op, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
             other => Err(format!("kernel {op} takes tensors, not {other}")),
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let given = op.infer(&types).map_err(|e| format!("kernel {op}: {}", e.message))?;
+    let given = op
+        .infer(&types)
+        .map_err(|e| format!("kernel {op}: {}", e.message))?;
     let fits = given.len() == outs.len()
         && given
             .iter()
@@ -182,7 +185,9 @@ fn check_kernel(op: &Op, ins: &[&ValueType], outs: &[&ValueType]) -> Check {
     if fits {
         Ok(())
     } else {
-        Err(format!("kernel {op} gives {given:?}, not the callee's results"))
+        Err(format!(
+            "kernel {op} gives {given:?}, not the callee's results"
+        ))
     }
 }
 
@@ -423,7 +428,9 @@ impl Lower for Call {
         if let Some(op) = &self.kernel {
             let inputs = std::mem::take(&mut cx.inputs);
             let control = std::mem::take(&mut cx.control);
-            return Ok(cx.b.single(cx.scope, DfKind::Op(op.clone()), cx.node, inputs, control));
+            return Ok(cx
+                .b
+                .single(cx.scope, DfKind::Op(op.clone()), cx.node, inputs, control));
         }
         cx.b.inline_call(
             cx.scope,

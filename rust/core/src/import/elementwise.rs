@@ -44,15 +44,33 @@ pub(crate) fn binary(
     Ok(vec![f(im.ctx(), a, b)?])
 }
 
-/// A boolean-only op (`and`, `or`, `xor`, `not` on `i1`); bitwise integer forms are refused.
+/// `and`, `or`, `xor` and `not`: logical on `i1`, bitwise on integers (`not` of an integer is
+/// refused).
 pub(crate) fn logical(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
+    let integers = x
+        .iter()
+        .all(|v| matches!(v.ty().dtype, DType::I32 | DType::I64));
+    let ctx = im.ctx();
+    if integers {
+        let out = match (op.name.as_str(), x) {
+            ("stablehlo.and", [a, b]) => build::bitwise_and(ctx, a, b)?,
+            ("stablehlo.or", [a, b]) => build::bitwise_or(ctx, a, b)?,
+            ("stablehlo.xor", [a, b]) => build::bitwise_xor(ctx, a, b)?,
+            _ => {
+                return Err(import_error(
+                    &op.name,
+                    "only the boolean (i1) form is supported for integers' `not`",
+                ))
+            }
+        };
+        return Ok(vec![out]);
+    }
     if x.iter().any(|v| v.ty().dtype != DType::Bool) {
         return Err(import_error(
             &op.name,
-            "only the boolean (i1) form is supported, not bitwise integer operations",
+            "operands must be booleans (i1) or integers of 32 or 64 bits",
         ));
     }
-    let ctx = im.ctx();
     let out = match (op.name.as_str(), x) {
         ("stablehlo.not", [a]) => build::logical_not(ctx, a)?,
         ("stablehlo.and", [a, b]) => build::logical_and(ctx, a, b)?,

@@ -3,7 +3,10 @@
 //! JAX writes for `x[idx]` and its gradient): one index per slice, the indexed axis collapsed
 //! (or inserted), the indices' dimensions in its place. StableHLO clamps a gather's start
 //! indices into range and skips a scatter's out-of-range updates; gradloop's ops take indices
-//! in range, so the importer clamps and masks explicitly. Other forms are refused by name.
+//! in range, so the importer clamps and masks explicitly. A scatter whose region returns the
+//! update (a "set") at one index vector, what JAX writes for `x.at[i].set(row)` with a scalar
+//! `i`, is a `dynamic_update_slice` where the window fits and `x` where it does not. Other
+//! forms are refused by name.
 
 use super::contract::{combiner, Combiner};
 use super::elementwise::operands;
@@ -135,6 +138,9 @@ pub(crate) fn gather(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result
 /// updates whose index is out of range left out.
 pub(crate) fn scatter(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
     let [operand, idx, updates] = operands(op, x)?;
+    if replaces(op) {
+        return scatter_one_window(im, op, operand, idx, updates);
+    }
     if combiner(op).ok() != Some(Combiner::Add) {
         return Err(unsupported(op, "a region other than one add"));
     }
@@ -175,6 +181,83 @@ pub(crate) fn scatter(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Resul
     let kept = build::select(ctx, &mask, updates, &none)?;
     let summed = build::scatter_add(ctx, &kept, &idx, axis, n)?;
     let out = build::add(ctx, operand, &summed)?;
+    check_type(op, &out)?;
+    Ok(vec![out])
+}
+
+/// Whether the scatter's region returns its second argument, the update: a "set".
+fn replaces(op: &Operation) -> bool {
+    let Some([block]) = op.regions.first().map(|r| r.blocks.as_slice()) else {
+        return false;
+    };
+    match (block.args.as_slice(), block.ops.as_slice()) {
+        ([_, (update, _)], [ret]) => ret.operands.len() == 1 && &ret.operands[0].name == update,
+        _ => false,
+    }
+}
+
+/// A "set" scatter of one window at one index vector (`indices` of shape `[k]`, every update
+/// dimension a window dimension): `dynamic_update_slice` of the window, kept only where it lies
+/// inside `operand` (a scatter skips an update out of bounds, where the slice would clamp it).
+fn scatter_one_window(
+    im: &mut Importer<'_>,
+    op: &Operation,
+    operand: &Val,
+    idx: &Val,
+    updates: &Val,
+) -> Result<Vec<Val>> {
+    let dims = Dims::of(op, "scatter_dimension_numbers")?;
+    let shape = operand.ty().shape.to_vec();
+    let inserted = dims.get("inserted_window_dims");
+    let to_operand = dims.get("scatter_dims_to_operand_dims");
+    let update_rank = updates.ty().ndim();
+    let one_vector = idx.ty().ndim() == 1
+        && idx.ty().shape[0] == to_operand.len()
+        && dims.get("index_vector_dim").first().copied().unwrap_or(0) == 0
+        && dims.get("input_batching_dims").is_empty()
+        && dims.get("update_window_dims") == (0..update_rank as i64).collect::<Vec<_>>()
+        && update_rank + inserted.len() == shape.len();
+    if !one_vector || !matches!(idx.ty().dtype, DType::I32 | DType::I64) {
+        return Err(unsupported(
+            op,
+            "a set (a region returning the update) other than one window at one index vector",
+        ));
+    }
+    // the window: the update's dimensions, with ones where dimensions were inserted
+    let mut window = Vec::with_capacity(shape.len());
+    let mut rest = updates.ty().shape.iter().copied();
+    for d in 0..shape.len() {
+        if inserted.contains(&(d as i64)) {
+            window.push(1);
+        } else {
+            window.push(rest.next().unwrap_or(1));
+        }
+    }
+    let zero = index_scalar(im, idx, 0)?;
+    let mut starts = vec![zero.clone(); shape.len()];
+    let mut fits: Option<Val> = None;
+    for (j, &d) in to_operand.iter().enumerate() {
+        let d = d as usize;
+        let last = index_scalar(im, idx, shape[d] as i64 - window[d] as i64)?;
+        let ctx = im.ctx();
+        let one = build::slice(ctx, idx, &[j], &[j + 1], &[1])?;
+        let start = build::reshape(ctx, &one, &[])?;
+        let inside = build::greater_equal(ctx, &start, &zero)?;
+        let below = build::less_equal(ctx, &start, &last)?;
+        let inside = build::logical_and(ctx, &inside, &below)?;
+        fits = Some(match fits {
+            Some(f) => build::logical_and(ctx, &f, &inside)?,
+            None => inside,
+        });
+        starts[d] = start;
+    }
+    let ctx = im.ctx();
+    let window_update = build::reshape(ctx, updates, &window)?;
+    let written = build::dynamic_update_slice(ctx, operand, &window_update, &starts)?;
+    let out = match fits {
+        Some(f) => build::select(ctx, &f, &written, operand)?,
+        None => written,
+    };
     check_type(op, &out)?;
     Ok(vec![out])
 }

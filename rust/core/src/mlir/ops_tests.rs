@@ -189,6 +189,21 @@ pub(crate) fn op_cases() -> Vec<OpCase> {
             "stablehlo.or",
         ),
         case(
+            BitwiseAnd,
+            vec![ints(vec![6i32, 5, 3], &[3]), ints(vec![3i32], &[1])],
+            "stablehlo.and {{.*}} : tensor<3xi32>",
+        ),
+        case(
+            BitwiseOr,
+            vec![ints(vec![6i32, 5, 3], &[3]), ints(vec![3i32], &[1])],
+            "stablehlo.or",
+        ),
+        case(
+            BitwiseXor,
+            vec![ints(vec![6i32, 5, 3], &[3]), ints(vec![3i32], &[1])],
+            "stablehlo.xor",
+        ),
+        case(
             Select,
             vec![mask.clone(), v.clone(), s.clone()],
             "stablehlo.select",

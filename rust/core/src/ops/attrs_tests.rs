@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use super::*;
 use crate::graph::builtin_names;
 use crate::ops::{
-    binary, binary_math, creation, index, layout, matmul, reduce, special, unary, unary_math, Op,
-    OpKind,
+    binary, binary_math, creation, factor, index, layout, matmul, reduce, special, unary,
+    unary_math, Op, OpKind,
 };
 
 fn shape(dims: &[usize]) -> Shape {
@@ -105,6 +105,9 @@ pub(crate) fn samples() -> Vec<Op> {
         GreaterEqual.into(),
         LogicalAnd.into(),
         LogicalOr.into(),
+        BitwiseAnd.into(),
+        BitwiseOr.into(),
+        BitwiseXor.into(),
         Select.into(),
         reduce::Sum {
             axes: vec![],

@@ -226,6 +226,27 @@ macro_rules! binary_op {
     (@dispatch Any -> Bool, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
         crate::with_dtype!($a.dtype(), T, { kernels::zip::<T, bool>($a, $b, $shape, |$x: T, $y: T| $kernel) })
     };
+    (@dispatch Integer -> Same, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        match $a.dtype() {
+            DType::I32 => kernels::zip::<i32, i32>($a, $b, $shape, |$x: i32, $y: i32| $kernel),
+            DType::I64 => kernels::zip::<i64, i64>($a, $b, $shape, |$x: i64, $y: i64| $kernel),
+            other => Err(kernel_dtype_bug($opname, other)),
+        }
+    };
+    (@dest [] Integer -> Same, $a:ident, $b:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        match $out.dtype {
+            DType::I32 => dest::zip_to::<i32, i32>($a, $b, $out, |$x: i32, $y: i32| $kernel),
+            DType::I64 => dest::zip_to::<i64, i64>($a, $b, $out, |$x: i64, $y: i64| $kernel),
+            _ => None,
+        }
+    };
+    (@into Integer -> Same, $inputs:ident, $out:ident, |$x:ident, $y:ident| $kernel:expr) => {
+        match $out.dtype {
+            DType::I32 => kernels::zip_into::<i32>($inputs, $out, |$x: i32, $y: i32| $kernel),
+            DType::I64 => kernels::zip_into::<i64>($inputs, $out, |$x: i64, $y: i64| $kernel),
+            _ => None,
+        }
+    };
     (@dispatch Bool -> Bool, $opname:literal, $a:ident, $b:ident, $shape:ident, |$x:ident, $y:ident| $kernel:expr) => {
         match $a.dtype() {
             DType::Bool => kernels::zip::<bool, bool>($a, $b, $shape, |$x: bool, $y: bool| $kernel),
@@ -509,6 +530,25 @@ comparison_op! {
         scalar: |d| ScalarForm::logical(d, "arith.andi");
     LogicalOr, "logical_or", logical_or, Bool, |x, y| x || y, mlir: logical "stablehlo.or",
         scalar: |d| ScalarForm::logical(d, "arith.ori");
+}
+
+macro_rules! bitwise_op {
+    ($($name:ident, $opname:literal, $builder:ident, |$x:ident, $y:ident| $kernel:expr, $mlir:literal;)*) => {$(
+        binary_op! {
+            #[doc = concat!("Elementwise `", $opname, "` of integers (numpy's; StableHLO's `", $mlir, "` on integers).")]
+            $name, $opname, $builder, Integer -> Same,
+            kernel: |$x, $y| $kernel,
+            saves: Saves::NotDifferentiable("its operands are integers"),
+            grad: |ctx, saved, g, needs| (None, None),
+            mlir: |e, a, b, out| Ok(e.elementwise($mlir, &[a, b], out))
+        }
+    )*};
+}
+
+bitwise_op! {
+    BitwiseAnd, "bitwise_and", bitwise_and, |x, y| x & y, "stablehlo.and";
+    BitwiseOr, "bitwise_or", bitwise_or, |x, y| x | y, "stablehlo.or";
+    BitwiseXor, "bitwise_xor", bitwise_xor, |x, y| x ^ y, "stablehlo.xor";
 }
 
 /// `where(cond, a, b)`: a where cond, else b; all three broadcast together.

@@ -11,8 +11,9 @@ use crate::shape::{ShapeDisplay, DYN};
 use crate::value::Value;
 
 pub use super::binary::{
-    add, div, equal, greater, greater_equal, less, less_equal, logical_and, logical_or, maximum,
-    minimum, mul, not_equal, pow, relu_grad, select, sub,
+    add, bitwise_and, bitwise_or, bitwise_xor, div, equal, greater, greater_equal, less,
+    less_equal, logical_and, logical_or, maximum, minimum, mul, not_equal, pow, relu_grad, select,
+    sub,
 };
 pub use super::binary_math::{arctan2, quotient, rem};
 pub use super::creation::{

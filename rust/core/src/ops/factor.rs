@@ -13,6 +13,7 @@
 //! of `a` that is row i of `P a`. A zero pivot divides by zero (infinities and NaN, as LAPACK's
 //! solves give); a matrix that is not positive definite gives a Cholesky factor of NaN.
 
+use faer::dyn_stack::StackReq;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::linalg::householder::{
@@ -20,10 +21,11 @@ use faer::linalg::householder::{
     apply_block_householder_sequence_on_the_left_in_place_with_conj as apply_sequence,
 };
 use faer::linalg::lu::partial_pivoting::factor::{lu_in_place, lu_in_place_scratch};
-use faer::linalg::qr::no_pivoting::factor::{qr_in_place, qr_in_place_scratch, recommended_block_size};
+use faer::linalg::qr::no_pivoting::factor::{
+    qr_in_place, qr_in_place_scratch, recommended_block_size,
+};
 use faer::linalg::triangular_solve as tri;
 use faer::traits::RealField;
-use faer::dyn_stack::StackReq;
 use faer::{Conj, Mat, MatMut, MatRef, Par};
 use smallvec::smallvec;
 
@@ -152,7 +154,10 @@ fn float_kernel<R>(
     match dtype {
         DType::F32 => f32_case(),
         DType::F64 => f64_case(),
-        other => Err(Error::internal(op, format!("{other} (the rule refuses it)"))),
+        other => Err(Error::internal(
+            op,
+            format!("{other} (the rule refuses it)"),
+        )),
     }
 }
 
@@ -230,7 +235,12 @@ impl OpDef for LuFactor {
         NOT_DIFFERENTIABLE
     }
 
-    fn emit(&self, e: &mut Emitter, _: &[MlirValue], _: &[TensorType]) -> Result<Values<MlirValue>> {
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _: &[MlirValue],
+        _: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
         no_emission(e, "lu_factor")
     }
 
@@ -264,7 +274,12 @@ fn lu_batch<T: RealField + Element>(
     let mut data = a.as_slice::<T>()?.to_vec();
     for (k, m) in data.chunks_mut((n * n).max(1)).enumerate() {
         if n > 0 {
-            lu_one(m, n, &mut piv[k * n..(k + 1) * n], &mut order[k * n..(k + 1) * n]);
+            lu_one(
+                m,
+                n,
+                &mut piv[k * n..(k + 1) * n],
+                &mut order[k * n..(k + 1) * n],
+            );
         }
     }
     Tensor::from_vec(data, a.shape())
@@ -318,7 +333,12 @@ impl OpDef for LuPermutation {
         NOT_DIFFERENTIABLE
     }
 
-    fn emit(&self, e: &mut Emitter, _: &[MlirValue], _: &[TensorType]) -> Result<Values<MlirValue>> {
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _: &[MlirValue],
+        _: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
         no_emission(e, "lu_permutation")
     }
 
@@ -421,7 +441,12 @@ impl OpDef for TriangularSolve {
         NOT_DIFFERENTIABLE
     }
 
-    fn emit(&self, e: &mut Emitter, _: &[MlirValue], _: &[TensorType]) -> Result<Values<MlirValue>> {
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _: &[MlirValue],
+        _: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
         no_emission(e, "triangular_solve")
     }
 
@@ -554,7 +579,12 @@ impl OpDef for LuSolve {
         NOT_DIFFERENTIABLE
     }
 
-    fn emit(&self, e: &mut Emitter, _: &[MlirValue], _: &[TensorType]) -> Result<Values<MlirValue>> {
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _: &[MlirValue],
+        _: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
         no_emission(e, "lu_solve")
     }
 
@@ -647,7 +677,12 @@ impl OpDef for Cholesky {
         NOT_DIFFERENTIABLE
     }
 
-    fn emit(&self, e: &mut Emitter, _: &[MlirValue], _: &[TensorType]) -> Result<Values<MlirValue>> {
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _: &[MlirValue],
+        _: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
         no_emission(e, "cholesky")
     }
 
@@ -781,7 +816,12 @@ impl OpDef for HouseholderQr {
         NOT_DIFFERENTIABLE
     }
 
-    fn emit(&self, e: &mut Emitter, _: &[MlirValue], _: &[TensorType]) -> Result<Values<MlirValue>> {
+    fn emit(
+        &self,
+        e: &mut Emitter,
+        _: &[MlirValue],
+        _: &[TensorType],
+    ) -> Result<Values<MlirValue>> {
         no_emission(e, "householder_qr")
     }
 

@@ -163,7 +163,10 @@ fn kernels_refuse_derivatives_and_emission() {
 fn qr_is_orthogonal_times_upper_with_lapack_signs() {
     for (m, n) in [(5, 3), (3, 5), (4, 4), (70, 40)] {
         let a: Vec<f64> = matrix(m.max(n), 11)[..m * n].to_vec();
-        let out = run(HouseholderQr, &[Tensor::from_vec(a.clone(), &[m, n]).unwrap()]);
+        let out = run(
+            HouseholderQr,
+            &[Tensor::from_vec(a.clone(), &[m, n]).unwrap()],
+        );
         let (q, r) = (
             out[0].as_slice::<f64>().unwrap(),
             out[1].as_slice::<f64>().unwrap(),
@@ -186,7 +189,10 @@ fn qr_is_orthogonal_times_upper_with_lapack_signs() {
         let norm: f64 = (0..m).map(|i| a[i * n] * a[i * n]).sum::<f64>().sqrt();
         assert!((r[0] + a[0].signum() * norm).abs() < 1e-12);
     }
-    let empty = run(HouseholderQr, &[Tensor::from_vec(Vec::<f64>::new(), &[2, 3, 0]).unwrap()]);
+    let empty = run(
+        HouseholderQr,
+        &[Tensor::from_vec(Vec::<f64>::new(), &[2, 3, 0]).unwrap()],
+    );
     assert_eq!(
         empty[0].as_slice::<f64>().unwrap()[..9],
         [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]

@@ -11,6 +11,8 @@ pub enum Accepts {
     Float,
     Numeric,
     Bool,
+    /// int32 and int64 (bitwise ops).
+    Integer,
     Any,
 }
 
@@ -20,6 +22,7 @@ impl Accepts {
             Accepts::Float => dtype.is_float(),
             Accepts::Numeric => dtype.is_numeric(),
             Accepts::Bool => dtype == DType::Bool,
+            Accepts::Integer => matches!(dtype, DType::I32 | DType::I64),
             Accepts::Any => true,
         }
     }
@@ -29,6 +32,7 @@ impl Accepts {
             Accepts::Float => "a float tensor (float32 or float64)",
             Accepts::Numeric => "a numeric tensor (float32, float64, int32 or int64)",
             Accepts::Bool => "a bool tensor",
+            Accepts::Integer => "an integer tensor (int32 or int64)",
             Accepts::Any => "a tensor",
         }
     }

@@ -1,0 +1,121 @@
+"""Programs of the JAX solver libraries users bring, exported by JAX and differentiated by
+gradloop (`gl.jax.differentiable`): Diffrax's adaptive ODE solve, a Lineax iterative solve and an
+Optimistix root find, each against the library's own gradient and central differences.
+
+What their exports hold beyond the control flow: Equinox's `nextafter` (bitcasts and integer
+`and`), `x.at[i].set(row)` as a one-window scatter, and `stablehlo.case`."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import numpy as np
+import optimistix as optx
+import pytest
+from jax import lax
+from tests.gradcheck import numerical_gradient
+
+import gradloop.jax as gj
+
+jax.config.update("jax_enable_x64", True)
+
+
+def decay(y0, k):
+    """Dopri5 with a PID step-size controller, `throw=False`: Diffrax's adaptive solve."""
+    term = diffrax.ODETerm(lambda t, y, args: -args * y + jnp.sin(t) * y[::-1])
+    sol = diffrax.diffeqsolve(
+        term,
+        diffrax.Dopri5(),
+        t0=0.0,
+        t1=2.0,
+        dt0=0.1,
+        y0=y0,
+        args=k,
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+        throw=False,
+        max_steps=256,
+    )
+    return jnp.sum(sol.ys[-1] ** 2)
+
+
+def test_diffrax_adaptive_solve_s_gradient_is_diffrax_s():
+    y0, k = jnp.array([1.0, 0.5]), jnp.array(0.7)
+    ours = jax.grad(gj.differentiable(decay), argnums=(0, 1))(y0, k)
+    theirs = jax.grad(decay, argnums=(0, 1))(y0, k)
+    np.testing.assert_allclose(
+        float(gj.differentiable(decay)(y0, k)), float(decay(y0, k)), rtol=1e-12
+    )
+    for got, want in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-7, atol=1e-10)
+    (fd,) = numerical_gradient(lambda v: float(decay(jnp.asarray(v), k)), [np.asarray(y0)])
+    np.testing.assert_allclose(np.asarray(ours[0]), fd, rtol=1e-5)
+
+
+def cg_solve(a, b):
+    """Lineax's conjugate gradients on a positive definite operator (a loop to a tolerance)."""
+    spd = a @ a.T + 4.0 * jnp.eye(a.shape[0])
+    op = lx.MatrixLinearOperator(spd, lx.positive_semidefinite_tag)
+    sol = lx.linear_solve(op, b, solver=lx.CG(rtol=1e-13, atol=1e-13), throw=False)
+    return jnp.sum(sol.value**2)
+
+
+def test_lineax_cg_solve_s_gradient_is_lineax_s():
+    rng = np.random.default_rng(0)
+    a, b = jnp.asarray(rng.standard_normal((4, 4))), jnp.asarray(rng.standard_normal(4))
+    ours = jax.grad(gj.differentiable(cg_solve), argnums=(0, 1))(a, b)
+    theirs = jax.grad(cg_solve, argnums=(0, 1))(a, b)
+    for got, want in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-9)
+
+
+def cube_root(a):
+    """Optimistix's Newton on y^3 = a, elementwise on a scalar (its Jacobian solve is 1 x 1)."""
+    sol = optx.root_find(
+        lambda y, a: y**3 - a,
+        optx.Newton(rtol=1e-12, atol=1e-12),
+        jnp.ones_like(a),
+        args=a,
+        throw=False,
+    )
+    return sol.value
+
+
+@pytest.mark.parametrize("a", [2.0, 27.0, 0.3])
+def test_optimistix_newton_root_s_derivative_is_optimistix_s(a):
+    got = float(jax.grad(gj.differentiable(cube_root))(a))
+    want = float(jax.grad(cube_root)(a))
+    np.testing.assert_allclose(float(gj.differentiable(cube_root)(a)), a ** (1 / 3), rtol=1e-10)
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    np.testing.assert_allclose(got, (1 / 3) * a ** (-2 / 3), rtol=1e-7)
+
+
+def ring_write(x, i):
+    """`x.at[i].set(row)` with a scalar index: JAX writes a one-window scatter."""
+    return jnp.sum(jnp.sin(x.at[i].set(x[0] * 3.0)) * jnp.arange(1.0, 7.0).reshape(3, 2))
+
+
+@pytest.mark.parametrize("i", [0, 2, 5, -1])
+def test_a_one_window_set_scatter_is_read_with_jax_s_bounds(i):
+    """In bounds, the row is written; out of bounds, a scatter skips the update (JAX
+    normalises a negative Python index itself; a traced one out of range is skipped)."""
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((3, 2)))
+    index = jnp.asarray(i, dtype=jnp.int32)
+    f = lambda x: ring_write(x, index)  # noqa: E731
+    np.testing.assert_allclose(float(gj.differentiable(f)(x)), float(f(x)), rtol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(gj.differentiable(f))(x)), np.asarray(jax.grad(f)(x)), rtol=1e-12
+    )
+
+
+def test_integer_and_of_nextafter_is_read():
+    """jnp.nextafter masks the sign bit with an integer `and`; the bits carry no derivative
+    (an integer path), so `d(nextafter(t) t)/dt` is `nextafter(t)`."""
+
+    def nudged(t):
+        return lax.nextafter(t, jnp.inf) * t
+
+    for t in (0.75, -2.5, 3.0):  # not 0: XLA flushes the denormal nextafter(0) to zero
+        t = jnp.asarray(t)
+        np.testing.assert_allclose(float(gj.differentiable(nudged)(t)), float(nudged(t)), rtol=0)
+        got = float(jax.grad(gj.differentiable(nudged))(t))
+        np.testing.assert_allclose(got, float(lax.nextafter(t, jnp.inf)), rtol=0)
