@@ -119,3 +119,109 @@ def test_integer_and_of_nextafter_is_read():
         np.testing.assert_allclose(float(gj.differentiable(nudged)(t)), float(nudged(t)), rtol=0)
         got = float(jax.grad(gj.differentiable(nudged))(t))
         np.testing.assert_allclose(got, float(lax.nextafter(t, jnp.inf)), rtol=0)
+
+
+# --- JAX's LAPACK custom calls, read as gl.linalg's loops -----------------------------------
+
+
+def _pair(shape_a, shape_b, dtype=np.float64):
+    rng = np.random.default_rng(sum(shape_a) + len(shape_b))
+    n = shape_a[-1]
+    a = rng.standard_normal(shape_a) + n * np.eye(n)
+    return jnp.asarray(a.astype(dtype)), jnp.asarray(rng.standard_normal(shape_b).astype(dtype))
+
+
+def _same_gradients(f, args, rtol=1e-10, atol=1e-12):
+    argnums = tuple(range(len(args)))
+    ours = jax.grad(gj.differentiable(f), argnums=argnums)(*args)
+    theirs = jax.grad(f, argnums=argnums)(*args)
+    np.testing.assert_allclose(float(gj.differentiable(f)(*args)), float(f(*args)), rtol=rtol)
+    for got, want in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(
+    ("shape_a", "shape_b"), [((3, 3), (3,)), ((4, 4), (4, 2)), ((6, 6), (6, 3))]
+)
+def test_jnp_solve_s_getrf_and_trsm_are_read(shape_a, shape_b):
+    _same_gradients(lambda a, b: jnp.sum(jnp.sin(jnp.linalg.solve(a, b))), _pair(shape_a, shape_b))
+
+
+def test_float32_solve_is_read():
+    a, b = _pair((3, 3), (3,), np.float32)
+    _same_gradients(lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2), (a, b), rtol=2e-4, atol=1e-5)
+
+
+def test_cholesky_s_potrf_is_read():
+    a, _ = _pair((4, 4), (4,))
+    _same_gradients(lambda a: jnp.sum(jnp.linalg.cholesky(a @ a.T + jnp.eye(4)) ** 3), (a,))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("trans", [0, 1])
+@pytest.mark.parametrize("left", [True, False])
+def test_every_triangular_solve_form_is_read(lower, trans, left):
+    a, b = _pair((3, 3), (3, 2) if left else (2, 3))
+
+    def f(a, b):
+        x = lax.linalg.triangular_solve(
+            a, b, left_side=left, lower=lower, transpose_a=bool(trans), unit_diagonal=not lower
+        )
+        return jnp.sum(jnp.cos(x))
+
+    _same_gradients(f, (a, b))
+
+
+def test_lu_factor_and_lu_solve_are_read():
+    from jax.scipy import linalg as jsl
+
+    a, b = _pair((4, 4), (4,))
+    _same_gradients(lambda a, b: jnp.sum(jsl.lu_solve(jsl.lu_factor(a), b) ** 2), (a, b))
+
+
+def newton_system(a):
+    """Optimistix's Newton on a 3-dimensional system: its steps are LU solves (getrf, trsm)."""
+
+    def fn(y, a):
+        return jnp.stack(
+            [y[0] ** 3 + y[1] - a[0], y[1] ** 3 - y[2] - a[1], y[2] ** 3 + y[0] - a[2]]
+        )
+
+    sol = optx.root_find(fn, optx.Newton(rtol=1e-12, atol=1e-12), jnp.ones(3), args=a, throw=False)
+    return jnp.sum(sol.value**2)
+
+
+def test_optimistix_newton_system_s_gradient_is_optimistix_s():
+    _same_gradients(newton_system, (jnp.asarray([2.0, 1.5, 3.0]),), rtol=1e-7, atol=1e-10)
+
+
+def lu_solve_lineax(a, b):
+    sol = lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=lx.LU(), throw=False)
+    return jnp.sum(sol.value**2)
+
+
+def test_lineax_lu_solve_s_gradient_is_lineax_s():
+    _same_gradients(lu_solve_lineax, _pair((4, 4), (4,)))
+
+
+def test_gl_mlir_grad_reads_lapack_calls_into_pure_stablehlo():
+    import gradloop as gl
+
+    a, b = _pair((3, 3), (3,))
+    text = jax.export.export(jax.jit(lambda a, b: jnp.sum(jnp.linalg.solve(a, b))))(
+        a, b
+    ).mlir_module()
+    assert "lapack_dgetrf_ffi" in text
+    out = gl.mlir.grad(text, wrt=(0, 1), dialect="stablehlo")
+    assert "func.func @main_grad" in out
+    assert "custom_call" not in out, "the calls became gl.linalg's loops, in @main too"
+    assert "func.func private @gl_lapack_getrf_0" in out
+
+
+def test_an_unread_lapack_call_is_an_error_naming_it():
+    import gradloop as gl
+
+    a = jnp.asarray(np.random.default_rng(2).standard_normal((4, 3)))
+    text = jax.export.export(jax.jit(lambda a: jnp.sum(jnp.linalg.qr(a)[1])))(a).mlir_module()
+    with pytest.raises(gl.errors.CompileError, match="custom_call"):
+        gl.mlir.grad(text)

@@ -3,7 +3,8 @@
 
 The module (StableHLO, as `jax.jit(f).lower(...).as_text()` writes it, with `stablehlo.while`,
 `stablehlo.if`, `stablehlo.case`, `func.call`s, and the `scf` forms `scf.while`, `scf.if`,
-`scf.index_switch`) is parsed and verified by MLIR's own Python bindings (from
+`scf.index_switch`, and JAX's LAPACK custom calls for LU, triangular solves and Cholesky, read
+as `gl.linalg`'s loops) is parsed and verified by MLIR's own Python bindings (from
 `iree-base-compiler`), printed in MLIR's generic form, and imported by the Rust core into the
 graph IR, where the gradient is the same program transform as for traced Python: a loop's
 gradient is a loop that runs the trip count backwards over stacks of the forward intermediates
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _core, _validate, errors
+from ._lapack import replace_lapack_calls
 
 __all__ = ["grad", "jvp", "supported_ops"]
 
@@ -135,8 +137,13 @@ def _derived(text: str, function: str, wrt: Sequence[int], source: str, derive: 
         )
     indices = _wrt_indices(wrt)
     ir = _bindings()
-    with ir.Context():
+    with ir.Context() as context:
+        # JAX's exports annotate custom calls with Shardy's attributes (`sdy`), a dialect the
+        # bindings lack: kept opaque (the importer still refuses any unknown op by name)
+        context.allow_unregistered_dialects = True
         module = _parse(ir, text, source)
+        # LAPACK's custom calls become calls of gl.linalg's loops (`_lapack`)
+        replace_lapack_calls(ir, module)
         generic = module.operation.get_asm(
             print_generic_op_form=True, use_local_scope=True, enable_debug_info=True
         )
