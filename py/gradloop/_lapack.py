@@ -2,7 +2,8 @@
 
 On CPU, JAX exports `jnp.linalg.solve`, `cholesky`, `jax.scipy.linalg.lu_factor` and
 `solve_triangular` (and so Lineax's LU solves and Optimistix's Newton steps) as
-`stablehlo.custom_call @lapack_?getrf_ffi`, `@lapack_?trsm_ffi` and `@lapack_?potrf_ffi`: opaque
+`stablehlo.custom_call @lapack_?getrf_ffi`, `@lapack_?trsm_ffi`, `@lapack_?potrf_ffi` (and
+`jnp.linalg.qr` as `@lapack_?geqrf_ffi` and `@lapack_?orgqr_ffi`): opaque
 to the importer, to IREE and to any other StableHLO consumer. Before a module is imported
 (`gl.mlir.grad`, `gl.mlir.jvp`, `gl.jax.differentiable`), each such call becomes a `func.call`
 of a private function that computes what LAPACK's routine returns with the loops of
@@ -15,8 +16,10 @@ U has a zero on its diagonal); `trsm(a, b)` the solution of `op(T) x = b` (side 
 `x op(T) = b` (side R) for the triangle `uplo` of `a`, with `op` the transpose when `trans_x` is
 T or C and ones on the diagonal when `diag` is U; `potrf(a)` the Cholesky factor in the
 triangle `uplo` (the other triangle of `a` kept, as LAPACK leaves it) and `info` (0, or 1 where
-`a` is not positive definite: JAX only asks whether it is 0). LU of a rectangular matrix and the
-QR routines (`geqrf`, `orgqr`) are not read: they stay errors naming the call.
+`a` is not positive definite: JAX only asks whether it is 0); `geqrf(a)` Householder QR packed
+as LAPACK packs it (`r` above, the reflections scaled to a leading one below) and its `taus`;
+`orgqr(packed, taus)` the first columns of the reflections' product. LU of a rectangular matrix
+is not read: it stays an error naming the call.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 from . import _core, errors
 
-_ROUTINES = ("getrf", "trsm", "potrf")
+_ROUTINES = ("getrf", "trsm", "potrf", "geqrf", "orgqr")
 _TARGETS = {f"lapack_{p}{r}_ffi": r for p in "sd" for r in _ROUTINES}
 
 
@@ -122,6 +125,10 @@ def _definition(routine: str, config: dict[str, str], types: list, results: list
 
         return getrf
 
+    if routine == "geqrf":
+        return _loops.householder_packed
+    if routine == "orgqr":
+        return _loops.householder_product
     if routine == "potrf":
         lower = config.get("uplo", "L") == "L"
         ((_, shape),) = types

@@ -256,8 +256,11 @@ def _householder_qr_loop(a: Tensor) -> tuple[Tensor, Tensor]:
         alpha = _core.where(_core.greater_equal(head, 0.0), -norm, norm)
         v = x - _core.cast(ej, a.dtype) * _core.expand_dims(alpha, -1)
         vv = _core.sum(v * v, axis=-1)
-        # nothing below the diagonal: no reflection (LAPACK's `dlarfg`, tau = 0)
-        zero = _core.equal(_core.sum(x * x, axis=-1) - head * head, 0.0)
+        # nothing below the diagonal: no reflection (LAPACK's `dlarfg`, tau = 0). The part
+        # below is summed on its own: `|x|^2 - head^2` is not zero when a compiler contracts
+        # it into a fused multiply-add (XLA's CPU code does).
+        tail = _core.where(_core.greater(rows, j), x, 0.0)
+        zero = _core.equal(_core.sum(tail * tail, axis=-1), 0.0)
         zero = _core.logical_or(zero, _core.equal(vv, 0.0))
         beta = _core.where(
             zero, _core.zeros_like(vv), 2.0 / _core.where(zero, _core.ones_like(vv), vv)
@@ -271,6 +274,73 @@ def _householder_qr_loop(a: Tensor) -> tuple[Tensor, Tensor]:
     q, r = fori_loop(0, min(m, n), step, (eye, a))
     below = _core.greater(_core.reshape(rows, [m, 1]), _iota(n))
     return q, _core.where(below, _core.zeros_like(r), r)
+
+
+def householder_packed(a: Tensor) -> tuple[Tensor, Tensor]:
+    """LAPACK's `geqrf` of `a` (..., m, n): `(packed, taus)`, `r` on and above the diagonal and
+    below it each reflection's vector scaled to a leading one (`H_j = I - tau_j v_j v_j^T`),
+    the reflections those of `householder_qr`."""
+    m, n = a.shape[-2], a.shape[-1]
+    rows = _iota(m)
+    k = min(m, n)
+    cols = _core.reshape(_iota(n), [1, n])
+    taus = _core.zeros([*a.shape[:-2], k], dtype=a.dtype)
+
+    def step(j: Tensor, carry: Any) -> Any:
+        r, packed, taus = carry
+        ej = _core.equal(rows, j)
+        x = _core.where(_core.greater_equal(rows, j), _column(r, j), 0.0)
+        norm = _core.sqrt(_core.sum(x * x, axis=-1))
+        head = _pick(x, ej)
+        beta = _core.where(_core.greater_equal(head, 0.0), -norm, norm)
+        v = x - _core.cast(ej, a.dtype) * _core.expand_dims(beta, -1)
+        vv = _core.sum(v * v, axis=-1)
+        tail = _core.where(_core.greater(rows, j), x, 0.0)  # as in householder_qr
+        zero = _core.equal(_core.sum(tail * tail, axis=-1), 0.0)
+        zero = _core.logical_or(zero, _core.equal(vv, 0.0))
+        safe = _core.where(zero, _core.ones_like(vv), vv)
+        scale = _core.expand_dims(_core.expand_dims(2.0 / safe, -1), -1)
+        scale = _core.where(_core.expand_dims(_core.expand_dims(zero, -1), -1), 0.0, scale)
+        col, row = _core.expand_dims(v, -1), _core.expand_dims(v, -2)
+        r = r - scale * col * _core.matmul(row, r)
+        # LAPACK's form: v / v[j] below the diagonal, tau = (beta - alpha) / beta
+        lead = _core.where(zero, _core.ones_like(head), head - beta)
+        below = _core.where(_core.greater(rows, j), v / _core.expand_dims(lead, -1), 0.0)
+        below = _core.where(_core.expand_dims(zero, -1), 0.0, below)
+        packed = _core.where(_core.equal(cols, j), _core.expand_dims(below, -1), packed)
+        tau = _core.where(
+            zero, _core.zeros_like(head), (beta - head) / _core.where(zero, 1.0, beta)
+        )
+        taus = _core.where(_core.equal(_iota(k), j), _core.expand_dims(tau, -1), taus)
+        return r, packed, taus
+
+    r, packed, taus = fori_loop(0, k, step, (a, _core.zeros_like(a), taus))
+    on_or_above = _core.less_equal(_core.reshape(rows, [m, 1]), _core.reshape(_iota(n), [1, n]))
+    return _core.where(on_or_above, r, packed), taus
+
+
+def householder_product(packed: Tensor, taus: Tensor) -> Tensor:
+    """LAPACK's `orgqr`: the first n columns of `H_0 H_1 ... H_(k-1)` from `geqrf`'s packed
+    reflections (..., m, n) and their `taus` (..., k)."""
+    m, n = packed.shape[-2], packed.shape[-1]
+    k = taus.shape[-1]
+    rows = _iota(m)
+    eye = _core.cast(
+        _core.equal(_core.reshape(rows, [m, 1]), _core.reshape(_iota(n), [1, n])), packed.dtype
+    )
+    q = _core.broadcast_to(eye, list(packed.shape))
+
+    def step(t: Tensor, q: Tensor) -> Tensor:
+        j = (k - 1) - t
+        ej = _core.equal(rows, j)
+        v = _core.where(_core.greater(rows, j), _column(packed, j), 0.0)
+        v = v + _core.cast(ej, packed.dtype)
+        tau = _pick(taus, _core.equal(_iota(k), j))
+        tau = _core.expand_dims(_core.expand_dims(tau, -1), -1)
+        col, row = _core.expand_dims(v, -1), _core.expand_dims(v, -2)
+        return q - tau * col * _core.matmul(row, q)
+
+    return fori_loop(0, k, step, q)
 
 
 def singular_values(a: Tensor, sweeps: int = 12) -> Tensor:
