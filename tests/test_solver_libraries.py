@@ -231,8 +231,9 @@ def test_qr_s_geqrf_and_orgqr_are_read(shape):
 
 def test_an_unread_lapack_call_is_an_error_naming_it():
     """LU of a rectangular matrix is not read."""
-    import gradloop as gl
     from jax.scipy import linalg as jsl
+
+    import gradloop as gl
 
     a = jnp.asarray(np.random.default_rng(2).standard_normal((4, 3)))
     text = jax.export.export(jax.jit(lambda a: jnp.sum(jsl.lu(a)[2])))(a).mlir_module()
