@@ -141,7 +141,8 @@ def _same_gradients(f, args, rtol=1e-10, atol=1e-12):
 
 
 @pytest.mark.parametrize(
-    ("shape_a", "shape_b"), [((3, 3), (3,)), ((4, 4), (4, 2)), ((6, 6), (6, 3))]
+    ("shape_a", "shape_b"),
+    [((3, 3), (3,)), ((4, 4), (4, 2)), ((6, 6), (6, 3)), ((2, 3, 3), (2, 3, 1))],
 )
 def test_jnp_solve_s_getrf_and_trsm_are_read(shape_a, shape_b):
     _same_gradients(lambda a, b: jnp.sum(jnp.sin(jnp.linalg.solve(a, b))), _pair(shape_a, shape_b))
@@ -239,3 +240,68 @@ def test_an_unread_lapack_call_is_an_error_naming_it():
     text = jax.export.export(jax.jit(lambda a: jnp.sum(jsl.lu(a)[2])))(a).mlir_module()
     with pytest.raises(gl.errors.CompileError, match="square"):
         gl.mlir.grad(text)
+
+
+# --- the gathers that vmap and multi-axis indexing write ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "vmap_take",
+        "two_axes",
+        "batched_rows",
+        "negative",
+    ],
+)
+def test_point_gathers_are_read(case):
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.standard_normal((4, 5, 6)))
+    i = jnp.asarray([3, 0, 2, 9], dtype=jnp.int32)  # 9: past the end, clamped as XLA does
+    if case == "vmap_take":
+
+        def f(x):
+            return jnp.sum(jnp.sin(jax.vmap(lambda x, i: x[i])(x[:, :, 0], i)))
+    elif case == "two_axes":
+
+        def f(x):
+            return jnp.sum(jnp.sin(x[i[:3], 2]) * jnp.arange(6.0))
+    elif case == "batched_rows":
+
+        def f(x):
+            return jnp.sum(jnp.cos(jax.vmap(lambda m, k: m[k, 1:4])(x, i % 5)))
+    else:
+
+        def f(x):
+            j = jnp.asarray([-1, 3, 2], dtype=jnp.int32)  # JAX's exported code wraps -1
+            return jnp.sum(jnp.sin(x[j, j % 5]))
+
+    _same_gradients(f, (x,), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("case", ["vmap_add", "vmap_set", "two_axes_set", "repeated_set"])
+def test_point_scatters_are_read(case):
+    rng = np.random.default_rng(6)
+    x = jnp.asarray(rng.standard_normal((4, 5, 6)))
+    v = jnp.asarray(rng.standard_normal((4, 6)))
+    i = jnp.asarray([3, 0, 2, 9], dtype=jnp.int32)  # 9: out of bounds, skipped
+    if case == "vmap_add":
+
+        def f(x, v):
+            return jnp.sum(jnp.sin(jax.vmap(lambda m, k, r: m.at[k].add(r))(x, i, v)))
+    elif case == "vmap_set":
+
+        def f(x, v):
+            return jnp.sum(jnp.sin(jax.vmap(lambda m, k, r: m.at[k % 5].set(r * 2.0))(x, i, v)))
+    elif case == "two_axes_set":
+
+        def f(x, v):
+            return jnp.sum(jnp.sin(x.at[i[:3], 2].set(v[:3])) * jnp.arange(6.0))
+    else:
+        # a repeated index: the last update wins, as XLA's CPU code has it
+
+        def f(x, v):
+            j = jnp.asarray([1, 3, 1, 1], dtype=jnp.int32)
+            return jnp.sum(jnp.sin(x.at[j, 0].set(v * jnp.arange(1.0, 5.0)[:, None])))
+
+    _same_gradients(f, (x, v), rtol=1e-12, atol=1e-13)

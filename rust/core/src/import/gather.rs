@@ -21,10 +21,10 @@ use crate::trace::Val;
 use crate::value::Value;
 
 /// The dimension numbers of a gather or scatter, by field name.
-struct Dims(Vec<(String, Vec<i64>)>);
+pub(crate) struct Dims(Vec<(String, Vec<i64>)>);
 
 impl Dims {
-    fn of(op: &Operation, attr: &str) -> Result<Dims> {
+    pub(crate) fn of(op: &Operation, attr: &str) -> Result<Dims> {
         let value = op
             .attr(attr)
             .ok_or_else(|| import_error(&op.name, format!("missing `{attr}`")))?;
@@ -40,7 +40,7 @@ impl Dims {
     }
 
     /// A field as dimensions (absent: empty, as MLIR leaves empty lists out).
-    fn get(&self, name: &str) -> Vec<i64> {
+    pub(crate) fn get(&self, name: &str) -> Vec<i64> {
         self.0
             .iter()
             .find(|(n, _)| n == name)
@@ -91,7 +91,7 @@ fn take_indices(
 }
 
 /// `v` as a constant scalar of `idx`'s integer dtype.
-fn index_scalar(im: &mut Importer<'_>, idx: &Val, v: i64) -> Result<Val> {
+pub(crate) fn index_scalar(im: &mut Importer<'_>, idx: &Val, v: i64) -> Result<Val> {
     let t = match idx.ty().dtype {
         DType::I32 => Tensor::scalar(v as i32),
         _ => Tensor::scalar(v),
@@ -99,9 +99,20 @@ fn index_scalar(im: &mut Importer<'_>, idx: &Val, v: i64) -> Result<Val> {
     im.constant(t)
 }
 
-/// `stablehlo.gather` as `take(x, clamp(idx, 0, n - 1), axis)`.
+/// `stablehlo.gather` as `take(x, clamp(idx, 0, n - 1), axis)`; other point forms (several
+/// indexed axes, batching dimensions) through `point_gather`.
 pub(crate) fn gather(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
     let [v, idx] = operands(op, x)?;
+    if let Ok(out) = take_gather(im, op, v, idx) {
+        return Ok(vec![out]);
+    }
+    let out = super::point_gather::point_gather(im, op, v, idx)?;
+    check_type(op, &out)?;
+    Ok(vec![out])
+}
+
+/// The form of numpy's `take` along one axis.
+fn take_gather(im: &mut Importer<'_>, op: &Operation, v: &Val, idx: &Val) -> Result<Val> {
     let dims = Dims::of(op, "dimension_numbers")?;
     let (idx, axis) = take_indices(
         im,
@@ -131,19 +142,36 @@ pub(crate) fn gather(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result
     let clamped = build::minimum(ctx, &clamped, &last)?;
     let out = build::take(ctx, v, &clamped, axis)?;
     check_type(op, &out)?;
-    Ok(vec![out])
+    Ok(out)
 }
 
 /// `stablehlo.scatter` with an add region as `operand + scatter_add(updates, idx, axis, n)`,
 /// updates whose index is out of range left out.
 pub(crate) fn scatter(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Result<Vec<Val>> {
     let [operand, idx, updates] = operands(op, x)?;
-    if replaces(op) {
-        return scatter_one_window(im, op, operand, idx, updates);
+    let set = replaces(op);
+    if set {
+        if let Ok(out) = scatter_one_window(im, op, operand, idx, updates) {
+            return Ok(out);
+        }
+    } else if combiner(op).ok() != Some(Combiner::Add) {
+        return Err(unsupported(op, "a region other than one add or a set"));
+    } else if let Ok(out) = take_scatter(im, op, operand, idx, updates) {
+        return Ok(vec![out]);
     }
-    if combiner(op).ok() != Some(Combiner::Add) {
-        return Err(unsupported(op, "a region other than one add"));
-    }
+    let out = super::point_scatter::point_scatter(im, op, (operand, idx, updates), set)?;
+    check_type(op, &out)?;
+    Ok(vec![out])
+}
+
+/// The add-scatter of numpy's `take` along one axis (its transpose).
+fn take_scatter(
+    im: &mut Importer<'_>,
+    op: &Operation,
+    operand: &Val,
+    idx: &Val,
+    updates: &Val,
+) -> Result<Val> {
     let dims = Dims::of(op, "scatter_dimension_numbers")?;
     let (idx, axis) = take_indices(
         im,
@@ -182,7 +210,7 @@ pub(crate) fn scatter(im: &mut Importer<'_>, op: &Operation, x: &[Val]) -> Resul
     let summed = build::scatter_add(ctx, &kept, &idx, axis, n)?;
     let out = build::add(ctx, operand, &summed)?;
     check_type(op, &out)?;
-    Ok(vec![out])
+    Ok(out)
 }
 
 /// Whether the scatter's region returns its second argument, the update: a "set".

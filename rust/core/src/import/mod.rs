@@ -25,6 +25,8 @@ mod elementwise;
 mod gather;
 mod importer;
 mod layout;
+mod point_gather;
+mod point_scatter;
 mod syntax;
 mod table;
 mod types;
