@@ -175,8 +175,8 @@ fn lu_one<T: RealField + Copy>(a: &mut [T], n: usize, piv: &mut [i32], order: &m
     let mut perm_inv = vec![0usize; n];
     let scratch = lu_in_place_scratch::<usize, T>(n, n, par(n), Default::default());
     let mut buffer = MemBuffer::new(scratch);
-    // faer's blocked LU runs on contiguous columns: twice as fast on a column-major copy as
-    // on the row-major buffer in place (n = 512), for the cost of two copies
+    // faer's blocked LU runs on contiguous columns: a column-major copy factors faster than
+    // the row-major buffer in place, for the cost of two copies
     let mut m = Mat::<T>::from_fn(n, n, |i, j| a[i * n + j]);
     lu_in_place(
         m.as_mut(),
