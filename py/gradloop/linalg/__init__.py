@@ -498,8 +498,9 @@ def _reduced_qr_jvp(primals: tuple[Tensor], tangents: tuple[Tensor]) -> Any:
     transpose`, `dQ = Q (W - B) + dA R^-1`, `dR = (B - W) R`."""
     (a,), (da,) = primals, tangents
     q, r = _reduced_qr(a)
-    # dA R^-1: solve R^T X^T = dA^T (R^T lower triangular)
-    da_rinv = _mt(_loops.triangular(_mt(r), _mt(da), lower=True, unit_diagonal=False))
+    # dA R^-1: solve R^T X^T = dA^T (R^T lower triangular), through the solve's own rules, so
+    # that reverse mode (which transposes this rule) solves with the kernels, not the loop
+    da_rinv = _mt(_triangular_op(True, False)(_mt(r), _mt(da)))
     b = _core.matmul(_mt(q), da_rinv)
     lower = _triangle(b, True, True)
     w = lower - _mt(lower)
