@@ -184,3 +184,27 @@ def test_qr_kernel_is_the_loop(shape, dtype):
     np.testing.assert_allclose(_np(q), _np(q_l), rtol=tol, atol=tol)
     np.testing.assert_allclose(_np(r), _np(r_l), rtol=tol, atol=tol)
     np.testing.assert_allclose(_np(q) @ _np(r), _np(a), rtol=tol, atol=tol)
+
+
+def test_the_kernel_runs_under_a_tape_that_does_not_record_the_operands(monkeypatch):
+    """A tape that watches something else records nothing of the factorisation: the kernel
+    runs. A tape that records its operand runs the loop, which it can differentiate."""
+    calls = []
+    kernel = _core.factor_kernel
+
+    def spy(text, inputs):
+        calls.append(text)
+        return kernel(text, inputs)
+
+    monkeypatch.setattr(_core, "factor_kernel", spy)
+    a, other = gl.tensor(_matrix(5, 5)), gl.tensor(np.ones(3))
+    with gl.GradientTape() as tape:
+        tape.watch(other)
+        _loops.lu_factor(a)
+    assert calls == ["lu_factor"]
+    with gl.GradientTape() as tape:
+        tape.watch(a)
+        lu, _, _ = _loops.lu_factor(a)
+        loss = gl.sum(lu)
+    assert calls == ["lu_factor"], "the recorded operand ran the loop"
+    assert tape.gradient(loss, a) is not None

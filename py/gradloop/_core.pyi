@@ -269,6 +269,10 @@ def watch_on_active_tapes(t: Tensor) -> None:
     """Watches `t` on every active tape (how a Variable read is seen by tapes)."""
 
 def any_tape_active() -> bool: ...
+def any_tape_records(inputs: Sequence[Tensor]) -> bool:
+    """Whether an active tape would record an op on `inputs` (one is watched, or computed from
+    a watched value)."""
+
 def mode() -> str:
     """What this thread is doing: 'eager', 'recording' (tapes record or accumulators take
     tangents) or 'tracing'."""

@@ -32,8 +32,8 @@ from ..reductions import argmax
 
 def _composite(kernel: str, loop: Callable[..., Any], *inputs: Tensor) -> Any:
     """`loop(*inputs)`, computed by the kernel whose graph text is `kernel` where nothing
-    differentiates the loop: eagerly without tapes or tangents on the inputs; traced, as a
-    call of the loop that the frame executor runs as the kernel."""
+    differentiates the loop: eagerly when no tape records and no tangent reaches the inputs;
+    traced, as a call of the loop that the frame executor runs as the kernel."""
     if _core.trace_active():
         params = _core.trace_push(kernel.split("{")[0], [(t.dtype, tuple(t.shape)) for t in inputs])
         try:
@@ -46,7 +46,7 @@ def _composite(kernel: str, loop: Callable[..., Any], *inputs: Tensor) -> Any:
             list(inputs), params, list(out) if several else [out], kernel=kernel
         )
         return tuple(results) if several else results[0]
-    if _core.any_tape_active() or perturbed(list(inputs)):
+    if _core.any_tape_records(list(inputs)) or perturbed(list(inputs)):
         return loop(*inputs)
     results = _core.factor_kernel(kernel, list(inputs))
     return tuple(results) if len(results) > 1 else results[0]

@@ -58,6 +58,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tape::watch_on_active_tapes, m)?)?;
     m.add_function(wrap_pyfunction!(tape::any_tape_active, m)?)?;
     m.add_function(wrap_pyfunction!(tape::recording_tape_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(tape::any_tape_records, m)?)?;
     m.add_function(wrap_pyfunction!(tape::mode, m)?)?;
     m.add_function(wrap_pyfunction!(tape::pause_recording, m)?)?;
     m.add_function(wrap_pyfunction!(tape::resume_recording, m)?)?;

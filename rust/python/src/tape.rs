@@ -143,6 +143,16 @@ pub fn any_tape_active() -> bool {
     !runtime::active_tapes().is_empty()
 }
 
+/// Whether an active tape would record an op on `inputs`: one of them is watched, or computed
+/// from a watched value.
+#[pyfunction]
+pub fn any_tape_records(inputs: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let inputs = tensors(inputs)?;
+    Ok(runtime::active_tapes()
+        .iter()
+        .any(|t| lock(t).should_record(&inputs)))
+}
+
 /// Sets the active tapes aside (nothing is recorded) until `resume_recording(token)`; with
 /// `above_level`, only those pushed after the tape or accumulator of that level (nested in it).
 #[pyfunction]
