@@ -3,18 +3,21 @@
 The problem: Van der Pol with mu = 10 over t in [0, 1.5], y0 = (2, 0); the quantity is the end
 state's first component and its derivative with respect to mu.
 
-- gradloop: the trapezoidal rule (A-stable, second order) with Newton's method and
+- gradloop, adaptive: Rodas4 (`gradloop.examples.stiff.rodas4`, a Rosenbrock method of order 4:
+  one Jacobian by `gl.jacfwd` and one LU factor a step, six solves with it, the step size
+  controlled on the embedded error in a data-dependent `while_loop`), at the tolerances Diffrax
+  is given; the gradient by `gl.grad`, in graph mode (`@gl.function`) and under `gl.jit`.
+- gradloop, fixed step: the trapezoidal rule (A-stable, second order) with Newton's method and
   `gl.linalg.solve` inside nested `while_loop`s, its states saved with `.at[k].set` (the solver
-  of `tests/test_solver_ports.py`), at a fixed number of steps; the gradient by `gl.grad`, in
-  graph mode (`@gl.function`) and under `gl.jit`.
+  of `tests/test_solver_ports.py`).
 - Diffrax: `Kvaerno5` (an ESDIRK method of order 5) with a `PIDController`, under `jax.jit`,
   its gradient by `jax.grad` (Diffrax's default checkpointed adjoint).
 
-Each is run at two accuracies; the table gives each one's error against scipy's Radau at
-rtol 1e-12, its steps and its median time. Methods differ (order 2 on a fixed grid against order
-5 adaptively), so compare time at the error each reaches.
+The table gives each one's gradient error against central differences of scipy's Radau at
+rtol 1e-12, its steps and its median time. Methods differ, so compare time at the error each
+reaches; the ratio column is graph mode's time over Diffrax's at the same tolerance.
 
-Usage: python benches/stiff.py [--repeats R]
+Usage: python benches/stiff.py [--repeats R] [--no-jit]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from scipy import integrate
 
 import gradloop as gl
+from gradloop.examples import stiff
 
 MU, T_END, Y0 = 10.0, 1.5, (2.0, 0.0)
 
@@ -103,6 +107,27 @@ def ours(steps: int, repeats: int, with_jit: bool) -> dict[str, float]:
     return row
 
 
+def rodas_row(tolerance: float, repeats: int, with_jit: bool) -> dict[str, float]:
+    mu = gl.tensor(MU, dtype=gl.float64)
+    y0 = np.array(Y0)
+
+    def solve(mu):
+        return stiff.rodas4(stiff.van_der_pol, y0, T_END, mu, rtol=tolerance, atol=tolerance)
+
+    def grad_fn(mu):
+        return gl.grad(lambda mu: solve(mu).y[0])(mu)
+
+    graph = gl.function(grad_fn)
+    row = {"grad": float(graph(mu)), "steps": int(gl.function(solve)(mu).accepted)}
+    row["graph"] = median_seconds(lambda: graph(mu), repeats)
+    if with_jit:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            jitted = gl.jit(grad_fn)
+            row["gl.jit"] = median_seconds(lambda: jitted(mu), repeats)
+    return row
+
+
 def diffrax_row(tolerance: float, repeats: int) -> dict[str, float] | None:
     try:
         import diffrax
@@ -142,7 +167,7 @@ def diffrax_row(tolerance: float, repeats: int) -> dict[str, float] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--no-jit", action="store_true", help="skip gl.jit (its compile)")
     args = parser.parse_args()
     derivative = reference()
@@ -153,14 +178,22 @@ def main() -> None:
         times = "  ".join(f"{k} {row[k] * 1e3:9.2f}" for k in ("graph", "gl.jit") if k in row)
         print(f"  gradloop trapezoid {steps:5d} steps: {times}  gradient error {error:.1e}")
     for tolerance in (1e-6, 1e-9):
-        row = diffrax_row(tolerance, args.repeats)
-        if row is None:
-            print("  Diffrax: not installed")
-            break
+        row = rodas_row(tolerance, args.repeats, with_jit=not args.no_jit)
         error = abs(row["grad"] - derivative) / abs(derivative)
+        times = "  ".join(f"{k} {row[k] * 1e3:9.2f}" for k in ("graph", "gl.jit") if k in row)
         print(
-            f"  Diffrax Kvaerno5 rtol {tolerance:.0e} ({row['steps']} steps): "
-            f"jax.jit {row['jax.jit'] * 1e3:9.2f}  gradient error {error:.1e}"
+            f"  gradloop Rodas4 rtol {tolerance:.0e} ({row['steps']} steps): {times}  "
+            f"gradient error {error:.1e}"
+        )
+        theirs = diffrax_row(tolerance, args.repeats)
+        if theirs is None:
+            print("  Diffrax: not installed")
+            continue
+        error = abs(theirs["grad"] - derivative) / abs(derivative)
+        print(
+            f"  Diffrax Kvaerno5 rtol {tolerance:.0e} ({theirs['steps']} steps): "
+            f"jax.jit {theirs['jax.jit'] * 1e3:9.2f}  gradient error {error:.1e}  "
+            f"(graph / Diffrax {row['graph'] / theirs['jax.jit']:.2f})"
         )
 
 

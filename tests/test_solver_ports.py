@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
+from gradloop.examples import stiff
 
 scipy_optimize = pytest.importorskip("scipy.optimize", reason="scipy comes with JAX")
 scipy_integrate = pytest.importorskip("scipy.integrate", reason="scipy comes with JAX")
@@ -204,3 +205,39 @@ def test_a_stiff_implicit_solver_matches_radau_and_differentiates() -> None:
     eps = 1e-5
     ends = [float(run(gl.tensor(y0), gl.tensor(mu + s, dtype=F64))[0][0]) for s in (eps, -eps)]
     np.testing.assert_allclose(g, (ends[0] - ends[1]) / (2 * eps), rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
+def test_an_adaptive_rosenbrock_solver_matches_radau_and_differentiates(mode) -> None:
+    """Rodas4 (`gradloop.examples.stiff`): linearly implicit stages with one LU factor a step, an
+    adaptive step in a data-dependent `while_loop`; its end state and the end state's derivative
+    in the stiffness and in the initial state, in every mode, against Radau and differences."""
+    y0, mu, t_end = np.array([2.0, 0.0]), 10.0, 1.5
+
+    def end(y0, mu):
+        sol = stiff.rodas4(stiff.van_der_pol, y0, t_end, mu, rtol=1e-8, atol=1e-8)
+        return sol.y, sol.accepted
+
+    stage = {"eager": lambda f: f, "graph": gl.function, "jit": gl.jit}[mode]
+    y, accepted = stage(end)(gl.tensor(y0), gl.tensor(mu, dtype=F64))
+
+    def rhs(t, y, mu):
+        return [y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]]
+
+    def radau(y0, mu):
+        sol = scipy_integrate.solve_ivp(
+            rhs, (0.0, t_end), y0, args=(mu,), method="Radau", rtol=1e-12, atol=1e-13
+        )
+        return sol.y[:, -1]
+
+    np.testing.assert_allclose(np.asarray(y), radau(y0, mu), atol=1e-6)
+    assert 10 < int(accepted) < 200  # adaptive: neither one step nor a fixed fine grid
+    grad = stage(gl.grad(lambda y0, mu: end(y0, mu)[0][0], argnums=(0, 1)))
+    g_y0, g_mu = grad(gl.tensor(y0), gl.tensor(mu, dtype=F64))
+    eps = 1e-5
+    fd_mu = (radau(y0, mu + eps)[0] - radau(y0, mu - eps)[0]) / (2 * eps)
+    fd_y0 = [
+        (radau(y0 + eps * e, mu)[0] - radau(y0 - eps * e, mu)[0]) / (2 * eps) for e in np.eye(2)
+    ]
+    np.testing.assert_allclose(float(g_mu), fd_mu, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(g_y0), fd_y0, rtol=1e-4)

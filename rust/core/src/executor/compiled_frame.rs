@@ -235,18 +235,23 @@ impl CompiledFrame {
                 ProgramAction::Op { op, .. } => {
                     let (inputs, outputs) = (input_types?, output_types?);
                     let inferred = op.infer(&inputs).ok()?;
-                    if inferred.as_slice() != outputs || outputs.len() != 1 {
+                    if inferred.as_slice() != outputs || outputs.is_empty() {
                         return None;
                     }
                     if op.same_elements()
                         && inputs.len() == 1
+                        && outputs.len() == 1
                         && same_buffer(&inputs[0], &outputs[0])
                     {
                         // The buffer moves at its last read, else its elements are copied.
                         Action::Pass
                     } else {
-                        inline = Elementwise::of(op, &inputs, &outputs[0]);
-                        Action::Kernel(op.kernel_into(&inputs, &outputs)?)
+                        if outputs.len() == 1 {
+                            inline = Elementwise::of(op, &inputs, &outputs[0]);
+                        }
+                        Action::Kernel(op.kernel_into(&inputs, &outputs).unwrap_or_else(|| {
+                            crate::ops::through_compute(op.clone(), &inputs, &outputs)
+                        }))
                     }
                 }
                 ProgramAction::Loop(inner) => {
@@ -598,12 +603,16 @@ impl CompiledFrame {
                     self.transfer(state, reads[0], out);
                 }
                 let State { buffers, phys, .. } = state;
-                // Registers map to distinct buffers, so the output's is none of the inputs'.
-                let o = phys[out] as usize;
-                let mut written = std::mem::replace(&mut buffers[o], Storage::Bool(Vec::new()));
+                // Registers map to distinct buffers, so the outputs' are none of the inputs'.
+                let count = step.outputs as usize;
+                let mut written: SmallVec<[Storage; 1]> = (out..out + count)
+                    .map(|r| {
+                        std::mem::replace(&mut buffers[phys[r] as usize], Storage::Bool(Vec::new()))
+                    })
+                    .collect();
                 let data = &step.data[usize::from(updates)..];
                 let input = |k: usize| &buffers[phys[data[k] as usize] as usize];
-                let outputs = std::slice::from_mut(&mut written);
+                let outputs = written.as_mut_slice();
                 let done = match data.len() {
                     0 => kernel(&[], outputs),
                     1 => kernel(&[input(0)], outputs),
@@ -611,10 +620,12 @@ impl CompiledFrame {
                     3 => kernel(&[input(0), input(1), input(2)], outputs),
                     n => kernel(&(0..n).map(input).collect::<Vec<_>>(), outputs),
                 };
-                buffers[o] = written;
+                for (r, w) in (out..out + count).zip(written) {
+                    buffers[phys[r] as usize] = w;
+                }
                 done?;
                 self.release(state, reads);
-                state.live[out] = true;
+                state.live[out..out + count].fill(true);
             }
             Action::Push => self.push(step, state)?,
             Action::Pop => self.pop(step, state)?,

@@ -1022,3 +1022,48 @@ fn nested_loops_move_their_buffers_and_update_rows_in_place_bit_for_bit() {
     runs_bit_for_bit(&exec, &graph, args);
     check_against_interpreter("row writes", &graph);
 }
+
+/// A loop whose body factors a matrix (`lu_factor`: three outputs, no destination kernel of its
+/// own) and solves with the factors.
+const FACTOR_LOOP: &str = r#"graph @main
+func @main(%0: f64[3, 3], %1: f64[3], %2: i32[]) -> (f64[3]) {
+  %3 = const() {value=[0]} : i32[]
+  %4 = while(%3, %0, %1, %2) {cond=@more, body=@step, parallel_iterations=10} : (i32[], f64[3, 3], f64[3], i32[])
+  return %4#2
+}
+func @more(%0: i32[], %1: f64[3, 3], %2: f64[3], %3: i32[]) -> (bool[]) {
+  %4 = less(%0, %3) : bool[]
+  return %4
+}
+func @step(%0: i32[], %1: f64[3, 3], %2: f64[3], %3: i32[]) -> (i32[], f64[3, 3], f64[3], i32[]) {
+  %4 = const() {value=[1]} : i32[]
+  %5 = add(%0, %4) : i32[]
+  %6 = lu_factor(%1) : (f64[3, 3], i32[3], i32[3])
+  %7 = reshape(%2) {shape=[3, 1]} : f64[3, 1]
+  %8 = lu_solve(%6#0, %6#2, %7) {trans=false} : f64[3, 1]
+  %9 = reshape(%8) {shape=[3]} : f64[3]
+  %10 = add(%9, %2) : f64[3]
+  return %5, %1, %10, %3
+}"#;
+
+#[test]
+fn ops_without_destination_kernels_and_with_several_outputs_run_in_machine_code() {
+    let graph = parse_graph(FACTOR_LOOP).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    let (compiled, total) = exec.compiled_frames();
+    assert!(total > 0 && compiled == total, "{compiled} of {total}");
+    let a = vec![4.0, 1.0, 0.5, 2.0, 5.0, 1.0, 0.3, 1.5, 3.0];
+    let args = || {
+        vec![
+            RtValue::from(Tensor::from_vec(a.clone(), &[3, 3]).unwrap()),
+            RtValue::from(Tensor::from_vec(vec![1.0, -2.0, 0.5], &[3]).unwrap()),
+            RtValue::from(Tensor::scalar(7i32)),
+        ]
+    };
+    let want = run_graph(&graph, args()).unwrap();
+    for _ in 0..2 {
+        let got = exec.run(args()).unwrap();
+        assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
+    }
+    assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
+}

@@ -434,6 +434,37 @@ pub fn table_fits(inputs: usize, elements: &[&[usize]]) -> bool {
     u16::try_from(inputs).is_ok() && elements.iter().all(|s| u32::try_from(numel(s)).is_ok())
 }
 
+/// A destination kernel for an op without one of its own: the op's allocating kernel
+/// (`compute`) on copies of the inputs, its results copied into the outputs. The copies cost
+/// what the interpreted path's allocations cost; they let a compiled frame hold a loop whose body
+/// calls such an op (a factorisation's kernel) instead of leaving the whole loop interpreted.
+pub fn through_compute(op: super::Op, inputs: &[TensorType], outputs: &[TensorType]) -> DestKernel {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.to_vec()).collect();
+    let types = outputs.to_vec();
+    Box::new(move |ins: &[&Storage], outs: &mut [Storage]| {
+        let tensors = ins
+            .iter()
+            .zip(&shapes)
+            .map(|(s, shape)| crate::tensor::Tensor::new((*s).clone(), shape))
+            .collect::<Result<Vec<_>>>()?;
+        let results = op.compute(&tensors, &types)?;
+        if results.len() != outs.len() {
+            return Err(buffer_bug());
+        }
+        for (k, r) in results.iter().enumerate() {
+            crate::with_dtype!(r.dtype(), T, {
+                let out = output::<T>(outs, k)?;
+                let src = r.as_slice::<T>()?;
+                if out.len() != src.len() {
+                    return Err(buffer_bug());
+                }
+                out.copy_from_slice(src);
+            });
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ use crate::tensor::Tensor;
 use crate::value::Value;
 use attrs::{Attr, AttrMap, OpAttrs};
 pub use context::{execute, Context, EagerContext};
-pub use dest::{DestKernel, GatherTable};
+pub use dest::{through_compute, DestKernel, GatherTable};
 
 pub mod attrs;
 pub mod binary;

@@ -195,7 +195,7 @@ fn needs_step(step: &Step) -> bool {
         Action::Push | Action::Pop => false,
         Action::LoopMerge => step.reads.len() < 2,
         Action::Switch(n) => *n > 64,
-        Action::Kernel(_) | Action::Update(_) => step.reads.len() > 3,
+        Action::Kernel(_) | Action::Update(_) => step.reads.len() > 3 || step.outputs > 1,
         Action::Node | Action::Loop(..) => true,
     }
 }
