@@ -35,9 +35,13 @@ def f64(*v):
     return gl.tensor(np.array(v, dtype=np.float64))
 
 
+def xla(fn):
+    return gl.jit(fn, backend="xla")
+
+
 def assert_modes_agree(fn, *args, rtol=1e-10):
     want = [np.asarray(t) for t in _leaves(fn(*args))]
-    for stage in (gl.function, gl.jit):
+    for stage in (gl.function, gl.jit, xla):
         got = [np.asarray(t) for t in _leaves(stage(fn)(*args))]
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):

@@ -55,6 +55,7 @@ from . import (
     _validate,
     _vm_repair,
     _workarounds,
+    _xla,
     errors,
 )
 from .function import Function
@@ -651,12 +652,33 @@ class Jit:
     doc)."""
 
     def __init__(
-        self, fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False
+        self,
+        fn: Callable[..., Any],
+        target: str = "llvm-cpu",
+        tiered: bool = False,
+        backend: str = "iree",
     ) -> None:
         self._function = _function(fn)
         self._target = target
         self._tiered = tiered
-        self._compiled: dict[int, _Compiled | _Tiered] = {}
+        self._backend = backend
+        self._compiled: dict[int, _Compiled | _Tiered | _xla.Compiled] = {}
+        if backend == "xla":
+            if tiered:
+                raise errors.InvalidArgumentError(
+                    _validate.at_user(
+                        "gl.jit: tiered=True runs calls on the frame executor while IREE "
+                        "compiles; backend='xla' compiles at the first call"
+                    )
+                )
+            _xla.require_jax(target)
+            return
+        if backend != "iree":
+            raise errors.InvalidArgumentError(
+                _validate.at_user(
+                    f"gl.jit: unknown backend {backend!r}; expected one of {BACKENDS}"
+                )
+            )
         _flags(target, uses_f64=False)  # raises the unknown-target error
         _compiler.warm_up()  # loads the compiler while the caller goes on
 
@@ -668,16 +690,22 @@ class Jit:
     def tiered(self) -> bool:
         return self._tiered
 
-    def _module(self, concrete: Any, tiered: bool) -> _Compiled | _Tiered:
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    def _module(self, concrete: Any, tiered: bool) -> _Compiled | _Tiered | _xla.Compiled:
         found = self._compiled.get(id(concrete))
         if found is None or found.concrete is not concrete:
-            module = _Tiered if tiered else _Compiled
+            module = _xla.Compiled if self._backend == "xla" else _Tiered if tiered else _Compiled
             found = self._compiled[id(concrete)] = module(concrete, self._target)
         return found
 
     def _signature(self, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
         structure, leaves = self._function._flatten(args, kwargs)
-        return self._function._concrete(structure, leaves), leaves
+        # XLA runs pure StableHLO: loop gradients in fixed-size state
+        fixed = _stablehlo.DEFAULT_CHECKPOINTS if self._backend == "xla" else None
+        return self._function._concrete(structure, leaves, fixed), leaves
 
     def mlir(self, *args: Any, **kwargs: Any) -> str:
         """The MLIR this call signature compiles (compiling it if it was not yet; waiting for
@@ -716,17 +744,33 @@ class Jit:
             # results would carry no gradient or tangent, so its Python runs inline, as
             # `gl.function` does.
             return self._function(*args, **kwargs)
-        entry, tensors = self._function._lookup(args, kwargs)
+        if self._backend == "xla":
+            entry, leaves = self._signature(args, kwargs)
+            tensors = [x for x in leaves if isinstance(x, _core.Tensor)]
+        else:
+            entry, tensors = self._function._lookup(args, kwargs)
         return entry.outputs(self._module(entry.fn, self._tiered)(tensors))
 
 
-def jit(fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False) -> Jit:
-    """`fn` compiled with IREE for `target` ("llvm-cpu", "vulkan-spirv" or "cuda").
+#: `jit`'s backends: IREE (`.vmfb` modules, every target) or XLA through jaxlib.
+BACKENDS = ["iree", "xla"]
 
+
+def jit(
+    fn: Callable[..., Any], target: str = "llvm-cpu", tiered: bool = False, backend: str = "iree"
+) -> Jit:
+    """`fn` compiled once per input signature, cached.
+
+    `backend="iree"`: compiled with IREE for `target` ("llvm-cpu", "vulkan-spirv" or "cuda").
     The first call of each input signature waits for its module. With `tiered=True` it
     does not: IREE compiles in the background while calls run on the frame executor, and
-    calls run compiled once the module is ready (`Jit.compiled(*args)` says which)."""
-    return Jit(fn, target, tiered)
+    calls run compiled once the module is ready (`Jit.compiled(*args)` says which).
+
+    `backend="xla"`: the function's pure StableHLO (`to_mlir(..., dialect="stablehlo")`, loop
+    gradients in fixed-size state) compiled by XLA through jaxlib (`gradloop[jax]`), for the
+    CPU ("llvm-cpu") or a GPU jaxlib sees ("cuda"). Variables are threaded through as with
+    IREE. XLA runs loops at JAX's own speed; IREE's modules are what ship without Python."""
+    return Jit(fn, target, tiered, backend)
 
 
 #: `export`'s formats: an IREE `.vmfb`, or a StableHLO portable artifact.
