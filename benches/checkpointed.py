@@ -1,6 +1,6 @@
 """Loop gradients in bounded memory: the dynamic-stop RNN with stacks and with `checkpoints=c`,
-eagerly, in graph mode and under `gl.jit`, beside Equinox's checkpointed while loop (`jax.jit`)
-where JAX and Equinox are installed.
+eagerly, in graph mode, under `gl.jit` and (checkpointed) under `gl.jit(backend="xla")`, beside
+Equinox's checkpointed while loop (`jax.jit`) where JAX and Equinox are installed.
 
 The RNN: h <- tanh(W h + b) with H = 64 until the running sum of |h|^2 passes a threshold set
 for about `--trips` trips (10^5 by default); the figure is the gradient of sum(h) at the stop
@@ -64,6 +64,8 @@ def gradloop_gradient(mode: str, checkpoints: int | None, b, h0):
         return gl.function(grad)
     if mode == "jit":
         return gl.jit(grad)
+    if mode == "xla":
+        return gl.jit(grad, backend="xla")
     return grad
 
 
@@ -169,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import equinox  # noqa: F401
         import jax  # noqa: F401
 
+        modes.append("xla")
         peers = ["equinox"]
     except ImportError:
         peers = []
@@ -177,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     want = None
     for mode in modes + peers:
-        for checkpoints in [None, c] if mode != "equinox" else [c]:
+        # pure StableHLO keeps fixed-size state: XLA runs the checkpointed form alone
+        for checkpoints in [None, c] if mode not in ("equinox", "xla") else [c]:
             config = {"mode": mode, "checkpoints": checkpoints, "trips": trips, "repeats": repeats}
             result = run_worker(config)
             label = f"{mode}, " + ("stacks" if checkpoints is None else f"checkpoints={c}")

@@ -1,0 +1,188 @@
+"""`gl.jit(backend="xla")` beside graph mode, `gl.jit` on IREE and JAX's own programs, in one run.
+
+- W5: `x = 0.999 x + 0.001 sin(x)` on float32[16], 10^5 trips decided at run time: ns per trip;
+  JAX's `lax.while_loop` beside.
+- W6: the gradient of the dynamic-stop RNN (`benches/executor.py`: H = D = 64, 1,000 trips,
+  no `maximum_iterations`) with respect to W and U: us per step; JAX's gradient of the same RNN
+  as a static `lax.scan` of 1,000 steps beside (JAX cannot reverse the dynamic stop).
+- W11: the adaptive Dormand–Prince solve and its gradient (`benches/ode.py`): ms per call;
+  Diffrax's `Dopri5` beside where it is installed.
+- W7: the first call of a small function (`benches/executor.py`) in a fresh process with an
+  empty cache: `backend="xla"` against JAX's first `jax.jit` call of the same program.
+
+Each gradloop column is checked against graph mode first. Medians of `--repeats` calls after a
+warm-up; ratios are taken in the same run. W9 (checkpoints) is `benches/checkpointed.py`'s.
+
+Usage: python benches/xla_backend.py [--repeats R] [--no-iree]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+
+import jax
+import jax.numpy as jnp
+from executor import STEPS, H, rnn_inputs, rnn_loss, w5
+from ode import diffrax_value_and_grad, solve
+
+import gradloop as gl
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def gradloop_columns(fn: Callable, args: tuple, iree: bool) -> dict[str, Callable[[], object]]:
+    """`fn` in graph mode, under `backend="xla"` and (with `iree`) under `gl.jit`, each checked
+    against graph mode."""
+    staged = gl.function(fn)
+    columns = {"graph": staged, "xla": gl.jit(fn, backend="xla")}
+    if iree:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            columns["gl.jit"] = gl.jit(fn)
+    want = [np.asarray(t) for t in _leaves(staged(*args))]
+    for name, g in columns.items():
+        got = [np.asarray(t) for t in _leaves(g(*args))]
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-3, atol=1e-5, err_msg=name)
+    return {name: (lambda g=g: _block(g(*args))) for name, g in columns.items()}
+
+
+def _leaves(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _block(out):
+    return [np.asarray(t) for t in _leaves(out)]
+
+
+def jax_w5():
+    @jax.jit
+    def run(x, n):
+        def body(state):
+            i, x = state
+            return i + 1, 0.999 * x + 0.001 * jnp.sin(x)
+
+        return jax.lax.while_loop(lambda s: s[0] < n, body, (jnp.int32(0), x))[1]
+
+    return run
+
+
+def jax_w6():
+    """W6's RNN as a static scan of STEPS steps, differentiated with respect to W and U."""
+
+    def loss(w, u, xs):
+        def step(h, x):
+            h = jnp.tanh(h @ w + x @ u)
+            return h, None
+
+        h, _ = jax.lax.scan(step, jnp.zeros(H, jnp.float32), xs[:STEPS])
+        return jnp.sum(h)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+
+FIRST_CALL = """
+import time, numpy as np
+start = time.perf_counter()
+import {module}
+{body}
+print(time.perf_counter() - start)
+"""
+
+GRADLOOP_FIRST = """
+import gradloop as gl
+def w7(x):
+    def body(i, v):
+        v = gl.cond(gl.sum(v) > 0.0, lambda: v * 0.9 + 0.1, lambda: gl.sin(v))
+        return i + 1, v
+    return gl.while_loop(lambda i, v: i < 10, body, (gl.tensor(0), x))[1]
+np.asarray(gl.jit(w7, backend="xla")(gl.tensor(np.array([0.3, -0.2, 0.1]))))
+"""
+
+JAX_FIRST = """
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+def w7(x):
+    def body(s):
+        i, v = s
+        v = jax.lax.cond(jnp.sum(v) > 0.0, lambda v: v * 0.9 + 0.1, jnp.sin, v)
+        return i + 1, v
+    return jax.lax.while_loop(lambda s: s[0] < 10, body, (0, x))[1]
+np.asarray(jax.jit(w7)(np.array([0.3, -0.2, 0.1])))
+"""
+
+
+def first_call(module: str, body: str) -> float:
+    code = FIRST_CALL.format(module=module, body=body)
+    env_cache = {"GRADLOOP_CACHE_DIR": subprocess.check_output(["mktemp", "-d"]).decode().strip()}
+    import os
+
+    out = subprocess.check_output([sys.executable, "-c", code], env={**os.environ, **env_cache})
+    return float(out.decode().split()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--no-iree", action="store_true", help="skip gl.jit on IREE")
+    args = parser.parse_args()
+    iree, r = not args.no_iree, args.repeats
+    print(f"jax {jax.__version__}; medians of {r}")
+
+    trips = 100_000
+    x16 = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+    columns = gradloop_columns(w5, (gl.tensor(x16), gl.tensor(trips)), iree)
+    run = jax_w5()
+    columns["JAX"] = lambda: np.asarray(run(x16, np.int32(trips)))
+    times = {k: median_seconds(f, r) / trips * 1e9 for k, f in columns.items()}
+    report("W5 ns/trip", times)
+
+    w, u, xs, threshold = rnn_inputs()
+    grad = gl.grad(lambda w, u: rnn_loss(w, u, gl.tensor(xs), threshold), argnums=(0, 1))
+    columns = gradloop_columns(grad, (gl.tensor(w), gl.tensor(u)), iree)
+    scan = jax_w6()
+    columns["JAX scan"] = lambda: [np.asarray(g) for g in scan(w, u, xs)]
+    times = {k: median_seconds(f, r) / STEPS * 1e6 for k, f in columns.items()}
+    report("W6 us/step", times, peer="JAX scan")
+
+    damping = gl.tensor(0.3, dtype=gl.float64)
+    columns = gradloop_columns(gl.value_and_grad(solve), (damping,), iree)
+    diffrax = diffrax_value_and_grad()
+    if diffrax is not None:
+        columns["Diffrax"] = diffrax
+    times = {k: median_seconds(f, r) * 1e3 for k, f in columns.items()}
+    report("W11 ms", times, peer="Diffrax" if diffrax is not None else None)
+
+    firsts = {
+        "xla": statistics.median(first_call("gradloop", GRADLOOP_FIRST) for _ in range(3)),
+        "JAX": statistics.median(first_call("jax", JAX_FIRST) for _ in range(3)),
+    }
+    report("W7 first call, s (fresh process, imports included)", firsts)
+
+
+def report(title: str, times: dict[str, float], peer: str | None = "JAX") -> None:
+    cells = "  ".join(f"{k} {v:9.3f}" for k, v in times.items())
+    ratio = f"  (xla / {peer} {times['xla'] / times[peer]:.2f})" if peer in times else ""
+    print(f"{title}: {cells}{ratio}")
+
+
+if __name__ == "__main__":
+    main()
