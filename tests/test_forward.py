@@ -1,7 +1,8 @@
 """Forward mode: `gl.jvp`, `linearize`, `jacfwd`, `jacrev`, `hessian`, `custom_jvp`, through
 `cond`, `switch_case` and data-dependent `while_loop`s, eagerly, traced (`gl.function` on each
-graph runner) and compiled (`gl.jit`); everything against central finite differences in float64
-or against reverse mode. The per-op tangent rules are checked in `test_op_gradients.py`."""
+graph runner) and compiled (`gl.jit`, on IREE and on XLA); everything against central finite
+differences in float64 or against reverse mode. The per-op tangent rules are checked in
+`test_op_gradients.py`."""
 
 from __future__ import annotations
 
@@ -152,6 +153,11 @@ def _check_program(spec, modes) -> None:
     for mode in modes:
         if mode == "compiled":
             stage = gl.jit
+        elif mode == "xla":
+
+            def stage(fn):
+                return gl.jit(fn, backend="xla")
+
         else:
 
             def stage(fn, mode=mode):
@@ -199,6 +205,18 @@ def test_jvp_and_vjp_agree_on_random_programs_compiled() -> None:
     @given(spec=programs(max_leaves=5, heavy=False).filter(forward_ok))
     def check(spec) -> None:
         _check_program(spec, ("compiled",))
+
+    check()
+
+
+def test_jvp_and_vjp_agree_on_random_programs_on_xla() -> None:
+    pytest.importorskip("jax", reason="backend='xla' runs on jaxlib (gradloop[jax])")
+
+    @seed(FUZZ_SEED + 2)
+    @_settings(20)
+    @given(spec=programs(max_leaves=5, heavy=False).filter(forward_ok))
+    def check(spec) -> None:
+        _check_program(spec, ("xla",))
 
     check()
 
