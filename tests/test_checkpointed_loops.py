@@ -117,6 +117,39 @@ def test_hessian_and_jvp_through_a_checkpointed_loop():
     np.testing.assert_allclose(np.asarray(traced), np.asarray(gl.hessian(g)(x)), rtol=1e-12)
 
 
+def bounded_rnn(c, m, W, x, n):
+    """`rnn` with `maximum_iterations=m`: with c >= m every state has its own row (no
+    schedule); trips stop at n or at m."""
+
+    def body(i, h):
+        return i + 1, gl.tanh(gl.matmul(W, h[:, None])[:, 0] + 0.1)
+
+    _, h = gl.while_loop(
+        lambda i, h: i < n, body, (gl.tensor(0), x), maximum_iterations=m, checkpoints=c
+    )
+    return gl.sum(h * h * h)
+
+
+@pytest.mark.parametrize("mode", ["eager", "executor", "interpreter"])
+def test_a_bound_within_the_checkpoints_keeps_a_row_per_trip(mode):
+    # zero trips, fewer than the bound, the bound exactly (the loop stops at m, not n)
+    for m, c in [(4, 4), (4, 9), (1, 1), (0, 3)]:
+        for n in sorted({0, 1, max(m - 1, 0), m, m + 3}):
+
+            def grads(c, m=m, n=n):
+                g = gl.grad(lambda W, x: bounded_rnn(c, m, W, x, gl.tensor(n)), argnums=(0, 1))
+                return [np.asarray(t) for t in staged(mode, g)(gl.tensor(W0), gl.tensor(X0))]
+
+            for a, b in zip(grads(None), grads(c), strict=True):
+                assert np.array_equal(a, b), f"{mode} m={m} c={c} n={n}"
+    check_grads(
+        lambda W, x: bounded_rnn(5, 5, W, x, gl.tensor(7)),
+        [W0, X0],
+        order=2,
+        modes=("tape", "grad", "graph"),
+    )
+
+
 def _nested(c_outer, c_inner):
     def f(x):
         def inner(j, h):

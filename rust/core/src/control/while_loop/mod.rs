@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 mod bounds;
 mod checkpointed;
+mod dense;
 mod loop_vars;
 mod schedule;
 mod stablehlo;
@@ -583,7 +584,13 @@ impl Augment for While {
                 maximum_iterations: *maximum_iterations,
                 parallel_iterations: *parallel_iterations,
             };
-            return checkpointed::augment(tracer, &lp, &d, c);
+            // every state fits: a row per trip, no schedule
+            return match maximum_iterations {
+                Some(m) if *m <= i64::from(c) => {
+                    dense::augment(tracer, &lp, &d, usize::try_from(*m).unwrap_or(0))
+                }
+                _ => checkpointed::augment(tracer, &lp, &d, c),
+            };
         }
         // Which residuals are stacked, which are loop invariant.
         let mut stacked: Vec<usize> = Vec::new();
