@@ -1,19 +1,23 @@
-//! The gradient of a bounded `While` whose every state fits its snapshots (`checkpoints = c`
+//! The gradient of a bounded `While` whose every trip fits its snapshots (`checkpoints = c`
 //! with `maximum_iterations = m <= c`, which fixed-size state asks for up to
-//! `ALL_STATES_UP_TO` trips): no schedule, each trip's state in its own row.
+//! `ALL_STATES_UP_TO` trips): no schedule, each trip in its own row of m-row buffers.
 //!
 //! ```text
-//!   forward:  (vars, step, bufs) -> bufs[v][step] = x_step[v]; x_{step+1} = body(x_step)
-//!   backward: (cotangents, g = trips, bufs, invariants) while g > 0:
-//!               x = bufs[.][g - 1]; the body's forward and backward functions on x:
-//!               cotangents of x_{g-1}; g -= 1
+//!   residual rows (every residual a tensor of static shape), a scan's gradient:
+//!     forward:  (vars, step, bufs) -> (x_{step+1}, residuals) = body_fwd(x_step);
+//!               bufs[r][step] = residual r
+//!     backward: (cotangents, g = trips, bufs, invariants) while g > 0:
+//!               body_bwd(cotangents, bufs[.][g - 1]): cotangents of x_{g-1}; g -= 1
+//!   state rows (a residual is a stack or of unknown shape):
+//!     forward:  bufs[v][step] = x_step[v]; x_{step+1} = body(x_step)
+//!     backward: x = bufs[.][g - 1]; body_fwd then body_bwd on x; g -= 1
 //! ```
 //!
+//! Residuals that are loop variables the body passes through come from the loop's inputs.
 //! `checkpointed.rs` does the same with c < m rows through an online schedule whose integer
 //! logic works on `[c]` vectors every trip (O(c) a trip) and an inner loop that advances from
-//! the nearest snapshot. With a row per trip neither is needed: a trip of either loop is one
-//! row written or read (a `dynamic_update_slice`, a `dynamic_slice`), what a scan's gradient
-//! keeps, bar the body's forward pass run again in the backward trip.
+//! the nearest snapshot. With a row per trip neither is needed: a trip of either loop writes or
+//! reads its rows (`dynamic_update_slice`, `dynamic_slice`) and runs the body's functions once.
 
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
@@ -26,8 +30,36 @@ use crate::trace::TracerRef;
 use super::checkpointed::Loop;
 use super::schedule::{i64_type, Ir};
 
+/// What a row holds: each trip's residuals (the body's forward function's), or its state.
+enum Rows {
+    /// (residual index, type) of the residuals kept per trip.
+    Residuals(Vec<(usize, TensorType)>),
+    /// (loop variable, type) of the variables kept per trip.
+    States(Vec<(usize, TensorType)>),
+}
+
+impl Rows {
+    fn types(&self) -> &[(usize, TensorType)] {
+        match self {
+            Rows::Residuals(r) | Rows::States(r) => r,
+        }
+    }
+}
+
+/// Static-shape tensor types of `values`, or None.
+fn static_tensors(
+    values: impl Iterator<Item = (usize, ValueType)>,
+) -> Option<Vec<(usize, TensorType)>> {
+    values
+        .map(|(k, t)| match t {
+            ValueType::Tensor(t) if !t.shape.contains(&DYN) => Some((k, t)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Builds the forward and backward `While` nodes of a loop of at most `rows` trips that keeps
-/// every state.
+/// every trip.
 pub(super) fn augment(
     tracer: &TracerRef,
     lp: &Loop<'_>,
@@ -36,33 +68,42 @@ pub(super) fn augment(
 ) -> Result<Built> {
     let n = lp.body.params.len();
     let types = &lp.body.params;
-    let kept: Vec<usize> = (0..n).filter(|&i| !d.passthrough[i]).collect();
-    let kept_types = kept
-        .iter()
-        .map(|&i| match &types[i] {
-            ValueType::Tensor(t) if !t.shape.contains(&DYN) => Ok(t.clone()),
-            other => Err(Error::new(
-                ErrorKind::ControlFlow,
-                "while_loop",
-                format!(
-                    "a loop gradient in fixed-size state keeps the loop variables the body \
-                     changes, which must be tensors of static shape; loop variable {i} is {other}"
-                ),
-            )),
-        })
-        .collect::<Result<Vec<TensorType>>>()?;
     let invariant: Vec<usize> = (0..n).filter(|&i| d.passthrough[i]).collect();
+    let is_invariant = |r: usize| matches!(d.residual_params[r], Some(i) if d.passthrough[i]);
+    let residuals = (0..d.residual_types.len())
+        .filter(|&r| !is_invariant(r))
+        .map(|r| (r, d.residual_types[r].clone()));
+    let kept = match static_tensors(residuals) {
+        Some(r) => Rows::Residuals(r),
+        None => {
+            let states = (0..n)
+                .filter(|&i| !d.passthrough[i])
+                .map(|i| (i, types[i].clone()));
+            Rows::States(static_tensors(states).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::ControlFlow,
+                    "while_loop",
+                    "a loop gradient in fixed-size state keeps the loop variables the body \
+                     changes, which must be tensors of static shape"
+                        .to_string(),
+                )
+            })?)
+        }
+    };
     // a row even for a loop of no trips: the buffers' shapes stay valid for their writes
     let rows = rows.max(1);
-    let buffer_types: Vec<ValueType> = kept_types
+    let buffer_types: Vec<ValueType> = kept
+        .types()
         .iter()
-        .map(|t| {
+        .map(|(_, t)| {
             let mut shape = vec![rows];
             shape.extend_from_slice(&t.shape);
             ValueType::tensor(t.dtype, &shape)
         })
         .collect();
-    let nk = kept.len();
+    let nk = buffer_types.len();
+    let bwd = function(tracer, &d.backward)?;
+    let fwd = function(tracer, &d.forward)?;
 
     // Forward loop variables: (vars, step, bufs).
     let mut fparams = types.clone();
@@ -71,13 +112,20 @@ pub(super) fn augment(
     let (mut b, args) =
         FunctionBuilder::new(format!("{}_dense_fwd", lp.body.name), fparams.clone());
     let (step, bufs) = (args[n], &args[n + 1..n + 1 + nk]);
+    let (res, effects) = match &kept {
+        Rows::Residuals(_) => inline_into(&mut b, &fwd, &args[..n])?,
+        Rows::States(_) => inline_into(&mut b, lp.body, &args[..n])?,
+    };
     let mut ir = Ir { b: &mut b };
     let mut written: Vec<Port> = Vec::with_capacity(nk);
-    for (k, &i) in kept.iter().enumerate() {
-        written.push(ir.write_row(bufs[k], args[i], step, &kept_types[k])?);
+    for (k, (j, ty)) in kept.types().iter().enumerate() {
+        let value = match &kept {
+            Rows::Residuals(_) => res[n + j],
+            Rows::States(_) => args[*j],
+        };
+        written.push(ir.write_row(bufs[k], value, step, ty)?);
     }
     let next = ir.add(step, 1)?;
-    let (res, effects) = inline_into(&mut b, lp.body, &args[..n])?;
     let mut results: Vec<Port> = res[..n].to_vec();
     results.push(next);
     results.extend(written);
@@ -87,8 +135,6 @@ pub(super) fn augment(
     let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
 
     // Backward loop variables: (cotangents, trips left, bufs, invariant vars).
-    let bwd = function(tracer, &d.backward)?;
-    let fwd = function(tracer, &d.forward)?;
     let nc = lp.carried.len();
     let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
     bparams.push(i64_type(&[]));
@@ -99,19 +145,48 @@ pub(super) fn augment(
     let trips = args[nc];
     let bufs = &args[nc + 1..nc + 1 + nk];
     let invariants = &args[nc + 1 + nk..];
+    let of_invariant = |i: usize| {
+        invariant
+            .iter()
+            .position(|&v| v == i)
+            .map(|j| invariants[j])
+    };
     let mut ir = Ir { b: &mut b };
     let left = ir.add(trips, -1)?;
-    let mut state: Vec<Option<Port>> = vec![None; n];
-    for (k, &i) in kept.iter().enumerate() {
-        state[i] = Some(ir.read_row(bufs[k], left, &kept_types[k])?);
+    let mut read: Vec<Port> = Vec::with_capacity(nk);
+    for (k, (_, ty)) in kept.types().iter().enumerate() {
+        read.push(ir.read_row(bufs[k], left, ty)?);
     }
-    for (j, &i) in invariant.iter().enumerate() {
-        state[i] = Some(invariants[j]);
-    }
-    let x: Vec<Port> = state.into_iter().flatten().collect();
-    let (replayed, _) = inline_into(&mut b, &fwd, &x)?;
     let mut bargs: Vec<Port> = args[..nc].to_vec();
-    bargs.extend_from_slice(&replayed[n..]);
+    match &kept {
+        Rows::Residuals(_) => {
+            // the kept residuals are the others, in order
+            let mut rows = read.into_iter();
+            for r in 0..d.residual_types.len() {
+                let port = match d.residual_params[r] {
+                    Some(i) if d.passthrough[i] => of_invariant(i),
+                    _ => rows.next(),
+                };
+                bargs.push(port.ok_or_else(|| {
+                    Error::internal("while_loop", "a residual is neither kept nor invariant")
+                })?);
+            }
+        }
+        Rows::States(kept) => {
+            let mut rows = read.into_iter();
+            let x = (0..n)
+                .map(|i| match kept.iter().any(|&(j, _)| j == i) {
+                    true => rows.next(),
+                    false => of_invariant(i),
+                })
+                .collect::<Option<Vec<Port>>>()
+                .ok_or_else(|| {
+                    Error::internal("while_loop", "a state is neither kept nor invariant")
+                })?;
+            let (replayed, _) = inline_into(&mut b, &fwd, &x)?;
+            bargs.extend_from_slice(&replayed[n..]);
+        }
+    }
     let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
     let mut results: Vec<Port> = lp
         .carried
