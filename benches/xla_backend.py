@@ -4,7 +4,9 @@
   JAX's `lax.while_loop` beside.
 - W6: the gradient of the dynamic-stop RNN (`benches/executor.py`: H = D = 64, 1,000 trips,
   no `maximum_iterations`) with respect to W and U: us per step; JAX's gradient of the same RNN
-  as a static `lax.scan` of 1,000 steps beside (JAX cannot reverse the dynamic stop).
+  as a static `lax.scan` of 1,000 steps beside (JAX cannot reverse the dynamic stop). Then the
+  same loop under `maximum_iterations=1024`, whose pure StableHLO gradient keeps each trip's
+  residuals.
 - W11: the adaptive Dormand–Prince solve and its gradient (`benches/ode.py`): ms per call;
   Diffrax's `Dopri5` beside where it is installed.
 - W7: the first call of a small function (`benches/executor.py`) in a fresh process with an
@@ -99,6 +101,22 @@ def jax_w6():
     return jax.jit(jax.grad(loss, argnums=(0, 1)))
 
 
+BOUND = 1024
+
+
+def bounded_rnn_loss(w, u, xs, threshold):
+    """W6's loss with `maximum_iterations=BOUND` (the stop still comes at 1,000 trips)."""
+
+    def body(t, h, acc):
+        h = gl.tanh(h @ w + xs[t] @ u)
+        return t + 1, h, acc + gl.sqrt(gl.sum(h * h))
+
+    start = (gl.tensor(0), gl.zeros((H,), dtype=gl.float32), gl.tensor(0.0, dtype=gl.float32))
+    more = lambda t, h, acc: acc < threshold  # noqa: E731
+    _, h, _ = gl.while_loop(more, body, start, maximum_iterations=BOUND)
+    return gl.sum(h)
+
+
 FIRST_CALL = """
 import time, numpy as np
 start = time.perf_counter()
@@ -162,6 +180,12 @@ def main() -> None:
     columns["JAX scan"] = lambda: [np.asarray(g) for g in scan(w, u, xs)]
     times = {k: median_seconds(f, r) / STEPS * 1e6 for k, f in columns.items()}
     report("W6 us/step", times, peer="JAX scan")
+    # the same loop under maximum_iterations: its pure StableHLO gradient keeps residual rows
+    grad = gl.grad(lambda w, u: bounded_rnn_loss(w, u, gl.tensor(xs), threshold), argnums=(0, 1))
+    columns = gradloop_columns(grad, (gl.tensor(w), gl.tensor(u)), iree)
+    columns["JAX scan"] = lambda: [np.asarray(g) for g in scan(w, u, xs)]
+    times = {k: median_seconds(f, r) / STEPS * 1e6 for k, f in columns.items()}
+    report(f"W6 under maximum_iterations={BOUND} us/step", times, peer="JAX scan")
 
     damping = gl.tensor(0.3, dtype=gl.float64)
     columns = gradloop_columns(gl.value_and_grad(solve), (damping,), iree)
