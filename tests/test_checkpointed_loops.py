@@ -142,6 +142,10 @@ def test_a_bound_within_the_checkpoints_keeps_a_row_per_trip(mode):
 
             for a, b in zip(grads(None), grads(c), strict=True):
                 assert np.array_equal(a, b), f"{mode} m={m} c={c} n={n}"
+    # no schedule: a row per trip (the user's checkpoints bound memory in states: state rows)
+    g = gl.grad(lambda W, x: bounded_rnn(4, 4, W, x, gl.tensor(7)), argnums=(0, 1))
+    text = str(gl.function(g).graph(gl.tensor(W0), gl.tensor(X0)))
+    assert "_dense_grad" in text and "_ckpt_" not in text
     check_grads(
         lambda W, x: bounded_rnn(5, 5, W, x, gl.tensor(7)),
         [W0, X0],

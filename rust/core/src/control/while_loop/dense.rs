@@ -13,7 +13,10 @@
 //!     backward: x = bufs[.][g - 1]; body_fwd then body_bwd on x; g -= 1
 //! ```
 //!
-//! Residuals that are loop variables the body passes through come from the loop's inputs.
+//! Residual rows are for fixed-size state (pure StableHLO), which asks for a size; a user's
+//! `checkpoints` bound the memory in states, which a trip's residuals can outgrow, so they get
+//! state rows. Residuals that are loop variables the body passes through come from the loop's
+//! inputs.
 //! `checkpointed.rs` does the same with c < m rows through an online schedule whose integer
 //! logic works on `[c]` vectors every trip (O(c) a trip) and an inner loop that advances from
 //! the nearest snapshot. With a row per trip neither is needed: a trip of either loop writes or
@@ -59,12 +62,15 @@ fn static_tensors(
 }
 
 /// Builds the forward and backward `While` nodes of a loop of at most `rows` trips that keeps
-/// every trip.
+/// every trip: its residuals where `residuals_allowed` (fixed-size state, which asks for a size,
+/// not a memory bound), else its states (the user's `checkpoints` bound the memory in states,
+/// which residuals can outgrow).
 pub(super) fn augment(
     tracer: &TracerRef,
     lp: &Loop<'_>,
     d: &Differentiated,
     rows: usize,
+    residuals_allowed: bool,
 ) -> Result<Built> {
     let n = lp.body.params.len();
     let types = &lp.body.params;
@@ -73,7 +79,7 @@ pub(super) fn augment(
     let residuals = (0..d.residual_types.len())
         .filter(|&r| !is_invariant(r))
         .map(|r| (r, d.residual_types[r].clone()));
-    let kept = match static_tensors(residuals) {
+    let kept = match static_tensors(residuals).filter(|_| residuals_allowed) {
         Some(r) => Rows::Residuals(r),
         None => {
             let states = (0..n)

@@ -573,6 +573,8 @@ impl Augment for While {
             carried.extend(grown);
             carried.sort_unstable();
         };
+        // the user's checkpoints bound the memory in states; fixed-size state asks for a size
+        let residuals_allowed = checkpoints.is_none();
         let checkpoints =
             checkpoints.or_else(|| fixed_state(tracer, &body_fn, *maximum_iterations));
         if let Some(c) = checkpoints {
@@ -587,7 +589,8 @@ impl Augment for While {
             // every state fits: a row per trip, no schedule
             return match maximum_iterations {
                 Some(m) if *m <= i64::from(c) => {
-                    dense::augment(tracer, &lp, &d, usize::try_from(*m).unwrap_or(0))
+                    let rows = usize::try_from(*m).unwrap_or(0);
+                    dense::augment(tracer, &lp, &d, rows, residuals_allowed)
                 }
                 _ => checkpointed::augment(tracer, &lp, &d, c),
             };
