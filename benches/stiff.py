@@ -90,12 +90,9 @@ def reference() -> float:
     return (end(MU + eps) - end(MU - eps)) / (2 * eps)
 
 
-def ours(steps: int, repeats: int, with_jit: bool) -> dict[str, float]:
-    mu = gl.tensor(MU, dtype=gl.float64)
-
-    def grad_fn(mu):
-        return gl.grad(lambda mu: trapezoid(gl.tensor(np.array(Y0)), mu, steps))(mu)
-
+def timed(grad_fn, mu, repeats: int, with_jit: bool) -> dict[str, float]:
+    """`grad_fn(mu)`'s value and its median time in graph mode and (with `with_jit`) under
+    `gl.jit`."""
     graph = gl.function(grad_fn)
     row = {"grad": float(graph(mu))}
     row["graph"] = median_seconds(lambda: graph(mu), repeats)
@@ -105,6 +102,15 @@ def ours(steps: int, repeats: int, with_jit: bool) -> dict[str, float]:
             jitted = gl.jit(grad_fn)
             row["gl.jit"] = median_seconds(lambda: jitted(mu), repeats)
     return row
+
+
+def ours(steps: int, repeats: int, with_jit: bool) -> dict[str, float]:
+    mu = gl.tensor(MU, dtype=gl.float64)
+
+    def grad_fn(mu):
+        return gl.grad(lambda mu: trapezoid(gl.tensor(np.array(Y0)), mu, steps))(mu)
+
+    return timed(grad_fn, mu, repeats, with_jit)
 
 
 def rodas_row(tolerance: float, repeats: int, with_jit: bool) -> dict[str, float]:
@@ -117,14 +123,8 @@ def rodas_row(tolerance: float, repeats: int, with_jit: bool) -> dict[str, float
     def grad_fn(mu):
         return gl.grad(lambda mu: solve(mu).y[0])(mu)
 
-    graph = gl.function(grad_fn)
-    row = {"grad": float(graph(mu)), "steps": int(gl.function(solve)(mu).accepted)}
-    row["graph"] = median_seconds(lambda: graph(mu), repeats)
-    if with_jit:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            jitted = gl.jit(grad_fn)
-            row["gl.jit"] = median_seconds(lambda: jitted(mu), repeats)
+    row = timed(grad_fn, mu, repeats, with_jit)
+    row["steps"] = int(gl.function(solve)(mu).accepted)
     return row
 
 

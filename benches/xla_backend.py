@@ -24,7 +24,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Callable
 
@@ -34,20 +33,12 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 import jax
 import jax.numpy as jnp
+import jax_peers
 from executor import STEPS, H, rnn_inputs, rnn_loss, w5
+from numerics import median_seconds
 from ode import diffrax_value_and_grad, solve
 
 import gradloop as gl
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def gradloop_columns(fn: Callable, args: tuple, iree: bool) -> dict[str, Callable[[], object]]:
@@ -73,18 +64,6 @@ def _leaves(x):
 
 def _block(out):
     return [np.asarray(t) for t in _leaves(out)]
-
-
-def jax_w5():
-    @jax.jit
-    def run(x, n):
-        def body(state):
-            i, x = state
-            return i + 1, 0.999 * x + 0.001 * jnp.sin(x)
-
-        return jax.lax.while_loop(lambda s: s[0] < n, body, (jnp.int32(0), x))[1]
-
-    return run
 
 
 def jax_w6():
@@ -168,7 +147,7 @@ def main() -> None:
     trips = 100_000
     x16 = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
     columns = gradloop_columns(w5, (gl.tensor(x16), gl.tensor(trips)), iree)
-    run = jax_w5()
+    run = jax_peers.w5
     columns["JAX"] = lambda: np.asarray(run(x16, np.int32(trips)))
     times = {k: median_seconds(f, r) / trips * 1e9 for k, f in columns.items()}
     report("W5 ns/trip", times)

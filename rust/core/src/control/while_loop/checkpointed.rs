@@ -47,6 +47,22 @@ pub(super) struct Loop<'a> {
     pub parallel_iterations: u32,
 }
 
+impl Loop<'_> {
+    /// The gradients of the carried loop variables among `grads` (the body's backward
+    /// function's results, one per float variable).
+    pub(super) fn carried_gradients(&self, grads: &[Port]) -> Result<Vec<Port>> {
+        self.carried
+            .iter()
+            .map(|i| {
+                let k = self.float_vars.iter().position(|v| v == i);
+                k.map(|k| grads[k]).ok_or_else(|| {
+                    Error::internal("while_loop", "a carried variable has no gradient")
+                })
+            })
+            .collect()
+    }
+}
+
 /// Builds the forward and backward `While` nodes of a loop checkpointed with `c` snapshots.
 pub(super) fn augment(
     tracer: &TracerRef,
@@ -156,15 +172,7 @@ pub(super) fn augment(
     let mut bargs: Vec<Port> = args[..nc].to_vec();
     bargs.extend_from_slice(&replayed[n..]);
     let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
-    let mut results: Vec<Port> = lp
-        .carried
-        .iter()
-        .map(|i| {
-            let k = lp.float_vars.iter().position(|v| v == i);
-            k.map(|k| grads[k])
-                .ok_or_else(|| Error::internal("while_loop", "a carried variable has no gradient"))
-        })
-        .collect::<Result<_>>()?;
+    let mut results = lp.carried_gradients(&grads)?;
     let mut ir = Ir { b: &mut b };
     let left = ir.add(trips, -1)?;
     let steps = schedule.free_from(&mut ir, steps, left)?;

@@ -194,15 +194,7 @@ pub(super) fn augment(
         }
     }
     let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
-    let mut results: Vec<Port> = lp
-        .carried
-        .iter()
-        .map(|i| {
-            let k = lp.float_vars.iter().position(|v| v == i);
-            k.map(|k| grads[k])
-                .ok_or_else(|| Error::internal("while_loop", "a carried variable has no gradient"))
-        })
-        .collect::<Result<_>>()?;
+    let mut results = lp.carried_gradients(&grads)?;
     results.push(left);
     results.extend_from_slice(bufs);
     results.extend_from_slice(invariants);
