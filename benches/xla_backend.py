@@ -9,6 +9,8 @@
   residuals.
 - W11: the adaptive Dormand–Prince solve and its gradient (`benches/ode.py`): ms per call;
   Diffrax's `Dopri5` beside where it is installed.
+- W4: the MLP training step (784-512-512-10, batch 64, float32, value_and_grad and SGD;
+  `benches/run.py`): ms per call; JAX's `jax.jit` of the same step beside.
 - W7: the first call of a small function (`benches/executor.py`) in a fresh process with an
   empty cache: `backend="xla"` against JAX's first `jax.jit` call of the same program.
 
@@ -35,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import jax_peers
 from executor import STEPS, H, rnn_inputs, rnn_loss, w5
+from run import BATCH, LEARNING_RATE, MLP_SIZES, gl_loss, init_mlp
 from numerics import median_seconds
 from ode import diffrax_value_and_grad, solve
 
@@ -59,7 +62,23 @@ def gradloop_columns(fn: Callable, args: tuple, iree: bool) -> dict[str, Callabl
 
 
 def _leaves(x):
-    return list(x) if isinstance(x, (tuple, list)) else [x]
+    if isinstance(x, (tuple, list)):
+        return [leaf for item in x for leaf in _leaves(item)]
+    return [x]
+
+
+def mlp_step(params, x, onehot):
+    """W4: one SGD step of the MLP, as `benches/compiled_mode.py` times it."""
+    loss, grads = gl.value_and_grad(gl_loss)(params, x, onehot)
+    return loss, tuple(p - LEARNING_RATE * g for p, g in zip(params, grads, strict=True))
+
+
+def mlp_inputs() -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    params = init_mlp(rng)
+    x = rng.standard_normal((BATCH, MLP_SIZES[0])).astype(np.float32)
+    onehot = np.eye(MLP_SIZES[-1], dtype=np.float32)[rng.integers(0, MLP_SIZES[-1], BATCH)]
+    return params, x, onehot
 
 
 def _block(out):
@@ -173,6 +192,14 @@ def main() -> None:
         columns["Diffrax"] = diffrax
     times = {k: median_seconds(f, r) * 1e3 for k, f in columns.items()}
     report("W11 ms", times, peer="Diffrax" if diffrax is not None else None)
+
+    params, x, onehot = mlp_inputs()
+    gl_params = tuple(gl.tensor(p) for p in params)
+    columns = gradloop_columns(mlp_step, (gl_params, gl.tensor(x), gl.tensor(onehot)), iree)
+    jax_params = tuple(jnp.asarray(p) for p in params)
+    columns["JAX"] = lambda: _block(jax_peers.w4(jax_params, x, onehot))
+    times = {k: median_seconds(f, r) * 1e3 for k, f in columns.items()}
+    report("W4 ms/step", times)
 
     firsts = {
         "xla": statistics.median(first_call("gradloop", GRADLOOP_FIRST) for _ in range(3)),

@@ -115,6 +115,11 @@ pub(crate) fn is_float_stack(ty: &ValueType) -> bool {
     matches!(ty, ValueType::Stack(t) if t.dtype.is_float())
 }
 
+/// A value whose cotangent a construct's gradient node can take: a float tensor or stack.
+pub(crate) fn carries_cotangent(ty: &ValueType) -> bool {
+    is_float_tensor(ty) || is_float_stack(ty)
+}
+
 /// The frame and node of a symbolic node output.
 fn node_of(outputs: &[Val], what: &str) -> Result<(super::FrameId, NodeId)> {
     match outputs.first() {
@@ -345,7 +350,7 @@ impl GradientFunction<Val> for ControlGradient {
         let needs = if effects { &every[..] } else { needs };
         let cached = lock(&tracer).augmented.get(&key).cloned();
         let aug = match cached {
-            Some(a) if self.covers(&a, needs) => a,
+            Some(a) if self.covers(&a, needs, grad_outputs) => a,
             cached => {
                 let index = lock(&tracer).frame_index(frame).ok_or_else(|| {
                     gradient_error(name, "the function holding this node is finished")
@@ -407,13 +412,20 @@ pub(crate) enum ExtraInput {
 }
 
 impl ControlGradient {
-    /// Whether `aug` gives a gradient for every float tensor input that `needs` one.
-    fn covers(&self, aug: &Augmented, needs: &[bool]) -> bool {
+    /// Whether `aug` gives a gradient for every float tensor input that `needs` one and takes
+    /// every cotangent given (one built for zero cotangents would drop it).
+    fn covers(&self, aug: &Augmented, needs: &[bool], grad_outputs: &[Option<Val>]) -> bool {
         let sel = self.selector();
-        self.inputs.iter().enumerate().skip(sel).all(|(i, input)| {
+        let gradients = self.inputs.iter().enumerate().skip(sel).all(|(i, input)| {
             !(needs.get(i).copied().unwrap_or(true) && is_differentiable(&input.value_type()))
                 || aug.differentiable.contains(&(i - sel))
-        })
+        });
+        let cotangents = grad_outputs.iter().enumerate().all(|(i, g)| {
+            g.is_none()
+                || !carries_cotangent(&self.outputs[i].value_type())
+                || aug.cotangents.contains(&i)
+        });
+        gradients && cotangents
     }
 
     /// The gradient function of a node of `construct` with these inputs and outputs.

@@ -50,8 +50,8 @@ use crate::tape::GradientFunction;
 use crate::tensor::Tensor;
 use crate::trace::captures::{tracer_of, unify, union, LoopFunctions};
 use crate::trace::gradients::{
-    add_function, differentiate, function, is_differentiable, is_float_stack, Augment, Built,
-    ControlGradient, Differentiate, ExtraInput,
+    add_function, carries_cotangent, differentiate, function, is_differentiable, is_float_resource,
+    is_float_stack, Augment, Built, ControlGradient, Differentiate, ExtraInput,
 };
 use crate::trace::variables::{thread_variables, Carrier};
 use crate::trace::{TracerRef, Val};
@@ -547,12 +547,14 @@ impl Augment for While {
         let n = body_fn.params.len();
         let types = body_fn.params.clone();
         let wanted = wanted_vars(&body_fn, needs);
-        // Float tensors always carry a cotangent; a stack only once one reaches it.
+        // A variable carries a cotangent once one reaches it: from the node's outputs, or
+        // through the body from another (the fixpoint below). One that none reaches (a running
+        // sum read only by the condition) keeps no residuals for its own derivative.
         let mut carried: Vec<usize> = (0..n)
             .filter(|&i| {
                 wanted[i]
-                    && (is_differentiable(&types[i])
-                        || (is_float_stack(&types[i])
+                    && (is_float_resource(&types[i])
+                        || (carries_cotangent(&types[i])
                             && grad_outputs.get(i).is_some_and(Option::is_some)))
             })
             .collect();
