@@ -202,8 +202,8 @@ def main() -> None:
     report("W4 ms/step", times)
 
     firsts = {
-        "xla": statistics.median(first_call("gradloop", GRADLOOP_FIRST) for _ in range(3)),
-        "JAX": statistics.median(first_call("jax", JAX_FIRST) for _ in range(3)),
+        "xla": statistics.median(first_call("gradloop", GRADLOOP_FIRST) for _ in range(5)),
+        "JAX": statistics.median(first_call("jax", JAX_FIRST) for _ in range(5)),
     }
     report("W7 first call, s (fresh process, imports included)", firsts)
 

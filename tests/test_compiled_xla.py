@@ -120,6 +120,37 @@ def test_a_stablehlo_export_runs_on_xla(tmp_path) -> None:
     assert_close([gl.tensor(r) for r in run(np.asarray(x))], gl.function(gl.grad(branchy))(x))
 
 
+def test_an_artifact_called_with_the_wrong_arguments_says_which(tmp_path) -> None:
+    from gradloop import _xla
+
+    x = f64(0.3, -0.8, 1.2)
+    path = gl.export(gl.grad(branchy), x, path=tmp_path / "grad.stablehlo", format="stablehlo")
+    run = _xla.load(path.read_bytes())
+    with pytest.raises(gl.errors.InvalidArgumentError, match=r"argument 0: expected float64\[3\]"):
+        run(np.zeros(3, np.float32))
+    with pytest.raises(gl.errors.InvalidArgumentError, match="expected 1 arguments, got 2"):
+        run(np.zeros(3), np.zeros(3))
+
+
+def test_the_jax_export_route_agrees_where_jaxlibs_client_is_missing(monkeypatch) -> None:
+    """A jaxlib without the client interface compiles through `jax.export` instead."""
+    from gradloop import _xla
+
+    x = f64(0.3, -0.8, 1.2)
+    direct = xla(gl.grad(branchy))
+    want = direct(x)
+    client = _xla._ClientExecutable
+    assert isinstance(next(iter(direct._compiled.values()))._call, client)
+
+    def missing(*args, **kwargs):
+        raise _xla._NoClient
+
+    monkeypatch.setattr(_xla, "_ClientExecutable", missing)
+    fallback = xla(gl.grad(branchy))
+    assert_close(fallback(x), want)
+    assert not isinstance(next(iter(fallback._compiled.values()))._call, client)
+
+
 def test_refusals_are_gradloop_errors(monkeypatch) -> None:
     with pytest.raises(gl.errors.InvalidArgumentError, match="unknown backend"):
         gl.jit(orbit, backend="tpu-please")

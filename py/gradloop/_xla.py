@@ -1,19 +1,22 @@
 """`gl.jit(fn, backend="xla")`: a function's pure StableHLO (`_stablehlo`) compiled by XLA through
 jaxlib (the `gradloop[jax]` extra), on the CPU or, with `target="cuda"`, on a GPU jaxlib sees.
 
-XLA takes a module through `jax.export`: an `Exported` of a stand-in function of the same
-signature (zeros of the result types) gets the module's portable artifact in place of its own
-(JAX calls the module's public `@main`), and `jax.jit(exported.call)` compiles and runs it. The
+jaxlib's client compiles the module itself (its public function renamed `main`) and runs it on
+device buffers made from the arguments, with their 64-bit types kept: no JAX tracing, lowering
+or LAPACK initialisation stands between a first call and XLA, which is what a first call costs
+beside JAX's own. Where this jaxlib lacks that client interface, the module goes through
+`jax.export` instead: an `Exported` of a stand-in function of the same signature gets the
+module's portable artifact in place of its own, and `jax.jit(exported.call)` compiles it. The
 signature is the IREE backend's: the tensor arguments, then the captured tensors and the
 Variables' values; the results, then the final values of the Variables the function assigns.
-Calls run with JAX's 64-bit types on (gradloop's float64 stays float64), without changing the
-caller's JAX configuration.
+Neither route changes the caller's JAX configuration.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -91,14 +94,81 @@ def _as_main(text: str, name: str) -> str:
     return re.sub(rf'@"?{quoted}"?(?=\()', "@main", text)
 
 
-def _executable(text: str, name: str, target: str) -> Any:
+def _executable(text: str, name: str, target: str) -> Callable[..., list[np.ndarray]]:
     """`text`'s public function `name` compiled by XLA for `target`: a callable on numpy arrays
-    (run under JAX's 64-bit types)."""
+    of its argument types, returning numpy arrays."""
+    ins, outs = _types(text, name)
+    main = _as_main(text, name)
+    try:
+        return _ClientExecutable(main, name, target, ins)
+    except _NoClient:
+        return _exported_executable(main, name, target, ins, outs)
+
+
+class _NoClient(Exception):
+    """This jaxlib lacks the client interface `_ClientExecutable` uses."""
+
+
+class _ClientExecutable:
+    """A module compiled and run through jaxlib's client."""
+
+    def __init__(self, main: str, name: str, target: str, ins: list[Any]) -> None:
+        import jax
+        from jax.extend import backend
+
+        try:
+            from jaxlib import _jax as xla
+
+            put, devices = xla.batched_device_put, xla.DeviceList
+            self._semantics = xla.HostBufferSemantics.ZERO_COPY
+        except (ImportError, AttributeError):
+            raise _NoClient from None
+        self._device = jax.devices(PLATFORMS[target])[0]
+        self._sharding = jax.sharding.SingleDeviceSharding(self._device)
+        self._avals = [jax.core.ShapedArray(t.shape, t.dtype) for t in ins]
+        self._put = put
+        client = backend.get_backend(PLATFORMS[target])
+        try:
+            self._run = client.compile_and_load(
+                main.encode(), devices((self._device,)), backend.get_compile_options(1, 1)
+            ).execute
+        except Exception as e:  # XLA's failures are jaxlib's own types
+            raise errors.CompileError(
+                _validate.at_user(f"compiling {name} with XLA ({target}): {_first_line(e)}")
+            ) from None
+
+    def __call__(self, *args: np.ndarray) -> list[np.ndarray]:
+        if len(args) != len(self._avals):
+            raise errors.InvalidArgumentError(
+                _validate.at_user(f"expected {len(self._avals)} arguments, got {len(args)}")
+            )
+        buffers = []
+        for k, (a, aval) in enumerate(zip(args, self._avals, strict=True)):
+            a = np.asarray(a)
+            if a.shape != aval.shape or a.dtype != aval.dtype:
+                raise errors.InvalidArgumentError(
+                    _validate.at_user(
+                        f"argument {k}: expected {aval.dtype}{list(aval.shape)}, "
+                        f"got {a.dtype}{list(a.shape)}"
+                    )
+                )
+            buffers.append(
+                self._put(
+                    aval, self._sharding, [a], [self._device], True, False, self._semantics, True
+                )
+            )
+        return [np.asarray(r) for r in self._run(buffers)]
+
+
+def _exported_executable(
+    main: str, name: str, target: str, ins: list[Any], outs: list[Any]
+) -> Callable[..., list[np.ndarray]]:
+    """The `jax.export` route: slower to a first call (JAX lowers a stand-in and initialises
+    its LAPACK handlers), for a jaxlib without `_ClientExecutable`'s interface."""
     import jax
     import jax.numpy as jnp
 
-    ins, outs = _types(text, name)
-    artifact = _stablehlo.portable_artifact(_as_main(text, name))
+    artifact = _stablehlo.portable_artifact(main)
 
     def stand_in(*args: Any) -> tuple[Any, ...]:
         return tuple(jnp.zeros(o.shape, o.dtype) for o in outs)
@@ -109,17 +179,22 @@ def _executable(text: str, name: str, target: str) -> Any:
             exported, mlir_module_serialized=artifact, module_kept_var_idx=tuple(range(len(ins)))
         )
         try:
-            return jax.jit(exported.call).lower(*ins).compile()
+            compiled = jax.jit(exported.call).lower(*ins).compile()
         except Exception as e:  # XLA's failures are jaxlib's own types
             raise errors.CompileError(
                 _validate.at_user(f"compiling {name} with XLA ({target}): {_first_line(e)}")
             ) from None
 
+    def call(*args: np.ndarray) -> list[np.ndarray]:
+        with jax.enable_x64(True):
+            return [np.asarray(r) for r in compiled(*args)]
+
+    return call
+
 
 def load(artifact: bytes, target: str = "llvm-cpu") -> Any:
     """A StableHLO portable artifact (`gl.export(..., format="stablehlo")`) compiled by XLA: a
     callable on numpy arrays, in the artifact's signature, returning numpy arrays."""
-    import jax
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
@@ -137,13 +212,7 @@ def load(artifact: bytes, target: str = "llvm-cpu") -> Any:
         raise errors.InvalidArgumentError(
             _validate.at_user(f"a StableHLO artifact with one public function; found {public}")
         )
-    run = _executable(text, public[0], target)
-
-    def call(*args: Any) -> list[np.ndarray]:
-        with jax.enable_x64(True):
-            return [np.asarray(r) for r in run(*args)]
-
-    return call
+    return _executable(text, public[0], target)
 
 
 class Compiled:
@@ -158,16 +227,15 @@ class Compiled:
         self._call = _executable(self.mlir, concrete.graph.entry, target)
 
     def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
-        import jax
-
         inputs = [np.asarray(t) for t in tensors]
         inputs += [
             np.asarray(c.read() if isinstance(c, _core.VariableHandle) else c)
             for c in self.captured
         ]
         try:
-            with jax.enable_x64(True):
-                outputs = [np.asarray(r) for r in self._call(*inputs)]
+            outputs = self._call(*inputs)
+        except errors.GradloopError:
+            raise
         except Exception as e:  # XLA's failures are jaxlib's own types
             raise errors.ExecutionError(
                 _validate.at_user(
