@@ -118,6 +118,12 @@ def test_a_stablehlo_export_runs_on_xla(tmp_path) -> None:
     path = gl.export(gl.grad(branchy), x, path=tmp_path / "grad.stablehlo", format="stablehlo")
     run = _xla.load(path.read_bytes())
     assert_close([gl.tensor(r) for r in run(np.asarray(x))], gl.function(gl.grad(branchy))(x))
+    # JAX's own artifacts name their public function main
+    spec = jax.ShapeDtypeStruct((3,), np.float32)
+    exported = jax.export.export(jax.jit(lambda v: jax.numpy.sin(v) * 2.0))(spec)
+    v = np.array([0.1, 0.2, 0.3], np.float32)
+    (got,) = _xla.load(exported.mlir_module_serialized)(v)
+    np.testing.assert_allclose(got, np.sin(v) * 2.0, rtol=1e-6)
 
 
 def test_an_artifact_called_with_the_wrong_arguments_says_which(tmp_path) -> None:

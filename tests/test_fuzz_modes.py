@@ -44,7 +44,8 @@ SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
 # About ten seconds per program in gl.jit (values, gradients and second derivatives in one
 # module of up to a few thousand lines; IREE compiles some 500 lines a second), a few ms in
 # graph mode: 819 s for the 80 programs on a 2-core VM.
-BUDGET_S = 600 + 15 * EXAMPLES
+# `make fuzz` gives more (GRADLOOP_FUZZ_BUDGET_S): its shards share the cores with each other.
+BUDGET_S = float(os.environ.get("GRADLOOP_FUZZ_BUDGET_S", 600 + 15 * EXAMPLES))
 
 
 def _settings(examples: int) -> settings:

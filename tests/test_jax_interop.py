@@ -132,6 +132,35 @@ def test_scalar_loops_against_finite_differences(fn, x) -> None:
         np.testing.assert_allclose(got, own, rtol=1e-12)
 
 
+@pytest.mark.parametrize("trips", [30, 2500], ids=["rows", "past-the-rows"])
+def test_a_loop_within_its_rows_and_one_past_them(trips) -> None:
+    """An exported loop with no bound gets a row per trip up to 2,048 trips, the checkpointed
+    form from the start past them: both against finite differences and gradloop's own."""
+
+    def pendulums(x, n):
+        def body(s):
+            i, q, p = s
+            p = p - 0.01 * jnp.sin(q)
+            return i + 1, q + 0.01 * p, p
+
+        _, q, p = lax.while_loop(lambda s: s[0] < n, body, (0, x, x * 0.5))
+        return jnp.sum(q**3 + p)
+
+    x = np.array([0.5, -0.25])
+    got = np.asarray(jax.jit(jax.grad(gj.differentiable(pendulums)))(x, trips))
+    np.testing.assert_allclose(got, central(lambda v: float(pendulums(v, trips)), x), rtol=1e-6)
+
+    def own(x):
+        def body(i, q, p):
+            p = p - 0.01 * gl.sin(q)
+            return i + 1, q + 0.01 * p, p
+
+        _, q, p = gl.while_loop(lambda i, q, p: i < trips, body, (gl.tensor(0), x, x * 0.5))
+        return gl.sum(q**3 + p)
+
+    np.testing.assert_allclose(got, np.asarray(gl.grad(own)(gl.tensor(x))), rtol=1e-12)
+
+
 def test_an_rnn_with_switch_and_cond_under_jit_and_pytrees() -> None:
     rng = np.random.default_rng(3)
     w = rng.standard_normal((4, 4)) * 0.4

@@ -18,7 +18,9 @@ start=$(date +%s)
 passed() { grep -q "^[0-9]* passed" "$logs/job$1.log" 2>/dev/null; }
 
 run_shard() {
+	# a shard shares the machine (other shards, other work): 40 s a program before it times out
 	GRADLOOP_FUZZ_SEED=$((seed + $1)) GRADLOOP_FUZZ_EXAMPLES=$per_job GRADLOOP_FUZZ_HEAVY=1 \
+		GRADLOOP_FUZZ_BUDGET_S=$((600 + 40 * per_job)) \
 		python -m pytest -q -x -p no:cacheprovider --hypothesis-show-statistics \
 		tests/test_fuzz_modes.py::test_modes_agree_on_random_programs \
 		tests/test_fuzz_modes.py::test_graph_mode_agrees_on_many_random_programs \

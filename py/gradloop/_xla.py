@@ -89,6 +89,8 @@ def _spec(jax: Any, t: Any) -> Any:
 def _as_main(text: str, name: str) -> str:
     """`text` with its public function `name` renamed `main` (what JAX calls), and the calls
     of it; a private function already named `main` is renamed out of the way."""
+    if name == "main":
+        return text
     quoted = re.escape(name)
     text = re.sub(r"@main\b(?=\()", "@gradloop_main_", text)
     return re.sub(rf'@"?{quoted}"?(?=\()', "@main", text)

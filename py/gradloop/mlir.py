@@ -105,13 +105,16 @@ def grad_module(
     file name)."""
     c = _validate.check_checkpoints("gl.mlir.grad", checkpoints)
     pure = _pure("gl.mlir.grad", dialect)
+    # pure StableHLO needs fixed-size state: without the user's checkpoints each loop picks
+    # its own (a row per trip while they fit, as `gl.jit(backend="xla")` does)
+    fixed = None
     if pure and c is None:
         from ._stablehlo import DEFAULT_CHECKPOINTS
 
-        c = DEFAULT_CHECKPOINTS
+        fixed = DEFAULT_CHECKPOINTS
 
     def derive(text: str, function: str, wrt: list[int], source: str) -> str:
-        return _core.mlir_gradient_module(text, function, wrt, source, c, pure)
+        return _core.mlir_gradient_module(text, function, wrt, source, c, pure, fixed)
 
     return _derived(text, function, wrt, source, derive)
 

@@ -8,11 +8,13 @@ use crate::tensor::PyTensor;
 
 /// The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
 /// gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
-/// error locations; `checkpoints` is what every loop's gradient keeps (None: stacks);
-/// `pure_stablehlo` writes the gradient as `func` and `stablehlo` ops alone. Raises
+/// error locations; `checkpoints` is what every loop's gradient keeps, or else `fixed_state`
+/// (fixed-size state each loop chooses, that many snapshots where nothing bounds it), or else
+/// stacks; `pure_stablehlo` writes the gradient as `func` and `stablehlo` ops alone. Raises
 /// CompileError for ops or types the importer does not support.
 #[pyfunction]
-#[pyo3(signature = (text, function, wrt, source, checkpoints=None, pure_stablehlo=false))]
+#[pyo3(signature = (text, function, wrt, source, checkpoints=None, pure_stablehlo=false, fixed_state=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn mlir_gradient_module(
     py: Python<'_>,
     text: &str,
@@ -21,9 +23,14 @@ pub fn mlir_gradient_module(
     source: &str,
     checkpoints: Option<u32>,
     pure_stablehlo: bool,
+    fixed_state: Option<u32>,
 ) -> PyResult<String> {
+    let loops = gradloop::import::LoopGradients {
+        checkpoints,
+        fixed_state,
+    };
     runtime::call(py, usize::MAX, || {
-        gradloop::import::gradient_module(text, function, &wrt, source, checkpoints, pure_stablehlo)
+        gradloop::import::gradient_module(text, function, &wrt, source, loops, pure_stablehlo)
     })
 }
 

@@ -115,7 +115,15 @@ fn the_gradient_function_joins_the_module_with_cotangents_for_several_results() 
         LOOP_BODY,
         &["%0#0", "%0#1"],
     );
-    let out = gradient_module(&text, "main", &[0], "t.mlir", None, false).unwrap();
+    let out = gradient_module(
+        &text,
+        "main",
+        &[0],
+        "t.mlir",
+        LoopGradients::default(),
+        false,
+    )
+    .unwrap();
     let at = out.find("func.func @main_grad(%arg0: tensor<f64>, %arg1: tensor<i64>, %arg2: tensor<f64>, %arg3: tensor<f64>, %arg4: tensor<i64>) -> (tensor<f64>)");
     let at = at.unwrap_or_else(|| panic!("{out}"));
     assert!(out.starts_with(&text[..text.len() - 20]));
@@ -237,12 +245,15 @@ fn errors_name_the_op_and_where_it_is() {
 #[test]
 fn gradient_requests_are_checked() {
     let text = module(&LOOP_PARAMS, &["tensor<f64>"], LOOP_BODY, &["%0#0"]);
-    let err = gradient_module(&text, "main", &[1], "t", None, false).unwrap_err();
+    let err =
+        gradient_module(&text, "main", &[1], "t", LoopGradients::default(), false).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Gradient);
     assert!(err.message.contains("argument 1"), "{err}");
-    let err = gradient_module(&text, "main", &[3], "t", None, false).unwrap_err();
+    let err =
+        gradient_module(&text, "main", &[3], "t", LoopGradients::default(), false).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Index);
     let clash = CALLS.replace("sym_name = \"twice\"", "sym_name = \"main_grad\"");
-    let err = gradient_module(&clash, "main", &[0], "t", None, false).unwrap_err();
+    let err =
+        gradient_module(&clash, "main", &[0], "t", LoopGradients::default(), false).unwrap_err();
     assert!(err.message.contains("already defines @main_grad"), "{err}");
 }

@@ -47,7 +47,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, ValueType};
 use crate::interpret::{run_graph, RtValue};
 use crate::tensor::Tensor;
-use crate::trace::{gradient_graph, lock, Tracer};
+use crate::trace::{gradient_graph_with, lock, Tracer};
 use importer::{entry_block, import_error, symbol_name, Importer};
 
 /// The function `function` of `module` (the parsed generic form) as a graph whose entry is
@@ -141,25 +141,35 @@ pub fn run_reference(
 /// `@function`'s arguments (then one cotangent per result when there are several results or a
 /// non-scalar one) and returns the gradients with respect to the arguments `wrt`, in order.
 /// With `checkpoints`, every loop's gradient keeps that many snapshots of its variables
-/// instead of stacks (memory independent of the trip count, static shapes). With
-/// `pure_stablehlo` the added function is `func` and `stablehlo` ops alone
-/// (`EmitOptions::pure_stablehlo`).
+/// instead of stacks (memory independent of the trip count, static shapes); with
+/// `fixed_state` instead, each keeps fixed-size state of its own choosing (`fixed_state`
+/// snapshots where nothing bounds it: `Tracer::fixed_state_loops`). With `pure_stablehlo` the
+/// added function is `func` and `stablehlo` ops alone (`EmitOptions::pure_stablehlo`).
 pub fn gradient_module(
     text: &str,
     function: &str,
     wrt: &[usize],
     source: &str,
-    checkpoints: Option<u32>,
+    loops: LoopGradients,
     pure_stablehlo: bool,
 ) -> Result<String> {
     let derivation = Derivation {
         suffix: "grad",
-        checkpoints,
+        checkpoints: loops.checkpoints,
         pure_stablehlo,
     };
     derived_module(text, function, source, derivation, |graph, name| {
-        gradient_graph(graph, wrt, name)
+        gradient_graph_with(graph, wrt, name, loops.fixed_state)
     })
+}
+
+/// What the loops' gradients of `gradient_module` keep: the same `checkpoints` for every loop,
+/// or fixed-size state each loop chooses (`fixed_state` snapshots where nothing bounds it), or
+/// (both None) stacks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoopGradients {
+    pub checkpoints: Option<u32>,
+    pub fixed_state: Option<u32>,
 }
 
 /// The generic-form module `text` with a public `func.func @<function>_jvp` added: it takes

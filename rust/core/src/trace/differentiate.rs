@@ -46,17 +46,34 @@ pub fn takes_cotangents(graph: &Graph) -> Result<bool> {
 /// # Ok::<(), gradloop::Error>(())
 /// ```
 pub fn gradient_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
-    differentiate(graph, wrt, name, takes_cotangents(graph)?)
+    differentiate(graph, wrt, name, takes_cotangents(graph)?, None)
+}
+
+/// `gradient_graph` with its loops' gradients in fixed-size state (`fixed_state` snapshots
+/// where nothing bounds a loop: `Tracer::fixed_state_loops`), as pure StableHLO needs.
+pub fn gradient_graph_with(
+    graph: &Graph,
+    wrt: &[usize],
+    name: &str,
+    fixed_state: Option<u32>,
+) -> Result<Graph> {
+    differentiate(graph, wrt, name, takes_cotangents(graph)?, fixed_state)
 }
 
 /// `gradient_graph` taking one cotangent per result always, a single scalar result's too:
 /// `name(params.., cotangents..)`, the vector-Jacobian product that a staged eager op's
 /// gradient calls (cotangents of integer results are ignored).
 pub fn vjp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
-    differentiate(graph, wrt, name, true)
+    differentiate(graph, wrt, name, true, None)
 }
 
-fn differentiate(graph: &Graph, wrt: &[usize], name: &str, cotangents: bool) -> Result<Graph> {
+fn differentiate(
+    graph: &Graph,
+    wrt: &[usize],
+    name: &str,
+    cotangents: bool,
+    fixed_state: Option<u32>,
+) -> Result<Graph> {
     let f = graph.entry_function()?;
     for &i in wrt {
         let ty = f.params.get(i).ok_or_else(|| {
@@ -82,6 +99,7 @@ fn differentiate(graph: &Graph, wrt: &[usize], name: &str, cotangents: bool) -> 
         params.extend(f.result_types()?);
     }
     let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);
+    lock(&tracer).fixed_state_loops = fixed_state;
     let registry = registry();
     let mut base = TraceContext::new(Some(tracer.clone()));
     let tape: TapeRef<Val> = Tape::new_ref(false);

@@ -37,7 +37,9 @@ use crate::value::Value;
 
 pub use crate::graph::join_types;
 pub use captures::{Branch, CustomRules, LoopFunctions};
-pub use differentiate::{gradient_graph, jvp_graph, takes_cotangents, vjp_graph};
+pub use differentiate::{
+    gradient_graph, gradient_graph_with, jvp_graph, takes_cotangents, vjp_graph,
+};
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;
 pub use tracer::{lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};

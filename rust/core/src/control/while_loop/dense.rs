@@ -61,6 +61,46 @@ fn static_tensors(
         .collect()
 }
 
+/// What each trip's row keeps: its residuals where `residuals_allowed` and all are static
+/// tensors, else the loop variables the body changes.
+fn kept_rows(lp: &Loop<'_>, d: &Differentiated, residuals_allowed: bool) -> Result<Rows> {
+    let n = lp.body.params.len();
+    let is_invariant = |r: usize| matches!(d.residual_params[r], Some(i) if d.passthrough[i]);
+    let residuals = (0..d.residual_types.len())
+        .filter(|&r| !is_invariant(r))
+        .map(|r| (r, d.residual_types[r].clone()));
+    if let Some(r) = static_tensors(residuals).filter(|_| residuals_allowed) {
+        return Ok(Rows::Residuals(r));
+    }
+    let states = (0..n)
+        .filter(|&i| !d.passthrough[i])
+        .map(|i| (i, lp.body.params[i].clone()));
+    let states = static_tensors(states).ok_or_else(|| {
+        Error::new(
+            ErrorKind::ControlFlow,
+            "while_loop",
+            "a loop gradient in fixed-size state keeps the loop variables the body changes, \
+             which must be tensors of static shape"
+                .to_string(),
+        )
+    })?;
+    Ok(Rows::States(states))
+}
+
+/// The bytes one trip's row takes (`augment` with the same `residuals_allowed`).
+pub(super) fn row_bytes(
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    residuals_allowed: bool,
+) -> Result<usize> {
+    let kept = kept_rows(lp, d, residuals_allowed)?;
+    Ok(kept
+        .types()
+        .iter()
+        .map(|(_, t)| t.shape.iter().product::<usize>() * t.dtype.size())
+        .sum())
+}
+
 /// Builds the forward and backward `While` nodes of a loop of at most `rows` trips that keeps
 /// every trip: its residuals where `residuals_allowed` (fixed-size state, which asks for a size,
 /// not a memory bound), else its states (the user's `checkpoints` bound the memory in states,
@@ -75,27 +115,7 @@ pub(super) fn augment(
     let n = lp.body.params.len();
     let types = &lp.body.params;
     let invariant: Vec<usize> = (0..n).filter(|&i| d.passthrough[i]).collect();
-    let is_invariant = |r: usize| matches!(d.residual_params[r], Some(i) if d.passthrough[i]);
-    let residuals = (0..d.residual_types.len())
-        .filter(|&r| !is_invariant(r))
-        .map(|r| (r, d.residual_types[r].clone()));
-    let kept = match static_tensors(residuals).filter(|_| residuals_allowed) {
-        Some(r) => Rows::Residuals(r),
-        None => {
-            let states = (0..n)
-                .filter(|&i| !d.passthrough[i])
-                .map(|i| (i, types[i].clone()));
-            Rows::States(static_tensors(states).ok_or_else(|| {
-                Error::new(
-                    ErrorKind::ControlFlow,
-                    "while_loop",
-                    "a loop gradient in fixed-size state keeps the loop variables the body \
-                     changes, which must be tensors of static shape"
-                        .to_string(),
-                )
-            })?)
-        }
-    };
+    let kept = kept_rows(lp, d, residuals_allowed)?;
     // a row even for a loop of no trips: the buffers' shapes stay valid for their writes
     let rows = rows.max(1);
     let buffer_types: Vec<ValueType> = kept

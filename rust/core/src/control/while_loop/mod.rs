@@ -17,6 +17,7 @@ use std::sync::Arc;
 mod bounds;
 mod checkpointed;
 mod dense;
+mod hybrid;
 mod loop_vars;
 mod schedule;
 mod stablehlo;
@@ -589,13 +590,17 @@ impl Augment for While {
                 parallel_iterations: *parallel_iterations,
             };
             // every state fits: a row per trip, no schedule
-            return match maximum_iterations {
-                Some(m) if *m <= i64::from(c) => {
-                    let rows = usize::try_from(*m).unwrap_or(0);
-                    dense::augment(tracer, &lp, &d, rows, residuals_allowed)
+            if let Some(m) = maximum_iterations.filter(|&m| m <= i64::from(c)) {
+                let rows = usize::try_from(m).unwrap_or(0);
+                return dense::augment(tracer, &lp, &d, rows, residuals_allowed);
+            }
+            // fixed-size state with no bound: rows while the trips fit them
+            if residuals_allowed {
+                if let Some(rows) = hybrid::rows(tracer, &lp, &d, c)? {
+                    return hybrid::augment(tracer, &lp, &d, rows, c);
                 }
-                _ => checkpointed::augment(tracer, &lp, &d, c),
-            };
+            }
+            return checkpointed::augment(tracer, &lp, &d, c);
         }
         // Which residuals are stacked, which are loop invariant.
         let mut stacked: Vec<usize> = Vec::new();

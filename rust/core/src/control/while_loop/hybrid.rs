@@ -1,0 +1,184 @@
+//! The gradient of a loop in fixed-size state that no bound sizes (no `maximum_iterations`
+//! within `super::ALL_STATES_UP_TO`, no `checkpoints` of the user's): a row per trip while the trips
+//! fit R rows, checkpoints only for a loop that outgrows them.
+//!
+//! ```text
+//!   forward:  dense.rs's forward loop with R rows (a trip past R writes into the last row,
+//!             as dynamic_update_slice clamps: those rows are never read)
+//!   backward: call (cotangents, trips, rows, x0):
+//!               if trips <= R: dense.rs's backward loop over the rows
+//!               else:          checkpointed.rs's forward loop from x0 with c snapshots, then
+//!                              its backward loop
+//! ```
+//!
+//! A loop that fits runs as a scan's gradient: no schedule, no `[c]` integer logic per trip,
+//! no advance loop. One that does not pays one more forward pass than the checkpointed form
+//! alone. R fills `ROW_BUDGET_BYTES` of rows, at most `ROWS_UP_TO`; a loop whose rows
+//! would be fewer than its snapshots, or whose body holds loops of its own (whose gradients
+//! would be built twice at every order), keeps the checkpointed form alone.
+
+use crate::error::{Error, Result};
+use crate::graph::{Call, Function, FunctionBuilder, If, NodeKind, Port, ValueType};
+use crate::ops::{binary, creation};
+use crate::trace::gradients::{add_function, function, Built, Differentiated, ExtraInput};
+use crate::trace::TracerRef;
+
+use super::checkpointed::{self, Loop};
+use super::dense;
+use super::schedule::Ir;
+
+/// The memory a loop gradient in fixed-size state may give its rows before checkpointing
+/// (about 1,300 trips of a 64-float RNN's three residuals), and the most rows it takes (2,048
+/// trips of a small state). Every call fills the rows first, at about 13 GB/s here: 1 MiB
+/// costs some 80 us, a tenth of a thousand RNN trips. A loop that tells its bound
+/// (`maximum_iterations` up to `ALL_STATES_UP_TO`) gets exactly that many rows.
+pub const ROW_BUDGET_BYTES: usize = 1 << 20;
+pub const ROWS_UP_TO: usize = 2048;
+
+/// How many rows a loop of `c` snapshots gets, or None where the checkpointed form alone
+/// serves it better.
+pub(super) fn rows(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    c: u32,
+) -> Result<Option<usize>> {
+    if contains_loop(tracer, lp.body)? {
+        return Ok(None);
+    }
+    let bytes = dense::row_bytes(lp, d, true)?.max(1);
+    let mut rows = (ROW_BUDGET_BYTES / bytes).min(ROWS_UP_TO);
+    if let Some(m) = lp.maximum_iterations {
+        rows = rows.min(usize::try_from(m).unwrap_or(0));
+    }
+    Ok((rows > c as usize).then_some(rows))
+}
+
+/// Whether `f` or a function it calls holds a `While`.
+fn contains_loop(tracer: &TracerRef, f: &Function) -> Result<bool> {
+    let mut pending: Vec<String> = vec![f.name.clone()];
+    let mut seen: Vec<String> = Vec::new();
+    while let Some(name) = pending.pop() {
+        if seen.contains(&name) {
+            continue;
+        }
+        let g = if name == f.name {
+            f.clone()
+        } else {
+            function(tracer, &name)?
+        };
+        for node in &g.nodes {
+            if matches!(node.kind, NodeKind::While(_)) {
+                return Ok(true);
+            }
+            pending.extend(node.kind.callees().into_iter().map(str::to_string));
+        }
+        seen.push(name);
+    }
+    Ok(false)
+}
+
+/// Builds the forward node (rows) and the backward call (rows, else checkpoints).
+pub(super) fn augment(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    rows: usize,
+    c: u32,
+) -> Result<Built> {
+    let dense = dense::augment(tracer, lp, d, rows, true)?;
+    let ckpt = checkpointed::augment(tracer, lp, d, c)?;
+    let n = lp.body.params.len();
+    let nc = lp.carried.len();
+    let (NodeKind::While(dense_bwd), NodeKind::While(ckpt_fwd), NodeKind::While(ckpt_bwd)) =
+        (&dense.backward, &ckpt.forward, &ckpt.backward)
+    else {
+        return Err(Error::internal(
+            "while_loop",
+            "a loop gradient is not made of loops",
+        ));
+    };
+    let dense_bwd_types = function(tracer, &dense_bwd.body)?.params;
+    let ckpt_fwd_types = function(tracer, &ckpt_fwd.body)?.params;
+    let ckpt_bwd_types = function(tracer, &ckpt_bwd.body)?.params;
+    let gradient_types: Vec<ValueType> = dense_bwd_types[..nc].to_vec();
+    let dense_saved = dense.backward_outputs.len();
+    // the dense backward loop takes the forward's trip count and rows after the cotangents
+    let saved_types: Vec<ValueType> = dense_bwd_types[nc..nc + dense_saved].to_vec();
+    let invariant = &dense.backward_inputs;
+
+    // (cotangents, trips, rows, x0) -> gradients, for each branch and for the call.
+    let mut params: Vec<ValueType> = gradient_types.clone();
+    params.extend(saved_types);
+    params.extend(lp.body.params.iter().cloned());
+    let name = &lp.body.name;
+
+    let (mut b, args) = FunctionBuilder::new(format!("{name}_rows_grad"), params.clone());
+    let mut inputs: Vec<Port> = args[..nc + dense_saved].to_vec();
+    inputs.extend(invariant.iter().map(|&i| args[nc + dense_saved + i]));
+    let out = b.add_node(dense.backward.clone(), &inputs, dense_bwd_types)?;
+    let then_branch = add_function(tracer, b.finish(&out[..nc], &[])?)?;
+
+    let (mut b, args) =
+        FunctionBuilder::new(format!("{name}_ckpt_grad_from_start"), params.clone());
+    let x0 = &args[nc + dense_saved..];
+    let mut inputs: Vec<Port> = x0.to_vec();
+    let mut ir = Ir { b: &mut b };
+    for extra in &ckpt.forward_extra {
+        inputs.push(match extra {
+            ExtraInput::Zero(dtype) => ir.op(
+                creation::Fill {
+                    dtype: *dtype,
+                    shape: vec![].into(),
+                    value: 0.0,
+                },
+                &[],
+            )?,
+            ExtraInput::Fill(t, value) => ir.op(
+                creation::Fill {
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    value: *value,
+                },
+                &[],
+            )?,
+            ExtraInput::EmptyStack(_) => {
+                return Err(Error::internal(
+                    "while_loop",
+                    "a checkpointed loop with stacks",
+                ))
+            }
+        });
+    }
+    let forward = b.add_node(ckpt.forward.clone(), &inputs, ckpt_fwd_types)?;
+    let mut inputs: Vec<Port> = args[..nc].to_vec();
+    inputs.extend(ckpt.backward_outputs.iter().map(|&i| forward[i]));
+    inputs.extend(ckpt.backward_inputs.iter().map(|&i| x0[i]));
+    let out = b.add_node(ckpt.backward.clone(), &inputs, ckpt_bwd_types)?;
+    let else_branch = add_function(tracer, b.finish(&out[..nc], &[])?)?;
+
+    let (mut b, args) = FunctionBuilder::new(format!("{name}_rows_or_ckpt_grad"), params);
+    let trips = args[nc];
+    let fits = Ir { b: &mut b }.cmp(binary::LessEqual, trips, rows as i64)?;
+    let mut inputs = vec![fits];
+    inputs.extend_from_slice(&args);
+    let branches = NodeKind::If(If {
+        then_branch,
+        else_branch,
+    });
+    let out = b.add_node(branches, &inputs, gradient_types)?;
+    let call = add_function(tracer, b.finish(&out, &[])?)?;
+
+    Ok(Built {
+        forward: dense.forward,
+        forward_extra: dense.forward_extra,
+        backward: NodeKind::Call(Call {
+            function: call,
+            ..Default::default()
+        }),
+        backward_outputs: dense.backward_outputs,
+        backward_inputs: (0..n).collect(),
+        cotangents: dense.cotangents,
+        differentiable: dense.differentiable,
+    })
+}
