@@ -145,7 +145,7 @@ def test_a_bounded_loop_keeps_one_slot_per_possible_trip() -> None:
     x = f64(0.5, -0.25, 0.75)
     run_everywhere(switched, x)
     text = run_everywhere(gl.grad(switched), x)
-    assert "stablehlo.case" in text and "tensor<12x3xf64>" in text
+    assert "stablehlo.case" in text and re.search(r"tensor<12x\d+xf64>", text)
     assert "tensor<12xi64>" not in text  # the schedule's slot vector
 
 
@@ -191,7 +191,8 @@ def test_an_unbounded_loop_keeps_rows_while_its_trips_fit_and_checkpoints_past_t
     grad = gl.grad(pendulums)
     text = gl.to_mlir(grad, x, n, dialect="stablehlo")
     assert_pure(text)
-    assert "tensor<2048x2xf64>" in text and "tensor<101x2xf64>" in text
+    # rows (a trip's residuals joined into one) and the snapshots of the state
+    assert re.search(r"tensor<2048x\d+xf64>", text) and "tensor<101x2xf64>" in text
     want = np.asarray(grad(x, n))
     for name in ("xla", "iree"):
         np.testing.assert_allclose(

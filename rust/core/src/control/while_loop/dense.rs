@@ -5,11 +5,11 @@
 //! ```text
 //!   residual rows (every residual a tensor of static shape), a scan's gradient:
 //!     forward:  (vars, step, bufs) -> (x_{step+1}, residuals) = body_fwd(x_step);
-//!               bufs[r][step] = residual r
+//!               bufs[d][step] = the residuals of dtype d, flattened and joined (`Pack`)
 //!     backward: (cotangents, g = trips, bufs, invariants) while g > 0:
 //!               body_bwd(cotangents, bufs[.][g - 1]): cotangents of x_{g-1}; g -= 1
 //!   state rows (a residual is a stack or of unknown shape):
-//!     forward:  bufs[v][step] = x_step[v]; x_{step+1} = body(x_step)
+//!     forward:  bufs[d][step] = the changing states of dtype d; x_{step+1} = body(x_step)
 //!     backward: x = bufs[.][g - 1]; body_fwd then body_bwd on x; g -= 1
 //! ```
 //!
@@ -25,7 +25,9 @@
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{inline_into, FunctionBuilder, Port, ValueType, While};
-use crate::ops::binary;
+use crate::ops::concat::Concatenate;
+use crate::ops::slicing::Slice;
+use crate::ops::{binary, layout};
 use crate::shape::{TensorType, DYN};
 use crate::trace::gradients::{add_function, function, Built, Differentiated, ExtraInput};
 use crate::trace::TracerRef;
@@ -46,6 +48,92 @@ impl Rows {
         match self {
             Rows::Residuals(r) | Rows::States(r) => r,
         }
+    }
+}
+
+/// Kept values flattened into one row: a trip writes them with one `dynamic_update_slice`
+/// and a backward trip reads them with one `dynamic_slice` (an ODE step's few dozen scalar
+/// residuals would otherwise cost a kernel each, every trip).
+struct Pack {
+    /// `[total]` elements of the dtype.
+    row: TensorType,
+    /// (position among the kept values, type, offset in the row).
+    members: Vec<(usize, TensorType, usize)>,
+}
+
+impl Pack {
+    /// One pack per dtype for the scalars, in the order the dtypes first appear, and one of
+    /// its own for each other value: XLA fuses a read of a slice of a joined row into its
+    /// consumers (an RNN's outer products), which then run 4x slower than from a row of
+    /// their own.
+    fn of(kept: &[(usize, TensorType)]) -> Vec<Pack> {
+        let mut packs: Vec<Pack> = Vec::new();
+        for (pos, (_, ty)) in kept.iter().enumerate() {
+            let joined = |p: &Pack| p.row.dtype == ty.dtype && p.members[0].1.shape.is_empty();
+            let at = match packs
+                .iter()
+                .position(joined)
+                .filter(|_| ty.shape.is_empty())
+            {
+                Some(at) => at,
+                None => {
+                    packs.push(Pack {
+                        row: TensorType::new(ty.dtype, &[0]),
+                        members: Vec::new(),
+                    });
+                    packs.len() - 1
+                }
+            };
+            let pack = &mut packs[at];
+            let offset = pack.row.shape[0];
+            pack.members.push((pos, ty.clone(), offset));
+            pack.row = TensorType::new(ty.dtype, &[offset + ty.shape.iter().product::<usize>()]);
+        }
+        packs
+    }
+
+    /// The members of `values` (indexed by position) flattened and joined.
+    fn pack(&self, ir: &mut Ir<'_>, values: &[Port]) -> Result<Port> {
+        let mut flat = Vec::with_capacity(self.members.len());
+        for (pos, ty, _) in &self.members {
+            let size: usize = ty.shape.iter().product();
+            let shape = vec![size];
+            flat.push(ir.op(
+                layout::Reshape {
+                    shape: shape.into(),
+                },
+                &[values[*pos]],
+            )?);
+        }
+        match flat.as_slice() {
+            [one] => Ok(*one),
+            _ => ir.op(Concatenate { axis: 0 }, &flat),
+        }
+    }
+
+    /// Each member of `row` into `out` at its position, in its shape.
+    fn unpack(&self, ir: &mut Ir<'_>, row: Port, out: &mut [Option<Port>]) -> Result<()> {
+        for (pos, ty, offset) in &self.members {
+            let size: usize = ty.shape.iter().product();
+            let part = match self.members.len() {
+                1 => row,
+                _ => ir.op(
+                    Slice {
+                        start: vec![*offset],
+                        stop: vec![offset + size],
+                        step: vec![1],
+                    },
+                    &[row],
+                )?,
+            };
+            out[*pos] = Some(ir.op(
+                layout::Reshape {
+                    shape: ty.shape.clone(),
+                },
+                &[part],
+            )?);
+        }
+        Ok(())
     }
 }
 
@@ -118,14 +206,10 @@ pub(super) fn augment(
     let kept = kept_rows(lp, d, residuals_allowed)?;
     // a row even for a loop of no trips: the buffers' shapes stay valid for their writes
     let rows = rows.max(1);
-    let buffer_types: Vec<ValueType> = kept
-        .types()
+    let packs = Pack::of(kept.types());
+    let buffer_types: Vec<ValueType> = packs
         .iter()
-        .map(|(_, t)| {
-            let mut shape = vec![rows];
-            shape.extend_from_slice(&t.shape);
-            ValueType::tensor(t.dtype, &shape)
-        })
+        .map(|p| ValueType::tensor(p.row.dtype, &[rows, p.row.shape[0]]))
         .collect();
     let nk = buffer_types.len();
     let bwd = function(tracer, &d.backward)?;
@@ -143,13 +227,18 @@ pub(super) fn augment(
         Rows::States(_) => inline_into(&mut b, lp.body, &args[..n])?,
     };
     let mut ir = Ir { b: &mut b };
-    let mut written: Vec<Port> = Vec::with_capacity(nk);
-    for (k, (j, ty)) in kept.types().iter().enumerate() {
-        let value = match &kept {
+    let values: Vec<Port> = kept
+        .types()
+        .iter()
+        .map(|(j, _)| match &kept {
             Rows::Residuals(_) => res[n + j],
             Rows::States(_) => args[*j],
-        };
-        written.push(ir.write_row(bufs[k], value, step, ty)?);
+        })
+        .collect();
+    let mut written: Vec<Port> = Vec::with_capacity(nk);
+    for (g, pack) in packs.iter().enumerate() {
+        let row = pack.pack(&mut ir, &values)?;
+        written.push(ir.write_row(bufs[g], row, step, &pack.row)?);
     }
     let next = ir.add(step, 1)?;
     let mut results: Vec<Port> = res[..n].to_vec();
@@ -179,10 +268,15 @@ pub(super) fn augment(
     };
     let mut ir = Ir { b: &mut b };
     let left = ir.add(trips, -1)?;
-    let mut read: Vec<Port> = Vec::with_capacity(nk);
-    for (k, (_, ty)) in kept.types().iter().enumerate() {
-        read.push(ir.read_row(bufs[k], left, ty)?);
+    let mut read: Vec<Option<Port>> = vec![None; kept.types().len()];
+    for (g, pack) in packs.iter().enumerate() {
+        let row = ir.read_row(bufs[g], left, &pack.row)?;
+        pack.unpack(&mut ir, row, &mut read)?;
     }
+    let read: Vec<Port> = read
+        .into_iter()
+        .collect::<Option<_>>()
+        .ok_or_else(|| Error::internal("while_loop", "a kept value is in no row"))?;
     let mut bargs: Vec<Port> = args[..nc].to_vec();
     match &kept {
         Rows::Residuals(_) => {

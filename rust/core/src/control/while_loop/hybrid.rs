@@ -6,7 +6,8 @@
 //!   forward:  dense.rs's forward loop with R rows (a trip past R writes into the last row,
 //!             as dynamic_update_slice clamps: those rows are never read)
 //!   backward: call (cotangents, trips, rows, x0):
-//!               if trips <= R: dense.rs's backward loop over the rows
+//!               g = dense.rs's backward loop over the rows, for trips <= R ? trips : 0 trips
+//!               if trips <= R: g
 //!               else:          checkpointed.rs's forward loop from x0 with c snapshots, then
 //!                              its backward loop
 //! ```
@@ -107,61 +108,68 @@ pub(super) fn augment(
     let saved_types: Vec<ValueType> = dense_bwd_types[nc..nc + dense_saved].to_vec();
     let invariant = &dense.backward_inputs;
 
-    // (cotangents, trips, rows, x0) -> gradients, for each branch and for the call.
-    let mut params: Vec<ValueType> = gradient_types.clone();
-    params.extend(saved_types);
-    params.extend(lp.body.params.iter().cloned());
+    // The call: (cotangents, trips, rows, x0) -> gradients. The rows' backward loop runs at
+    // the top (none of its trips when the rows did not hold them): XLA runs a loop inside a
+    // conditional op by op, several times slower for a small body. The branches take
+    // (the rows' gradients, cotangents, x0): the first passes the gradients on, the second
+    // recomputes them from x0 with checkpoints.
     let name = &lp.body.name;
+    let mut branch_params: Vec<ValueType> = gradient_types.clone();
+    branch_params.extend(gradient_types.iter().cloned());
+    branch_params.extend(lp.body.params.iter().cloned());
 
-    let (mut b, args) = FunctionBuilder::new(format!("{name}_rows_grad"), params.clone());
-    let mut inputs: Vec<Port> = args[..nc + dense_saved].to_vec();
-    inputs.extend(invariant.iter().map(|&i| args[nc + dense_saved + i]));
-    let out = b.add_node(dense.backward.clone(), &inputs, dense_bwd_types)?;
-    let then_branch = add_function(tracer, b.finish(&out[..nc], &[])?)?;
+    let (b, args) = FunctionBuilder::new(format!("{name}_rows_grad"), branch_params.clone());
+    let then_branch = add_function(tracer, b.finish(&args[..nc], &[])?)?;
 
-    let (mut b, args) =
-        FunctionBuilder::new(format!("{name}_ckpt_grad_from_start"), params.clone());
-    let x0 = &args[nc + dense_saved..];
+    let (mut b, args) = FunctionBuilder::new(format!("{name}_ckpt_grad_from_start"), branch_params);
+    let cotangents = &args[nc..2 * nc];
+    let x0 = &args[2 * nc..];
     let mut inputs: Vec<Port> = x0.to_vec();
     let mut ir = Ir { b: &mut b };
     for extra in &ckpt.forward_extra {
-        inputs.push(match extra {
-            ExtraInput::Zero(dtype) => ir.op(
-                creation::Fill {
-                    dtype: *dtype,
-                    shape: vec![].into(),
-                    value: 0.0,
-                },
-                &[],
-            )?,
-            ExtraInput::Fill(t, value) => ir.op(
-                creation::Fill {
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    value: *value,
-                },
-                &[],
-            )?,
+        let (dtype, shape, value) = match extra {
+            ExtraInput::Zero(dtype) => (*dtype, vec![], 0.0),
+            ExtraInput::Fill(t, value) => (t.dtype, t.shape.to_vec(), *value),
             ExtraInput::EmptyStack(_) => {
                 return Err(Error::internal(
                     "while_loop",
                     "a checkpointed loop with stacks",
                 ))
             }
-        });
+        };
+        let fill = creation::Fill {
+            dtype,
+            shape: shape.into(),
+            value,
+        };
+        inputs.push(ir.op(fill, &[])?);
     }
     let forward = b.add_node(ckpt.forward.clone(), &inputs, ckpt_fwd_types)?;
-    let mut inputs: Vec<Port> = args[..nc].to_vec();
+    let mut inputs: Vec<Port> = cotangents.to_vec();
     inputs.extend(ckpt.backward_outputs.iter().map(|&i| forward[i]));
     inputs.extend(ckpt.backward_inputs.iter().map(|&i| x0[i]));
     let out = b.add_node(ckpt.backward.clone(), &inputs, ckpt_bwd_types)?;
     let else_branch = add_function(tracer, b.finish(&out[..nc], &[])?)?;
 
+    let mut params: Vec<ValueType> = gradient_types.clone();
+    params.extend(saved_types);
+    params.extend(lp.body.params.iter().cloned());
     let (mut b, args) = FunctionBuilder::new(format!("{name}_rows_or_ckpt_grad"), params);
     let trips = args[nc];
-    let fits = Ir { b: &mut b }.cmp(binary::LessEqual, trips, rows as i64)?;
+    let x0 = &args[nc + dense_saved..];
+    let mut ir = Ir { b: &mut b };
+    let fits = ir.cmp(binary::LessEqual, trips, rows as i64)?;
+    let none = ir.i64(0);
+    let row_trips = ir.select(fits, trips, none)?;
+    let mut inputs: Vec<Port> = args[..nc].to_vec();
+    inputs.push(row_trips);
+    inputs.extend_from_slice(&args[nc + 1..nc + dense_saved]);
+    inputs.extend(invariant.iter().map(|&i| x0[i]));
+    let rows_grads = b.add_node(dense.backward.clone(), &inputs, dense_bwd_types)?;
     let mut inputs = vec![fits];
-    inputs.extend_from_slice(&args);
+    inputs.extend_from_slice(&rows_grads[..nc]);
+    inputs.extend_from_slice(&args[..nc]);
+    inputs.extend_from_slice(x0);
     let branches = NodeKind::If(If {
         then_branch,
         else_branch,
