@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 import jax_peers
 from executor import STEPS, H, rnn_inputs, rnn_loss, w5
-from run import BATCH, LEARNING_RATE, MLP_SIZES, gl_loss, init_mlp
 from numerics import median_seconds
 from ode import diffrax_value_and_grad, solve
+from run import BATCH, LEARNING_RATE, MLP_SIZES, gl_loss, init_mlp
 
 import gradloop as gl
 
