@@ -17,7 +17,7 @@ from gradloop import _compiler, _runtime, _workarounds, compiled
 from program_fuzz import Program
 from test_fuzz_modes import outputs
 from test_mode_agreement import (
-    ONE_BUFFER_PASSED_TWICE,
+    A_SWITCH_PASSING_ONE_BUFFER_TWICE,
     ONLY_WITHOUT_MULTI_USE_FUSION,
     cond_while_cond,
 )
@@ -126,7 +126,7 @@ def test_canary_multi_use_fusion_refuses_a_second_order_gradient() -> None:
 
 
 def test_canary_a_buffer_passed_twice_arrives_null() -> None:
-    program = Program(ONE_BUFFER_PASSED_TWICE, width=6)  # on the device: 6 elements
+    program = Program(A_SWITCH_PASSING_ONE_BUFFER_TWICE, width=6)  # on the device: 6 elements
     with pytest.raises(IndexError, match="indirect buffer reference slot 0 is out range"):
         outputs(program, form_stage(ROLLED, repair=False))
     eager = outputs(program, lambda f: f)

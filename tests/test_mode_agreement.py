@@ -556,6 +556,20 @@ def test_fuzz_found_a_loop_entry_passing_one_buffer_twice() -> None:
     check(ONE_BUFFER_PASSED_TWICE)
 
 
+#: The same encoder bug on a switch's branch, found when the program above stopped showing it
+#: (its gradient carries fewer loop variables now): without the VM repair its second-order
+#: gradient fails with "indirect buffer reference slot 0 is out range".
+A_SWITCH_PASSING_ONE_BUFFER_TWICE = (
+    "switch",
+    [("leaf", "arctan"), ("leaf", "f32"), ("leaf", "cube")],
+    True,
+)
+
+
+def test_fuzz_found_a_switch_passing_one_buffer_twice() -> None:
+    check(A_SWITCH_PASSING_ONE_BUFFER_TWICE)
+
+
 #: A cond over two switches whose branches are conds (the shrunk program); its gradient records
 #: each inner cond's predicate beside the switch's branch index.
 SWITCHES_OF_CONDS = (

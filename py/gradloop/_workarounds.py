@@ -90,7 +90,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         "so a buffer passed twice on one branch arrives null the second time ('ref is null', "
         "'indirect buffer reference slot 0 is out range')",
         knob="VM repair (`_vm_repair.separate_repeated_refs`): the repeat is a copy",
-        reproducer=_AGREEMENT + "test_fuzz_found_a_loop_entry_passing_one_buffer_twice",
+        reproducer=_AGREEMENT + "test_fuzz_found_a_switch_passing_one_buffer_twice",
         canary=_CANARIES + "test_canary_a_buffer_passed_twice_arrives_null",
         upstream="https://github.com/iree-org/iree/issues/24753",
     ),
