@@ -22,27 +22,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/examples")
 
 import jax
 import jax.numpy as jnp
 from executor import STEPS, rnn_inputs
 from jax import lax
+from jax_while_grad import SPEED, flight_range, step
 from numerics import median_seconds
 
 import gradloop as gl
-
-DT, G, DRAG, SPEED = 0.01, 9.81, 0.05, 30.0
-
-
-def _step(s):
-    x, y, vx, vy = s
-    speed = jnp.sqrt(vx * vx + vy * vy)
-    return (
-        x + DT * vx,
-        y + DT * vy,
-        vx - DT * DRAG * speed * vx,
-        vy - DT * (G + DRAG * speed * vy),
-    )
 
 
 def _start(theta):
@@ -54,14 +43,10 @@ def _landing(s):
     return x - vx * y / vy
 
 
-def flight_while(theta):
-    return _landing(lax.while_loop(lambda s: s[1] >= 0.0, _step, _start(theta)))
-
-
 def flight_scan(theta, bound=256):
     def masked(s, _):
         flying = s[1] >= 0.0
-        return tuple(jnp.where(flying, a, b) for a, b in zip(_step(s), s, strict=True)), None
+        return tuple(jnp.where(flying, a, b) for a, b in zip(step(s), s, strict=True)), None
 
     s, _ = lax.scan(masked, _start(theta), None, length=bound)
     return _landing(s)
@@ -116,7 +101,7 @@ def main() -> None:
     print(f"jax {jax.__version__}; medians of {r}")
 
     theta = jnp.asarray(0.3)
-    ours = jax.jit(jax.grad(gl.jax.differentiable(flight_while)))
+    ours = jax.jit(jax.grad(gl.jax.differentiable(flight_range)))
     compare(
         "projectile d range/d angle", ours, jax.jit(jax.grad(flight_scan)), (theta,), r, 1e-3, "ms"
     )

@@ -21,20 +21,21 @@ jax.config.update("jax_enable_x64", True)
 DT, G, DRAG, SPEED = 0.01, 9.81, 0.05, 30.0
 
 
+def step(s):
+    """One Euler step with quadratic drag of the state (x, y, vx, vy)."""
+    x, y, vx, vy = s
+    speed = jnp.sqrt(vx * vx + vy * vy)
+    return (
+        x + DT * vx,
+        y + DT * vy,
+        vx - DT * DRAG * speed * vx,
+        vy - DT * (G + DRAG * speed * vy),
+    )
+
+
 def flight_range(theta):
     """Where the projectile lands: Euler steps with quadratic drag until it comes down (the
     number of steps depends on theta)."""
-
-    def step(s):
-        x, y, vx, vy = s
-        speed = jnp.sqrt(vx * vx + vy * vy)
-        return (
-            x + DT * vx,
-            y + DT * vy,
-            vx - DT * DRAG * speed * vx,
-            vy - DT * (G + DRAG * speed * vy),
-        )
-
     start = (jnp.asarray(0.0), jnp.asarray(0.0), SPEED * jnp.cos(theta), SPEED * jnp.sin(theta))
     x, y, vx, vy = lax.while_loop(lambda s: s[1] >= 0.0, step, start)
     return x - vx * y / vy  # back along the last step to y = 0: smooth in theta
