@@ -4,6 +4,8 @@ the op is meaningful; Python operators, scalar adaptation, tensor construction a
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -583,6 +585,40 @@ def test_numpy_views_share_memory(dtype: gl.DType) -> None:
     with pytest.raises(ValueError):
         a[0, 0] = a[1, 1]
     np.testing.assert_array_equal(np.asarray(t), x)  # the tensor is unchanged
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+def test_a_large_tensor_starts_on_a_cache_line(dtype) -> None:
+    # XLA's CPU client reads an argument in place only at a 64-byte boundary (backend="xla")
+    for n in (4096, 10_000, 100_000):
+        x = (np.arange(n) % 7).astype(NP[dtype])
+        for t in (gl.tensor(x), gl.sin(gl.tensor(x, dtype=gl.float64)), gl.ones((n,))):
+            assert np.asarray(t).ctypes.data % 64 == 0
+        np.testing.assert_array_equal(np.asarray(gl.tensor(x)), x)
+
+
+def test_a_tensor_read_in_place_shares_its_arrays_memory_and_keeps_it_alive() -> None:
+    from gradloop import _core
+
+    x = np.linspace(0.0, 1.0, 1000)
+    x.flags.writeable = False
+    t = _core.tensor_in_place(x)
+    assert np.shares_memory(np.asarray(t), x)
+    del x
+    gc.collect()
+    fresh = gl.tensor(np.linspace(0.0, 1.0, 1000))
+    np.testing.assert_array_equal(np.asarray(gl.exp(t)), np.asarray(gl.exp(fresh)))
+    # what cannot be read in place is copied: strided, another byte order, bool; tiny
+    # tensors are held inline
+    for y in (
+        np.arange(2000.0)[::2],
+        np.arange(1000.0).astype(">f8"),
+        np.arange(1000) % 2 == 0,
+        np.arange(3.0),
+    ):
+        t = _core.tensor_in_place(y)
+        assert not np.shares_memory(np.asarray(t), y)
+        np.testing.assert_array_equal(np.asarray(t), y)
 
 
 def test_numpy_conversion_with_dtype() -> None:

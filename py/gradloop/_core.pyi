@@ -119,6 +119,11 @@ class Tensor:
     def min(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor: ...
     def astype(self, dtype: DType | str | type) -> Tensor: ...
 
+def tensor_in_place(array: Any) -> Tensor:
+    """`array`'s elements read where they lie, for a numpy array whose memory no one writes
+    again (XLA's results): the tensor keeps the array alive. An array that cannot be read in
+    place (not contiguous or aligned, bool, another byte order) is copied."""
+
 def tensor_like(data: Any, like: Tensor) -> Tensor:
     """`data` as a tensor, a Python scalar taking `like`'s dtype where it adapts to it (ints to
     numeric dtypes, floats to float dtypes, bools to bool) and its own default otherwise."""

@@ -245,7 +245,8 @@ class Compiled:
                     f"failed: {_first_line(e)}"
                 )
             ) from None
-        results = [_core.tensor(r) for r in outputs]
+        # views of XLA's result buffers, which XLA never writes again: read in place
+        results = [_core.tensor_in_place(r) for r in outputs]
         n = len(results) - len(self.assigned)
         for handle, value in zip(self.assigned, results[n:], strict=True):
             handle.assign(value)

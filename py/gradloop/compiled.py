@@ -551,7 +551,8 @@ class _Compiled:
                     )
                 )
         self._checked = True
-        results = [_core.tensor(r) for r in outputs]
+        # the arrays are the results' own copies, which nothing else holds: read in place
+        results = [_core.tensor_in_place(r) for r in outputs]
         n = len(results) - len(self.assigned)
         for handle, value in zip(self.assigned, results[n:], strict=True):
             handle.assign(value)

@@ -101,6 +101,59 @@ enum Data {
     /// Inline, a prefix of the buffer (as many elements as the shape has).
     Small(Small),
     Shared(Arc<Storage>),
+    /// In memory another runtime owns (`Tensor::foreign`), read in place.
+    Foreign(Arc<Foreign>),
+}
+
+/// Elements in memory another runtime owns, such as an XLA result: `owner` keeps the memory
+/// alive and no one writes it, so a tensor can read it in place instead of copying it.
+pub struct Foreign {
+    start: std::ptr::NonNull<u8>,
+    len: usize,
+    dtype: DType,
+    // Never touched, only dropped: unwinding cannot see it half-changed.
+    _owner: std::panic::AssertUnwindSafe<Box<dyn Send + Sync>>,
+}
+
+#[allow(
+    unsafe_code,
+    reason = "foreign memory is immutable and its owner thread-safe"
+)]
+// SAFETY: the elements are immutable for the owner's lifetime (`Tensor::foreign`'s contract)
+// and the owner itself is `Send + Sync`, so the block may be read from any thread.
+unsafe impl Send for Foreign {}
+#[allow(
+    unsafe_code,
+    reason = "foreign memory is immutable and its owner thread-safe"
+)]
+// SAFETY: as above.
+unsafe impl Sync for Foreign {}
+
+impl std::fmt::Debug for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Foreign({} x {} at {:p})",
+            self.len, self.dtype, self.start
+        )
+    }
+}
+
+impl Foreign {
+    fn slice<T: Element>(&self) -> Option<&[T]> {
+        if T::DTYPE != self.dtype {
+            return None;
+        }
+        #[allow(
+            unsafe_code,
+            reason = "a slice over foreign memory kept alive by its owner"
+        )]
+        // SAFETY: `Tensor::foreign`'s contract: `len` elements of `dtype` (which is `T`),
+        // aligned, alive and unchanged while `self` (which holds the owner) lives.
+        let elements =
+            unsafe { std::slice::from_raw_parts(self.start.as_ptr().cast::<T>(), self.len) };
+        Some(elements)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +194,49 @@ impl Tensor {
             ty: TensorType { dtype, shape },
             data,
         }
+    }
+
+    /// A tensor of `shape` whose `dtype` elements are read in place at `start`, memory that
+    /// `owner` keeps alive. Elements that fit inline are copied and `owner` dropped at once.
+    ///
+    /// # Safety
+    /// `start` must point to `numel(shape)` initialised elements of `dtype` (a float or integer
+    /// dtype: every bit pattern valid), aligned for it, that stay alive and unwritten for as
+    /// long as `owner` lives.
+    #[allow(unsafe_code, reason = "the caller vouches for foreign memory")]
+    pub unsafe fn foreign(
+        dtype: DType,
+        shape: &[usize],
+        start: *const u8,
+        owner: Box<dyn Send + Sync>,
+    ) -> Result<Tensor> {
+        let len = numel(shape);
+        let aligned = (start as usize).is_multiple_of(dtype.size());
+        let start = match std::ptr::NonNull::new(start.cast_mut()) {
+            Some(start) if aligned && dtype != DType::Bool => start,
+            _ => {
+                let msg = format!("cannot read {dtype} elements at {start:p} in place");
+                return Err(Error::internal("tensor", msg));
+            }
+        };
+        let foreign = Foreign {
+            start,
+            len,
+            dtype,
+            _owner: std::panic::AssertUnwindSafe(owner),
+        };
+        let small = crate::with_dtype!(dtype, T, {
+            foreign
+                .slice::<T>()
+                .and_then(|xs| small_of(xs.iter().copied(), len))
+        });
+        let data = small.map_or_else(|| Data::Foreign(Arc::new(foreign)), Data::Small);
+        Ok(Tensor::with_data(dtype, shape.into(), data))
+    }
+
+    /// Whether the elements live in memory another runtime owns (`foreign`).
+    pub fn is_foreign(&self) -> bool {
+        matches!(self.data, Data::Foreign(_))
     }
 
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
@@ -285,6 +381,7 @@ impl Tensor {
         match &self.data {
             Data::Small(_) => numel(&self.ty.shape),
             Data::Shared(s) => s.len(),
+            Data::Foreign(f) => f.len,
         }
     }
 
@@ -312,6 +409,7 @@ impl Tensor {
                 T::small_slice(small).and_then(|s| s.get(..n))
             }
             Data::Shared(storage) => T::slice(storage),
+            Data::Foreign(foreign) => foreign.slice(),
         };
         slice.ok_or_else(|| {
             Error::internal(
@@ -330,6 +428,7 @@ impl Tensor {
                 T::small_slice_mut(small).and_then(|s| s.get_mut(..n))
             }
             Data::Shared(storage) => Arc::get_mut(storage).and_then(T::slice_mut),
+            Data::Foreign(_) => None, // its owner's memory: never written
         }
     }
 
@@ -351,7 +450,11 @@ impl Tensor {
     /// Whether this handle is the only one holding its (heap) elements: every other handle of
     /// the tensor is gone. False for inline elements, which cannot tell.
     pub fn is_unique(&self) -> bool {
-        matches!(&self.data, Data::Shared(s) if Arc::strong_count(s) == 1)
+        match &self.data {
+            Data::Small(_) => false,
+            Data::Shared(s) => Arc::strong_count(s) == 1,
+            Data::Foreign(f) => Arc::strong_count(f) == 1,
+        }
     }
 
     /// The same storage and type under a fresh identity: what a kernel that wrote into a
@@ -515,6 +618,53 @@ mod tests {
         );
         assert_eq!(Scalar::unified_dtype(&[], &[]), DType::F32);
         assert!(i.adapts_to(DType::F32) && !f.adapts_to(DType::I32) && !b.adapts_to(DType::I32));
+    }
+
+    /// An owner that says when it is dropped.
+    struct Owner(Vec<f64>, Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    #[allow(unsafe_code, reason = "foreign memory in a test")]
+    fn foreign_elements_are_read_in_place_never_written_and_freed_with_the_last_handle() {
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let owner = Owner((0..100).map(f64::from).collect(), dropped.clone());
+        let start = owner.0.as_ptr().cast::<u8>();
+        // SAFETY: 100 f64s at `start`, alive and unwritten while the box holds `owner`.
+        let t = unsafe { Tensor::foreign(DType::F64, &[10, 10], start, Box::new(owner)) }.unwrap();
+        assert!(t.is_foreign() && !t.is_small());
+        assert_eq!(t.as_slice::<f64>().unwrap().as_ptr().cast::<u8>(), start);
+        assert_eq!(t.numel(), 100);
+        assert!(t.as_slice::<f32>().is_err());
+        let mut other = t.reshaped(&[100]).unwrap();
+        assert!(other.unique_slice_mut::<f64>().is_none() && !other.is_unique());
+        drop(t);
+        assert!(other.is_unique() && !dropped.load(Ordering::SeqCst));
+        assert_eq!(other.to_f64_vec()[99], 99.0);
+        drop(other);
+        assert!(dropped.load(Ordering::SeqCst));
+        // a few elements are copied inline and the owner let go at once
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let owner = Owner(vec![1.0, 2.0], dropped.clone());
+        let start = owner.0.as_ptr().cast::<u8>();
+        // SAFETY: as above.
+        let t = unsafe { Tensor::foreign(DType::F64, &[2], start, Box::new(owner)) }.unwrap();
+        assert!(t.is_small() && dropped.load(Ordering::SeqCst));
+        assert_eq!(t.to_f64_vec(), vec![1.0, 2.0]);
+        // misaligned or bool memory is refused
+        let words = [0.0f64; 8];
+        let start = words.as_ptr().cast::<u8>();
+        // SAFETY: refused before any read (one byte past an f64's alignment).
+        let odd = unsafe { Tensor::foreign(DType::F64, &[2], start.add(1), Box::new(())) };
+        assert!(odd.is_err());
+        // SAFETY: refused before any read.
+        let flags = unsafe { Tensor::foreign(DType::Bool, &[64], start, Box::new(())) };
+        assert!(flags.is_err());
     }
 
     #[test]

@@ -299,6 +299,40 @@ pub fn from_numpy(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     gradloop::with_dtype!(dtype, T, { copy_array::<T>(&native) })
 }
 
+/// A tensor reading `array`'s elements in place, the array kept alive as their owner; a copy
+/// (`from_numpy`) where they cannot be read in place. The caller vouches that no one writes
+/// the array's memory again.
+#[allow(
+    unsafe_code,
+    reason = "a numpy array's fields, and its memory read in place"
+)]
+pub fn read_in_place(array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let Ok(untyped) = array.cast::<PyUntypedArray>() else {
+        return from_numpy(array);
+    };
+    let flags = numpy::npyffi::NPY_ARRAY_C_CONTIGUOUS | numpy::npyffi::NPY_ARRAY_ALIGNED;
+    // SAFETY: `untyped` is a live numpy array; its flags and data pointer are plain fields.
+    let (in_place, start) = unsafe {
+        let raw = &*untyped.as_array_ptr();
+        let fields = &raw.fields;
+        (
+            fields.flags & flags == flags,
+            fields.data.cast::<u8>().cast_const(),
+        )
+    };
+    match element_dtype(untyped) {
+        Some(dtype) if in_place && dtype != DType::Bool => {
+            let owner: Box<dyn Send + Sync> = Box::new(array.clone().unbind());
+            // SAFETY: a C-contiguous, aligned numpy array of `dtype` holds `numel(shape)`
+            // initialised elements at its data pointer; `owner` keeps the array, hence its
+            // memory, alive; the caller vouches that no one writes it.
+            let t = unsafe { Tensor::foreign(dtype, untyped.shape(), start, owner) };
+            t.py(array.py())
+        }
+        _ => from_numpy(array),
+    }
+}
+
 /// A read-only numpy array viewing the tensor's memory; `owner` keeps the memory alive.
 /// `what` names the operation in the error for a symbolic tensor.
 pub fn numpy_view<'py>(

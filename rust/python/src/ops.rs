@@ -517,6 +517,14 @@ pub mod py_creation {
         )?))
     }
 
+    /// `array`'s elements read where they lie, for a numpy array whose memory no one writes
+    /// again (XLA's results): the tensor keeps the array alive. An array that cannot be read
+    /// in place (not contiguous or aligned, bool, another byte order) is copied.
+    #[pyfunction]
+    pub fn tensor_in_place(array: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        Ok(PyTensor::new(crate::convert::read_in_place(array)?))
+    }
+
     /// `data` as a tensor, a Python scalar taking `like`'s dtype where it adapts to it (as an
     /// op's scalar operand does: `Scalar::adapts_to`) and its own default otherwise.
     #[pyfunction]
@@ -564,6 +572,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(py_creation::arange, m)?,
         wrap_pyfunction!(py_creation::tensor, m)?,
         wrap_pyfunction!(py_creation::tensor_like, m)?,
+        wrap_pyfunction!(py_creation::tensor_in_place, m)?,
     ] {
         m.add_function(f)?;
     }
