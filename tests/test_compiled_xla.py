@@ -170,3 +170,20 @@ def test_refusals_are_gradloop_errors(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "jax", None)  # as if jaxlib were not installed
     with pytest.raises(gl.errors.InvalidArgumentError, match=r"gradloop\[jax\]"):
         gl.jit(orbit, backend="xla")
+
+
+def test_results_read_in_place_outlive_the_function_and_its_inputs() -> None:
+    # XLA's result buffers become the tensors' memory (read in place): they must stay valid
+    # after the compiled function, its cache and the arguments are gone
+    import gc
+
+    fn = xla(lambda x: (gl.sin(x) * 2.0, x + 1.0))
+    values = [np.linspace(0.0, 1.0, 5000) * k for k in range(4)]
+    results = [fn(gl.tensor(v)) for v in values]
+    del fn
+    gc.collect()
+    for v, (a, b) in zip(values, results, strict=True):
+        want = gl.sin(gl.tensor(v)) * 2.0
+        np.testing.assert_allclose(np.asarray(a), np.asarray(want), rtol=1e-14, atol=1e-15)
+        np.testing.assert_array_equal(np.asarray(b), v + 1.0)
+        assert not np.asarray(a).flags.writeable
