@@ -7,6 +7,7 @@ exception."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -187,3 +188,28 @@ def test_results_read_in_place_outlive_the_function_and_its_inputs() -> None:
         np.testing.assert_allclose(np.asarray(a), np.asarray(want), rtol=1e-14, atol=1e-15)
         np.testing.assert_array_equal(np.asarray(b), v + 1.0)
         assert not np.asarray(a).flags.writeable
+
+
+def test_signatures_read_from_the_header_agree_with_the_parsed_module() -> None:
+    from gradloop import _xla
+
+    def one(x):
+        return gl.sum(x)
+
+    def many(x, n, flag):
+        y = gl.cast(x, gl.float32) * 2.0
+        return y, n + 1, gl.logical_not(flag), x > 0.0
+
+    def nothing():
+        return gl.tensor(np.arange(6, dtype=np.int64).reshape(2, 3))
+
+    cases = [
+        (one, (f64(1.0, 2.0),)),
+        (many, (gl.tensor(np.ones((2, 3))), gl.tensor(3), gl.tensor(True))),
+        (nothing, ()),
+    ]
+    for fn, args in cases:
+        text = gl.to_mlir(fn, *args, dialect="stablehlo")
+        name = fn.__name__
+        assert re.search(_xla._HEADER.format(name=name), text), text[:300]
+        assert _xla._types(text, name) == _xla._parsed_types(text, name)

@@ -56,8 +56,37 @@ def require_jax(target: str) -> None:
         ) from None
 
 
+#: A function's header as gradloop's emitter writes it: `func.func @f(%arg0: tensor<3xf64>,
+#: ...) -> (tensor<...>, ...) {`, with no attributes on arguments or results.
+_HEADER = r"func\.func (?:public )?@{name}\(((?:%arg\d+: tensor<[0-9x]*\w+>(?:, )?)*)\) -> (\(.*?\)|tensor<[0-9x]*\w+>) \{{"
+_TENSOR = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
+
+
 def _types(text: str, name: str) -> tuple[list[Any], list[Any]]:
-    """The argument and result types (`jax.ShapeDtypeStruct`s) of `text`'s function `name`."""
+    """The argument and result types (`jax.ShapeDtypeStruct`s) of `text`'s function `name`:
+    read from the header where gradloop's emitter wrote it (parsing the module in JAX's MLIR
+    context costs a first call 15 ms), else from the parsed module."""
+    import jax
+
+    header = re.search(_HEADER.format(name=re.escape(name)), text)
+    if header is not None:
+        try:
+            return tuple(  # type: ignore[return-value]
+                [_spec_of(jax, *m) for m in _TENSOR.findall(part)]
+                for part in (header.group(1), header.group(2))
+            )
+        except KeyError:
+            pass  # an element type outside gradloop's: the parser says what it is
+    return _parsed_types(text, name)
+
+
+def _spec_of(jax: Any, dims: str, element: str) -> Any:
+    shape = tuple(int(d) for d in dims.split("x") if d)
+    return jax.ShapeDtypeStruct(shape, np.dtype(_ELEMENTS[element]))
+
+
+def _parsed_types(text: str, name: str) -> tuple[list[Any], list[Any]]:
+    """`_types` from the module parsed in JAX's MLIR context."""
     import jax
     from jaxlib.mlir import ir
 
@@ -116,8 +145,13 @@ class _ClientExecutable:
 
     def __init__(self, main: str, name: str, target: str, ins: list[Any]) -> None:
         import jax
-        from jax.extend import backend
 
+        try:
+            # `jax.extend.backend` re-exports it, but importing `jax.extend` costs a first call
+            # 15 ms (it loads Pallas)
+            from jax._src.compiler import get_compile_options
+        except ImportError:
+            from jax.extend.backend import get_compile_options
         try:
             from jaxlib import _jax as xla
 
@@ -129,10 +163,9 @@ class _ClientExecutable:
         self._sharding = jax.sharding.SingleDeviceSharding(self._device)
         self._avals = [jax.core.ShapedArray(t.shape, t.dtype) for t in ins]
         self._put = put
-        client = backend.get_backend(PLATFORMS[target])
         try:
-            self._run = client.compile_and_load(
-                main.encode(), devices((self._device,)), backend.get_compile_options(1, 1)
+            self._run = self._device.client.compile_and_load(
+                main.encode(), devices((self._device,)), get_compile_options(1, 1)
             ).execute
         except Exception as e:  # XLA's failures are jaxlib's own types
             raise errors.CompileError(
