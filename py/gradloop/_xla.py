@@ -58,7 +58,10 @@ def require_jax(target: str) -> None:
 
 #: A function's header as gradloop's emitter writes it: `func.func @f(%arg0: tensor<3xf64>,
 #: ...) -> (tensor<...>, ...) {`, with no attributes on arguments or results.
-_HEADER = r"func\.func (?:public )?@{name}\(((?:%arg\d+: tensor<[0-9x]*\w+>(?:, )?)*)\) -> (\(.*?\)|tensor<[0-9x]*\w+>) \{{"
+_HEADER = (
+    r"func\.func (?:public )?@{name}\(((?:%arg\d+: tensor<[0-9x]*\w+>(?:, )?)*)\)"
+    r" -> (\(.*?\)|tensor<[0-9x]*\w+>) \{{"
+)
 _TENSOR = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
 
 
