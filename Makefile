@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: test-fast all dev test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz
+.PHONY: test-fast all dev test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel
 
 all: dev
 
@@ -18,6 +18,14 @@ $(STAMP): requirements-dev.txt | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
+
+# The wheel users install without a Rust toolchain (`dist/`): one abi3 wheel for CPython >= 3.10,
+# manylinux_2_35 (the glibc symbols the build uses: this machine kind has 2.36), checked by
+# auditwheel. It reuses `make dev`'s release build.
+WHEEL_TAG := manylinux_2_35
+wheel: $(STAMP)
+	$(VENV)/bin/maturin build --release --compatibility $(WHEEL_TAG) --out dist
+	$(VENV)/bin/auditwheel show dist/gradloop-*-$(WHEEL_TAG)_x86_64.whl
 
 # Builds the Rust extension (release) into the virtual environment.
 dev: $(STAMP)
@@ -87,4 +95,4 @@ bench: dev
 	$(PY) benches/distributed.py
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target dist
