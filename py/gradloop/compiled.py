@@ -636,6 +636,35 @@ class _Tiered:
         return list(self.concrete(tensors))
 
 
+#: Seconds a call waits on a compile before it says so (`_notice_if_slow`).
+NOTICE_AFTER_S = 2.0
+
+
+@contextlib.contextmanager
+def _notice_if_slow(name: str, target: str, compiler: str, waiting: bool) -> Iterator[None]:
+    """Says once, on stderr, that the compile in the block is still running after
+    `NOTICE_AFTER_S`: a first call that takes minutes should not look hung. Silenced by
+    `GRADLOOP_COMPILE_NOTICE=0`."""
+    if not waiting or os.environ.get("GRADLOOP_COMPILE_NOTICE", "1") == "0":
+        yield
+        return
+    timer = threading.Timer(
+        NOTICE_AFTER_S,
+        lambda: print(
+            f"gradloop: compiling {name} for {target} with {compiler} "
+            f"(GRADLOOP_COMPILE_NOTICE=0 silences this)",
+            file=sys.stderr,
+            flush=True,
+        ),
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -699,7 +728,10 @@ class Jit:
         found = self._compiled.get(id(concrete))
         if found is None or found.concrete is not concrete:
             module = _xla.Compiled if self._backend == "xla" else _Tiered if tiered else _Compiled
-            found = self._compiled[id(concrete)] = module(concrete, self._target)
+            compiler = "XLA" if self._backend == "xla" else "IREE"
+            # under tiered=True the call does not wait for the compile: nothing to say
+            with _notice_if_slow(concrete.graph.entry, self._target, compiler, not tiered):
+                found = self._compiled[id(concrete)] = module(concrete, self._target)
         return found
 
     def _signature(self, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
