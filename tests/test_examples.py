@@ -128,3 +128,42 @@ def test_command_line_requires_a_subcommand(capsys):
         cli.main([])
     assert exc.value.code == 2
     assert "demo" in capsys.readouterr().err
+
+
+def test_the_flight_path_is_the_simulated_loop_step_by_step() -> None:
+    for theta in (0.1, 0.6):
+        xy = projectile.path(theta)
+        landing, n = projectile.simulate(f64(theta))
+        assert len(xy) == int(n) + 1  # the launch point, then one row per trip
+        assert xy[-2, 1] > 0.0 >= xy[-1, 1]
+        (x0, y0), (x1, y1) = xy[-2], xy[-1]
+        assert math.isclose(x0 + (x1 - x0) * y0 / (y0 - y1), float(landing), rel_tol=1e-12)
+
+
+def test_the_demo_draws_the_flights_and_losses(tmp_path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra (make test installs it)")
+    picture = tmp_path / "flight.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "gradloop", "demo", "--steps", "3", "--plot", str(picture)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"flights and losses: {picture}" in done.stdout
+    data = picture.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1100, 400)  # figsize (11, 4) at 100 dpi
+
+
+def test_the_demo_without_matplotlib_says_what_to_install(tmp_path) -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from gradloop import cli\n"
+        f"sys.exit(cli.main(['demo', '--steps', '1', '--plot', r'{tmp_path / 'f.png'}']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert "pip install 'gradloop[plot]'" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "Fitting" not in done.stdout

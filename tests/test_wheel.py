@@ -92,6 +92,6 @@ def test_the_wheel_installs_and_runs_without_a_rust_toolchain(tmp_path: pathlib.
     # the extras resolve to what they say they install (resolved, not installed: Ray is large)
     report = tmp_path / "report.json"
     pip = [python, "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(report)]
-    run([*pip, f"gradloop[jax,ray] @ {wheel.as_uri()}"], env, tmp_path)
+    run([*pip, f"gradloop[jax,ray,plot] @ {wheel.as_uri()}"], env, tmp_path)
     names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
-    assert {"jax", "jaxlib", "flatbuffers", "ray", "tqdm"} <= names, sorted(names)
+    assert {"jax", "jaxlib", "flatbuffers", "ray", "tqdm", "matplotlib"} <= names, sorted(names)

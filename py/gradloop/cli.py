@@ -20,7 +20,7 @@ __all__ = ["build_parser", "main"]
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    projectile.main(steps=args.steps, target=args.target, learning_rate=args.lr)
+    projectile.main(steps=args.steps, target=args.target, learning_rate=args.lr, plot_to=args.plot)
     return 0
 
 
@@ -47,6 +47,12 @@ def _add_demo(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=projectile.DEFAULT_LEARNING_RATE,
         help="learning rate in rad/m^2 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw each step's flight and the loss per step into FILE (.png, .svg or .pdf; "
+        "needs matplotlib: pip install 'gradloop[plot]')",
     )
     parser.set_defaults(run=_run_demo)
 

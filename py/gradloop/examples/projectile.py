@@ -43,6 +43,63 @@ DEFAULT_THETA0 = 0.1  # rad, a flat first guess that lands at ~20 m
 DEFAULT_LEARNING_RATE = 8e-5  # rad/m^2; d(landing)/d(angle) is ~40-70 m/rad over the path
 
 
+def step(x: Any, y: Any, vx: Any, vy: Any, dt: float = DT) -> tuple[Any, Any, Any, Any]:
+    """One semi-implicit Euler step of the flight: the position moves with the *new* velocity."""
+    speed = gl.sqrt(vx * vx + vy * vy)
+    vx_next = vx - DRAG * speed * vx * dt
+    vy_next = vy - (GRAVITY + DRAG * speed * vy) * dt
+    return x + vx_next * dt, y + vy_next * dt, vx_next, vy_next
+
+
+def path(theta: float, dt: float = DT) -> np.ndarray:
+    """The flight launched at `theta` as (x, y) rows, one per Euler step until it lands: the
+    loop of `simulate` run eagerly, step by step (for pictures, not gradients)."""
+    x, y = gl.tensor(0.0, dtype=gl.float64), gl.tensor(HEIGHT, dtype=gl.float64)
+    vx, vy = SPEED * gl.cos(gl.tensor(theta, dtype=gl.float64)), SPEED * math.sin(theta)
+    points = [(0.0, HEIGHT)]
+    while points[-1][1] > 0.0 and len(points) <= MAX_STEPS:
+        x, y, vx, vy = step(x, y, vx, vy, dt)
+        points.append((float(x), float(y)))
+    return np.array(points)
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing into files; an error that says what to install."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
+        raise gl.errors.InvalidArgumentError(
+            "gradloop demo --plot needs matplotlib: pip install 'gradloop[plot]'"
+        ) from None
+    return pyplot
+
+
+def plot(result: Fit, target: float, filename: str | os.PathLike[str]) -> None:
+    """Draws the fit into `filename` (PNG, SVG or PDF, by its suffix): each step's flight,
+    converging onto the target, and the loss per step. Needs matplotlib (`gradloop[plot]`)."""
+    pyplot = _pyplot()
+    figure, (flights, losses) = pyplot.subplots(1, 2, figsize=(11, 4), width_ratios=(2, 1))
+    colours = pyplot.get_cmap("viridis")
+    steps = len(result.history)
+    for k, (_, theta, _) in enumerate(result.history):
+        xy = path(theta)
+        flights.plot(xy[:, 0], xy[:, 1], color=colours(k / max(steps - 1, 1)), linewidth=1)
+    xy = path(result.theta)
+    flights.plot(xy[:, 0], xy[:, 1], color="crimson", linewidth=2, label="fitted")
+    flights.plot([target], [0.0], marker="v", color="crimson", markersize=10, label="target")
+    flights.set(xlabel="x (m)", ylabel="height (m)", title="each step's flight")
+    flights.set_ylim(bottom=0.0)
+    flights.legend()
+    losses.semilogy([loss for loss, _, _ in result.history], marker="o", markersize=3)
+    losses.set(xlabel="gradient step", ylabel="loss (m²)", title="squared miss")
+    figure.tight_layout()
+    figure.savefig(filename)
+    pyplot.close(figure)
+
+
 def simulate(theta: gl.Tensor, dt: float = DT) -> tuple[gl.Tensor, gl.Tensor]:
     """Flies a projectile launched at angle `theta` (a float64 scalar tensor, radians).
 
@@ -55,11 +112,8 @@ def simulate(theta: gl.Tensor, dt: float = DT) -> tuple[gl.Tensor, gl.Tensor]:
         return y > 0.0
 
     def euler_step(n, x, y, vx, vy, x_prev, y_prev):
-        speed = gl.sqrt(vx * vx + vy * vy)
-        vx_next = vx - DRAG * speed * vx * dt
-        vy_next = vy - (GRAVITY + DRAG * speed * vy) * dt
-        # semi-implicit Euler: the position moves with the *new* velocity
-        return n + 1, x + vx_next * dt, y + vy_next * dt, vx_next, vy_next, x, y
+        x_next, y_next, vx_next, vy_next = step(x, y, vx, vy, dt)
+        return n + 1, x_next, y_next, vx_next, vy_next, x, y
 
     x0, y0 = gl.zeros_like(theta), gl.zeros_like(theta) + HEIGHT
     vx0, vy0 = SPEED * gl.cos(theta), SPEED * gl.sin(theta)
@@ -148,10 +202,14 @@ def main(
     learning_rate: float = DEFAULT_LEARNING_RATE,
     compiled: bool = True,
     export_dir: str | os.PathLike[str] | None = None,
+    plot_to: str | os.PathLike[str] | None = None,
 ) -> Fit:
     """Runs the demo and prints its progress; returns the fit. With `compiled` (and IREE
     installed) the loss and gradient also run under `gl.jit`, and are exported to a `.vmfb`
-    (into `export_dir`, else a temporary directory) that `iree-run-module` runs."""
+    (into `export_dir`, else a temporary directory) that `iree-run-module` runs. With
+    `plot_to`, the fit's flights and losses are drawn into that file (`plot`)."""
+    if plot_to is not None:
+        _pyplot()  # before the work: a missing matplotlib is said at once
     print(
         f"Fitting the launch angle of a projectile (speed {SPEED} m/s, drag {DRAG} 1/m,\n"
         f"launch height {HEIGHT} m, time step {DT} s) so that it lands at {target} m.\n"
@@ -173,6 +231,9 @@ def main(
     compare_modes(result, target, compiled=compiled)
     if compiled:
         report_export(result.theta, target, export_dir)
+    if plot_to is not None:
+        plot(result, target, plot_to)
+        print(f"\nthe fit's flights and losses: {plot_to}")
     return result
 
 
