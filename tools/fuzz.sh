@@ -18,12 +18,13 @@ start=$(date +%s)
 passed() { grep -q "^[0-9]* passed" "$logs/job$1.log" 2>/dev/null; }
 
 run_shard() {
-	# A shard shares the machine (other shards, other work): 60 s a program before it times out,
-	# and 20 minutes an IREE compile. A heavy draw (second order through nested switches of
-	# factorisations) is minutes of compiling alone; at a shared core's speed the default 300 s
-	# would fail it for the machine's load, which is not what the fuzzer looks for.
+	# A shard shares the machine (other shards, other work; niced, it may wait out whole
+	# builds): 120 s a program before it times out, and 20 minutes an IREE compile. A heavy draw
+	# (second order through nested switches of factorisations) is minutes of compiling alone;
+	# at a shared core's speed the default 300 s would fail it for the machine's load, which is
+	# not what the fuzzer looks for.
 	GRADLOOP_FUZZ_SEED=$((seed + $1)) GRADLOOP_FUZZ_EXAMPLES=$per_job GRADLOOP_FUZZ_HEAVY=1 \
-		GRADLOOP_FUZZ_BUDGET_S=$((600 + 60 * per_job)) \
+		GRADLOOP_FUZZ_BUDGET_S=$((600 + 120 * per_job)) \
 		GRADLOOP_COMPILE_TIMEOUT_S=${GRADLOOP_COMPILE_TIMEOUT_S:-1200} \
 		python -m pytest -q -x -p no:cacheprovider --hypothesis-show-statistics \
 		tests/test_fuzz_modes.py::test_modes_agree_on_random_programs \
