@@ -1123,24 +1123,3 @@ def test_the_compile_worker_dies_with_its_parent_even_mid_compile(tmp_path) -> N
     else:
         os.kill(worker, signal.SIGKILL)
         raise AssertionError("the stopped worker outlived its parent")
-
-
-def test_a_slow_compile_says_so_once_and_can_be_silenced(monkeypatch, capsys, tmp_path) -> None:
-    from gradloop import compiled
-
-    monkeypatch.setattr(compiled, "NOTICE_AFTER_S", 0.0)  # every compile is slow
-    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path))  # nothing from the disk cache
-
-    def drift(x):
-        return gl.while_loop(lambda i, x: i < 5, lambda i, x: (i + 1, gl.sin(x)), (0, x))[1]
-
-    fn = gl.jit(drift)
-    fn(f64(0.5, 0.25))
-    fn(f64(0.1, 0.2))  # the same signature: compiled once, said once
-    err = capsys.readouterr().err
-    assert err.count("gradloop: compiling drift for llvm-cpu with IREE") == 1, err
-    assert len(err.strip().splitlines()) == 1, err
-
-    monkeypatch.setenv("GRADLOOP_COMPILE_NOTICE", "0")
-    gl.jit(lambda x: gl.cos(x) * 2.0)(f64(0.5, 0.25, 0.125))
-    assert capsys.readouterr().err == ""

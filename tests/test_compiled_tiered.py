@@ -165,17 +165,29 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize(("stream", "shown"), [(Terminal, True), (io.StringIO, False)])
-def test_long_compiles_say_so_on_a_terminal_only(monkeypatch, stream, shown) -> None:
+@pytest.mark.parametrize("backend", ["iree", "xla"])
+def test_long_compiles_say_so_once_on_a_terminal_only(
+    monkeypatch, tmp_path, stream, shown, backend
+) -> None:
+    from gradloop import _notice
+
     err = stream()
     monkeypatch.setattr("sys.stderr", err)
-    monkeypatch.setattr(compiled, "PROGRESS_AFTER_S", 0.0)
-    x = f32(0.3, 0.4)
-    np.testing.assert_allclose(
-        np.asarray(gl.jit(damped)(x)), np.asarray(damped(x)), rtol=1e-5, atol=1e-6
-    )
+    monkeypatch.setattr(_notice, "NOTICE_AFTER_S", 0.0)  # every compile is long
+    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path))  # nothing from the disk cache
+    fn = gl.jit(damped, backend=backend)
+    for x in (f32(0.3, 0.4), f32(0.5, 0.1)):  # one signature: compiled once, said once
+        np.testing.assert_allclose(np.asarray(fn(x)), np.asarray(damped(x)), rtol=1e-5, atol=1e-6)
     text = err.getvalue()
+    compiler = {"iree": "IREE", "xla": "XLA"}[backend]
     if shown:
-        assert "gradloop: compiling damped for llvm-cpu with IREE" in text
-        assert "gradloop: compiled damped for llvm-cpu in" in text
+        assert text.count(f"gradloop: compiling damped for llvm-cpu with {compiler}") == 1, text
+        assert len(text.strip().splitlines()) == 1, text
     else:
         assert text == ""
+    # silenced
+    err.truncate(0)
+    err.seek(0)
+    monkeypatch.setenv("GRADLOOP_COMPILE_NOTICE", "0")
+    gl.jit(damped, backend=backend)(f32(0.3, 0.4, 0.5))
+    assert err.getvalue() == ""

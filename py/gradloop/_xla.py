@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _stablehlo, _validate, errors
+from . import _core, _notice, _stablehlo, _validate, errors
 
 #: `gl.jit`'s targets on this backend, and the platform JAX names each.
 PLATFORMS = {"llvm-cpu": "cpu", "cuda": "cuda"}
@@ -262,7 +262,8 @@ class Compiled:
         self.captured = concrete.captured_inputs
         self.assigned = [self.captured[k] for k in concrete.assigned_variables]
         self.mlir = concrete.to_mlir(embed_captures=False, pure_stablehlo=True)
-        self._call = _executable(self.mlir, concrete.graph.entry, target)
+        with _notice.compile_notice(concrete.graph.entry, target, "XLA"):
+            self._call = _executable(self.mlir, concrete.graph.entry, target)
 
     def __call__(self, tensors: list[_core.Tensor]) -> list[_core.Tensor]:
         inputs = [np.asarray(t) for t in tensors]

@@ -33,16 +33,12 @@ the last partial word of a bool input as false.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import hashlib
 import importlib.metadata
 import os
 import pathlib
-import sys
-import threading
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,6 +46,7 @@ import numpy as np
 from . import (
     _compiler,
     _core,
+    _notice,
     _runtime,
     _stablehlo,
     _validate,
@@ -398,38 +395,6 @@ def _compile_with_iree(mlir: str, flags: list[str]) -> bytes:
         ) from None
 
 
-#: Seconds a compile runs before `_progress` says so.
-PROGRESS_AFTER_S = 1.0
-
-
-@contextlib.contextmanager
-def _progress(what: str) -> Iterator[None]:
-    """A line on stderr for a compile that takes longer than `PROGRESS_AFTER_S`, and one when
-    it ends; nothing when stderr is not a terminal (logs, CI, pipes)."""
-    stream = sys.stderr
-    isatty = getattr(stream, "isatty", None)  # stderr may be None or a bare writer
-    if not (callable(isatty) and isatty()):
-        yield
-        return
-    start = time.perf_counter()
-    shown = threading.Event()
-
-    def show() -> None:
-        shown.set()
-        print(f"gradloop: compiling {what} with IREE ...", file=stream, flush=True)
-
-    timer = threading.Timer(PROGRESS_AFTER_S, show)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        if shown.is_set():
-            took = time.perf_counter() - start
-            print(f"gradloop: compiled {what} in {took:.1f} s", file=stream, flush=True)
-
-
 #: What IREE's runtime raises for a module it cannot load or run: its Python bindings use
 #: several builtins (a dispatch over the device's push-constant limit is an `IndexError` as the
 #: module loads), each turned into a `gl.errors` exception naming the function.
@@ -460,7 +425,7 @@ class _Compiled:
         refused = None
         while True:
             try:
-                with _progress(f"{name} for {self.target}"):
+                with _notice.compile_notice(name, self.target, "IREE"):
                     self.mlir, vmfb, facts, self._later_forms = _compile_concrete(
                         self.concrete, self.target, False, self.portable, forms, self._tried
                     )
@@ -636,35 +601,6 @@ class _Tiered:
         return list(self.concrete(tensors))
 
 
-#: Seconds a call waits on a compile before it says so (`_notice_if_slow`).
-NOTICE_AFTER_S = 2.0
-
-
-@contextlib.contextmanager
-def _notice_if_slow(name: str, target: str, compiler: str, waiting: bool) -> Iterator[None]:
-    """Says once, on stderr, that the compile in the block is still running after
-    `NOTICE_AFTER_S`: a first call that takes minutes should not look hung. Silenced by
-    `GRADLOOP_COMPILE_NOTICE=0`."""
-    if not waiting or os.environ.get("GRADLOOP_COMPILE_NOTICE", "1") == "0":
-        yield
-        return
-    timer = threading.Timer(
-        NOTICE_AFTER_S,
-        lambda: print(
-            f"gradloop: compiling {name} for {target} with {compiler} "
-            f"(GRADLOOP_COMPILE_NOTICE=0 silences this)",
-            file=sys.stderr,
-            flush=True,
-        ),
-    )
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-
-
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -728,10 +664,7 @@ class Jit:
         found = self._compiled.get(id(concrete))
         if found is None or found.concrete is not concrete:
             module = _xla.Compiled if self._backend == "xla" else _Tiered if tiered else _Compiled
-            compiler = "XLA" if self._backend == "xla" else "IREE"
-            # under tiered=True the call does not wait for the compile: nothing to say
-            with _notice_if_slow(concrete.graph.entry, self._target, compiler, not tiered):
-                found = self._compiled[id(concrete)] = module(concrete, self._target)
+            found = self._compiled[id(concrete)] = module(concrete, self._target)
         return found
 
     def _signature(self, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
