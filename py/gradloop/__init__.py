@@ -98,6 +98,7 @@ from .arrays import (
     tril,
     triu,
 )
+from .batching import vmap
 from .autodiff import (
     GradientTape,
     custom_gradient,
@@ -293,6 +294,7 @@ __all__ = [
     "tril",
     "triu",
     "value_and_grad",
+    "vmap",
     "where",
     "while_loop",
     "zeros",

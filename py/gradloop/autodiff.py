@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import _core, _validate, errors, nest
+from . import _core, _validate, batching, errors, nest
 
 if TYPE_CHECKING:  # variables.py imports this module
     from .variables import Variable
@@ -283,6 +283,10 @@ def _value_and_grad(
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         args_list = _validate.differentiable_args(args, nums, where)
+        if _core.vmap_levels():
+            # Inside vmap each lane differentiates with respect to its own copy.
+            for i in nums:
+                args_list[i] = nest.map_structure(batching.lanes_everywhere, args_list[i])
         wrt = tuple(args_list[i] for i in nums)
         with GradientTape() as tape:
             tape.watch(wrt)

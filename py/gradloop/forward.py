@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _validate, errors, nest
+from . import _core, _validate, batching, errors, nest
 from . import variables as _variables
 from .autodiff import GradientTape, perturbed
 
@@ -134,6 +134,8 @@ def jvp(fn: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
                 )
             t = _tangent(t, p, where, label)
             if t is not None:
+                # Inside vmap a primal and its tangent are lanes of the same calls.
+                p, t = batching.match_lanes(p, t)
                 # A value of its own: the caller's tensor keeps no tangent after the call.
                 p = _core.identity(p)
                 acc.watch(p, t)

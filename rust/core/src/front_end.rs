@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use crate::batch::with_levels;
 use crate::error::{Error, Result};
 use crate::forward::{AccumulatorRef, ForwardContext};
 use crate::ops::Context;
@@ -37,6 +38,8 @@ pub struct Runtime {
     tapes_below: Arc<Vec<usize>>,
     /// The level the next tape or accumulator gets: nesting order across both stacks.
     next_level: u64,
+    /// Active `vmap` calls' batching levels (`batch::new_level`), innermost last.
+    batch_levels: Arc<Vec<u64>>,
 }
 
 /// How an op runs now: the decision `Runtime::mode` makes, carrying what it needs.
@@ -50,6 +53,7 @@ pub enum Mode {
         tapes: Arc<Vec<TapeRef<Val>>>,
         accumulators: Arc<Vec<AccumulatorRef<Val>>>,
         tapes_below: Arc<Vec<usize>>,
+        batch_levels: Arc<Vec<u64>>,
     },
 }
 
@@ -58,15 +62,25 @@ impl Mode {
     /// a trace, which only executes kernels).
     #[inline]
     pub fn run<T>(self, f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
-        let (tracer, tapes, accumulators, tapes_below) = match self {
-            Mode::Eager => (None, Arc::default(), Arc::default(), Arc::default()),
+        let (tracer, tapes, accumulators, tapes_below, levels) = match self {
+            Mode::Eager => (
+                None,
+                Arc::default(),
+                Arc::default(),
+                Arc::default(),
+                Arc::default(),
+            ),
             Mode::Traced {
                 tracer,
                 tapes,
                 accumulators,
                 tapes_below,
-            } => (tracer, tapes, accumulators, tapes_below),
+                batch_levels,
+            } => (tracer, tapes, accumulators, tapes_below, batch_levels),
         };
+        // Batching contexts go outermost: what they pass on is the batched program, which the
+        // tapes record and the accumulators differentiate (`batch`).
+        let f = |ctx: &mut dyn Context<Val>| with_levels(&levels, ctx, f);
         let mut base = TraceContext::new(tracer);
         if tapes.is_empty() && accumulators.is_empty() {
             return f(&mut base);
@@ -134,6 +148,28 @@ impl Runtime {
             tapes: self.tapes.clone(),
             accumulators: self.accumulators.clone(),
             tapes_below: self.tapes_below.clone(),
+            batch_levels: self.batch_levels.clone(),
+        }
+    }
+
+    /// The active `vmap` levels, innermost last.
+    pub fn batch_levels(&self) -> &[u64] {
+        &self.batch_levels
+    }
+
+    /// Starts batching level `level` (a `vmap` call), innermost.
+    pub fn push_batch_level(&mut self, level: u64) {
+        Arc::make_mut(&mut self.batch_levels).push(level);
+    }
+
+    /// Ends batching level `level`; false when it was not active.
+    pub fn pop_batch_level(&mut self, level: u64) -> bool {
+        match self.batch_levels.iter().rposition(|&l| l == level) {
+            Some(i) => {
+                Arc::make_mut(&mut self.batch_levels).remove(i);
+                true
+            }
+            None => false,
         }
     }
 

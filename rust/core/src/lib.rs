@@ -11,6 +11,7 @@
 //! ([`execute`]), and emit MLIR ([`mlir::emit_module`]). `examples/loop_gradient.rs` does each
 //! for a loop with a data-dependent trip count.
 
+pub mod batch;
 pub mod control;
 pub mod dataflow;
 pub mod dtype;

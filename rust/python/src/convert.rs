@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
 use crate::dtype::{numpy_name, to_dtype};
-use crate::errors::{new_err, symbolic_value_err, IntoPyResult};
+use crate::errors::{new_err, not_concrete_err, IntoPyResult};
 use crate::tensor::PyTensor;
 
 /// An op argument before dtype adaptation.
@@ -90,7 +90,7 @@ pub fn input(obj: &Bound<'_, PyAny>) -> PyResult<Val> {
 pub fn concrete_input(obj: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Tensor> {
     match input(obj)? {
         Val::Tensor(t) => Ok(t),
-        Val::Symbol(s) => Err(symbolic_value_err(obj.py(), what, s.ty())),
+        other => Err(not_concrete_err(obj.py(), what, &other)),
     }
 }
 
@@ -158,6 +158,17 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Val> 
                 s.port,
                 s.value_type().clone(),
             ))),
+            // A new identity of every lane: through the batching rules.
+            (lanes @ Val::Batched(_), d) => {
+                let lanes = lanes.clone();
+                crate::runtime::run(py, 0, move |ctx| {
+                    let x = gradloop::ops::build::stop_gradient(ctx, &lanes)?;
+                    match d {
+                        Some(d) if d != x.ty().dtype => gradloop::ops::build::cast(ctx, &x, d),
+                        _ => Ok(x),
+                    }
+                })
+            }
         };
     }
     to_concrete(obj, dtype).map(Val::Tensor)
@@ -342,7 +353,7 @@ pub fn numpy_view<'py>(
     let py = owner.py();
     let t = match &owner.get().inner {
         Val::Tensor(t) => t,
-        Val::Symbol(s) => return Err(symbolic_value_err(py, what, s.ty())),
+        other => return Err(not_concrete_err(py, what, other)),
     };
     let array = gradloop::with_dtype!(t.dtype(), T, {
         view_as::<T>(t, owner.clone().into_any()).py(py)?

@@ -130,6 +130,26 @@ pub fn symbolic_value_err(py: Python<'_>, what: &'static str, ty: &gradloop::Ten
     )
 }
 
+/// The error for reading the value of `v`, which is not concrete (symbolic or batched), in
+/// operation `what`.
+pub fn not_concrete_err(py: Python<'_>, what: &'static str, v: &gradloop::trace::Val) -> PyErr {
+    use gradloop::Value;
+    match v {
+        gradloop::trace::Val::Batched(lanes) => new_err(
+            py,
+            gradloop::ErrorKind::ControlFlow,
+            what,
+            format!(
+                "this tensor ({}) stands for every lane of a gl.vmap, so it has no single value \
+                 to read inside the vmapped function; use gl.cond / gl.switch_case / \
+                 gl.while_loop for data-dependent control flow (each lane takes its own path)",
+                lanes.ty()
+            ),
+        ),
+        _ => symbolic_value_err(py, what, v.ty()),
+    }
+}
+
 /// Extension trait: `result.py(py)?` converts a core result at the boundary.
 pub trait IntoPyResult<T> {
     fn py(self, py: Python<'_>) -> PyResult<T>;

@@ -1,11 +1,13 @@
 //! `gradloop._core.ForwardAccumulator`: forward mode's counterpart of `Tape`, which the Python
 //! API (`gl.jvp` and the helpers built on it) drives.
 
+use gradloop::batch::{dress, strip};
 use gradloop::forward::{lock, AccumulatorRef, ForwardAccumulator};
 use gradloop::trace::Val;
+use gradloop::ErrorKind;
 use pyo3::prelude::*;
 
-use crate::errors::IntoPyResult;
+use crate::errors::{new_err, IntoPyResult};
 use crate::runtime;
 use crate::tensor::PyTensor;
 
@@ -31,13 +33,29 @@ impl PyForwardAccumulator {
         primal: &Bound<'_, PyTensor>,
         tangent: &Bound<'_, PyTensor>,
     ) -> PyResult<()> {
-        let (p, t) = (primal.get().inner.clone(), tangent.get().inner.clone());
+        // Inside `gl.vmap` the accumulator sees the batched program: both are taken off their
+        // lanes, which must be the same (`gl.jvp` makes a primal lanes where its tangent is).
+        let (p, primal_levels) = strip(&primal.get().inner);
+        let (t, tangent_levels) = strip(&tangent.get().inner);
+        if primal_levels != tangent_levels {
+            return Err(new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                "ForwardAccumulator.watch",
+                "a primal and its tangent must be batched over the same gl.vmap calls",
+            ));
+        }
         lock(&self.inner).watch(&p, t).py(py)
     }
 
-    /// The tangent of `t`, or None when it has none.
-    fn tangent(&self, t: &Bound<'_, PyTensor>) -> Option<PyTensor> {
-        lock(&self.inner).tangent(&t.get().inner).map(PyTensor::new)
+    /// The tangent of `t`, or None when it has none (lanes like `t` inside `gl.vmap`).
+    fn tangent(&self, py: Python<'_>, t: &Bound<'_, PyTensor>) -> PyResult<Option<PyTensor>> {
+        let (p, levels) = strip(&t.get().inner);
+        let tangent = lock(&self.inner).tangent(&p);
+        tangent
+            .map(|g| dress(g, &levels).map(PyTensor::new))
+            .transpose()
+            .py(py)
     }
 
     fn __len__(&self) -> usize {

@@ -96,6 +96,8 @@ fn concrete_item(item: IndexItem<Val>) -> IndexItem<Tensor> {
         IndexItem::NewAxis => IndexItem::NewAxis,
         IndexItem::Ellipsis => IndexItem::Ellipsis,
         IndexItem::Tensor(Val::Tensor(t)) => IndexItem::Tensor(t),
-        IndexItem::Tensor(Val::Symbol(_)) => unreachable!("checked: no symbolic index"),
+        IndexItem::Tensor(Val::Symbol(_) | Val::Batched(_)) => {
+            unreachable!("checked: no symbolic index")
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod batch;
 mod convert;
 mod dtype;
 mod errors;
@@ -64,6 +65,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tape::resume_recording, m)?)?;
     m.add_function(wrap_pyfunction!(tape::record_custom_gradient, m)?)?;
     for f in [
+        wrap_pyfunction!(batch::vmap_begin, m)?,
+        wrap_pyfunction!(batch::vmap_end, m)?,
+        wrap_pyfunction!(batch::vmap_levels, m)?,
+        wrap_pyfunction!(batch::lanes_wrap, m)?,
+        wrap_pyfunction!(batch::lanes_unwrap, m)?,
+        wrap_pyfunction!(batch::lanes_levels, m)?,
         wrap_pyfunction!(trace::trace_begin, m)?,
         wrap_pyfunction!(trace::trace_active, m)?,
         wrap_pyfunction!(trace::trace_push, m)?,

@@ -48,6 +48,21 @@ pub fn pop_accumulator(acc: &AccumulatorRef<Val>) -> Option<(usize, u64)> {
     RUNTIME.with(|r| r.borrow_mut().pop_accumulator(acc))
 }
 
+/// Starts batching level `level` (a `vmap` call), innermost.
+pub fn push_batch_level(level: u64) {
+    RUNTIME.with(|r| r.borrow_mut().push_batch_level(level));
+}
+
+/// Ends batching level `level`; false when it was not active.
+pub fn pop_batch_level(level: u64) -> bool {
+    RUNTIME.with(|r| r.borrow_mut().pop_batch_level(level))
+}
+
+/// The active batching levels, innermost last.
+pub fn batch_levels() -> Vec<u64> {
+    RUNTIME.with(|r| r.borrow().batch_levels().to_vec())
+}
+
 pub fn pause() -> usize {
     RUNTIME.with(|r| r.borrow_mut().pause())
 }
@@ -99,7 +114,7 @@ pub fn work(vals: &[&Val]) -> usize {
     for v in vals {
         match v {
             Val::Tensor(t) => n = n.saturating_add(t.numel()),
-            Val::Symbol(_) => return 0,
+            Val::Symbol(_) | Val::Batched(_) => return 0,
         }
     }
     n
@@ -151,7 +166,9 @@ pub fn run_eager<const N: usize, T: Into<Val>>(
     call(py, size, move || {
         let tensors = inputs.map(|v| match v {
             Val::Tensor(t) => t,
-            Val::Symbol(_) => unreachable!("run_eager takes concrete inputs (eager_ok)"),
+            Val::Symbol(_) | Val::Batched(_) => {
+                unreachable!("run_eager takes concrete inputs (eager_ok)")
+            }
         });
         f(&mut EagerContext, tensors).map(Into::into)
     })

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use gradloop::batch::{dress, strip, Levels};
 use gradloop::ops::{build, Grads};
 use gradloop::tape::{compute_gradient, record_custom, Tape};
 use gradloop::trace::Val;
@@ -46,12 +47,13 @@ impl PyTape {
         lock(&self.inner).persistent()
     }
 
+    /// Watches `t`; inside `gl.vmap`, the batch it is a lane of (what the tape records).
     fn watch(&self, py: Python<'_>, t: &Bound<'_, PyTensor>) -> PyResult<()> {
-        lock(&self.inner).watch(&t.get().inner).py(py)
+        lock(&self.inner).watch(&strip(&t.get().inner).0).py(py)
     }
 
     fn is_watched(&self, t: &Bound<'_, PyTensor>) -> bool {
-        lock(&self.inner).is_watched(t.get().inner.id())
+        lock(&self.inner).is_watched(strip(&t.get().inner).0.id())
     }
 
     fn __len__(&self) -> usize {
@@ -81,8 +83,13 @@ impl PyTape {
         sources: &Bound<'_, PyAny>,
         output_gradients: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Option<PyTensor>>> {
-        let targets = tensors(targets)?;
-        let sources = tensors(sources)?;
+        // Inside `gl.vmap` the tape recorded the batched program: gradients are taken between
+        // batches and handed back as lanes.
+        let (targets, target_levels): (Vec<Val>, Vec<Levels>) =
+            tensors(targets)?.iter().map(strip).unzip();
+        let (sources, source_levels): (Vec<Val>, Vec<Levels>) =
+            tensors(sources)?.iter().map(strip).unzip();
+        check_lanes(py, &target_levels, &source_levels)?;
         let seeds: Option<Vec<Option<Val>>> = match output_gradients.filter(|o| !o.is_none()) {
             None => None,
             Some(og) => {
@@ -91,10 +98,11 @@ impl PyTape {
                     .map(|i| {
                         let item = seq.get_item(i)?;
                         if item.is_none() {
-                            Ok(None)
-                        } else {
-                            Ok(Some(crate::convert::input(&item)?))
+                            return Ok(None);
                         }
+                        let seed = crate::convert::input(&item)?;
+                        let levels = target_levels.get(i).map_or(&[][..], |l| l.as_slice());
+                        seed_for(py, seed, levels).map(Some)
                     })
                     .collect::<PyResult<Vec<_>>>()?;
                 Some(seeds)
@@ -109,8 +117,56 @@ impl PyTape {
         let grads = runtime::run(py, size, move |ctx| {
             compute_gradient(&tape, ctx, &targets, &sources, seeds.as_deref())
         })?;
-        Ok(grads.into_iter().map(|g| g.map(PyTensor::new)).collect())
+        grads
+            .into_iter()
+            .zip(&source_levels)
+            .map(|(g, levels)| g.map(|g| dress(g, levels).map(PyTensor::new)).transpose())
+            .collect::<gradloop::Result<_>>()
+            .py(py)
     }
+}
+
+/// Inside `gl.vmap`, each lane's gradient with respect to a value that is the same in every
+/// lane differs per lane; the tape holds only their sum. Refused (`gl.grad` makes its
+/// arguments lanes first).
+fn check_lanes(py: Python<'_>, targets: &[Levels], sources: &[Levels]) -> PyResult<()> {
+    for (i, source) in sources.iter().enumerate() {
+        let missing = targets.iter().flatten().any(|l| !source.contains(l));
+        if missing {
+            return Err(new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                "GradientTape.gradient",
+                format!(
+                    "source {i} is the same in every lane of a gl.vmap but the target differs \
+                     per lane: each lane's gradient is its own, and the tape holds only their \
+                     sum; watch a batched value (one the vmapped function received or computed) \
+                     or use gl.grad, which makes its arguments lanes"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The seed of a target batched at `levels`: batched the same way, it is taken off its lanes
+/// as the target is; batched where the target is not, it stays a lane view, and the backward
+/// pass runs batched (a Jacobian's rows as one `vmap`).
+fn seed_for(py: Python<'_>, seed: Val, levels: &[u64]) -> PyResult<Val> {
+    let (physical, seed_levels) = strip(&seed);
+    if seed_levels.as_slice() == levels {
+        return Ok(physical);
+    }
+    if levels.is_empty() {
+        return Ok(seed);
+    }
+    Err(new_err(
+        py,
+        ErrorKind::InvalidArgument,
+        "GradientTape.gradient",
+        "output_gradients must be batched over the same gl.vmap calls as their targets, or \
+         the targets over none",
+    ))
 }
 
 /// Watches `t` on every active tape (a Variable read).

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{numpy_view, opt_dtype};
 use crate::dtype::{py_dtype, PyDType};
-use crate::errors::{new_err, symbolic_value_err};
+use crate::errors::{new_err, not_concrete_err, symbolic_value_err};
 use crate::ops;
 
 /// An immutable, contiguous tensor held by the Rust core, or (inside `@gl.function`) a symbolic
@@ -33,7 +33,7 @@ impl PyTensor {
     pub fn concrete(&self, py: Python<'_>, what: &'static str) -> PyResult<&Tensor> {
         match &self.inner {
             Val::Tensor(t) => Ok(t),
-            Val::Symbol(s) => Err(symbolic_value_err(py, what, s.ty())),
+            other => Err(not_concrete_err(py, what, other)),
         }
     }
 }

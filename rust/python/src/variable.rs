@@ -50,6 +50,19 @@ impl PyVariableHandle {
         eager: fn(&VariableRef, &gradloop::Tensor) -> gradloop::Result<()>,
     ) -> PyResult<()> {
         let op = kind.name();
+        if let Val::Batched(lanes) = &value {
+            return Err(new_err(
+                py,
+                ErrorKind::InvalidArgument,
+                op,
+                format!(
+                    "cannot assign a batched value ({} in each lane of a gl.vmap) to a \
+                     Variable: it holds one value, not one per lane; return the value from the \
+                     vmapped function and assign it outside",
+                    lanes.ty()
+                ),
+            ));
+        }
         if let Some(tracer) = runtime::active_tracer() {
             let resource = lock(&tracer).capture_variable(&self.inner);
             return run(py, 0, move |ctx| {
@@ -58,6 +71,7 @@ impl PyVariableHandle {
         }
         let t = match value {
             Val::Tensor(t) => t,
+            Val::Batched(_) => unreachable!("refused above"),
             Val::Symbol(s) => {
                 return Err(new_err(
                     py,

@@ -14,6 +14,7 @@
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::kernels::{self, Arith};
 use super::rules::{broadcast_binary, check_dtype, Accepts};
 use super::{
@@ -144,6 +145,10 @@ macro_rules! binary_op {
                     total = tangents::sum_of(ctx, total, if i == 0 { ta } else { tb })?;
                 }
                 Ok(smallvec![tangents::fit(ctx, total, &outputs[0])?])
+            }
+
+            fn batch<V: Value>(&self, ctx: &mut dyn Context<V>, inputs: &[V], batched: &[bool]) -> Result<Values<V>> {
+                $crate::ops::batching::broadcasting(ctx, *self, inputs, batched)
             }
         }
 
@@ -637,6 +642,15 @@ impl OpDef for Select {
         tangents: &[Option<V>],
     ) -> Result<Tangents<V>> {
         tangents::linear(ctx, *self, inputs, outputs, tangents, &[1, 2])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        batching::broadcasting(ctx, *self, inputs, batched)
     }
 }
 

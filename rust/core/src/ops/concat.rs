@@ -5,6 +5,7 @@ use ndarray::Axis;
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::layout::{expand_dims, static_shape};
 use super::rules::shape_str;
 use super::slicing::slice;
@@ -157,6 +158,19 @@ impl OpDef for Concatenate {
             start[self.axis] = stop[self.axis];
         }
         Ok(out)
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        let op = Concatenate {
+            axis: self.axis + 1,
+        };
+        batching::pointwise(ctx, op, &inputs)
     }
 
     fn tangent<V: Value>(

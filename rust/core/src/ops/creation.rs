@@ -12,6 +12,7 @@
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::rules::{check_dtype, Accepts};
 use super::{
     build, dest, expect_arity, kernels, DestKernel, Grads, OpDef, Saved, Saves, Types, Values,
@@ -78,6 +79,16 @@ impl OpDef for Fill {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(Grads::new())
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = (ctx, inputs, batched);
+        batching::no_inputs("fill")
     }
 
     fn tangent<V: Value>(
@@ -157,6 +168,16 @@ impl OpDef for FillLike {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(smallvec![None])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        batching::pointwise(ctx, self.clone(), inputs)
     }
 
     fn tangent<V: Value>(
@@ -240,6 +261,16 @@ impl OpDef for Arange {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(Grads::new())
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = (ctx, inputs, batched);
+        batching::no_inputs("arange")
     }
 
     fn tangent<V: Value>(
@@ -408,6 +439,16 @@ impl OpDef for Cast {
         }
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        batching::pointwise(ctx, self.clone(), inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -509,6 +550,16 @@ impl OpDef for BitcastConvert {
         Ok(smallvec![if same { grads[0].clone() } else { None }])
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        batching::pointwise(ctx, self.clone(), inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         _ctx: &mut dyn Context<V>,
@@ -589,6 +640,16 @@ impl OpDef for StopGradient {
         Ok(smallvec![None])
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        batching::pointwise(ctx, self.clone(), inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -655,6 +716,16 @@ impl OpDef for Identity {
         _: &[bool],
     ) -> Result<Grads<V>> {
         Ok(smallvec![grads[0].clone()])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        batching::pointwise(ctx, self.clone(), inputs)
     }
 
     fn tangent<V: Value>(

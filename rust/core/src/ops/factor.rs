@@ -30,6 +30,7 @@ use faer::{Conj, Mat, MatMut, MatRef, Par};
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::{expect_arity, Grads, OpDef, Saved, Saves, Tangents, Types, Values};
 use crate::dtype::{DType, Element};
 use crate::emit::{Emitter, MlirValue};
@@ -261,6 +262,16 @@ impl OpDef for LuFactor {
         no_gradient("lu_factor")
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        batching::pointwise(ctx, self.clone(), &inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         _: &mut dyn Context<V>,
@@ -357,6 +368,16 @@ impl OpDef for LuPermutation {
         _: &[bool],
     ) -> Result<Grads<V>> {
         no_gradient("lu_permutation")
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        batching::pointwise(ctx, self.clone(), &inputs)
     }
 
     fn tangent<V: Value>(
@@ -465,6 +486,16 @@ impl OpDef for TriangularSolve {
         _: &[bool],
     ) -> Result<Grads<V>> {
         no_gradient("triangular_solve")
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        batching::pointwise(ctx, self.clone(), &inputs)
     }
 
     fn tangent<V: Value>(
@@ -605,6 +636,16 @@ impl OpDef for LuSolve {
         no_gradient("lu_solve")
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        batching::pointwise(ctx, self.clone(), &inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         _: &mut dyn Context<V>,
@@ -701,6 +742,16 @@ impl OpDef for Cholesky {
         _: &[bool],
     ) -> Result<Grads<V>> {
         no_gradient("cholesky")
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        batching::pointwise(ctx, self.clone(), &inputs)
     }
 
     fn tangent<V: Value>(
@@ -840,6 +891,16 @@ impl OpDef for HouseholderQr {
         _: &[bool],
     ) -> Result<Grads<V>> {
         no_gradient("householder_qr")
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let inputs = batching::all_batched(ctx, inputs, batched)?;
+        batching::pointwise(ctx, self.clone(), &inputs)
     }
 
     fn tangent<V: Value>(

@@ -254,6 +254,15 @@ impl OpDef for Take {
         ])
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        super::index_batching::take(ctx, self.axis, inputs, batched)
+    }
+
     fn tangent<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -403,6 +412,15 @@ impl OpDef for ScatterAdd {
             Some(take(ctx, g, saved.input(1)?, self.axis)?),
             None
         ])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        super::index_batching::scatter_add(ctx, self, inputs, batched)
     }
 
     fn tangent<V: Value>(

@@ -233,6 +233,15 @@ impl OpDef for DynamicSlice {
         Ok(out)
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        super::index_batching::dynamic_slice(ctx, self, inputs, batched)
+    }
+
     fn tangent<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -434,6 +443,15 @@ impl OpDef for DynamicUpdateSlice {
             out[1] = Some(dynamic_slice(ctx, g, &starts, &ushape)?);
         }
         Ok(out)
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        super::index_batching::dynamic_update_slice(ctx, inputs, batched)
     }
 
     fn tangent<V: Value>(

@@ -12,6 +12,7 @@ use ndarray::{ArrayViewD, IxDyn};
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 pub use super::concat::{concatenate, stack, Concatenate};
 pub use super::permute::{reverse, transpose, Reverse, Transpose};
 use super::rules::shape_str;
@@ -96,6 +97,20 @@ impl OpDef for Reshape {
         };
         let shape = saved.input_types[0].shape.clone();
         Ok(smallvec![Some(reshape(ctx, g, &shape)?)])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        let lanes = inputs[0].ty().shape[0];
+        let shape: Shape = std::iter::once(lanes)
+            .chain(self.shape.iter().copied())
+            .collect();
+        batching::pointwise(ctx, Reshape { shape }, inputs)
     }
 
     fn tangent<V: Value>(
@@ -246,6 +261,21 @@ impl OpDef for BroadcastTo {
         };
         let shape = saved.input_types[0].shape.clone();
         Ok(smallvec![Some(build::sum_to_shape(ctx, g, &shape)?)])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        let x = batching::lift_rank(ctx, &inputs[0], self.shape.len())?;
+        let lanes = x.ty().shape[0];
+        let shape: Shape = std::iter::once(lanes)
+            .chain(self.shape.iter().copied())
+            .collect();
+        batching::pointwise(ctx, BroadcastTo { shape }, &[x])
     }
 
     fn tangent<V: Value>(

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::matvec::MatVec;
 use super::tiles::Tiled;
@@ -744,6 +745,16 @@ impl OpDef for MatMul {
             None
         };
         Ok(smallvec![ga, gb])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        // Operands have rank >= 2: their batch axes broadcast as numpy's.
+        batching::broadcasting(ctx, self.clone(), inputs, batched)
     }
 
     fn tangent<V: Value>(

@@ -23,6 +23,7 @@ pub use context::{execute, Context, EagerContext};
 pub use dest::{through_compute, DestKernel, GatherTable};
 
 pub mod attrs;
+pub mod batching;
 pub mod binary;
 pub mod binary_math;
 pub mod build;
@@ -33,6 +34,7 @@ pub mod dest;
 pub mod factor;
 pub mod gather;
 pub mod index;
+mod index_batching;
 pub mod indexing;
 pub mod kernels;
 pub mod lanes;
@@ -257,6 +259,18 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         outputs: &[V],
         tangents: &[Option<V>],
     ) -> Result<Tangents<V>>;
+
+    /// Batching (`vmap`): the op over every lane at once. `inputs` hold lanes along axis 0
+    /// where `batched` says so (at least one does; the others are the same in every lane); the
+    /// outputs hold lanes along axis 0. Built through `ctx` from ops of the table, like the
+    /// gradient, so batched programs run eagerly, trace, and are differentiated alike
+    /// (`batching` holds the rules op families share).
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>>;
 }
 
 /// The work of an op that writes its outputs from as many input elements (a slice, a
@@ -383,6 +397,14 @@ macro_rules! op_table {
                 tangents: &[Option<V>],
             ) -> Result<Tangents<V>> {
                 match self { $( Op::$variant(o) => o.tangent(ctx, inputs, outputs, tangents), )* }
+            }
+            pub fn batch<V: Value>(
+                &self,
+                ctx: &mut dyn Context<V>,
+                inputs: &[V],
+                batched: &[bool],
+            ) -> Result<Values<V>> {
+                match self { $( Op::$variant(o) => o.batch(ctx, inputs, batched), )* }
             }
         }
 

@@ -7,6 +7,7 @@ use ndarray::{Axis, IxDyn};
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::layout::owned;
 use super::rules::shape_str;
 use super::tiles::Tiled;
@@ -107,6 +108,19 @@ impl OpDef for Transpose {
         Ok(smallvec![Some(transpose(ctx, g, &inverse)?)])
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        let perm = std::iter::once(0)
+            .chain(self.perm.iter().map(|p| p + 1))
+            .collect();
+        batching::pointwise(ctx, Transpose { perm }, inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -197,6 +211,19 @@ impl OpDef for Reverse {
             return Ok(smallvec![None]);
         };
         Ok(smallvec![Some(reverse(ctx, g, &self.axes)?)])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        let op = Reverse {
+            axes: batching::shifted(&self.axes),
+        };
+        batching::pointwise(ctx, op, inputs)
     }
 
     fn tangent<V: Value>(

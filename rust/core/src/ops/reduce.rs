@@ -334,6 +334,12 @@ macro_rules! reduction {
                 }
                 reduction!(@tangent $init, self, ctx, inputs, outputs, tangents)
             }
+
+            /// One lane's axes are the batch's shifted past the lanes' axis.
+            fn batch<V: Value>(&self, ctx: &mut dyn Context<V>, inputs: &[V], _batched: &[bool]) -> Result<Values<V>> {
+                let op = $name { axes: $crate::ops::batching::shifted(&self.axes), keepdims: self.keepdims };
+                $crate::ops::batching::pointwise(ctx, op, inputs)
+            }
         }
     };
     (@needs_identity zero) => { false };

@@ -9,6 +9,7 @@ use ndarray::{ArrayD, IxDyn};
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::batching;
 use super::layout::{owned, static_shape};
 use super::rules::shape_str;
 use super::{
@@ -183,6 +184,28 @@ impl OpDef for Slice {
         Ok(smallvec![Some(pad(ctx, g, &self.start, &high, &interior)?)])
     }
 
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        let lanes = inputs[0].ty().shape[0];
+        let op = Slice {
+            start: std::iter::once(0)
+                .chain(self.start.iter().copied())
+                .collect(),
+            stop: std::iter::once(lanes)
+                .chain(self.stop.iter().copied())
+                .collect(),
+            step: std::iter::once(1)
+                .chain(self.step.iter().copied())
+                .collect(),
+        };
+        batching::pointwise(ctx, op, inputs)
+    }
+
     fn tangent<V: Value>(
         &self,
         ctx: &mut dyn Context<V>,
@@ -327,6 +350,25 @@ impl OpDef for Pad {
             .collect();
         let step: Vec<usize> = self.interior.iter().map(|&i| i + 1).collect();
         Ok(smallvec![Some(slice(ctx, g, &self.low, &stop, &step)?)])
+    }
+
+    fn batch<V: Value>(
+        &self,
+        ctx: &mut dyn Context<V>,
+        inputs: &[V],
+        batched: &[bool],
+    ) -> Result<Values<V>> {
+        let _ = batched;
+        let op = Pad {
+            low: std::iter::once(0).chain(self.low.iter().copied()).collect(),
+            high: std::iter::once(0)
+                .chain(self.high.iter().copied())
+                .collect(),
+            interior: std::iter::once(0)
+                .chain(self.interior.iter().copied())
+                .collect(),
+        };
+        batching::pointwise(ctx, op, inputs)
     }
 
     fn tangent<V: Value>(

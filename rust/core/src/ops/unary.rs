@@ -123,6 +123,10 @@ macro_rules! unary_op {
                 let saved = Saved::capture(self.saves(), inputs, outputs);
                 Ok(smallvec::smallvec![self.gradient(ctx, &saved, tangents, &[true])?.swap_remove(0)])
             }
+
+            fn batch<V: Value>(&self, ctx: &mut dyn Context<V>, inputs: &[V], _batched: &[bool]) -> Result<Values<V>> {
+                $crate::ops::batching::pointwise(ctx, *self, inputs)
+            }
         }
 
         #[doc = concat!("`", $opname, "(x)` elementwise.")]

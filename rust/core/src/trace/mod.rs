@@ -30,6 +30,9 @@ pub(crate) mod variables;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
+use crate::batch::Lanes;
 use crate::graph::{NodeKind, Port, ValueType};
 use crate::shape::TensorType;
 use crate::tensor::{next_id, Tensor, TensorId};
@@ -69,25 +72,33 @@ impl Symbol {
     }
 }
 
-/// A concrete tensor or a symbolic value of a trace.
+/// A concrete tensor, a symbolic value of a trace, or one lane of a batch (`vmap`).
 #[derive(Clone, Debug)]
 pub enum Val {
     Tensor(Tensor),
     Symbol(Symbol),
+    Batched(Arc<Lanes>),
 }
 
 impl Val {
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Val::Tensor(t) => Some(t),
-            Val::Symbol(_) => None,
+            Val::Symbol(_) | Val::Batched(_) => None,
         }
     }
 
     pub fn as_symbol(&self) -> Option<&Symbol> {
         match self {
             Val::Symbol(s) => Some(s),
-            Val::Tensor(_) => None,
+            Val::Tensor(_) | Val::Batched(_) => None,
+        }
+    }
+
+    pub fn as_lanes(&self) -> Option<&Lanes> {
+        match self {
+            Val::Batched(lanes) => Some(lanes),
+            Val::Tensor(_) | Val::Symbol(_) => None,
         }
     }
 
@@ -100,6 +111,7 @@ impl Val {
         match self {
             Val::Tensor(t) => ValueType::Tensor(t.ty().clone()),
             Val::Symbol(s) => s.ty.clone(),
+            Val::Batched(lanes) => ValueType::Tensor(lanes.ty().clone()),
         }
     }
 }
@@ -141,6 +153,7 @@ impl Value for Val {
         match self {
             Val::Tensor(t) => t.id(),
             Val::Symbol(s) => s.id,
+            Val::Batched(lanes) => lanes.id(),
         }
     }
 
@@ -148,6 +161,7 @@ impl Value for Val {
         match self {
             Val::Tensor(t) => t.ty(),
             Val::Symbol(s) => s.ty.inner(),
+            Val::Batched(lanes) => lanes.ty(),
         }
     }
 
@@ -158,7 +172,7 @@ impl Value for Val {
     fn held_bytes(&self) -> usize {
         match self {
             Val::Tensor(t) => t.held_bytes(),
-            Val::Symbol(_) => 0,
+            Val::Symbol(_) | Val::Batched(_) => 0,
         }
     }
 

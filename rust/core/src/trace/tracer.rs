@@ -45,7 +45,18 @@ fn capture_key(v: &Val) -> CaptureKey {
     match v {
         Val::Symbol(s) => CaptureKey::Port(s.frame, s.port),
         Val::Tensor(t) => CaptureKey::Tensor(t.id()),
+        Val::Batched(lanes) => CaptureKey::Tensor(lanes.id()),
     }
+}
+
+/// The error for a lane of a `vmap` used where no batching context holds it: it was kept
+/// past the end of its `vmap` call.
+pub(crate) fn escaped_lanes(op: &'static str) -> Error {
+    Error::invalid(
+        op,
+        "a batched value of a vmap call was used after that call returned (or outside it): \
+         return it from the vmapped function instead of keeping it",
+    )
 }
 
 struct Frame {
@@ -348,6 +359,9 @@ impl Tracer {
     /// The port of `v` in frame `k`, capturing it (through every frame between) if it lives
     /// outside.
     fn port(&mut self, k: usize, v: &Val) -> Result<Port> {
+        if let Val::Batched(_) = v {
+            return Err(escaped_lanes("trace"));
+        }
         if let Val::Symbol(s) = v {
             if s.frame == self.frames[k].id {
                 return Ok(s.port);
@@ -580,6 +594,9 @@ impl TraceContext {
 
 impl Context<Val> for TraceContext {
     fn apply(&mut self, op: &Op, inputs: &[Val]) -> Result<Values<Val>> {
+        if inputs.iter().any(|v| v.as_lanes().is_some()) {
+            return Err(escaped_lanes(op.name()));
+        }
         let concrete = inputs.iter().all(Val::is_concrete);
         if concrete && (self.tracer.is_none() || !inputs.is_empty()) && !self.traces_inputs(inputs)
         {
@@ -598,6 +615,9 @@ impl Context<Val> for TraceContext {
     }
 
     fn apply_node(&mut self, kind: &NodeKind, inputs: &[Val]) -> Result<Values<Val>> {
+        if inputs.iter().any(|v| v.as_lanes().is_some()) {
+            return Err(escaped_lanes(kind.name()));
+        }
         lock(self.tracer_ref(kind.name())?).add_node(kind, inputs)
     }
 

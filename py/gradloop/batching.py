@@ -1,0 +1,254 @@
+"""Batching: `vmap`, JAX's transform, over the core's batching rules.
+
+Inside `vmap(fn)`, `fn` sees one lane of each batched argument: a tensor of the lane's shape
+whose value is every lane's, held by the core along a leading axis. Each op over such tensors
+runs once over the whole batch (the op table's batching rule), so `fn` is traced and
+differentiated as the batched program it stands for: `vmap(grad(f))` gives each lane its own
+gradient, and `grad(vmap(f))` differentiates through the batch. A value the same in every lane
+(an argument with `in_axes=None`, a constant, a tensor closed over) stays unbatched until an op
+mixes it with a batched one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _core, _validate, errors, nest
+
+__all__ = ["vmap"]
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", "fn")
+
+
+def _fail(where: str, message: str) -> Any:
+    raise errors.InvalidArgumentError(_validate.at_user(f"{where}: {message}"))
+
+
+def _check_axis_spec(spec: Any, what: str, where: str) -> None:
+    """`spec` is an int, None, or a tuple/list/dict of them (a pytree prefix)."""
+    if spec is None or (isinstance(spec, (int, np.integer)) and not isinstance(spec, bool)):
+        return
+    if isinstance(spec, (tuple, list)):
+        for s in spec:
+            _check_axis_spec(s, what, where)
+        return
+    if isinstance(spec, dict):
+        for s in spec.values():
+            _check_axis_spec(s, what, where)
+        return
+    _fail(where, f"{what} must be an int, None, or a tuple/list/dict of them; got {spec!r}")
+
+
+def _leaf_axes(spec: Any, tree: Any, path: str, what: str, where: str) -> list[Any]:
+    """One axis (int or None) per leaf of `tree`, from `spec`, a pytree prefix of it."""
+    if spec is None or isinstance(spec, (int, np.integer)):
+        return [None if spec is None else int(spec)] * len(nest.flatten(tree))
+    label = nest.path_str(path) or "the top"
+    if isinstance(spec, (tuple, list)):
+        if not isinstance(tree, (tuple, list)) or len(tree) != len(spec):
+            got = nest.format_structure(tree, lambda _: "*")
+            _fail(
+                where,
+                f"{what} at {label} is a {type(spec).__name__} of {len(spec)} but the value "
+                f"there is {got}: the structures must match",
+            )
+        axes = []
+        for i, (s, t) in enumerate(zip(spec, tree, strict=True)):
+            axes += _leaf_axes(s, t, f"{path}[{i}]", what, where)
+        return axes
+    if not isinstance(tree, dict) or sorted(tree) != sorted(spec):
+        got = nest.format_structure(tree, lambda _: "*")
+        _fail(
+            where,
+            f"{what} at {label} is a dict with keys {sorted(spec)!r} but the value there is "
+            f"{got}: the structures must match",
+        )
+    axes = []
+    for k in sorted(spec):
+        axes += _leaf_axes(spec[k], tree[k], f"{path}[{k!r}]", what, where)
+    return axes
+
+
+def _moved(x: _core.Tensor, source: int, dest: int) -> _core.Tensor:
+    """`x` with axis `source` moved to position `dest` (numpy's moveaxis)."""
+    if source == dest:
+        return x
+    order = [a for a in range(x.ndim) if a != source]
+    order.insert(dest, source)
+    return _core.transpose(x, order)
+
+
+def _lanes_of(x: _core.Tensor, level: int, size: int) -> _core.Tensor:
+    """`x` as lanes of `level`: itself if it is already; else the same value in every lane."""
+    physical = _core.lanes_unwrap(x, level)
+    if physical is not None:
+        return x
+    every = _core.broadcast_to(x, (size, *x.shape))
+    return _core.lanes_wrap(every, level)
+
+
+_SIZES: dict[int, int] = {}  # level -> number of lanes, for the levels of active vmap calls
+
+
+def lanes_everywhere(x: Any) -> Any:
+    """`x` (a tensor) as lanes of every active `vmap` call: what a transform inside `vmap`
+    differentiates with respect to, so that each lane gets its own derivative."""
+    if not isinstance(x, _core.Tensor):
+        return x
+    for level in _core.vmap_levels():
+        x = _lanes_of(x, level, _SIZES[level])
+    return x
+
+
+def match_lanes(a: _core.Tensor, b: _core.Tensor) -> tuple[_core.Tensor, _core.Tensor]:
+    """`a` and `b` batched over the same `vmap` calls: each made lanes where the other is."""
+    levels = set(_core.lanes_levels(a)) | set(_core.lanes_levels(b))
+    for level in _core.vmap_levels():
+        if level in levels:
+            a = _lanes_of(a, level, _SIZES[level])
+            b = _lanes_of(b, level, _SIZES[level])
+    return a, b
+
+
+def vmap(
+    fn: Callable[..., Any],
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    axis_size: int | None = None,
+) -> Callable[..., Any]:
+    """`fn` mapped over an axis of its arguments: JAX's `vmap`.
+
+    Reference semantics in plain Python (one axis, `in_axes=0`, `out_axes=0`)::
+
+        def vmapped(*args):
+            outs = [fn(*(a[i] for a in args)) for i in range(len(args[0]))]
+            return stack(outs)
+
+    but every op runs once over the whole batch.
+
+    Args:
+        fn: the function of one lane. It may use every op, transform (`grad`, `jvp`,
+            `hessian`, `vmap` itself) and mode (eager, `@gl.function`, `gl.jit`).
+        in_axes: which axis of each argument holds the lanes: an int (negative counts from
+            the end), None (not batched: the same in every lane), or a tuple with one entry per
+            positional argument, each an int, None or a pytree prefix of that argument.
+        out_axes: where the lanes go in each output: an int, or a pytree prefix of the output;
+            None only for an output that is the same in every lane.
+        axis_size: the number of lanes, needed only when no argument is batched.
+
+    Returns:
+        The batched function. Batched arguments must agree on the number of lanes; a mismatch,
+        an axis out of range or an `in_axes` structure that does not match the arguments is an
+        `InvalidArgumentError` naming the argument.
+    """
+    _validate.check_callable("vmap", "fn", fn)
+    where = f"vmap({_name(fn)})"
+    _check_axis_spec(in_axes, "in_axes", where)
+    _check_axis_spec(out_axes, "out_axes", where)
+    if axis_size is not None and (
+        isinstance(axis_size, bool)
+        or not isinstance(axis_size, (int, np.integer))
+        or axis_size < 1
+    ):
+        _fail(where, f"axis_size must be a positive int or None; got {axis_size!r}")
+
+    @functools.wraps(fn)
+    def batched(*args: Any) -> Any:
+        spec = in_axes
+        if isinstance(spec, list):
+            spec = tuple(spec)
+        if isinstance(spec, tuple) and len(spec) != len(args):
+            _fail(
+                where,
+                f"in_axes has {len(spec)} entries but the function got {len(args)} "
+                "positional arguments",
+            )
+        axes = _leaf_axes(spec, tuple(args), "", "in_axes", where)
+        flat = nest.flatten_with_paths(tuple(args))
+        leaves: list[Any] = []
+        size = None
+        first = ""
+        for (path, leaf), axis in zip(flat, axes, strict=True):
+            label = f"argument {nest.path_str(path)}"
+            if axis is None:
+                leaves.append(leaf)
+                continue
+            x = _validate.to_tensor("vmap", leaf, path, "argument")
+            if x.ndim == 0:
+                _fail(where, f"{label} is a scalar: it has no axis {axis} to map over")
+            if not -x.ndim <= axis < x.ndim:
+                _fail(
+                    where,
+                    f"in_axes {axis} is out of range for {label} of shape {list(x.shape)}",
+                )
+            axis %= x.ndim
+            n = x.shape[axis]
+            if n is None:
+                _fail(where, f"{label} has no static size along axis {axis}")
+            if size is None:
+                size, first = n, label
+            elif n != size:
+                _fail(
+                    where,
+                    f"batched arguments have different sizes: {first} has {size} lanes but "
+                    f"{label} has {n} (along its axis {axis})",
+                )
+            leaves.append((x, axis))
+        if size is None:
+            if axis_size is None:
+                _fail(where, "no argument is batched (every in_axes is None): give axis_size")
+            size = int(axis_size)
+        elif axis_size is not None and int(axis_size) != size:
+            _fail(where, f"axis_size is {axis_size} but the batched arguments have {size} lanes")
+        level = _core.vmap_begin()
+        _SIZES[level] = size
+        try:
+            lane_args = [
+                _core.lanes_wrap(_moved(leaf[0], leaf[1], 0), level)
+                if isinstance(leaf, tuple)
+                else leaf
+                for leaf in leaves
+            ]
+            out = fn(*nest.pack_sequence_as(tuple(args), lane_args))
+            return _unbatched_outputs(out, level, size, where)
+        finally:
+            _core.vmap_end(level)
+            del _SIZES[level]
+
+    def _unbatched_outputs(out: Any, level: int, size: int, where: str) -> Any:
+        axes = _leaf_axes(out_axes, out, "", "out_axes", where)
+        results = []
+        for (path, leaf), axis in zip(nest.flatten_with_paths(out), axes, strict=True):
+            label = f"output {nest.path_str(path) or ''}".rstrip()
+            if leaf is None:
+                results.append(None)
+                continue
+            x = _validate.to_tensor("vmap", leaf, path, "output")
+            physical = _core.lanes_unwrap(x, level)
+            if axis is None:
+                if physical is not None:
+                    _fail(
+                        where,
+                        f"out_axes is None for {label}, but it differs per lane: give it an axis",
+                    )
+                results.append(x)
+                continue
+            if physical is None:
+                physical = _core.broadcast_to(x, (size, *x.shape))
+            rank = physical.ndim
+            if not -rank <= axis < rank:
+                _fail(
+                    where,
+                    f"out_axes {axis} is out of range for {label}, whose batch has shape "
+                    f"{list(physical.shape)}",
+                )
+            results.append(_moved(physical, 0, axis % rank))
+        return nest.pack_sequence_as(out, results)
+
+    return batched
