@@ -252,3 +252,172 @@ def vmap(
         return nest.pack_sequence_as(out, results)
 
     return batched
+
+
+# ---- control flow over lanes (eager) ------------------------------------------------------------
+#
+# A predicate or branch index that differs per lane splits the lanes: each branch runs on the
+# lanes that take it (the level narrowed to them, so what the branch closes over is gathered to
+# its lanes when used), and the results are stitched back in lane order. A branch no lane takes
+# never runs, and nothing it would compute reaches a value or a gradient. A loop narrows its
+# level to the live lanes whenever some finish, so its body's cost follows the live lanes.
+
+
+def lane_level(x: Any) -> int | None:
+    """The innermost `vmap` level `x` (a predicate, index or loop condition) differs over."""
+    if not isinstance(x, _core.Tensor):
+        return None
+    levels = _core.lanes_levels(x)
+    return levels[0] if levels else None
+
+
+def _host_lanes(fn: str, x: _core.Tensor, level: int | None) -> np.ndarray:
+    """Each lane's value of predicate or index `x` (batched at `level` only), on the host."""
+    physical = _core.lanes_unwrap(x, level) if lane_level(x) == level else x
+    if _core.lanes_levels(physical) or _core.mode() == "tracing":
+        raise errors.InvalidArgumentError(
+            _validate.at_user(
+                f"{fn}: a predicate that differs per lane of a gl.vmap is supported in eager "
+                "mode, over one vmap level; not yet inside @gl.function, gl.jit, or over the "
+                "lanes of nested vmap calls at once"
+            )
+        )
+    return np.asarray(physical.numpy())
+
+
+_EXPECTED = {
+    "pred": ((_core.bool_,), "a scalar bool tensor"),
+    "branch_index": ((_core.int32, _core.int64), "a scalar int32/int64 tensor"),
+    "the result of cond": ((_core.bool_,), "a scalar bool tensor"),
+}
+
+
+def lanes_values(fn: str, x: _core.Tensor, level: int, what: str) -> np.ndarray:
+    """Each lane's predicate or branch index `x`, checked to be one lane's scalar of the
+    right dtype."""
+    dtypes, expected = _EXPECTED[what]
+    if x.dtype not in dtypes or x.shape != ():
+        _fail(fn, f"{what} must be {expected} in each lane; got {_validate.describe(x)}")
+    return _host_lanes(fn, x, level)
+
+
+def _physical(leaf: Any, level: int, lanes: int) -> _core.Tensor:
+    """`leaf` (a branch output) over the level's current `lanes` lanes, lanes along axis 0."""
+    physical = _core.lanes_unwrap(leaf, level)
+    if physical is None:
+        physical = _core.broadcast_to(leaf, (lanes, *leaf.shape))
+    return physical
+
+
+def _run_on(level: int, rows: np.ndarray, run: Callable[[], Any]) -> list[Any]:
+    """`run()` on lanes `rows` of the level's current lanes: its output leaves, each with its
+    lanes along axis 0 (the level narrowed while it runs)."""
+    _core.lanes_narrow(level, _core.tensor(rows.astype(np.int64)))
+    try:
+        out = run()
+        return out, [
+            None if leaf is None else _physical(leaf, level, len(rows))
+            for leaf in nest.flatten(out)
+        ]
+    finally:
+        _core.lanes_widen(level)
+
+
+def _stitch(level: int, parts: list[tuple[np.ndarray, list[Any]]]) -> list[Any]:
+    """Per output leaf, the parts' lanes (rows of the current lanes) put back in lane order."""
+    order = np.concatenate([rows for rows, _ in parts])
+    inverse = _core.tensor(np.argsort(order, kind="stable").astype(np.int64))
+    leaves = []
+    for i, first in enumerate(parts[0][1]):
+        if first is None:
+            leaves.append(None)
+            continue
+        pieces = [leaves_[i] for _, leaves_ in parts]
+        whole = pieces[0] if len(pieces) == 1 else _core.concatenate(pieces, 0)
+        if len(pieces) > 1 or not np.array_equal(order, np.arange(len(order))):
+            whole = _core.take(whole, inverse, 0)
+        leaves.append(_core.lanes_wrap(whole, level))
+    return leaves
+
+
+def branches(fn: str, level: int, choice: np.ndarray, named: list[tuple[str, Any]]) -> Any:
+    """`named[choice[lane]]` run on each lane: every branch once, on the lanes that take it."""
+    outputs: list[tuple[str, Any]] = []
+    parts = []
+    for k, (name, branch) in enumerate(named):
+        rows = np.flatnonzero(choice == k)
+        if rows.size == 0:
+            continue
+
+        def run(branch: Any = branch, name: str = name) -> Any:
+            return _validate.convert_outputs(fn, branch(), f"the output of {name}")
+
+        out, leaves = _run_on(level, rows, run)
+        outputs.append((name, out))
+        parts.append((rows, leaves))
+    first = _validate.check_branch_outputs(fn, outputs)
+    return nest.pack_sequence_as(first, _stitch(level, parts))
+
+
+def while_loop(
+    cond: Callable[..., Any],
+    body: Callable[..., Any],
+    values: Any,
+    call: Callable[[Callable[..., Any], Any], Any],
+    limit: int | None,
+    pred: Any,
+    i: int,
+    check_body: Callable[[Any, Any, int], Any],
+) -> Any:
+    """The rest of an eager `while_loop` whose condition `pred` (of `values`, after `i < limit`
+    trips) differs per lane: each lane stops when its own condition fails or it reaches
+    `limit`. Live lanes make their trips together; when some finish, their values are set
+    aside and the level narrowed to the others, so the body runs over live lanes only."""
+    level = lane_level(pred)
+    live = np.arange(lanes_values("while_loop", pred, level, "the result of cond").size)
+    done: list[tuple[np.ndarray, list[Any]]] = []
+    narrowed = 0
+    try:
+        while True:
+            mask = _lane_mask(pred, level, live.size)
+            finished = np.flatnonzero(~mask)
+            if finished.size:
+                done.append((live[finished], _rows_of(values, level, live.size, finished)))
+            kept = np.flatnonzero(mask)
+            if kept.size == 0:
+                break
+            if finished.size:
+                _core.lanes_narrow(level, _rows(kept))
+                narrowed += 1
+                live = live[kept]
+            values = check_body(values, call(body, values), i)
+            i += 1
+            if limit is not None and i >= limit:
+                done.append((live, _rows_of(values, level, live.size, None)))
+                break
+            pred = call(cond, values)
+    finally:
+        for _ in range(narrowed):
+            _core.lanes_widen(level)
+    return nest.pack_sequence_as(values, _stitch(level, done))
+
+
+def _lane_mask(pred: Any, level: int, lanes: int) -> np.ndarray:
+    """Each live lane's loop condition."""
+    if lane_level(pred) is None:
+        going = _validate.check_predicate("while_loop", pred, "the result of cond")
+        return np.full(lanes, bool(going))
+    return lanes_values("while_loop", pred, level, "the result of cond").astype(bool)
+
+
+def _rows_of(values: Any, level: int, lanes: int, rows: np.ndarray | None) -> list[Any]:
+    """The leaves of `values` over the level's current `lanes` lanes, at `rows` (all: None)."""
+    out = []
+    for leaf in nest.flatten(values):
+        physical = _physical(leaf, level, lanes)
+        out.append(physical if rows is None else _core.take(physical, _rows(rows), 0))
+    return out
+
+
+def _rows(rows: np.ndarray) -> _core.Tensor:
+    return _core.tensor(rows.astype(np.int64))

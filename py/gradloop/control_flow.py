@@ -17,7 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import _core, _staged, _validate, nest
+import functools
+
+import numpy as np
+
+from . import _core, _staged, _validate, batching, nest
 
 __all__ = ["cond", "switch_case", "while_loop"]
 
@@ -43,6 +47,11 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> 
     """
     _validate.check_callable("cond", "true_fn", true_fn)
     _validate.check_callable("cond", "false_fn", false_fn)
+    level = batching.lane_level(pred)
+    if level is not None:
+        taken = np.where(batching.lanes_values("cond", pred, level, "pred"), 0, 1)
+        named = [("true_fn", true_fn), ("false_fn", false_fn)]
+        return batching.branches("cond", level, taken, named)
     expected = "a scalar bool tensor or a Python bool"
     symbolic = _validate.symbolic_scalar("cond", pred, (_core.bool_,), "pred", expected)
     if symbolic is not None:
@@ -80,6 +89,16 @@ def switch_case(
         The chosen branch's outputs (only that branch runs eagerly).
     """
     branches = _validate.check_branch_fns("switch_case", branch_fns, default)
+    level = batching.lane_level(branch_index)
+    if level is not None:
+        index = batching.lanes_values("switch_case", branch_index, level, "branch_index")
+        n = len(branches)
+        named = [(f"branch_fns[{i}]", b) for i, b in enumerate(branches)]
+        if default is not None:
+            named.append(("default", default))
+        # An index out of range runs the default, or the last branch.
+        chosen = np.where((index >= 0) & (index < n), index, len(named) - 1)
+        return batching.branches("switch_case", level, chosen, named)
     expected = "a scalar int32/int64 tensor or a Python int"
     symbolic = _validate.symbolic_scalar(
         "switch_case", branch_index, (_core.int32, _core.int64), "branch_index", expected
@@ -169,7 +188,13 @@ def while_loop(
         return _staged_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
     values, i = loop_vars, 0
     while limit is None or i < limit:
-        if not _validate.check_predicate("while_loop", call(cond, values), "the result of cond"):
+        pred = call(cond, values)
+        if batching.lane_level(pred) is not None:
+            check = functools.partial(_validate.check_loop_body_output, "while_loop", loop_vars)
+            return batching.while_loop(
+                cond, body, values, call, limit, pred, i, lambda _, new, k: check(new, k, body)
+            )
+        if not _validate.check_predicate("while_loop", pred, "the result of cond"):
             break
         new_values = call(body, values)
         values = _validate.check_loop_body_output("while_loop", loop_vars, new_values, i, body)

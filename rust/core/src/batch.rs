@@ -19,8 +19,9 @@
 //!   sin(x) ->  Sin's rule: sin over f32[B, 3]  ->  a Lanes value of f32[3]
 //! ```
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
@@ -29,7 +30,7 @@ use crate::graph::NodeKind;
 use crate::ops::{Context, Op, Values};
 use crate::shape::TensorType;
 use crate::tensor::{next_id, TensorId};
-use crate::trace::{TracerRef, Val};
+use crate::trace::{escaped_lanes, TracerRef, Val};
 use crate::value::Value;
 
 /// Levels are unique for the life of the process, so that a value that outlives its `vmap`
@@ -41,21 +42,56 @@ pub fn new_level() -> u64 {
     NEXT_LEVEL.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The lanes of one level that values are computed over now: all of them (a level's root), or
+/// those of its parent that `rows` picks (a branch taken by some lanes, a loop's live lanes).
+/// A value computed over a parent set is gathered to the rows of a child set when a child uses
+/// it (once per value and set: `gathered`).
+#[derive(Debug)]
+pub struct LaneSet {
+    pub level: u64,
+    parent: Option<(Arc<LaneSet>, Val)>,
+    gathered: Mutex<HashMap<TensorId, Val>>,
+}
+
+impl LaneSet {
+    /// Every lane of `level`.
+    pub fn root(level: u64) -> Arc<LaneSet> {
+        Arc::new(LaneSet {
+            level,
+            parent: None,
+            gathered: Mutex::default(),
+        })
+    }
+
+    /// The lanes of `parent` at `rows` (int64 indices into its lanes).
+    pub fn child(parent: &Arc<LaneSet>, rows: Val) -> Arc<LaneSet> {
+        Arc::new(LaneSet {
+            level: parent.level,
+            parent: Some((parent.clone(), rows)),
+            gathered: Mutex::default(),
+        })
+    }
+
+    pub fn parent(&self) -> Option<&Arc<LaneSet>> {
+        self.parent.as_ref().map(|(p, _)| p)
+    }
+}
+
 /// One lane's view of a batched value.
 #[derive(Debug)]
 pub struct Lanes {
     id: TensorId,
     /// Every lane's value, lanes along axis 0.
     pub physical: Val,
-    /// The `vmap` call this value belongs to.
-    pub level: u64,
+    /// The lanes `physical` holds.
+    pub set: Arc<LaneSet>,
     /// One lane's type: `physical`'s without axis 0.
     ty: TensorType,
 }
 
 impl Lanes {
-    /// The lane view of `physical`, whose axis 0 holds the lanes of `level`.
-    pub fn wrap(physical: Val, level: u64) -> Result<Val> {
+    /// The lane view of `physical`, whose axis 0 holds the lanes of `set`.
+    pub fn wrap(physical: Val, set: &Arc<LaneSet>) -> Result<Val> {
         let whole = physical.ty();
         if whole.shape.is_empty() {
             return Err(Error::internal(
@@ -67,13 +103,17 @@ impl Lanes {
         Ok(Val::Batched(Arc::new(Lanes {
             id: next_id(),
             physical,
-            level,
+            set: set.clone(),
             ty,
         })))
     }
 
     pub fn id(&self) -> TensorId {
         self.id
+    }
+
+    pub fn level(&self) -> u64 {
+        self.set.level
     }
 
     pub fn ty(&self) -> &TensorType {
@@ -84,30 +124,54 @@ impl Lanes {
 /// The lanes of `v` at `level`, if `v` belongs to it.
 pub fn lanes_at(v: &Val, level: u64) -> Option<&Lanes> {
     match v {
-        Val::Batched(lanes) if lanes.level == level => Some(lanes),
+        Val::Batched(lanes) if lanes.level() == level => Some(lanes),
         _ => None,
     }
 }
 
-/// Applies ops over values of one batching level through their batching rules; anything else
-/// passes to `inner` unchanged.
+/// `lanes`' value over the lanes of `set`: its own, or gathered down the sets between (the
+/// gathers go through `ctx`, so tapes record them).
+pub fn over(ctx: &mut dyn Context<Val>, lanes: &Lanes, set: &Arc<LaneSet>) -> Result<Val> {
+    if Arc::ptr_eq(&lanes.set, set) {
+        return Ok(lanes.physical.clone());
+    }
+    if let Some(v) = lock(&set.gathered).get(&lanes.id) {
+        return Ok(v.clone());
+    }
+    let Some((parent, rows)) = &set.parent else {
+        return Err(escaped_lanes("vmap"));
+    };
+    let above = over(ctx, lanes, parent)?;
+    let v = crate::ops::build::take(ctx, &above, rows, 0)?;
+    lock(&set.gathered).insert(lanes.id, v.clone());
+    Ok(v)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Applies ops over values of one batching level through their batching rules, over the
+/// level's current lanes (`set`); anything else passes to `inner` unchanged.
 pub struct BatchContext<'a> {
     pub inner: &'a mut dyn Context<Val>,
-    pub level: u64,
+    pub set: &'a Arc<LaneSet>,
 }
 
 impl BatchContext<'_> {
-    /// The physical inputs and which of them hold lanes; None when none does.
-    fn unwrap(&self, inputs: &[Val]) -> Option<(SmallVec<[Val; 4]>, SmallVec<[bool; 4]>)> {
-        if !inputs.iter().any(|v| lanes_at(v, self.level).is_some()) {
-            return None;
+    /// The physical inputs over the current lanes and which of them hold lanes; None when none
+    /// does.
+    fn unwrap(&mut self, inputs: &[Val]) -> Result<Option<(Inputs, SmallVec<[bool; 4]>)>> {
+        let level = self.set.level;
+        if !inputs.iter().any(|v| lanes_at(v, level).is_some()) {
+            return Ok(None);
         }
         let mut physical = SmallVec::with_capacity(inputs.len());
         let mut batched = SmallVec::with_capacity(inputs.len());
         for v in inputs {
-            match lanes_at(v, self.level) {
+            match lanes_at(v, level) {
                 Some(lanes) => {
-                    physical.push(lanes.physical.clone());
+                    physical.push(over(self.inner, lanes, self.set)?);
                     batched.push(true);
                 }
                 None => {
@@ -116,24 +180,26 @@ impl BatchContext<'_> {
                 }
             }
         }
-        Some((physical, batched))
+        Ok(Some((physical, batched)))
     }
 }
 
+type Inputs = SmallVec<[Val; 4]>;
+
 impl Context<Val> for BatchContext<'_> {
     fn apply(&mut self, op: &Op, inputs: &[Val]) -> Result<Values<Val>> {
-        let Some((physical, batched)) = self.unwrap(inputs) else {
+        let Some((physical, batched)) = self.unwrap(inputs)? else {
             return self.inner.apply(op, inputs);
         };
         let outputs = op.batch(self.inner, &physical, &batched)?;
         outputs
             .into_iter()
-            .map(|o| Lanes::wrap(o, self.level))
+            .map(|o| Lanes::wrap(o, self.set))
             .collect()
     }
 
     fn apply_node(&mut self, kind: &NodeKind, inputs: &[Val]) -> Result<Values<Val>> {
-        if self.unwrap(inputs).is_none() {
+        if self.unwrap(inputs)?.is_none() {
             return self.inner.apply_node(kind, inputs);
         }
         Err(Error::invalid(
@@ -147,43 +213,48 @@ impl Context<Val> for BatchContext<'_> {
     }
 }
 
-/// Runs `f` with a `BatchContext` for each of `levels` (outermost first) over `ctx`: the last
-/// level's context is the outermost of the chain.
+/// Runs `f` with a `BatchContext` for each of `sets` (each level's current lanes, outermost
+/// level first) over `ctx`: the last level's context is the outermost of the chain.
 pub fn with_levels<T>(
-    levels: &[u64],
+    sets: &[Arc<LaneSet>],
     ctx: &mut dyn Context<Val>,
     f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>,
 ) -> Result<T> {
-    match levels.split_first() {
+    match sets.split_first() {
         None => f(ctx),
-        Some((&level, rest)) => {
-            let mut batch = BatchContext { inner: ctx, level };
+        Some((set, rest)) => {
+            let mut batch = BatchContext { inner: ctx, set };
             with_levels(rest, &mut batch, f)
         }
     }
 }
 
-/// Levels a value is wrapped in, outermost wrapper first (the innermost `vmap` first).
-pub type Levels = SmallVec<[u64; 2]>;
+/// The lane sets a value is wrapped in, outermost wrapper first (the innermost `vmap` first).
+pub type Levels = SmallVec<[Arc<LaneSet>; 2]>;
 
 /// `v` with every lane view taken off: the physical value that tapes, accumulators and traces
-/// see, and the levels it was wrapped in (for `dress`).
+/// see, and the lane sets it was wrapped in (for `dress`).
 pub fn strip(v: &Val) -> (Val, Levels) {
     let mut levels = Levels::new();
     let mut v = v;
     while let Val::Batched(lanes) = v {
-        levels.push(lanes.level);
+        levels.push(lanes.set.clone());
         v = &lanes.physical;
     }
     (v.clone(), levels)
 }
 
+/// Whether two values are wrapped in the same lane sets (as `strip` gives them).
+pub fn same_lanes(a: &[Arc<LaneSet>], b: &[Arc<LaneSet>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
 /// `physical` wrapped back in `levels` (as `strip` gave them).
-pub fn dress(physical: Val, levels: &[u64]) -> Result<Val> {
+pub fn dress(physical: Val, levels: &[Arc<LaneSet>]) -> Result<Val> {
     levels
         .iter()
         .rev()
-        .try_fold(physical, |v, &level| Lanes::wrap(v, level))
+        .try_fold(physical, |v, set| Lanes::wrap(v, set))
 }
 
 #[cfg(test)]
@@ -193,9 +264,12 @@ mod tests {
     use crate::tensor::Tensor;
     use crate::trace::TraceContext;
 
-    fn run<T>(levels: &[u64], f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>) -> Result<T> {
+    fn run<T>(
+        sets: &[Arc<LaneSet>],
+        f: impl FnOnce(&mut dyn Context<Val>) -> Result<T>,
+    ) -> Result<T> {
         let mut base = TraceContext::new(None);
-        with_levels(levels, &mut base, f)
+        with_levels(sets, &mut base, f)
     }
 
     fn values(v: &Val) -> Vec<f64> {
@@ -204,34 +278,35 @@ mod tests {
 
     #[test]
     fn an_op_over_lanes_runs_once_over_the_batch() {
-        let level = new_level();
+        let level = LaneSet::root(new_level());
         let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
-        let x = Lanes::wrap(Val::Tensor(xs), level).unwrap();
+        let x = Lanes::wrap(Val::Tensor(xs), &level).unwrap();
         assert_eq!(x.ty().shape.as_slice(), &[3]);
         let y = Val::Tensor(Tensor::from_vec(vec![10.0f64, 20.0, 30.0], &[3]).unwrap());
-        let out = run(&[level], |ctx| {
+        let out = run(&[level.clone()], |ctx| {
             let s = build::add(ctx, &x, &y)?;
             build::sum(ctx, &s, &[0], false)
         })
         .unwrap();
-        let lanes = lanes_at(&out, level).expect("batched");
+        let lanes = lanes_at(&out, level.level).expect("batched");
         assert_eq!(out.ty().shape.as_slice(), &[] as &[usize]);
         assert_eq!(values(&lanes.physical), vec![66.0, 75.0]);
     }
 
     #[test]
     fn nested_levels_unwrap_one_at_a_time() {
-        let (outer, inner) = (new_level(), new_level());
+        let (outer, inner) = (LaneSet::root(new_level()), LaneSet::root(new_level()));
         let xs = Tensor::from_vec((0..6).map(f64::from).collect::<Vec<_>>(), &[2, 3]).unwrap();
-        let x = Lanes::wrap(Val::Tensor(xs), outer).unwrap();
-        let x = Lanes::wrap(x, inner).unwrap();
+        let x = Lanes::wrap(Val::Tensor(xs), &outer).unwrap();
+        let x = Lanes::wrap(x, &inner).unwrap();
         assert_eq!(x.ty().shape.as_slice(), &[] as &[usize]);
         let (physical, levels) = strip(&x);
-        assert_eq!(levels.as_slice(), &[inner, outer]);
+        assert!(same_lanes(&levels, &[inner.clone(), outer.clone()]));
         assert_eq!(physical.ty().shape.as_slice(), &[2, 3]);
-        let doubled = run(&[outer, inner], |ctx| build::add(ctx, &x, &x)).unwrap();
+        let sets = [outer.clone(), inner.clone()];
+        let doubled = run(&sets, |ctx| build::add(ctx, &x, &x)).unwrap();
         let (physical, levels) = strip(&doubled);
-        assert_eq!(levels.as_slice(), &[inner, outer]);
+        assert!(same_lanes(&levels, &[inner, outer]));
         assert_eq!(values(&physical), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         let again = dress(physical, &levels).unwrap();
         assert_eq!(again.ty().shape.as_slice(), &[] as &[usize]);
@@ -239,13 +314,10 @@ mod tests {
 
     #[test]
     fn a_value_kept_past_its_vmap_is_an_error() {
-        let level = new_level();
+        let level = LaneSet::root(new_level());
         let xs = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
-        let x = Lanes::wrap(Val::Tensor(xs), level).unwrap();
+        let x = Lanes::wrap(Val::Tensor(xs), &level).unwrap();
         let err = run(&[], |ctx| build::neg(ctx, &x)).unwrap_err();
-        assert!(
-            err.to_string().contains("after that call returned"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("outside the vmap call"), "{err}");
     }
 }

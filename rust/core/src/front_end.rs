@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::with_levels;
+use crate::batch::{with_levels, LaneSet};
 use crate::error::{Error, Result};
 use crate::forward::{AccumulatorRef, ForwardContext};
 use crate::ops::Context;
@@ -38,8 +38,8 @@ pub struct Runtime {
     tapes_below: Arc<Vec<usize>>,
     /// The level the next tape or accumulator gets: nesting order across both stacks.
     next_level: u64,
-    /// Active `vmap` calls' batching levels (`batch::new_level`), innermost last.
-    batch_levels: Arc<Vec<u64>>,
+    /// Active `vmap` calls' current lanes (one set per level), innermost last.
+    batch_levels: Arc<Vec<Arc<LaneSet>>>,
 }
 
 /// How an op runs now: the decision `Runtime::mode` makes, carrying what it needs.
@@ -53,7 +53,7 @@ pub enum Mode {
         tapes: Arc<Vec<TapeRef<Val>>>,
         accumulators: Arc<Vec<AccumulatorRef<Val>>>,
         tapes_below: Arc<Vec<usize>>,
-        batch_levels: Arc<Vec<u64>>,
+        batch_levels: Arc<Vec<Arc<LaneSet>>>,
     },
 }
 
@@ -152,25 +152,50 @@ impl Runtime {
         }
     }
 
-    /// The active `vmap` levels, innermost last.
-    pub fn batch_levels(&self) -> &[u64] {
+    /// The active `vmap` levels' current lanes, innermost last.
+    pub fn batch_levels(&self) -> &[Arc<LaneSet>] {
         &self.batch_levels
     }
 
-    /// Starts batching level `level` (a `vmap` call), innermost.
+    /// Starts batching level `level` (a `vmap` call) over all its lanes, innermost.
     pub fn push_batch_level(&mut self, level: u64) {
-        Arc::make_mut(&mut self.batch_levels).push(level);
+        Arc::make_mut(&mut self.batch_levels).push(LaneSet::root(level));
     }
 
     /// Ends batching level `level`; false when it was not active.
     pub fn pop_batch_level(&mut self, level: u64) -> bool {
-        match self.batch_levels.iter().rposition(|&l| l == level) {
+        match self.batch_levels.iter().rposition(|s| s.level == level) {
             Some(i) => {
                 Arc::make_mut(&mut self.batch_levels).remove(i);
                 true
             }
             None => false,
         }
+    }
+
+    /// Narrows level `level` to the lanes `rows` (int64 indices into its current lanes) until
+    /// `widen`; false when the level is not active.
+    pub fn narrow_batch_level(&mut self, level: u64, rows: Val) -> bool {
+        match self.batch_levels.iter().rposition(|s| s.level == level) {
+            Some(i) => {
+                let levels = Arc::make_mut(&mut self.batch_levels);
+                levels[i] = LaneSet::child(&levels[i], rows);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Undoes the last `narrow_batch_level` of `level`; false when there is none.
+    pub fn widen_batch_level(&mut self, level: u64) -> bool {
+        let Some(i) = self.batch_levels.iter().rposition(|s| s.level == level) else {
+            return false;
+        };
+        let Some(parent) = self.batch_levels[i].parent().cloned() else {
+            return false;
+        };
+        Arc::make_mut(&mut self.batch_levels)[i] = parent;
+        true
     }
 
     fn level(&mut self) -> u64 {

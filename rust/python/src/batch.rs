@@ -1,10 +1,13 @@
 //! `gl.vmap`'s hooks: batching levels and the lane views of tensors (the batching rules live in
 //! the core: `gradloop::batch` and each op's `OpDef::batch`).
 
-use gradloop::batch::{lanes_at, new_level, strip, Lanes};
+use std::sync::Arc;
+
+use gradloop::batch::{lanes_at, new_level, over, strip, LaneSet, Lanes};
+use gradloop::ErrorKind;
 use pyo3::prelude::*;
 
-use crate::errors::IntoPyResult;
+use crate::errors::{new_err, IntoPyResult};
 use crate::runtime;
 use crate::tensor::PyTensor;
 
@@ -25,25 +28,83 @@ pub fn vmap_end(level: u64) -> bool {
 /// The active batching levels, innermost last.
 #[pyfunction]
 pub fn vmap_levels() -> Vec<u64> {
-    runtime::batch_levels()
+    runtime::batch_levels().iter().map(|s| s.level).collect()
 }
 
-/// One lane's view of `t`, whose axis 0 holds the lanes of `level`.
+/// The current lanes of active level `level`.
+fn current(py: Python<'_>, level: u64) -> PyResult<Arc<LaneSet>> {
+    runtime::batch_levels()
+        .into_iter()
+        .find(|s| s.level == level)
+        .ok_or_else(|| {
+            new_err(
+                py,
+                ErrorKind::Internal,
+                "vmap",
+                format!("batching level {level} is not active"),
+            )
+        })
+}
+
+/// One lane's view of `t`, whose axis 0 holds the current lanes of `level`.
 #[pyfunction]
 pub fn lanes_wrap(py: Python<'_>, t: &Bound<'_, PyTensor>, level: u64) -> PyResult<PyTensor> {
-    Lanes::wrap(t.get().inner.clone(), level)
+    Lanes::wrap(t.get().inner.clone(), &current(py, level)?)
         .py(py)
         .map(PyTensor::new)
 }
 
-/// Every lane of `t` (lanes along axis 0) if `t` is batched at `level`, else None.
+/// The current lanes of `level` of `t` (lanes along axis 0) if `t` is batched at `level`,
+/// else None. A value of lanes that include the current ones is gathered to them.
 #[pyfunction]
-pub fn lanes_unwrap(t: &Bound<'_, PyTensor>, level: u64) -> Option<PyTensor> {
-    lanes_at(&t.get().inner, level).map(|lanes| PyTensor::new(lanes.physical.clone()))
+pub fn lanes_unwrap(
+    py: Python<'_>,
+    t: &Bound<'_, PyTensor>,
+    level: u64,
+) -> PyResult<Option<PyTensor>> {
+    let v = t.get().inner.clone();
+    if lanes_at(&v, level).is_none() {
+        return Ok(None);
+    }
+    let set = current(py, level)?;
+    runtime::run(py, 0, move |ctx| {
+        let lanes = lanes_at(&v, level).expect("checked above");
+        over(ctx, lanes, &set)
+    })
+    .map(|p| Some(PyTensor::new(p)))
 }
 
 /// The levels `t` is batched at, innermost `vmap` first.
 #[pyfunction]
 pub fn lanes_levels(t: &Bound<'_, PyTensor>) -> Vec<u64> {
-    strip(&t.get().inner).1.into_vec()
+    strip(&t.get().inner).1.iter().map(|s| s.level).collect()
+}
+
+/// Narrows level `level` to the lanes `rows` (int64 indices into its current lanes): values
+/// over wider lanes are gathered when used, until `lanes_widen(level)`.
+#[pyfunction]
+pub fn lanes_narrow(py: Python<'_>, level: u64, rows: &Bound<'_, PyTensor>) -> PyResult<()> {
+    if runtime::narrow_batch_level(level, rows.get().inner.clone()) {
+        return Ok(());
+    }
+    Err(new_err(
+        py,
+        ErrorKind::Internal,
+        "vmap",
+        format!("batching level {level} is not active"),
+    ))
+}
+
+/// Undoes the last `lanes_narrow(level)`.
+#[pyfunction]
+pub fn lanes_widen(py: Python<'_>, level: u64) -> PyResult<()> {
+    if runtime::widen_batch_level(level) {
+        return Ok(());
+    }
+    Err(new_err(
+        py,
+        ErrorKind::Internal,
+        "vmap",
+        format!("batching level {level} is not narrowed"),
+    ))
 }

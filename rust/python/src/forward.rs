@@ -1,7 +1,7 @@
 //! `gradloop._core.ForwardAccumulator`: forward mode's counterpart of `Tape`, which the Python
 //! API (`gl.jvp` and the helpers built on it) drives.
 
-use gradloop::batch::{dress, strip};
+use gradloop::batch::{dress, same_lanes, strip};
 use gradloop::forward::{lock, AccumulatorRef, ForwardAccumulator};
 use gradloop::trace::Val;
 use gradloop::ErrorKind;
@@ -37,7 +37,7 @@ impl PyForwardAccumulator {
         // lanes, which must be the same (`gl.jvp` makes a primal lanes where its tangent is).
         let (p, primal_levels) = strip(&primal.get().inner);
         let (t, tangent_levels) = strip(&tangent.get().inner);
-        if primal_levels != tangent_levels {
+        if !same_lanes(&primal_levels, &tangent_levels) {
             return Err(new_err(
                 py,
                 ErrorKind::InvalidArgument,

@@ -4,6 +4,9 @@
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use gradloop::batch::LaneSet;
 
 use gradloop::forward::AccumulatorRef;
 use gradloop::front_end::{Mode, Phase, Runtime};
@@ -58,9 +61,19 @@ pub fn pop_batch_level(level: u64) -> bool {
     RUNTIME.with(|r| r.borrow_mut().pop_batch_level(level))
 }
 
-/// The active batching levels, innermost last.
-pub fn batch_levels() -> Vec<u64> {
+/// The active batching levels' current lanes, innermost last.
+pub fn batch_levels() -> Vec<Arc<LaneSet>> {
     RUNTIME.with(|r| r.borrow().batch_levels().to_vec())
+}
+
+/// Narrows `level` to `rows` of its current lanes (`Runtime::narrow_batch_level`).
+pub fn narrow_batch_level(level: u64, rows: Val) -> bool {
+    RUNTIME.with(|r| r.borrow_mut().narrow_batch_level(level, rows))
+}
+
+/// Undoes the last narrowing of `level`.
+pub fn widen_batch_level(level: u64) -> bool {
+    RUNTIME.with(|r| r.borrow_mut().widen_batch_level(level))
 }
 
 pub fn pause() -> usize {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gradloop::batch::{dress, strip, Levels};
+use gradloop::batch::{dress, same_lanes, strip, LaneSet, Levels};
 use gradloop::ops::{build, Grads};
 use gradloop::tape::{compute_gradient, record_custom, Tape};
 use gradloop::trace::Val;
@@ -131,7 +131,10 @@ impl PyTape {
 /// arguments lanes first).
 fn check_lanes(py: Python<'_>, targets: &[Levels], sources: &[Levels]) -> PyResult<()> {
     for (i, source) in sources.iter().enumerate() {
-        let missing = targets.iter().flatten().any(|l| !source.contains(l));
+        let missing = targets
+            .iter()
+            .flatten()
+            .any(|t| !source.iter().any(|s| s.level == t.level));
         if missing {
             return Err(new_err(
                 py,
@@ -152,9 +155,9 @@ fn check_lanes(py: Python<'_>, targets: &[Levels], sources: &[Levels]) -> PyResu
 /// The seed of a target batched at `levels`: batched the same way, it is taken off its lanes
 /// as the target is; batched where the target is not, it stays a lane view, and the backward
 /// pass runs batched (a Jacobian's rows as one `vmap`).
-fn seed_for(py: Python<'_>, seed: Val, levels: &[u64]) -> PyResult<Val> {
+fn seed_for(py: Python<'_>, seed: Val, levels: &[Arc<LaneSet>]) -> PyResult<Val> {
     let (physical, seed_levels) = strip(&seed);
-    if seed_levels.as_slice() == levels {
+    if same_lanes(&seed_levels, levels) {
         return Ok(physical);
     }
     if levels.is_empty() {

@@ -45,6 +45,7 @@ pub use differentiate::{
 };
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;
+pub(crate) use tracer::escaped_lanes;
 pub use tracer::{lock, Captured, FrameId, TraceContext, Traced, Tracer, TracerRef};
 
 /// A value of a function under construction: its port in frame `frame`, with a tape identity.

@@ -54,8 +54,8 @@ fn capture_key(v: &Val) -> CaptureKey {
 pub(crate) fn escaped_lanes(op: &'static str) -> Error {
     Error::invalid(
         op,
-        "a batched value of a vmap call was used after that call returned (or outside it): \
-         return it from the vmapped function instead of keeping it",
+        "a batched value was used outside the vmap call, branch or loop body that computed it \
+         (kept past its end): return it from there instead",
     )
 }
 
