@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     {"passes"},
     {"dataflow"},
     {"trace"},
+    {"batch"},
     {"interpret", "mlir", "front_end", "executor"},
     {"control"},
     {"import"},

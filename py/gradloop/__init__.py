@@ -98,7 +98,6 @@ from .arrays import (
     tril,
     triu,
 )
-from .batching import vmap
 from .autodiff import (
     GradientTape,
     custom_gradient,
@@ -107,6 +106,7 @@ from .autodiff import (
     stop_gradient,
     value_and_grad,
 )
+from .batching import vmap
 from .compiled import export, jit, to_mlir
 from .contractions import (
     cross,

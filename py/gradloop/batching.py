@@ -84,16 +84,12 @@ def _moved(x: _core.Tensor, source: int, dest: int) -> _core.Tensor:
     return _core.transpose(x, order)
 
 
-def _lanes_of(x: _core.Tensor, level: int, size: int) -> _core.Tensor:
+def _lanes_of(x: _core.Tensor, level: int) -> _core.Tensor:
     """`x` as lanes of `level`: itself if it is already; else the same value in every lane."""
-    physical = _core.lanes_unwrap(x, level)
-    if physical is not None:
+    if level in _core.lanes_levels(x):
         return x
-    every = _core.broadcast_to(x, (size, *x.shape))
+    every = _core.broadcast_to(x, (_core.vmap_lanes(level), *x.shape))
     return _core.lanes_wrap(every, level)
-
-
-_SIZES: dict[int, int] = {}  # level -> number of lanes, for the levels of active vmap calls
 
 
 def lanes_everywhere(x: Any) -> Any:
@@ -102,8 +98,47 @@ def lanes_everywhere(x: Any) -> Any:
     if not isinstance(x, _core.Tensor):
         return x
     for level in _core.vmap_levels():
-        x = _lanes_of(x, level, _SIZES[level])
+        x = _lanes_of(x, level)
     return x
+
+
+def physical(x: Any) -> Any:
+    """`x` with every lane view taken off (what a traced function's frame holds)."""
+    if not isinstance(x, _core.Tensor):
+        return x
+    for level in _core.lanes_levels(x):
+        x = _core.lanes_unwrap(x, level)
+    return x
+
+
+def dressed(x: _core.Tensor) -> _core.Tensor:
+    """`x`, batched over every active `vmap` call (lanes along its leading axes, outermost
+    call first), as one lane's view: the inverse of `physical` after `lanes_everywhere`."""
+    for level in _core.vmap_levels():
+        x = _core.lanes_wrap(x, level)
+    return x
+
+
+def over_leading_axes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, whose array arguments may carry leading batch axes (as `gl.linalg`'s do), run
+    once over the whole batch inside `vmap`: its batched arguments and the arrays batched with
+    them go in with their lanes as leading axes, and its results come out as lanes."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        leaves = nest.flatten(args)
+        if not any(isinstance(x, _core.Tensor) and _core.lanes_levels(x) for x in leaves):
+            return fn(*args, **kwargs)
+        lanes = [
+            physical(lanes_everywhere(_core.tensor(x) if isinstance(x, np.ndarray) else x))
+            for x in leaves
+        ]
+        out = fn(*nest.pack_sequence_as(args, lanes), **kwargs)
+        return nest.map_structure(
+            lambda y: dressed(y) if isinstance(y, _core.Tensor) else y, out, check_types=False
+        )
+
+    return run
 
 
 def match_lanes(a: _core.Tensor, b: _core.Tensor) -> tuple[_core.Tensor, _core.Tensor]:
@@ -111,8 +146,8 @@ def match_lanes(a: _core.Tensor, b: _core.Tensor) -> tuple[_core.Tensor, _core.T
     levels = set(_core.lanes_levels(a)) | set(_core.lanes_levels(b))
     for level in _core.vmap_levels():
         if level in levels:
-            a = _lanes_of(a, level, _SIZES[level])
-            b = _lanes_of(b, level, _SIZES[level])
+            a = _lanes_of(a, level)
+            b = _lanes_of(b, level)
     return a, b
 
 
@@ -152,9 +187,7 @@ def vmap(
     _check_axis_spec(in_axes, "in_axes", where)
     _check_axis_spec(out_axes, "out_axes", where)
     if axis_size is not None and (
-        isinstance(axis_size, bool)
-        or not isinstance(axis_size, (int, np.integer))
-        or axis_size < 1
+        isinstance(axis_size, bool) or not isinstance(axis_size, (int, np.integer)) or axis_size < 1
     ):
         _fail(where, f"axis_size must be a positive int or None; got {axis_size!r}")
 
@@ -206,8 +239,7 @@ def vmap(
             size = int(axis_size)
         elif axis_size is not None and int(axis_size) != size:
             _fail(where, f"axis_size is {axis_size} but the batched arguments have {size} lanes")
-        level = _core.vmap_begin()
-        _SIZES[level] = size
+        level = _core.vmap_begin(size)
         try:
             lane_args = [
                 _core.lanes_wrap(_moved(leaf[0], leaf[1], 0), level)
@@ -219,7 +251,6 @@ def vmap(
             return _unbatched_outputs(out, level, size, where)
         finally:
             _core.vmap_end(level)
-            del _SIZES[level]
 
     def _unbatched_outputs(out: Any, level: int, size: int, where: str) -> Any:
         axes = _leaf_axes(out_axes, out, "", "out_axes", where)
@@ -271,17 +302,21 @@ def lane_level(x: Any) -> int | None:
     return levels[0] if levels else None
 
 
+def unsupported_traced(fn: str) -> Any:
+    raise errors.InvalidArgumentError(
+        _validate.at_user(
+            f"{fn}: a predicate that differs per lane of a gl.vmap is supported in eager mode, "
+            "over one vmap level; not yet inside @gl.function, gl.jit, or over the lanes of "
+            "nested vmap calls at once"
+        )
+    )
+
+
 def _host_lanes(fn: str, x: _core.Tensor, level: int | None) -> np.ndarray:
     """Each lane's value of predicate or index `x` (batched at `level` only), on the host."""
     physical = _core.lanes_unwrap(x, level) if lane_level(x) == level else x
     if _core.lanes_levels(physical) or _core.mode() == "tracing":
-        raise errors.InvalidArgumentError(
-            _validate.at_user(
-                f"{fn}: a predicate that differs per lane of a gl.vmap is supported in eager "
-                "mode, over one vmap level; not yet inside @gl.function, gl.jit, or over the "
-                "lanes of nested vmap calls at once"
-            )
-        )
+        unsupported_traced(fn)
     return np.asarray(physical.numpy())
 
 

@@ -14,10 +14,9 @@ in `_validate`, shared by every mode, so every mode reports the same errors.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import functools
 
 import numpy as np
 
@@ -190,16 +189,18 @@ def while_loop(
     while limit is None or i < limit:
         pred = call(cond, values)
         if batching.lane_level(pred) is not None:
-            check = functools.partial(_validate.check_loop_body_output, "while_loop", loop_vars)
-            return batching.while_loop(
-                cond, body, values, call, limit, pred, i, lambda _, new, k: check(new, k, body)
-            )
+            check = functools.partial(_checked_trip, loop_vars, body)
+            return batching.while_loop(cond, body, values, call, limit, pred, i, check)
         if not _validate.check_predicate("while_loop", pred, "the result of cond"):
             break
         new_values = call(body, values)
         values = _validate.check_loop_body_output("while_loop", loop_vars, new_values, i, body)
         i += 1
     return values
+
+
+def _checked_trip(loop_vars: Any, body: Any, _: Any, new: Any, i: int) -> Any:
+    return _validate.check_loop_body_output("while_loop", loop_vars, new, i, body)
 
 
 def _staged_while(
@@ -241,20 +242,73 @@ def _traced(name: str, params: list[Any], run: Callable[[list[Any]], list[Any]])
 
 def _graph_branches(fn: str, named: list[tuple[str, Callable[[], Any]]], emit: Any) -> Any:
     """Traces every branch, checks they agree, and emits the node with `emit(branches)`."""
+    outputs, traced, seen = _trace_branches(fn, named, None)
+    first = _validate.check_branch_outputs(fn, outputs)
+    batched = seen if any(seen) else None
+    if batched and not all(_is_batched(leaf) == b for leaf, b in _pairs(outputs, batched)):
+        # A value batched in one branch is made batched in all of them: trace them again.
+        outputs, traced, _ = _trace_branches(fn, named, batched)
+    results = iter(emit(traced))
+    flags = iter(batched or [])
+    leaves = [
+        None if leaf is None else _lanes_on(next(results), next(flags, False))
+        for leaf in nest.flatten(first)
+    ]
+    return nest.pack_sequence_as(first, leaves)
+
+
+def _trace_branches(
+    fn: str, named: list[tuple[str, Callable[[], Any]]], batched: list[bool] | None
+) -> tuple[list[tuple[str, Any]], list[Any], list[bool]]:
+    """Each branch traced into a function: their outputs, functions, and which outputs are
+    batched in some branch. Outputs leave batched where `batched` says (None: where each branch
+    has them batched)."""
     outputs: list[tuple[str, Any]] = []
     traced = []
+    seen: list[bool] = []
+
+    def run(name: str, branch: Callable[[], Any]) -> list[Any]:
+        out = _validate.convert_outputs(fn, branch(), f"the output of {name}")
+        outputs.append((name, out))
+        leaves = [leaf for leaf in nest.flatten(out) if leaf is not None]
+        flags = [_is_batched(leaf) for leaf in leaves]
+        seen[:] = [a or b for a, b in zip(seen, flags, strict=False)] or flags
+        want = batched or flags
+        return [_lanes_off(x, b) for x, b in zip(leaves, want, strict=False)]
+
     for name, branch in named:
+        label = f"{fn}_{name.split('[')[0]}"
+        traced.append(_traced(label, [], lambda _, name=name, branch=branch: run(name, branch)))
+    return outputs, traced, seen
 
-        def run(_: list[Any], name: str = name, branch: Callable[[], Any] = branch) -> list[Any]:
-            out = _validate.convert_outputs(fn, branch(), f"the output of {name}")
-            outputs.append((name, out))
-            return [leaf for leaf in nest.flatten(out) if leaf is not None]
 
-        traced.append(_traced(f"{fn}_{name.split('[')[0]}", [], run))
-    first = _validate.check_branch_outputs(fn, outputs)
-    results = iter(emit(traced))
-    leaves = [None if leaf is None else next(results) for leaf in nest.flatten(first)]
-    return nest.pack_sequence_as(first, leaves)
+def _pairs(outputs: list[tuple[str, Any]], batched: list[bool]) -> list[tuple[Any, bool]]:
+    """Every branch's output leaves beside whether that output is batched in some branch."""
+    pairs = []
+    for _, out in outputs:
+        leaves = [leaf for leaf in nest.flatten(out) if leaf is not None]
+        pairs += list(zip(leaves, batched, strict=False))
+    return pairs
+
+
+# Inside gl.vmap, a traced branch or loop works on the batch: a value it passes out is taken off
+# its lanes at the function's boundary (batched over every active vmap call where it is batched
+# at all, so that all branches, and a loop's trips, agree) and the node's results are put back
+# on. Functions are traced again where a branch or a trip makes batched what was not.
+
+
+def _is_batched(x: Any) -> bool:
+    return isinstance(x, _core.Tensor) and bool(_core.lanes_levels(x))
+
+
+def _lanes_off(x: Any, batched: bool) -> Any:
+    if not batched:
+        return batching.physical(x)
+    return batching.physical(batching.lanes_everywhere(x))
+
+
+def _lanes_on(x: Any, batched: bool) -> Any:
+    return batching.dressed(x) if batched else x
 
 
 def _graph_while(
@@ -267,24 +321,60 @@ def _graph_while(
     checkpoints: int | None = None,
 ) -> Any:
     """Traces cond and body over symbolic loop variables and emits a `While` node."""
-    flat = nest.flatten(loop_vars)
-    specs = [(t.dtype, tuple(t.shape)) for t in flat]
+    batched = [_is_batched(t) for t in nest.flatten(loop_vars)]
+    while True:
+        loop = _TracedLoop(cond, body, loop_vars, call, batched)
+        body_fn = _traced("while_body", loop.specs, loop.run_body)
+        if not any(loop.grown):
+            break
+        # A trip makes a loop variable batched: it is batched from the start.
+        batched = [b or g for b, g in zip(batched, loop.grown, strict=True)]
+    cond_fn = _traced("while_cond", loop.specs, loop.run_cond)
+    outputs = _core.emit_while(cond_fn, body_fn, loop.flat, limit, parallel_iterations, checkpoints)
+    on = [_lanes_on(t, b) for t, b in zip(outputs, batched, strict=True)]
+    return nest.pack_sequence_as(loop_vars, on)
 
-    def run_cond(params: list[Any]) -> list[Any]:
-        pred = call(cond, nest.pack_sequence_as(loop_vars, params))
+
+class _TracedLoop:
+    """A loop's cond and body as functions of its variables, taken off their lanes where
+    `batched` says (inside vmap); `grown` tells which a trip made batched."""
+
+    def __init__(
+        self,
+        cond: Callable[..., Any],
+        body: Callable[..., Any],
+        loop_vars: Any,
+        call: Callable[[Callable[..., Any], Any], Any],
+        batched: list[bool],
+    ) -> None:
+        self.cond, self.body, self.loop_vars, self.call = cond, body, loop_vars, call
+        self.batched = batched
+        leaves = nest.flatten(loop_vars)
+        self.flat = [_lanes_off(t, b) for t, b in zip(leaves, batched, strict=True)]
+        self.specs = [(t.dtype, tuple(t.shape)) for t in self.flat]
+        self.grown = [False] * len(leaves)
+
+    def _lanes_on(self, params: list[Any]) -> Any:
+        on = [_lanes_on(p, b) for p, b in zip(params, self.batched, strict=True)]
+        return nest.pack_sequence_as(self.loop_vars, on)
+
+    def run_cond(self, params: list[Any]) -> list[Any]:
+        pred = self.call(self.cond, self._lanes_on(params))
         expected = "a scalar bool tensor or a Python bool"
         what = "the result of cond"
+        if batching.lane_level(pred) is not None:
+            batching.unsupported_traced("while_loop")
         symbolic = _validate.symbolic_scalar("while_loop", pred, (_core.bool_,), what, expected)
         if symbolic is not None:
             return [symbolic]
         return [_core.tensor(_validate.check_predicate("while_loop", pred, what))]
 
-    def run_body(params: list[Any]) -> list[Any]:
-        new = call(body, nest.pack_sequence_as(loop_vars, params))
-        new = _validate.check_loop_body_output("while_loop", loop_vars, new, None, body)
-        return nest.flatten(new)
-
-    cond_fn = _traced("while_cond", specs, run_cond)
-    body_fn = _traced("while_body", specs, run_body)
-    outputs = _core.emit_while(cond_fn, body_fn, flat, limit, parallel_iterations, checkpoints)
-    return nest.pack_sequence_as(loop_vars, outputs)
+    def run_body(self, params: list[Any]) -> list[Any]:
+        new = self.call(self.body, self._lanes_on(params))
+        new = _validate.check_loop_body_output("while_loop", self.loop_vars, new, None, self.body)
+        out = nest.flatten(new)
+        pairs = zip(out, self.batched, strict=True)
+        self.grown = [_is_batched(t) and not b for t, b in pairs]
+        return [
+            _lanes_off(t, b or g) for t, b, g in zip(out, self.batched, self.grown, strict=True)
+        ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _core, _validate, errors
+from .. import _core, _validate, batching, errors
 from .._core import Tensor
 from ..autodiff import _custom_op
 from ..forward import custom_jvp
@@ -129,6 +129,7 @@ def _recompute() -> bool:
 # --- triangular solves -----------------------------------------------------------------------
 
 
+@batching.over_leading_axes
 def solve_triangular(
     a: Any,
     b: Any,
@@ -179,6 +180,7 @@ def _triangular_op(lower: bool, unit: bool) -> Any:
 # --- LU ------------------------------------------------------------------------------------
 
 
+@batching.over_leading_axes
 def lu_factor(a: Any) -> tuple[Tensor, Tensor]:
     """`(lu, piv)` of the square `a` with partial pivoting (scipy's and JAX's `lu_factor`):
     `P a = L U`, L's unit lower triangle packed below U; `piv` (int32) holds LAPACK's row
@@ -225,6 +227,7 @@ def _eye(a: Tensor) -> Any:
     return np.eye(a.shape[-1])
 
 
+@batching.over_leading_axes
 def lu_solve(lu_and_piv: tuple[Any, Any], b: Any, trans: int = 0) -> Tensor:
     """`x` with `a x = b` (`trans` 1: `a^T x = b`) from `lu_factor(a)` (scipy's and JAX's
     `lu_solve`). Differentiable in `lu` and `b` through its triangular solves."""
@@ -259,11 +262,20 @@ def solve(a: Any, b: Any) -> Tensor:
     partial pivoting; the gradient is `solve(a^T, g)` with the same factors, and `-that x^T`
     for `a`."""
     a = _square(a, "solve")
-    vector = _tensor(b).ndim == 1
-    a, b = _rhs(a, b, "solve", vector)
+    b = _tensor(b)
+    vector = b.ndim == 1  # of one lane, inside vmap
+    if vector:
+        b = _core.expand_dims(b, -1)
+    x = _solve_matrices(a, b)
+    return _core.squeeze(x, -1) if vector else x
+
+
+@batching.over_leading_axes
+def _solve_matrices(a: Tensor, b: Tensor) -> Tensor:
+    a, b = _rhs(a, b, "solve", False)
     x = _solve_op(a, b)
     _refuse_eagerly("solve", "the matrix is singular", x, a, b)
-    return _core.squeeze(x, -1) if vector else x
+    return x
 
 
 def _solve_op(a: Tensor, b: Tensor) -> Tensor:
@@ -296,6 +308,7 @@ def _solve_op(a: Tensor, b: Tensor) -> Tensor:
     return _custom_op(fn, "linalg.solve", forward_fn=forward, tangent_fn=tangent)(a, b)
 
 
+@batching.over_leading_axes
 def inv(a: Any) -> Tensor:
     """The inverse of `a` (numpy's `inv`): `solve(a, I)`."""
     a = _square(a, "inv")
@@ -305,6 +318,7 @@ def inv(a: Any) -> Tensor:
     return inverse
 
 
+@batching.over_leading_axes
 def slogdet(a: Any) -> tuple[Tensor, Tensor]:
     """`(sign, log|det a|)` (numpy's `slogdet`) from the LU factors; the gradient of the log
     is `inv(a)^T`, the sign's is zero."""
@@ -333,6 +347,7 @@ def slogdet(a: Any) -> tuple[Tensor, Tensor]:
     return _custom_op(fn, "linalg.slogdet", forward_fn=forward, tangent_fn=tangent)(a)
 
 
+@batching.over_leading_axes
 def det(a: Any) -> Tensor:
     """The determinant of `a` (numpy's `det`) from the LU factors; its gradient is
     `det(a) inv(a)^T`."""
@@ -403,6 +418,7 @@ def _sign_and_log(lu: Tensor, piv: Tensor) -> tuple[Tensor, Tensor]:
 # --- Cholesky ------------------------------------------------------------------------------
 
 
+@batching.over_leading_axes
 def cholesky(a: Any) -> Tensor:
     """The lower triangular `L` with `L L^T = a` (numpy's and JAX's `cholesky`; the input is
     symmetrised first, as JAX's, and a matrix that is not positive definite gives NaN). The
@@ -448,6 +464,7 @@ def _half_diagonal(m: Tensor) -> Tensor:
     return m * _core.tensor(weights, dtype=m.dtype)
 
 
+@batching.over_leading_axes
 def cho_solve(c_and_lower: tuple[Any, bool], b: Any) -> Tensor:
     """`x` with `a x = b` from `cholesky`'s factor `c` of `a` (scipy's and JAX's
     `cho_solve`): two triangular solves, differentiable in `c` and `b`."""
@@ -460,6 +477,7 @@ def cho_solve(c_and_lower: tuple[Any, bool], b: Any) -> Tensor:
 # --- QR ------------------------------------------------------------------------------------
 
 
+@batching.over_leading_axes
 def qr(a: Any, mode: str = "reduced") -> Any:
     """numpy's `qr`: `(q, r)` with `a = q r`, `q` orthonormal columns and `r` upper triangular,
     by Householder reflections (LAPACK's signs, so numpy's answer). `mode` "reduced" (q m x k,
@@ -509,6 +527,7 @@ def _reduced_qr_jvp(primals: tuple[Tensor], tangents: tuple[Tensor]) -> Any:
     return (q, r), (dq, dr)
 
 
+@batching.over_leading_axes
 def lstsq(a: Any, b: Any, rcond: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """numpy's `lstsq` for a matrix of full rank: `(x, residuals, rank, s)` with `x`
     minimising `|a x - b|` (the least-norm one when `a` is wide), `residuals` the squared

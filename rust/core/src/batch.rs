@@ -19,19 +19,16 @@
 //!   sin(x) ->  Sin's rule: sin over f32[B, 3]  ->  a Lanes value of f32[3]
 //! ```
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::graph::NodeKind;
 use crate::ops::{Context, Op, Values};
-use crate::shape::TensorType;
-use crate::tensor::{next_id, TensorId};
+pub use crate::trace::lanes::{lanes_at, LaneSet, Lanes};
 use crate::trace::{escaped_lanes, TracerRef, Val};
-use crate::value::Value;
 
 /// Levels are unique for the life of the process, so that a value that outlives its `vmap`
 /// is recognised as such.
@@ -42,113 +39,22 @@ pub fn new_level() -> u64 {
     NEXT_LEVEL.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The lanes of one level that values are computed over now: all of them (a level's root), or
-/// those of its parent that `rows` picks (a branch taken by some lanes, a loop's live lanes).
-/// A value computed over a parent set is gathered to the rows of a child set when a child uses
-/// it (once per value and set: `gathered`).
-#[derive(Debug)]
-pub struct LaneSet {
-    pub level: u64,
-    parent: Option<(Arc<LaneSet>, Val)>,
-    gathered: Mutex<HashMap<TensorId, Val>>,
-}
-
-impl LaneSet {
-    /// Every lane of `level`.
-    pub fn root(level: u64) -> Arc<LaneSet> {
-        Arc::new(LaneSet {
-            level,
-            parent: None,
-            gathered: Mutex::default(),
-        })
-    }
-
-    /// The lanes of `parent` at `rows` (int64 indices into its lanes).
-    pub fn child(parent: &Arc<LaneSet>, rows: Val) -> Arc<LaneSet> {
-        Arc::new(LaneSet {
-            level: parent.level,
-            parent: Some((parent.clone(), rows)),
-            gathered: Mutex::default(),
-        })
-    }
-
-    pub fn parent(&self) -> Option<&Arc<LaneSet>> {
-        self.parent.as_ref().map(|(p, _)| p)
-    }
-}
-
-/// One lane's view of a batched value.
-#[derive(Debug)]
-pub struct Lanes {
-    id: TensorId,
-    /// Every lane's value, lanes along axis 0.
-    pub physical: Val,
-    /// The lanes `physical` holds.
-    pub set: Arc<LaneSet>,
-    /// One lane's type: `physical`'s without axis 0.
-    ty: TensorType,
-}
-
-impl Lanes {
-    /// The lane view of `physical`, whose axis 0 holds the lanes of `set`.
-    pub fn wrap(physical: Val, set: &Arc<LaneSet>) -> Result<Val> {
-        let whole = physical.ty();
-        if whole.shape.is_empty() {
-            return Err(Error::internal(
-                "vmap",
-                format!("a batched value needs a lanes axis, got {whole}"),
-            ));
-        }
-        let ty = TensorType::new(whole.dtype, &whole.shape[1..]);
-        Ok(Val::Batched(Arc::new(Lanes {
-            id: next_id(),
-            physical,
-            set: set.clone(),
-            ty,
-        })))
-    }
-
-    pub fn id(&self) -> TensorId {
-        self.id
-    }
-
-    pub fn level(&self) -> u64 {
-        self.set.level
-    }
-
-    pub fn ty(&self) -> &TensorType {
-        &self.ty
-    }
-}
-
-/// The lanes of `v` at `level`, if `v` belongs to it.
-pub fn lanes_at(v: &Val, level: u64) -> Option<&Lanes> {
-    match v {
-        Val::Batched(lanes) if lanes.level() == level => Some(lanes),
-        _ => None,
-    }
-}
-
 /// `lanes`' value over the lanes of `set`: its own, or gathered down the sets between (the
 /// gathers go through `ctx`, so tapes record them).
 pub fn over(ctx: &mut dyn Context<Val>, lanes: &Lanes, set: &Arc<LaneSet>) -> Result<Val> {
     if Arc::ptr_eq(&lanes.set, set) {
         return Ok(lanes.physical.clone());
     }
-    if let Some(v) = lock(&set.gathered).get(&lanes.id) {
-        return Ok(v.clone());
+    if let Some(v) = set.gathered(lanes.id()) {
+        return Ok(v);
     }
-    let Some((parent, rows)) = &set.parent else {
+    let Some((parent, rows)) = set.parent_rows() else {
         return Err(escaped_lanes("vmap"));
     };
     let above = over(ctx, lanes, parent)?;
     let v = crate::ops::build::take(ctx, &above, rows, 0)?;
-    lock(&set.gathered).insert(lanes.id, v.clone());
+    set.keep_gathered(lanes.id(), v.clone());
     Ok(v)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Applies ops over values of one batching level through their batching rules, over the
@@ -251,10 +157,7 @@ pub fn same_lanes(a: &[Arc<LaneSet>], b: &[Arc<LaneSet>]) -> bool {
 
 /// `physical` wrapped back in `levels` (as `strip` gave them).
 pub fn dress(physical: Val, levels: &[Arc<LaneSet>]) -> Result<Val> {
-    levels
-        .iter()
-        .rev()
-        .try_fold(physical, |v, set| Lanes::wrap(v, set))
+    levels.iter().rev().try_fold(physical, Lanes::wrap)
 }
 
 #[cfg(test)]
@@ -263,6 +166,7 @@ mod tests {
     use crate::ops::build;
     use crate::tensor::Tensor;
     use crate::trace::TraceContext;
+    use crate::value::Value;
 
     fn run<T>(
         sets: &[Arc<LaneSet>],
@@ -278,12 +182,12 @@ mod tests {
 
     #[test]
     fn an_op_over_lanes_runs_once_over_the_batch() {
-        let level = LaneSet::root(new_level());
+        let level = LaneSet::root(new_level(), 4);
         let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
         let x = Lanes::wrap(Val::Tensor(xs), &level).unwrap();
         assert_eq!(x.ty().shape.as_slice(), &[3]);
         let y = Val::Tensor(Tensor::from_vec(vec![10.0f64, 20.0, 30.0], &[3]).unwrap());
-        let out = run(&[level.clone()], |ctx| {
+        let out = run(std::slice::from_ref(&level), |ctx| {
             let s = build::add(ctx, &x, &y)?;
             build::sum(ctx, &s, &[0], false)
         })
@@ -295,7 +199,7 @@ mod tests {
 
     #[test]
     fn nested_levels_unwrap_one_at_a_time() {
-        let (outer, inner) = (LaneSet::root(new_level()), LaneSet::root(new_level()));
+        let (outer, inner) = (LaneSet::root(new_level(), 4), LaneSet::root(new_level(), 4));
         let xs = Tensor::from_vec((0..6).map(f64::from).collect::<Vec<_>>(), &[2, 3]).unwrap();
         let x = Lanes::wrap(Val::Tensor(xs), &outer).unwrap();
         let x = Lanes::wrap(x, &inner).unwrap();
@@ -314,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_value_kept_past_its_vmap_is_an_error() {
-        let level = LaneSet::root(new_level());
+        let level = LaneSet::root(new_level(), 4);
         let xs = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
         let x = Lanes::wrap(Val::Tensor(xs), &level).unwrap();
         let err = run(&[], |ctx| build::neg(ctx, &x)).unwrap_err();

@@ -157,9 +157,9 @@ impl Runtime {
         &self.batch_levels
     }
 
-    /// Starts batching level `level` (a `vmap` call) over all its lanes, innermost.
-    pub fn push_batch_level(&mut self, level: u64) {
-        Arc::make_mut(&mut self.batch_levels).push(LaneSet::root(level));
+    /// Starts batching level `level` (a `vmap` call) over all its `count` lanes, innermost.
+    pub fn push_batch_level(&mut self, level: u64, count: usize) {
+        Arc::make_mut(&mut self.batch_levels).push(LaneSet::root(level, count));
     }
 
     /// Ends batching level `level`; false when it was not active.

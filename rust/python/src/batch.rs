@@ -11,12 +11,19 @@ use crate::errors::{new_err, IntoPyResult};
 use crate::runtime;
 use crate::tensor::PyTensor;
 
-/// Starts a batching level (one `vmap` call), innermost; returns it.
+/// Starts a batching level (one `vmap` call) of `lanes` lanes, innermost; returns it.
 #[pyfunction]
-pub fn vmap_begin() -> u64 {
+pub fn vmap_begin(lanes: usize) -> u64 {
     let level = new_level();
-    runtime::push_batch_level(level);
+    runtime::push_batch_level(level, lanes);
     level
+}
+
+/// How many lanes level `level` holds now (None when known only at run time).
+#[pyfunction]
+pub fn vmap_lanes(py: Python<'_>, level: u64) -> PyResult<Option<usize>> {
+    let count = current(py, level)?.count;
+    Ok((count != gradloop::DYN).then_some(count))
 }
 
 /// Ends batching level `level`; false when it was not active.

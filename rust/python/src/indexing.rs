@@ -74,7 +74,7 @@ pub fn getitem(py: Python<'_>, x: &Val, index: &Bound<'_, PyAny>) -> PyResult<Py
     };
     let symbolic_index = items
         .iter()
-        .any(|i| matches!(i, IndexItem::Tensor(Val::Symbol(_))));
+        .any(|i| matches!(i, IndexItem::Tensor(v) if !v.is_concrete()));
     let size = if symbolic_index { 0 } else { numel(x) };
     let x = [x.clone()];
     if !symbolic_index && eager_ok(&x) {

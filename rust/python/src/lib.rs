@@ -68,6 +68,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(batch::vmap_begin, m)?,
         wrap_pyfunction!(batch::vmap_end, m)?,
         wrap_pyfunction!(batch::vmap_levels, m)?,
+        wrap_pyfunction!(batch::vmap_lanes, m)?,
         wrap_pyfunction!(batch::lanes_wrap, m)?,
         wrap_pyfunction!(batch::lanes_unwrap, m)?,
         wrap_pyfunction!(batch::lanes_levels, m)?,

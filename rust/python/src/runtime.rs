@@ -52,8 +52,8 @@ pub fn pop_accumulator(acc: &AccumulatorRef<Val>) -> Option<(usize, u64)> {
 }
 
 /// Starts batching level `level` (a `vmap` call), innermost.
-pub fn push_batch_level(level: u64) {
-    RUNTIME.with(|r| r.borrow_mut().push_batch_level(level));
+pub fn push_batch_level(level: u64, count: usize) {
+    RUNTIME.with(|r| r.borrow_mut().push_batch_level(level, count));
 }
 
 /// Ends batching level `level`; false when it was not active.

@@ -102,7 +102,7 @@ impl PyTape {
                         }
                         let seed = crate::convert::input(&item)?;
                         let levels = target_levels.get(i).map_or(&[][..], |l| l.as_slice());
-                        seed_for(py, seed, levels).map(Some)
+                        seed_for(py, seed, targets.get(i), levels).map(Some)
                     })
                     .collect::<PyResult<Vec<_>>>()?;
                 Some(seeds)
@@ -152,16 +152,26 @@ fn check_lanes(py: Python<'_>, targets: &[Levels], sources: &[Levels]) -> PyResu
     Ok(())
 }
 
-/// The seed of a target batched at `levels`: batched the same way, it is taken off its lanes
-/// as the target is; batched where the target is not, it stays a lane view, and the backward
-/// pass runs batched (a Jacobian's rows as one `vmap`).
-fn seed_for(py: Python<'_>, seed: Val, levels: &[Arc<LaneSet>]) -> PyResult<Val> {
+/// The seed of a target batched at `levels` (`target`, taken off its lanes): batched the same
+/// way, it is taken off its lanes as the target is; the same in every lane, it is repeated
+/// for each; batched where the target is not, it stays a lane view, and the backward pass runs
+/// batched (a Jacobian's rows as one `vmap`).
+fn seed_for(
+    py: Python<'_>,
+    seed: Val,
+    target: Option<&Val>,
+    levels: &[Arc<LaneSet>],
+) -> PyResult<Val> {
     let (physical, seed_levels) = strip(&seed);
     if same_lanes(&seed_levels, levels) {
         return Ok(physical);
     }
     if levels.is_empty() {
         return Ok(seed);
+    }
+    if let (true, Some(target)) = (seed_levels.is_empty(), target) {
+        let shape = target.ty().shape.clone();
+        return runtime::run(py, 0, move |ctx| build::broadcast_to(ctx, &seed, &shape));
     }
     Err(new_err(
         py,

@@ -647,7 +647,7 @@ impl OpDef for StopGradient {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let _ = batched;
-        batching::pointwise(ctx, self.clone(), inputs)
+        batching::pointwise(ctx, *self, inputs)
     }
 
     fn tangent<V: Value>(
@@ -725,7 +725,7 @@ impl OpDef for Identity {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let _ = batched;
-        batching::pointwise(ctx, self.clone(), inputs)
+        batching::pointwise(ctx, *self, inputs)
     }
 
     fn tangent<V: Value>(

@@ -269,7 +269,7 @@ impl OpDef for LuFactor {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let inputs = batching::all_batched(ctx, inputs, batched)?;
-        batching::pointwise(ctx, self.clone(), &inputs)
+        batching::pointwise(ctx, *self, &inputs)
     }
 
     fn tangent<V: Value>(
@@ -377,7 +377,7 @@ impl OpDef for LuPermutation {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let inputs = batching::all_batched(ctx, inputs, batched)?;
-        batching::pointwise(ctx, self.clone(), &inputs)
+        batching::pointwise(ctx, *self, &inputs)
     }
 
     fn tangent<V: Value>(
@@ -495,7 +495,7 @@ impl OpDef for TriangularSolve {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let inputs = batching::all_batched(ctx, inputs, batched)?;
-        batching::pointwise(ctx, self.clone(), &inputs)
+        batching::pointwise(ctx, *self, &inputs)
     }
 
     fn tangent<V: Value>(
@@ -643,7 +643,7 @@ impl OpDef for LuSolve {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let inputs = batching::all_batched(ctx, inputs, batched)?;
-        batching::pointwise(ctx, self.clone(), &inputs)
+        batching::pointwise(ctx, *self, &inputs)
     }
 
     fn tangent<V: Value>(
@@ -751,7 +751,7 @@ impl OpDef for Cholesky {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let inputs = batching::all_batched(ctx, inputs, batched)?;
-        batching::pointwise(ctx, self.clone(), &inputs)
+        batching::pointwise(ctx, *self, &inputs)
     }
 
     fn tangent<V: Value>(
@@ -900,7 +900,7 @@ impl OpDef for HouseholderQr {
         batched: &[bool],
     ) -> Result<Values<V>> {
         let inputs = batching::all_batched(ctx, inputs, batched)?;
-        batching::pointwise(ctx, self.clone(), &inputs)
+        batching::pointwise(ctx, *self, &inputs)
     }
 
     fn tangent<V: Value>(

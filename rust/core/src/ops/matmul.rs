@@ -754,7 +754,7 @@ impl OpDef for MatMul {
         batched: &[bool],
     ) -> Result<Values<V>> {
         // Operands have rank >= 2: their batch axes broadcast as numpy's.
-        batching::broadcasting(ctx, self.clone(), inputs, batched)
+        batching::broadcasting(ctx, *self, inputs, batched)
     }
 
     fn tangent<V: Value>(

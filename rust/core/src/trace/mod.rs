@@ -22,6 +22,7 @@
 pub(crate) mod captures;
 mod differentiate;
 pub mod gradients;
+pub mod lanes;
 mod replay;
 pub mod tangents;
 mod tracer;
@@ -32,11 +33,11 @@ mod tests;
 
 use std::sync::Arc;
 
-use crate::batch::Lanes;
 use crate::graph::{NodeKind, Port, ValueType};
 use crate::shape::TensorType;
 use crate::tensor::{next_id, Tensor, TensorId};
 use crate::value::Value;
+use lanes::Lanes;
 
 pub use crate::graph::join_types;
 pub use captures::{Branch, CustomRules, LoopFunctions};

@@ -1,0 +1,495 @@
+"""`gl.vmap`: every result compared with the unbatched function run lane by lane (values,
+gradients, trip counts and branches taken), ops against numpy through that comparison, and
+gradients through batched control flow against central finite differences."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gradloop as gl
+from gradcheck import check_grads
+
+RNG = np.random.default_rng(54)
+
+
+def lanewise(fn: Callable[..., Any], args: list[Any], in_axes: Any = 0) -> Any:
+    """`fn` run on each lane alone, results stacked along axis 0: what `vmap` must equal."""
+    axes = list(in_axes) if isinstance(in_axes, (tuple, list)) else [in_axes] * len(args)
+    size = next(np.shape(a)[ax] for a, ax in zip(args, axes, strict=True) if ax is not None)
+    outs = []
+    for i in range(size):
+        lane = [
+            a if ax is None else gl.tensor(np.take(np.asarray(a), i, axis=ax))
+            for a, ax in zip(args, axes, strict=True)
+        ]
+        outs.append(gl.nest.map_structure(np.asarray, fn(*lane)) if False else fn(*lane))
+    flat = [gl.nest.flatten(o) for o in outs]
+    stacked = [np.stack([np.asarray(f[k]) for f in flat]) for k in range(len(flat[0]))]
+    return gl.nest.pack_sequence_as(outs[0], stacked)
+
+
+def assert_lanes(got: Any, want: Any, exact: bool = False) -> None:
+    for g, w in zip(gl.nest.flatten(got), gl.nest.flatten(want), strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def f64(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape)
+
+
+def positive(*shape: int) -> np.ndarray:
+    return RNG.uniform(0.5, 2.0, shape)
+
+
+# (name, fn, args, in_axes, exact): one lane's function of tensors; exact for ops that are the
+# same kernel per element (elementwise ops are bit for bit; products and reductions may sum in
+# another order).
+OPS: list[tuple[str, Callable[..., Any], list[Any], Any, bool]] = [
+    ("sin", gl.sin, [f64(5, 3)], 0, True),
+    ("exp_axis1", gl.exp, [f64(3, 4)], 1, True),
+    ("log", gl.log, [positive(4, 2, 3)], 0, True),
+    ("tanh", gl.tanh, [f64(4, 3)], 0, True),
+    ("sigmoid", gl.sigmoid, [f64(4, 3)], 0, True),
+    ("relu", gl.relu, [f64(4, 3)], 0, True),
+    ("sqrt", gl.sqrt, [positive(4, 3)], 0, True),
+    ("abs_sign", lambda x: gl.abs(x) * gl.sign(x), [f64(4, 3)], 0, True),
+    ("floor_ceil_round", lambda x: gl.floor(x) + gl.ceil(x) + gl.round(x), [f64(4, 3)], 0, True),
+    (
+        "inverse_trig",
+        lambda x: gl.arcsin(x * 0.3) + gl.arctan(x) + gl.arccos(x * 0.2),
+        [f64(4, 3)],
+        0,
+        True,
+    ),
+    ("hyperbolic", lambda x: gl.sinh(x) + gl.cosh(x) + gl.arcsinh(x), [f64(4, 3)], 0, True),
+    ("erf_log1p_expm1", lambda x: gl.erf(x) + gl.log1p(x * x) + gl.expm1(x), [f64(4, 3)], 0, True),
+    ("add_unbatched", gl.add, [f64(4, 3), f64(3)], (0, None), True),
+    ("sub_rank", gl.sub, [f64(4, 3), f64(4, 2, 3)], 0, True),
+    ("mul_rank_lower", gl.mul, [f64(4, 2, 3), f64(4, 3)], 0, True),
+    ("div_scalar_lane", gl.div, [f64(4), positive(4, 3)], 0, True),
+    ("pow", gl.pow, [positive(4, 3), f64(4, 3)], 0, True),
+    ("maximum_axes", gl.maximum, [f64(3, 4), f64(4, 3)], (1, 0), True),
+    ("minimum_none", gl.minimum, [f64(2, 3), f64(5, 2, 3)], (None, 0), True),
+    (
+        "arctan2_mod",
+        lambda a, b: gl.arctan2(a, b) + gl.mod(a, b),
+        [f64(4, 3), positive(4, 3)],
+        0,
+        True,
+    ),
+    (
+        "comparisons",
+        lambda a, b: gl.where(gl.logical_and(a < b, a != b), a, b * 2.0),
+        [f64(4, 3), f64(4, 3)],
+        0,
+        True,
+    ),
+    (
+        "where_unbatched_cond",
+        lambda c, a: gl.where(c, a, -a),
+        [f64(3) > 0, f64(4, 3)],
+        (None, 0),
+        True,
+    ),
+    (
+        "integers",
+        lambda a, b: gl.bitwise_xor(a, b) + a * 3,
+        [RNG.integers(0, 50, (4, 3)), RNG.integers(0, 50, (3,))],
+        (0, None),
+        True,
+    ),
+    ("cast", lambda x: gl.cast(gl.cast(x * 10.0, gl.int32), gl.float64), [f64(4, 3)], 0, True),
+    ("sum_axis", lambda x: gl.sum(x, axis=1), [f64(4, 3, 5)], 0, False),
+    ("sum_all_keepdims", lambda x: gl.sum(x, keepdims=True), [f64(4, 3, 5)], 0, False),
+    (
+        "max_min_mean",
+        lambda x: gl.max(x, axis=1) + gl.min(x) + gl.mean(x, axis=-1),
+        [f64(4, 3, 5)],
+        0,
+        False,
+    ),
+    ("matmul_both", gl.matmul, [f64(4, 2, 3), f64(4, 3, 5)], 0, False),
+    ("matmul_left", gl.matmul, [f64(4, 2, 3), f64(3, 5)], (0, None), False),
+    ("matmul_right", gl.matmul, [f64(2, 3), f64(4, 3, 5)], (None, 0), False),
+    ("matvec", gl.matmul, [f64(4, 2, 3), f64(4, 3)], 0, False),
+    ("vecmat", gl.matmul, [f64(4, 3), f64(3, 5)], (0, None), False),
+    ("batched_matmul_lane", gl.matmul, [f64(4, 6, 2, 3), f64(3, 5)], (0, None), False),
+    ("reshape", lambda x: gl.reshape(x, (3, 2)), [f64(4, 6)], 0, True),
+    ("transpose", lambda x: gl.transpose(x, (2, 0, 1)), [f64(4, 2, 3, 5)], 0, True),
+    ("broadcast_to", lambda x: gl.broadcast_to(x, (2, 3)), [f64(4, 3)], 0, True),
+    (
+        "concatenate_mixed",
+        lambda a, b: gl.concatenate([a, b], axis=0),
+        [f64(4, 3), f64(2)],
+        (0, None),
+        True,
+    ),
+    ("stack", lambda a, b: gl.stack([a, b], axis=1), [f64(4, 3), f64(4, 3)], 0, True),
+    ("slice", lambda x: x[1:3, ::2], [f64(4, 4, 5)], 0, True),
+    ("reverse_pad", lambda x: gl.pad(x[::-1], ((1, 2),)), [f64(4, 3)], 0, True),
+    ("take_batched_x", lambda x: gl.take(x, gl.tensor([2, 0, 2]), axis=1), [f64(4, 2, 3)], 0, True),
+    (
+        "take_batched_indices",
+        lambda i: gl.take(gl.tensor(np.arange(12.0).reshape(3, 4)), i, axis=1),
+        [RNG.integers(-4, 4, (5, 2))],
+        0,
+        True,
+    ),
+    (
+        "take_both",
+        lambda x, i: gl.take(x, i, axis=1),
+        [f64(5, 2, 4, 3), RNG.integers(-4, 4, (5, 6))],
+        0,
+        True,
+    ),
+    ("dynamic_index", lambda x, i: x[i], [f64(5, 4, 3), RNG.integers(0, 4, (5,))], 0, True),
+    (
+        "dynamic_index_unbatched_x",
+        lambda x, i: x[i, 1:],
+        [f64(4, 3), RNG.integers(0, 4, (5,))],
+        (None, 0),
+        True,
+    ),
+    (
+        "at_set_dynamic",
+        lambda x, i, v: x.at[i].set(v),
+        [f64(5, 4, 3), RNG.integers(0, 4, (5,)), f64(5, 3)],
+        0,
+        True,
+    ),
+    (
+        "at_add_indices",
+        lambda x, i: x.at[i].add(1.5),
+        [f64(5, 6), RNG.integers(0, 6, (5, 4))],
+        0,
+        True,
+    ),
+    ("cumsum_sort", lambda x: gl.cumsum(gl.sort(x)), [f64(4, 7)], 0, False),
+    ("einsum", lambda a, b: gl.einsum("ij,jk->ik", a, b), [f64(4, 2, 3), f64(4, 3, 2)], 0, False),
+    (
+        "solve",
+        lambda a, b: gl.linalg.solve(a, b),
+        [f64(4, 3, 3) + 3 * np.eye(3), f64(4, 3)],
+        0,
+        False,
+    ),
+    (
+        "cholesky",
+        lambda a: gl.linalg.cholesky(a @ gl.transpose(a) + 3.0 * gl.eye(3, dtype=gl.float64)),
+        [f64(4, 3, 3)],
+        0,
+        False,
+    ),
+    (
+        "det_inv",
+        lambda a: gl.linalg.det(a) + gl.sum(gl.linalg.inv(a)),
+        [f64(4, 3, 3) + 3 * np.eye(3)],
+        0,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize("name, fn, args, in_axes, exact", OPS, ids=[o[0] for o in OPS])
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_each_op_batched_is_the_op_on_each_lane(
+    name: str, fn: Callable[..., Any], args: list[Any], in_axes: Any, exact: bool, mode: str
+) -> None:
+    batched = gl.vmap(fn, in_axes=in_axes)
+    if mode == "graph":
+        batched = gl.function(batched)
+    got = batched(*[gl.tensor(a) for a in args])
+    assert_lanes(got, lanewise(fn, args, in_axes), exact=exact)
+
+
+def test_in_axes_prefixes_out_axes_and_axis_size() -> None:
+    x, y = f64(3, 4), f64(4, 2)
+
+    def fn(pair: dict[str, Any], scale: Any) -> Any:
+        return {"sum": pair["a"] * scale + gl.sum(pair["b"]), "b": pair["b"]}
+
+    got = gl.vmap(fn, in_axes=({"a": 1, "b": 0}, None), out_axes={"sum": 1, "b": 0})(
+        {"a": gl.tensor(x), "b": gl.tensor(y)}, gl.tensor(2.0, dtype=gl.float64)
+    )
+    want_sum = np.stack([x[:, i] * 2.0 + y[i].sum() for i in range(4)], axis=1)
+    np.testing.assert_allclose(np.asarray(got["sum"]), want_sum, rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(got["b"]), y)
+    ones = gl.vmap(lambda: gl.ones(2), in_axes=(), axis_size=3)()
+    np.testing.assert_array_equal(np.asarray(ones), np.ones((3, 2)))
+    # An output the same in every lane: repeated, or kept with out_axes=None.
+    rep = gl.vmap(lambda a: (a, gl.tensor(1.5)), out_axes=(0, None))(gl.tensor(x))
+    assert np.asarray(rep[1]).shape == ()
+    neg_axis = gl.vmap(lambda a: a * 2.0, in_axes=-1, out_axes=-1)(gl.tensor(x))
+    np.testing.assert_array_equal(np.asarray(neg_axis), x * 2.0)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: gl.vmap(gl.add)(gl.ones(3), gl.ones(4)), "different sizes"),
+        (lambda: gl.vmap(gl.sin, in_axes=2)(gl.ones((3, 4))), "out of range"),
+        (lambda: gl.vmap(gl.add, in_axes=(0, 0, 0))(gl.ones(3), gl.ones(3)), "3 entries"),
+        (lambda: gl.vmap(lambda d: d["a"], in_axes=({"b": 0},))({"a": gl.ones(3)}), "keys"),
+        (lambda: gl.vmap(gl.sin, in_axes=None)(gl.ones(3)), "axis_size"),
+        (lambda: gl.vmap(gl.sin, out_axes=None)(gl.ones(3)), "differs per lane"),
+        (lambda: gl.vmap(gl.sin, in_axes="0"), "in_axes must be"),
+        (lambda: gl.vmap(gl.sin, axis_size=0), "axis_size must be"),
+        (lambda: gl.vmap(gl.sin)(gl.tensor(1.0)), "is a scalar"),
+        (lambda: gl.vmap(gl.sin, axis_size=2)(gl.ones(3)), "axis_size is 2"),
+    ],
+)
+def test_bad_arguments_are_invalid_argument_errors_naming_them(call: Any, message: str) -> None:
+    with pytest.raises(gl.errors.InvalidArgumentError, match=message):
+        call()
+
+
+def test_reading_a_lane_and_keeping_it_past_vmap_are_clear_errors() -> None:
+    with pytest.raises(gl.errors.ControlFlowError, match=r"every lane of a gl\.vmap"):
+        gl.vmap(lambda x: x.numpy())(gl.ones(3))
+    kept = []
+    gl.vmap(lambda x: kept.append(x * 2.0) or x)(gl.ones(3))
+    with pytest.raises(gl.errors.InvalidArgumentError, match="outside the vmap call"):
+        gl.sin(kept[0])
+
+
+def test_a_variable_assigned_a_batched_value_raises() -> None:
+    v = gl.Variable(gl.zeros(()))
+    with pytest.raises(gl.errors.InvalidArgumentError, match="one value, not one per lane"):
+        gl.vmap(lambda x: v.assign(x))(gl.ones(3))
+    with pytest.raises(gl.errors.InvalidArgumentError, match="one value, not one per lane"):
+        gl.function(lambda xs: gl.vmap(lambda x: v.assign(x) or x)(xs))(gl.ones(3))
+    np.testing.assert_array_equal(np.asarray(v.read()), 0.0)
+
+
+# ---- transforms ---------------------------------------------------------------------------------
+
+
+def loss(x: Any, w: Any) -> Any:
+    return gl.sum(gl.sin(x * w) * x) + gl.sum(w * w)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_per_example_gradients_and_gradients_of_a_batch(mode: str) -> None:
+    xs, w = f64(5, 3), f64(3)
+    stage = gl.function if mode == "graph" else (lambda f: f)
+    per_example = stage(gl.vmap(gl.grad(loss, argnums=(0, 1)), in_axes=(0, None)))(
+        gl.tensor(xs), gl.tensor(w)
+    )
+    want = lanewise(gl.grad(loss, argnums=(0, 1)), [xs, w], (0, None))
+    assert_lanes(per_example, want)
+    # The gradient of the batch's total: per-lane gradients of x, their sum for w.
+    total = stage(gl.grad(lambda a, b: gl.sum(gl.vmap(loss, in_axes=(0, None))(a, b)), (0, 1)))
+    gx, gw = total(gl.tensor(xs), gl.tensor(w))
+    np.testing.assert_allclose(np.asarray(gx), want[0], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gw), want[1].sum(0), rtol=1e-12)
+
+
+def test_gradients_of_the_batch_match_finite_differences() -> None:
+    w = f64(3)
+    check_grads(
+        lambda xs: gl.vmap(lambda x: gl.sum(gl.sin(x * gl.tensor(w)) * x))(xs),
+        [f64(4, 3)],
+        modes=("tape", "grad", "graph"),
+    )
+
+
+def test_vmap_of_jvp_hessian_and_nested_vmap() -> None:
+    xs, w = f64(4, 3), f64(3)
+    f = lambda x: loss(x, gl.tensor(w))  # noqa: E731
+    jvps = gl.vmap(lambda x, t: gl.jvp(f, (x,), (t,)))(gl.tensor(xs), gl.tensor(xs * 0.5))
+    assert_lanes(jvps, lanewise(lambda x, t: gl.jvp(f, (x,), (t,)), [xs, xs * 0.5]))
+    # tangents batched over a primal that is not: a Jacobian's columns at once
+    basis = np.eye(3)
+    cols = gl.vmap(lambda t: gl.jvp(f, (gl.tensor(xs[0]),), (t,))[1])(gl.tensor(basis))
+    np.testing.assert_allclose(np.asarray(cols), np.asarray(gl.grad(f)(gl.tensor(xs[0]))))
+    hess = gl.vmap(gl.hessian(f))(gl.tensor(xs))
+    assert_lanes(hess, lanewise(gl.hessian(f), [xs]))
+    nested = gl.vmap(gl.vmap(lambda a, b: a * b + gl.sin(a)), in_axes=(0, None))(
+        gl.tensor(f64(2, 3)), gl.tensor(w)
+    )
+    want = np.stack(
+        [
+            [a * b + np.sin(a) for a, b in zip(row, w, strict=True)]
+            for row in np.asarray(gl.vmap(lambda a: a, in_axes=0)(gl.tensor(f64(2, 3))))
+        ]
+    )
+    assert np.asarray(nested).shape == want.shape
+
+
+def test_nested_vmap_is_the_double_loop() -> None:
+    a, b = f64(2, 3), f64(4, 3)
+    got = gl.vmap(lambda x: gl.vmap(lambda y: gl.sum(x * y))(gl.tensor(b)))(gl.tensor(a))
+    np.testing.assert_allclose(np.asarray(got), a @ b.T, rtol=1e-12)
+    g = gl.vmap(
+        gl.vmap(gl.grad(lambda x, y: gl.sum(gl.sin(x * y))), in_axes=(None, 0)), in_axes=(0, None)
+    )(gl.tensor(a), gl.tensor(b))
+    want = np.stack([[np.cos(x * y) * y for y in b] for x in a])
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-12)
+
+
+def test_gradient_tape_inside_vmap() -> None:
+    xs = f64(4, 3)
+
+    def lane(x: Any) -> Any:
+        with gl.GradientTape() as tape:
+            tape.watch(x)
+            y = gl.sum(x * x * x)
+        return tape.gradient(y, x)
+
+    np.testing.assert_allclose(np.asarray(gl.vmap(lane)(gl.tensor(xs))), 3 * xs**2)
+    w = gl.tensor(f64(3))
+
+    def shared(x: Any) -> Any:
+        with gl.GradientTape() as tape:
+            tape.watch(w)
+            y = gl.sum(x * w)
+        return tape.gradient(y, w)
+
+    with pytest.raises(gl.errors.InvalidArgumentError, match="same in every lane"):
+        gl.vmap(shared)(gl.tensor(xs))
+
+
+# ---- control flow -------------------------------------------------------------------------------
+
+
+def piecewise(x: Any) -> Any:
+    return gl.cond(x > 0, lambda: gl.sqrt(x) * 2.0, lambda: x * x)
+
+
+def newton(a: Any) -> Any:
+    def body(x: Any, k: Any) -> Any:
+        return x - (x * x * x - a) / (3.0 * x * x), k + 1
+
+    return gl.while_loop(lambda x, k: gl.abs(x * x * x - a) > 1e-12 * a, body, (a, gl.tensor(0)))
+
+
+def test_batched_cond_runs_each_branch_on_its_lanes_only() -> None:
+    xs = np.array([-2.0, -0.5, 0.0, 0.3, 1.5, 4.0])
+    assert_lanes(gl.vmap(piecewise)(gl.tensor(xs)), lanewise(piecewise, [xs]), exact=True)
+    # sqrt of a negative lane would be NaN, and its gradient NaN: neither reaches the result.
+    grads = gl.vmap(gl.grad(piecewise))(gl.tensor(xs))
+    assert np.all(np.isfinite(np.asarray(grads)))
+    assert_lanes(grads, lanewise(gl.grad(piecewise), [xs]))
+    check_grads(lambda v: gl.vmap(piecewise)(v), [np.array([-1.5, 0.7, 2.0])], modes=("tape",))
+
+
+def test_a_branch_no_lane_takes_never_runs() -> None:
+    table = gl.tensor(np.arange(4.0))
+    ran = []
+
+    def bad() -> Any:
+        ran.append(1)
+        return gl.take(table, gl.tensor(99))  # out of range: an error if it ran
+
+    out = gl.vmap(lambda x: gl.cond(x > -10.0, lambda: x + 1.0, bad))(gl.tensor(f64(5)))
+    assert np.asarray(out).shape == (5,) and not ran
+    # The lanes that take it raise, as the unbatched function does.
+    with pytest.raises(gl.errors.GradloopError):
+        gl.vmap(lambda x: gl.cond(x > 0.0, lambda: x + 1.0, bad))(gl.tensor([1.0, -1.0]))
+
+
+def test_batched_switch_case_with_default_and_out_of_range_indices() -> None:
+    idx = np.array([0, 1, 2, 7, -3, 1])
+    xs = positive(6)
+
+    def fn(i: Any, x: Any) -> Any:
+        return gl.switch_case(i, [lambda: x + 1.0, lambda: x * 10.0], default=lambda: gl.log(x))
+
+    assert_lanes(gl.vmap(fn)(gl.tensor(idx), gl.tensor(xs)), lanewise(fn, [idx, xs]), exact=True)
+    grads = gl.vmap(gl.grad(fn, argnums=1))(gl.tensor(idx), gl.tensor(xs))
+    assert_lanes(grads, lanewise(gl.grad(fn, argnums=1), [idx, xs]))
+
+
+def test_batched_while_loop_makes_each_lanes_own_trips() -> None:
+    a = np.array([1.0, 8.0, 27.0, 1000.0, 2.0, 0.001])
+    x, k = gl.vmap(newton)(gl.tensor(a))
+    want_x, want_k = lanewise(newton, [a])
+    np.testing.assert_array_equal(np.asarray(k), want_k)  # trip counts exactly
+    np.testing.assert_array_equal(np.asarray(x), want_x)
+    assert len(set(want_k.tolist())) > 3
+    root = lambda a: newton(a)[0]  # noqa: E731
+    assert_lanes(gl.vmap(gl.grad(root))(gl.tensor(a)), lanewise(gl.grad(root), [a]))
+    check_grads(lambda v: gl.vmap(root)(v), [np.array([2.0, 30.0, 0.5])], modes=("tape",))
+
+
+def test_finished_lanes_stop_and_their_nans_stay_out() -> None:
+    # After a lane's own last trip, one more would divide by zero: it never runs.
+    def countdown(n: Any, x: Any) -> Any:
+        def body(n: Any, x: Any) -> Any:
+            return n - 1, x + 1.0 / gl.cast(n, gl.float64)
+
+        return gl.while_loop(lambda n, x: n > 0, body, (n, x))[1]
+
+    ns, xs = np.array([0, 3, 1, 5]), f64(4)
+    got = gl.vmap(countdown)(gl.tensor(ns), gl.tensor(xs))
+    assert np.all(np.isfinite(np.asarray(got)))
+    assert_lanes(got, lanewise(countdown, [ns, xs]), exact=True)
+    grads = gl.vmap(gl.grad(countdown, argnums=1))(gl.tensor(ns), gl.tensor(xs))
+    np.testing.assert_array_equal(np.asarray(grads), np.ones(4))
+
+
+def test_maximum_iterations_and_closed_over_values_hold_per_lane() -> None:
+    w = gl.tensor(f64(3))
+
+    def fn(x: Any, stop: Any) -> Any:
+        out = gl.while_loop(
+            lambda i, y: gl.sum(y * y) < stop,
+            lambda i, y: (i + 1, y * 1.5 + w),
+            (0, x),
+            maximum_iterations=6,
+        )
+        return out
+
+    xs, stops = f64(5, 3) * 0.1, np.array([0.0, 1.0, 10.0, 100.0, 1e9])
+    got = gl.vmap(fn)(gl.tensor(xs), gl.tensor(stops))
+    assert_lanes(got, lanewise(fn, [xs, stops]), exact=True)
+    g = gl.vmap(gl.grad(lambda x, s: gl.sum(fn(x, s)[1])))(gl.tensor(xs), gl.tensor(stops))
+    assert_lanes(g, lanewise(gl.grad(lambda x, s: gl.sum(fn(x, s)[1])), [xs, stops]))
+
+
+def test_nested_batched_control_flow() -> None:
+    def fn(x: Any) -> Any:
+        def body(y: Any) -> Any:
+            return gl.cond(y > 1.0, lambda: y * 0.5, lambda: y + 0.75)
+
+        return gl.while_loop(lambda y: gl.abs(y - 1.0) > 0.1, body, x, maximum_iterations=20)
+
+    xs = np.array([0.2, 3.0, 17.0, 1.05, 6.5])
+    assert_lanes(gl.vmap(fn)(gl.tensor(xs)), lanewise(fn, [xs]), exact=True)
+    assert_lanes(gl.vmap(gl.grad(fn))(gl.tensor(xs)), lanewise(gl.grad(fn), [xs]))
+
+
+def test_uniform_control_flow_traced_inside_vmap() -> None:
+    xs, w = f64(4, 3), f64(3)
+
+    @gl.function
+    def fn(xs: Any, w: Any) -> Any:
+        def lane(x: Any) -> Any:
+            y = gl.cond(gl.sum(w) > 0, lambda: x * w, lambda: x - w)
+            return gl.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, gl.sin(y) + x), (0, y))
+
+        return gl.vmap(lane)(xs)
+
+    def lane(x: Any, w: Any) -> Any:
+        y = x * w if w.sum() > 0 else x - w
+        for _ in range(3):
+            y = np.sin(y) + x
+        return y
+
+    i, y = fn(gl.tensor(xs), gl.tensor(w))
+    np.testing.assert_array_equal(np.asarray(i), [3, 3, 3, 3])
+    np.testing.assert_allclose(np.asarray(y), np.stack([lane(x, w) for x in xs]), rtol=1e-12)
+
+
+def test_a_batched_predicate_inside_a_traced_function_is_refused_for_now() -> None:
+    with pytest.raises(gl.errors.InvalidArgumentError, match=r"not yet inside @gl\.function"):
+        gl.function(lambda xs: gl.vmap(piecewise)(xs))(gl.tensor(f64(3)))
