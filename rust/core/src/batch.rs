@@ -224,4 +224,22 @@ mod tests {
         let err = run(&[], |ctx| build::neg(ctx, &x)).unwrap_err();
         assert!(err.to_string().contains("outside the vmap call"), "{err}");
     }
+
+    #[test]
+    fn a_value_over_all_lanes_is_gathered_to_a_subset_once() {
+        let root = LaneSet::root(new_level(), 4);
+        let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[4]).unwrap();
+        let x = Lanes::wrap(Val::Tensor(xs), &root).unwrap();
+        let rows = Val::Tensor(Tensor::from_vec(vec![3i64, 1], &[2]).unwrap());
+        let some = LaneSet::child(&root, rows);
+        assert_eq!(some.count, 2);
+        let y = run(std::slice::from_ref(&some), |ctx| build::neg(ctx, &x)).unwrap();
+        let lanes = lanes_at(&y, root.level).unwrap();
+        assert!(Arc::ptr_eq(&lanes.set, &some));
+        assert_eq!(values(&lanes.physical), vec![-4.0, -2.0]);
+        assert!(some.gathered(x.id()).is_some());
+        // A value of the subset used over all lanes has left its set.
+        let err = run(&[root], |ctx| build::neg(ctx, &y)).unwrap_err();
+        assert!(err.to_string().contains("outside the vmap call"), "{err}");
+    }
 }
