@@ -372,14 +372,31 @@ def newton(a: Any) -> Any:
     return gl.while_loop(lambda x, k: gl.abs(x * x * x - a) > 1e-12 * a, body, (a, gl.tensor(0)))
 
 
-def test_batched_cond_runs_each_branch_on_its_lanes_only() -> None:
+CONTROL_MODES = ["eager", "graph"]
+
+
+def staged(mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run as `mode` runs it: eagerly, traced by `@gl.function`, or compiled."""
+    return {
+        "eager": fn,
+        "graph": gl.function(fn),
+        "jit": gl.jit(fn),
+        "xla": gl.jit(fn, backend="xla"),
+    }[mode]
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_batched_cond_runs_each_branch_on_its_lanes_only(mode: str) -> None:
     xs = np.array([-2.0, -0.5, 0.0, 0.3, 1.5, 4.0])
-    assert_lanes(gl.vmap(piecewise)(gl.tensor(xs)), lanewise(piecewise, [xs]), exact=True)
+    got = staged(mode, gl.vmap(piecewise))(gl.tensor(xs))
+    assert_lanes(got, lanewise(piecewise, [xs]), exact=True)
     # sqrt of a negative lane would be NaN, and its gradient NaN: neither reaches the result.
-    grads = gl.vmap(gl.grad(piecewise))(gl.tensor(xs))
+    grads = staged(mode, gl.vmap(gl.grad(piecewise)))(gl.tensor(xs))
     assert np.all(np.isfinite(np.asarray(grads)))
     assert_lanes(grads, lanewise(gl.grad(piecewise), [xs]))
-    check_grads(lambda v: gl.vmap(piecewise)(v), [np.array([-1.5, 0.7, 2.0])], modes=("tape",))
+    check_grads(
+        lambda v: gl.vmap(piecewise)(v), [np.array([-1.5, 0.7, 2.0])], modes=("tape", "graph")
+    )
 
 
 def test_a_branch_no_lane_takes_never_runs() -> None:
@@ -397,31 +414,37 @@ def test_a_branch_no_lane_takes_never_runs() -> None:
         gl.vmap(lambda x: gl.cond(x > 0.0, lambda: x + 1.0, bad))(gl.tensor([1.0, -1.0]))
 
 
-def test_batched_switch_case_with_default_and_out_of_range_indices() -> None:
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_batched_switch_case_with_default_and_out_of_range_indices(mode: str) -> None:
     idx = np.array([0, 1, 2, 7, -3, 1])
     xs = positive(6)
 
     def fn(i: Any, x: Any) -> Any:
         return gl.switch_case(i, [lambda: x + 1.0, lambda: x * 10.0], default=lambda: gl.log(x))
 
-    assert_lanes(gl.vmap(fn)(gl.tensor(idx), gl.tensor(xs)), lanewise(fn, [idx, xs]), exact=True)
-    grads = gl.vmap(gl.grad(fn, argnums=1))(gl.tensor(idx), gl.tensor(xs))
+    got = staged(mode, gl.vmap(fn))(gl.tensor(idx), gl.tensor(xs))
+    assert_lanes(got, lanewise(fn, [idx, xs]), exact=True)
+    grads = staged(mode, gl.vmap(gl.grad(fn, argnums=1)))(gl.tensor(idx), gl.tensor(xs))
     assert_lanes(grads, lanewise(gl.grad(fn, argnums=1), [idx, xs]))
 
 
-def test_batched_while_loop_makes_each_lanes_own_trips() -> None:
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_batched_while_loop_makes_each_lanes_own_trips(mode: str) -> None:
     a = np.array([1.0, 8.0, 27.0, 1000.0, 2.0, 0.001])
-    x, k = gl.vmap(newton)(gl.tensor(a))
+    x, k = staged(mode, gl.vmap(newton))(gl.tensor(a))
     want_x, want_k = lanewise(newton, [a])
     np.testing.assert_array_equal(np.asarray(k), want_k)  # trip counts exactly
     np.testing.assert_array_equal(np.asarray(x), want_x)
     assert len(set(want_k.tolist())) > 3
     root = lambda a: newton(a)[0]  # noqa: E731
-    assert_lanes(gl.vmap(gl.grad(root))(gl.tensor(a)), lanewise(gl.grad(root), [a]))
-    check_grads(lambda v: gl.vmap(root)(v), [np.array([2.0, 30.0, 0.5])], modes=("tape",))
+    got = staged(mode, gl.vmap(gl.grad(root)))(gl.tensor(a))
+    assert_lanes(got, lanewise(gl.grad(root), [a]))
+    modes = ("tape",) if mode == "eager" else ("graph",)
+    check_grads(lambda v: gl.vmap(root)(v), [np.array([2.0, 30.0, 0.5])], modes=modes)
 
 
-def test_finished_lanes_stop_and_their_nans_stay_out() -> None:
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_finished_lanes_stop_and_their_nans_stay_out(mode: str) -> None:
     # After a lane's own last trip, one more would divide by zero: it never runs.
     def countdown(n: Any, x: Any) -> Any:
         def body(n: Any, x: Any) -> Any:
@@ -430,14 +453,15 @@ def test_finished_lanes_stop_and_their_nans_stay_out() -> None:
         return gl.while_loop(lambda n, x: n > 0, body, (n, x))[1]
 
     ns, xs = np.array([0, 3, 1, 5]), f64(4)
-    got = gl.vmap(countdown)(gl.tensor(ns), gl.tensor(xs))
+    got = staged(mode, gl.vmap(countdown))(gl.tensor(ns), gl.tensor(xs))
     assert np.all(np.isfinite(np.asarray(got)))
     assert_lanes(got, lanewise(countdown, [ns, xs]), exact=True)
-    grads = gl.vmap(gl.grad(countdown, argnums=1))(gl.tensor(ns), gl.tensor(xs))
+    grads = staged(mode, gl.vmap(gl.grad(countdown, argnums=1)))(gl.tensor(ns), gl.tensor(xs))
     np.testing.assert_array_equal(np.asarray(grads), np.ones(4))
 
 
-def test_maximum_iterations_and_closed_over_values_hold_per_lane() -> None:
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_maximum_iterations_and_closed_over_values_hold_per_lane(mode: str) -> None:
     w = gl.tensor(f64(3))
 
     def fn(x: Any, stop: Any) -> Any:
@@ -450,13 +474,15 @@ def test_maximum_iterations_and_closed_over_values_hold_per_lane() -> None:
         return out
 
     xs, stops = f64(5, 3) * 0.1, np.array([0.0, 1.0, 10.0, 100.0, 1e9])
-    got = gl.vmap(fn)(gl.tensor(xs), gl.tensor(stops))
+    got = staged(mode, gl.vmap(fn))(gl.tensor(xs), gl.tensor(stops))
     assert_lanes(got, lanewise(fn, [xs, stops]), exact=True)
-    g = gl.vmap(gl.grad(lambda x, s: gl.sum(fn(x, s)[1])))(gl.tensor(xs), gl.tensor(stops))
+    total = gl.vmap(gl.grad(lambda x, s: gl.sum(fn(x, s)[1])))
+    g = staged(mode, total)(gl.tensor(xs), gl.tensor(stops))
     assert_lanes(g, lanewise(gl.grad(lambda x, s: gl.sum(fn(x, s)[1])), [xs, stops]))
 
 
-def test_nested_batched_control_flow() -> None:
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_nested_batched_control_flow(mode: str) -> None:
     def fn(x: Any) -> Any:
         def body(y: Any) -> Any:
             return gl.cond(y > 1.0, lambda: y * 0.5, lambda: y + 0.75)
@@ -464,8 +490,9 @@ def test_nested_batched_control_flow() -> None:
         return gl.while_loop(lambda y: gl.abs(y - 1.0) > 0.1, body, x, maximum_iterations=20)
 
     xs = np.array([0.2, 3.0, 17.0, 1.05, 6.5])
-    assert_lanes(gl.vmap(fn)(gl.tensor(xs)), lanewise(fn, [xs]), exact=True)
-    assert_lanes(gl.vmap(gl.grad(fn))(gl.tensor(xs)), lanewise(gl.grad(fn), [xs]))
+    assert_lanes(staged(mode, gl.vmap(fn))(gl.tensor(xs)), lanewise(fn, [xs]), exact=True)
+    got = staged(mode, gl.vmap(gl.grad(fn)))(gl.tensor(xs))
+    assert_lanes(got, lanewise(gl.grad(fn), [xs]))
 
 
 def test_uniform_control_flow_traced_inside_vmap() -> None:
@@ -490,6 +517,36 @@ def test_uniform_control_flow_traced_inside_vmap() -> None:
     np.testing.assert_allclose(np.asarray(y), np.stack([lane(x, w) for x in xs]), rtol=1e-12)
 
 
-def test_a_batched_predicate_inside_a_traced_function_is_refused_for_now() -> None:
-    with pytest.raises(gl.errors.InvalidArgumentError, match=r"not yet inside @gl\.function"):
-        gl.function(lambda xs: gl.vmap(piecewise)(xs))(gl.tensor(f64(3)))
+@pytest.mark.parametrize("backend", ["jit", "xla"])
+def test_compiled_batched_loops_and_branches_agree_with_each_lane(backend: str) -> None:
+    a = np.array([1.0, 8.0, 27.0, 1000.0, 2.0, 0.001])
+    x, k = staged(backend, gl.vmap(newton))(gl.tensor(a))
+    want_x, want_k = lanewise(newton, [a])
+    np.testing.assert_array_equal(np.asarray(k), want_k)
+    np.testing.assert_allclose(np.asarray(x), want_x, rtol=1e-12)
+
+    def bounded(a: Any) -> Any:
+        return gl.while_loop(
+            lambda x: gl.abs(x * x * x - a) > 1e-12 * a,
+            lambda x: x - (x * x * x - a) / (3.0 * x * x),
+            a,
+            maximum_iterations=40,
+        )
+
+    fn = gl.vmap(gl.grad(lambda a: piecewise(bounded(a) - 2.0)))
+    got = staged(backend, fn)(gl.tensor(a))
+    want = lanewise(gl.grad(lambda a: piecewise(bounded(a) - 2.0)), [a])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-10)
+
+
+def test_batched_loops_in_pure_stablehlo() -> None:
+    text = gl.to_mlir(gl.vmap(newton), gl.tensor(np.ones(4)), dialect="stablehlo")
+    assert "stablehlo.while" in text and "scf." not in text
+
+
+def test_a_predicate_batched_over_two_vmap_calls_at_once_is_refused() -> None:
+    def fn(x: Any, y: Any) -> Any:
+        return gl.cond(x > y, lambda: x, lambda: y)
+
+    with pytest.raises(gl.errors.InvalidArgumentError, match="nested vmap calls at once"):
+        gl.vmap(gl.vmap(fn, in_axes=(None, 0)), in_axes=(0, None))(gl.ones(2), gl.ones(3))

@@ -327,13 +327,15 @@ _EXPECTED = {
 }
 
 
-def lanes_values(fn: str, x: _core.Tensor, level: int, what: str) -> np.ndarray:
-    """Each lane's predicate or branch index `x`, checked to be one lane's scalar of the
-    right dtype."""
+def lanes_values(
+    fn: str, x: _core.Tensor, level: int, what: str, on_host: bool = True
+) -> np.ndarray | None:
+    """Each lane's predicate or branch index `x` (on the host, or only checked), checked to be
+    one lane's scalar of the right dtype."""
     dtypes, expected = _EXPECTED[what]
     if x.dtype not in dtypes or x.shape != ():
         _fail(fn, f"{what} must be {expected} in each lane; got {_validate.describe(x)}")
-    return _host_lanes(fn, x, level)
+    return _host_lanes(fn, x, level) if on_host else None
 
 
 def _physical(leaf: Any, level: int, lanes: int) -> _core.Tensor:
@@ -456,3 +458,183 @@ def _rows_of(values: Any, level: int, lanes: int, rows: np.ndarray | None) -> li
 
 def _rows(rows: np.ndarray) -> _core.Tensor:
     return _core.tensor(rows.astype(np.int64))
+
+
+# ---- control flow over lanes (traced) -----------------------------------------------------------
+#
+# Traced (`@gl.function`, `gl.jit`, export), shapes are static: every lane runs each branch that
+# some lane takes, and a loop's body until its last lane is done, but on values that are safe to
+# compute. A lane that does not take a branch, or whose loop is done, computes on a copy of a
+# lane that does (its inputs, and what the function closes over, gathered from that lane), and
+# its result is discarded by a select; so no value it would compute, NaN, inf or an error, can
+# reach a result, and its cotangent is an exact zero. A branch no lane takes does not run.
+
+
+def _traced_lanes(fn: str, level: int) -> int:
+    count = _core.vmap_lanes(level)
+    if count is None:
+        unsupported_traced(fn)
+    return count
+
+
+def _stand_ins(mask: _core.Tensor, lanes: int) -> _core.Tensor:
+    """For each lane, itself where `mask` holds, else the first lane where it does."""
+    from .reductions import argmax
+
+    first = _core.cast(argmax(mask), _core.int64)
+    return _core.where(mask, _core.arange(lanes, dtype=_core.int64), first)
+
+
+def _lanes_mask(x: _core.Tensor, level: int, lanes: int) -> _core.Tensor:
+    """Predicate `x` (one lane's scalar bool) over every lane: bool[lanes]."""
+    physical = _core.lanes_unwrap(x, level)
+    if physical is None:
+        return _core.broadcast_to(x, (lanes,))
+    if _core.lanes_levels(physical):
+        unsupported_traced("while_loop")
+    return physical
+
+
+def _select(mask: _core.Tensor, a: _core.Tensor, b: _core.Tensor) -> _core.Tensor:
+    """`a` on the lanes `mask` holds, else `b` (both with lanes along axis 0)."""
+    mask = _core.reshape(mask, (mask.shape[0],) + (1,) * (a.ndim - 1))
+    return _core.where(mask, a, b)
+
+
+def _on_stand_ins(level: int, rows: _core.Tensor, run: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """`run()` with each lane computing on the lane `rows` names: its output, and its leaves
+    with lanes along axis 0."""
+    lanes = rows.shape[0]
+    _core.lanes_narrow(level, rows)
+    try:
+        out = run()
+        leaves = [None if x is None else _physical(x, level, lanes) for x in nest.flatten(out)]
+        return out, leaves
+    finally:
+        _core.lanes_widen(level)
+
+
+def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any]]) -> Any:
+    """Traced `named[choice]` per lane (`choice`: one lane's int32 scalar): each branch some
+    lane takes runs on stand-ins for the others (an `If` skips it when none does), and each
+    lane keeps its own branch's results."""
+    lanes = _traced_lanes(fn, level)
+    choice = _core.lanes_unwrap(choice, level)
+    if choice is None or _core.lanes_levels(choice):
+        unsupported_traced(fn)
+    outputs: list[tuple[str, Any]] = []
+    results: list[tuple[Any, list[Any]]] = []
+    for k, (name, branch) in enumerate(named):
+        mask = _core.equal(choice, _core.tensor(k, dtype=choice.dtype))
+        out, leaves = _traced_branch(fn, level, mask, name, branch)
+        outputs.append((name, out))
+        results.append((mask, leaves))
+    first = _validate.check_branch_outputs(fn, outputs)
+    stitched = list(results[-1][1])
+    for mask, leaves in reversed(results[:-1]):
+        stitched = [_select(mask, a, b) for a, b in zip(leaves, stitched, strict=True)]
+    wrapped = iter(_core.lanes_wrap(x, level) for x in stitched)
+    leaves = [None if x is None else next(wrapped) for x in nest.flatten(first)]
+    return nest.pack_sequence_as(first, leaves)
+
+
+def _traced_branch(
+    fn: str, level: int, mask: _core.Tensor, name: str, branch: Callable[[], Any]
+) -> tuple[Any, list[Any]]:
+    """Branch `branch` traced over every lane (those `mask` excludes on stand-ins) inside an
+    `If` that runs it only when some lane takes it: its output and result leaves."""
+    from .control_flow import _graph_branches
+    from .reductions import any as any_
+
+    lanes = _traced_lanes(fn, level)
+    rows = _stand_ins(mask, lanes)
+    taken: list[Any] = []
+
+    def convert() -> Any:
+        return _validate.convert_outputs(fn, branch(), f"the output of {name}")
+
+    def run() -> Any:
+        out, leaves = _on_stand_ins(level, rows, convert)
+        taken.append(out)
+        return tuple(leaf for leaf in leaves if leaf is not None)
+
+    def idle() -> Any:
+        return tuple(_core.zeros_like(leaf) for leaf in _leaves_like(taken[0], level, lanes))
+
+    named = [(name, run), (f"{name} (no lane)", idle)]
+    leaves = _graph_branches(fn, named, lambda traced: _core.emit_if(any_(mask), *traced))
+    return taken[0], list(leaves)
+
+
+def _leaves_like(out: Any, level: int, lanes: int) -> list[Any]:
+    """Zeros shaped as `out`'s leaves over every lane (what a branch no lane takes gives)."""
+    return [
+        _core.zeros((lanes, *x.shape), dtype=x.dtype) for x in nest.flatten(out) if x is not None
+    ]
+
+
+class BatchedPredicate(Exception):
+    """Raised while tracing a loop's condition that differs per lane (`level`): the loop is
+    traced again as `traced_while`."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.level = level
+
+
+def traced_while(
+    cond: Callable[..., Any],
+    body: Callable[..., Any],
+    loop_vars: Any,
+    call: Callable[[Callable[..., Any], Any], Any],
+    limit: int | None,
+    parallel_iterations: int,
+    checkpoints: int | None,
+    level: int,
+) -> Any:
+    """A traced loop whose condition differs per lane: one `While` over every lane's
+    variables and a live mask. Each trip, lanes still running step; a lane that is done keeps
+    its values, and computes the trip on a stand-in (a running lane's values) whose result is
+    discarded. The loop ends when no lane runs, so each lane makes exactly its own trips."""
+    from .control_flow import _checked_trip, _traced
+    from .reductions import any as any_
+
+    lanes = _traced_lanes("while_loop", level)
+    flat = [physical_at(t, level, lanes) for t in nest.flatten(loop_vars)]
+
+    def lane_values(phys: list[Any]) -> Any:
+        return nest.pack_sequence_as(loop_vars, [_core.lanes_wrap(v, level) for v in phys])
+
+    def going(values: Any) -> _core.Tensor:
+        return _lanes_mask(call(cond, values), level, lanes)
+
+    live = going(lane_values(flat))
+    specs = [(t.dtype, tuple(t.shape)) for t in [*flat, live]]
+
+    def run_cond(params: list[Any]) -> list[Any]:
+        return [any_(params[-1])]
+
+    def run_body(params: list[Any]) -> list[Any]:
+        phys, live = params[:-1], params[-1]
+        rows = _stand_ins(live, lanes)
+        values = lane_values(phys)
+
+        def step() -> Any:
+            return _checked_trip(loop_vars, body, None, call(body, values), -1)
+
+        _, new = _on_stand_ins(level, rows, step)
+        kept = [_select(live, n, v) for n, v in zip(new, phys, strict=True)]
+        return [*kept, _core.logical_and(live, going(lane_values(kept)))]
+
+    cond_fn = _traced("while_cond", specs, run_cond)
+    body_fn = _traced("while_body", specs, run_body)
+    out = _core.emit_while(
+        cond_fn, body_fn, [*flat, live], limit, parallel_iterations, checkpoints
+    )
+    return lane_values(list(out[:-1]))
+
+
+def physical_at(x: Any, level: int, lanes: int) -> _core.Tensor:
+    """Loop variable `x` over every lane of `level` (repeated when it is the same in all)."""
+    physical = _core.lanes_unwrap(x, level)
+    return _core.broadcast_to(x, (lanes, *x.shape)) if physical is None else physical

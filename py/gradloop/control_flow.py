@@ -48,8 +48,12 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> 
     _validate.check_callable("cond", "false_fn", false_fn)
     level = batching.lane_level(pred)
     if level is not None:
-        taken = np.where(batching.lanes_values("cond", pred, level, "pred"), 0, 1)
         named = [("true_fn", true_fn), ("false_fn", false_fn)]
+        if _core.mode() == "tracing":
+            batching.lanes_values("cond", pred, level, "pred", on_host=False)
+            choice = _core.where(pred, _core.tensor(0), _core.tensor(1))
+            return batching.traced_branches("cond", level, choice, named)
+        taken = np.where(batching.lanes_values("cond", pred, level, "pred"), 0, 1)
         return batching.branches("cond", level, taken, named)
     expected = "a scalar bool tensor or a Python bool"
     symbolic = _validate.symbolic_scalar("cond", pred, (_core.bool_,), "pred", expected)
@@ -90,12 +94,17 @@ def switch_case(
     branches = _validate.check_branch_fns("switch_case", branch_fns, default)
     level = batching.lane_level(branch_index)
     if level is not None:
-        index = batching.lanes_values("switch_case", branch_index, level, "branch_index")
         n = len(branches)
         named = [(f"branch_fns[{i}]", b) for i, b in enumerate(branches)]
         if default is not None:
             named.append(("default", default))
         # An index out of range runs the default, or the last branch.
+        if _core.mode() == "tracing":
+            batching.lanes_values("switch_case", branch_index, level, "branch_index", False)
+            inside = _core.logical_and(branch_index >= 0, branch_index < n)
+            choice = _core.where(inside, branch_index, len(named) - 1)
+            return batching.traced_branches("switch_case", level, choice, named)
+        index = batching.lanes_values("switch_case", branch_index, level, "branch_index")
         chosen = np.where((index >= 0) & (index < n), index, len(named) - 1)
         return batching.branches("switch_case", level, chosen, named)
     expected = "a scalar int32/int64 tensor or a Python int"
@@ -329,7 +338,12 @@ def _graph_while(
             break
         # A trip makes a loop variable batched: it is batched from the start.
         batched = [b or g for b, g in zip(batched, loop.grown, strict=True)]
-    cond_fn = _traced("while_cond", loop.specs, loop.run_cond)
+    try:
+        cond_fn = _traced("while_cond", loop.specs, loop.run_cond)
+    except batching.BatchedPredicate as lanes:
+        return batching.traced_while(
+            cond, body, loop_vars, call, limit, parallel_iterations, checkpoints, lanes.level
+        )
     outputs = _core.emit_while(cond_fn, body_fn, loop.flat, limit, parallel_iterations, checkpoints)
     on = [_lanes_on(t, b) for t, b in zip(outputs, batched, strict=True)]
     return nest.pack_sequence_as(loop_vars, on)
@@ -362,8 +376,9 @@ class _TracedLoop:
         pred = self.call(self.cond, self._lanes_on(params))
         expected = "a scalar bool tensor or a Python bool"
         what = "the result of cond"
-        if batching.lane_level(pred) is not None:
-            batching.unsupported_traced("while_loop")
+        level = batching.lane_level(pred)
+        if level is not None:
+            raise batching.BatchedPredicate(level)
         symbolic = _validate.symbolic_scalar("while_loop", pred, (_core.bool_,), what, expected)
         if symbolic is not None:
             return [symbolic]
