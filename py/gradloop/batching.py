@@ -518,7 +518,7 @@ def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any
     """Traced `named[choice]` per lane (`choice`: one lane's int32 scalar): each branch some
     lane takes runs on stand-ins for the others (an `If` skips it when none does), and each
     lane keeps its own branch's results."""
-    lanes = _traced_lanes(fn, level)
+    _traced_lanes(fn, level)  # a number of lanes known now, or a clear error
     choice = _core.lanes_unwrap(choice, level)
     if choice is None or _core.lanes_levels(choice):
         unsupported_traced(fn)
@@ -628,9 +628,7 @@ def traced_while(
 
     cond_fn = _traced("while_cond", specs, run_cond)
     body_fn = _traced("while_body", specs, run_body)
-    out = _core.emit_while(
-        cond_fn, body_fn, [*flat, live], limit, parallel_iterations, checkpoints
-    )
+    out = _core.emit_while(cond_fn, body_fn, [*flat, live], limit, parallel_iterations, checkpoints)
     return lane_values(list(out[:-1]))
 
 
