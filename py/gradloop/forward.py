@@ -482,7 +482,8 @@ class custom_jvp:
         rule's tangent map at `xs`, transposed (its gradient with respect to the tangents at
         zero). Its ops are recorded and see tangents as any ops do: higher order."""
         floats = [x for x in xs if x.dtype.is_floating]
-        zeros = [_core.zeros_like(x) for x in floats]
+        # Inside vmap each lane transposes its own map: its own tangents.
+        zeros = [batching.lanes_everywhere(_core.zeros_like(x)) for x in floats]
         it = iter(zeros)
         tangents = tuple(next(it) if x.dtype.is_floating else None for x in xs)
         with GradientTape() as tape:

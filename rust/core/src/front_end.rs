@@ -162,6 +162,12 @@ impl Runtime {
         Arc::make_mut(&mut self.batch_levels).push(LaneSet::root(level, count));
     }
 
+    /// Makes `set`'s level active over `set`, innermost (a gradient function of a level that
+    /// has ended runs on lanes of it).
+    pub fn push_batch_set(&mut self, set: Arc<LaneSet>) {
+        Arc::make_mut(&mut self.batch_levels).push(set);
+    }
+
     /// Ends batching level `level`; false when it was not active.
     pub fn pop_batch_level(&mut self, level: u64) -> bool {
         match self.batch_levels.iter().rposition(|s| s.level == level) {

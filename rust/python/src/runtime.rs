@@ -56,6 +56,12 @@ pub fn push_batch_level(level: u64, count: usize) {
     RUNTIME.with(|r| r.borrow_mut().push_batch_level(level, count));
 }
 
+/// Makes `set`'s level active again over `set` (a gradient function of a `vmap` level that
+/// has ended), innermost.
+pub fn push_batch_set(set: Arc<LaneSet>) {
+    RUNTIME.with(|r| r.borrow_mut().push_batch_set(set));
+}
+
 /// Ends batching level `level`; false when it was not active.
 pub fn pop_batch_level(level: u64) -> bool {
     RUNTIME.with(|r| r.borrow_mut().pop_batch_level(level))

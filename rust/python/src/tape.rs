@@ -252,6 +252,9 @@ struct PyGradientFunction {
     n_inputs: usize,
     /// Whether the callable takes `needs=` (which inputs' gradients are asked for).
     takes_needs: bool,
+    /// The `vmap` lanes each input and output was a view of (empty outside `vmap`).
+    input_lanes: Vec<Levels>,
+    output_lanes: Vec<Levels>,
 }
 
 impl GradientFunction<Val> for PyGradientFunction {
@@ -270,8 +273,95 @@ impl GradientFunction<Val> for PyGradientFunction {
                 (None, ZeroSeed::Like(v)) => build::zeros_like(ctx, v)?,
             });
         }
-        Python::attach(|py| self.call(py, seeds, needs).map_err(park))
+        if self
+            .input_lanes
+            .iter()
+            .chain(&self.output_lanes)
+            .all(|l| l.is_empty())
+        {
+            return Python::attach(|py| self.call(py, seeds, needs).map_err(park));
+        }
+        // The seeds as lanes of the outputs' vmap levels, active while the function runs
+        // (they may have ended: the gradient of a vmapped function), the gradients taken off
+        // their lanes as the inputs were.
+        let seeds = seeds
+            .into_iter()
+            .zip(&self.output_lanes)
+            .map(|(g, lanes)| dress(g, lanes))
+            .collect::<gradloop::Result<Vec<_>>>()?;
+        let sets: Vec<&Arc<LaneSet>> = self
+            .input_lanes
+            .iter()
+            .chain(&self.output_lanes)
+            .flatten()
+            .collect();
+        let grads = with_lanes_active(&sets, || {
+            Python::attach(|py| self.call(py, seeds, needs).map_err(park))
+        })?;
+        grads
+            .into_iter()
+            .zip(&self.input_lanes)
+            .map(|(g, lanes)| g.map(|g| onto_lanes(ctx, &g, lanes)).transpose())
+            .collect()
     }
+}
+
+/// Runs `f` with the batching levels of `sets` active (those that are not are pushed for the
+/// call, outermost level first, and popped after).
+fn with_lanes_active<T>(sets: &[&Arc<LaneSet>], f: impl FnOnce() -> T) -> T {
+    let active: Vec<u64> = runtime::batch_levels().iter().map(|s| s.level).collect();
+    let mut missing: Vec<&Arc<LaneSet>> = Vec::new();
+    for set in sets {
+        if !active.contains(&set.level) && !missing.iter().any(|m| m.level == set.level) {
+            missing.push(set);
+        }
+    }
+    missing.sort_by_key(|s| s.level);
+    for set in &missing {
+        runtime::push_batch_set((*set).clone());
+    }
+    let out = f();
+    for set in missing.iter().rev() {
+        runtime::pop_batch_level(set.level);
+    }
+    out
+}
+
+/// Gradient `g` (lanes of some `vmap` levels) as the physical gradient of an input that was
+/// a view of `lanes`: taken off the same lanes; repeated for lanes it does not have; summed
+/// over lanes the input did not have (an input the same in every lane gathers every lane's
+/// gradient).
+fn onto_lanes(
+    ctx: &mut dyn Context<Val>,
+    g: &Val,
+    lanes: &[Arc<LaneSet>],
+) -> gradloop::Result<Val> {
+    let (physical, g_lanes) = strip(g);
+    if same_lanes(&g_lanes, lanes) {
+        return Ok(physical);
+    }
+    if g_lanes.is_empty() {
+        let target = dress_shape(g, lanes);
+        return build::broadcast_to(ctx, &physical, &target);
+    }
+    if lanes.is_empty() {
+        let axes: Vec<usize> = (0..g_lanes.len()).collect();
+        return build::sum(ctx, &physical, &axes, false);
+    }
+    Err(gradloop::Error::invalid(
+        "custom_gradient",
+        "a gradient function returned a gradient batched over other gl.vmap calls than its input",
+    ))
+}
+
+/// The physical shape of a value of type `g`'s batched over `lanes` (lanes' axes first,
+/// outermost wrapper first).
+fn dress_shape(g: &Val, lanes: &[Arc<LaneSet>]) -> Vec<usize> {
+    lanes
+        .iter()
+        .map(|s| s.count)
+        .chain(g.ty().shape.iter().copied())
+        .collect()
 }
 
 impl PyGradientFunction {
@@ -330,8 +420,11 @@ pub fn record_custom_gradient(
 ) -> PyResult<()> {
     // The tape keeps static op names; the user's name is for error messages only.
     let _ = name;
-    let inputs = tensors(inputs)?;
-    let outputs = tensors(outputs)?;
+    // Inside `gl.vmap` the tapes record the batched program: the op joins batches; its
+    // gradient function sees lanes, as the function it stands for did.
+    let (inputs, input_lanes): (Vec<Val>, Vec<Levels>) = tensors(inputs)?.iter().map(strip).unzip();
+    let (outputs, output_lanes): (Vec<Val>, Vec<Levels>) =
+        tensors(outputs)?.iter().map(strip).unzip();
     let zero_seeds = outputs
         .iter()
         .map(|v| match v {
@@ -344,6 +437,8 @@ pub fn record_custom_gradient(
         zero_seeds,
         n_inputs: inputs.len(),
         takes_needs,
+        input_lanes,
+        output_lanes,
     });
     let tapes = match above_level {
         None => runtime::active_tapes(),
