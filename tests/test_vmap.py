@@ -576,3 +576,17 @@ def test_a_custom_rule_traced_inside_vmap_is_refused_clearly_for_now() -> None:
     # Traced, a custom rule is a call node, which has no batching rule yet.
     with pytest.raises(gl.errors.InvalidArgumentError, match="no batching rule yet"):
         gl.function(gl.vmap(gl.grad(halved_square_norm)))(gl.tensor(f64(4, 3)))
+
+
+def test_a_custom_rule_in_a_loop_whose_lanes_finish_apart() -> None:
+    # Found by the vmap fuzzer: a gather made inside the rule's unrecorded forward pass was
+    # reused by the body's recorded ops, cutting the loop variable off from the tape.
+    def fn(x: Any, n: Any) -> Any:
+        def body(i: Any, h: Any) -> Any:
+            return i + 1, halved_square_norm(h) * h * 0.5 + h * 0.3
+
+        return gl.sum(gl.while_loop(lambda i, h: i < n, body, (0, x))[1])
+
+    xs, ns = f64(3, 2) * 0.5, np.array([1, 2, 3], dtype=np.int32)
+    got = gl.vmap(gl.grad(fn))(gl.tensor(xs), gl.tensor(ns))
+    assert_lanes(got, lanewise(gl.grad(fn), [xs, ns]))

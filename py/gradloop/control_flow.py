@@ -192,7 +192,7 @@ def while_loop(
     call = _caller(isinstance(loop_vars, (tuple, list)))
     if _core.mode() == "tracing":
         return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
-    if checkpoints is not None and _core.any_tape_active():
+    if checkpoints is not None and _core.any_tape_active() and not _core.vmap_levels():
         return _staged_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
     values, i = loop_vars, 0
     while limit is None or i < limit:

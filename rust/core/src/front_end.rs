@@ -168,6 +168,13 @@ impl Runtime {
         Arc::make_mut(&mut self.batch_levels).push(set);
     }
 
+    /// Makes `set` the current lanes of its level, if that level is active.
+    pub fn set_batch_set(&mut self, set: Arc<LaneSet>) {
+        if let Some(i) = self.batch_levels.iter().rposition(|s| s.level == set.level) {
+            Arc::make_mut(&mut self.batch_levels)[i] = set;
+        }
+    }
+
     /// Ends batching level `level`; false when it was not active.
     pub fn pop_batch_level(&mut self, level: u64) -> bool {
         match self.batch_levels.iter().rposition(|s| s.level == level) {

@@ -62,6 +62,11 @@ pub fn push_batch_set(set: Arc<LaneSet>) {
     RUNTIME.with(|r| r.borrow_mut().push_batch_set(set));
 }
 
+/// Makes `set` the current lanes of its (active) level.
+pub fn set_batch_set(set: Arc<LaneSet>) {
+    RUNTIME.with(|r| r.borrow_mut().set_batch_set(set));
+}
+
 /// Ends batching level `level`; false when it was not active.
 pub fn pop_batch_level(level: u64) -> bool {
     RUNTIME.with(|r| r.borrow_mut().pop_batch_level(level))

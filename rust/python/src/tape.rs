@@ -166,6 +166,25 @@ fn seed_for(
     if same_lanes(&seed_levels, levels) {
         return Ok(physical);
     }
+    if seed_levels.len() == levels.len()
+        && seed_levels
+            .iter()
+            .zip(levels)
+            .all(|(s, t)| s.level == t.level)
+    {
+        // Lanes of the same calls, over other lanes of them (a branch's): gathered to the
+        // target's lanes, where it can be.
+        let levels = levels.to_vec();
+        return runtime::run(py, 0, move |ctx| {
+            let mut v = seed;
+            for set in &levels {
+                let lanes = gradloop::batch::lanes_at(&v, set.level)
+                    .ok_or_else(|| gradloop::Error::internal("vmap", "lanes changed"))?;
+                v = gradloop::batch::over(ctx, lanes, set)?;
+            }
+            Ok(v)
+        });
+    }
     if levels.is_empty() {
         return Ok(seed);
     }
@@ -255,6 +274,8 @@ struct PyGradientFunction {
     /// The `vmap` lanes each input and output was a view of (empty outside `vmap`).
     input_lanes: Vec<Levels>,
     output_lanes: Vec<Levels>,
+    /// The lanes current when the op ran (a branch's or a loop's live lanes).
+    current: Vec<Arc<LaneSet>>,
 }
 
 impl GradientFunction<Val> for PyGradientFunction {
@@ -289,12 +310,7 @@ impl GradientFunction<Val> for PyGradientFunction {
             .zip(&self.output_lanes)
             .map(|(g, lanes)| dress(g, lanes))
             .collect::<gradloop::Result<Vec<_>>>()?;
-        let sets: Vec<&Arc<LaneSet>> = self
-            .input_lanes
-            .iter()
-            .chain(&self.output_lanes)
-            .flatten()
-            .collect();
+        let sets: Vec<&Arc<LaneSet>> = self.current.iter().collect();
         let grads = with_lanes_active(&sets, || {
             Python::attach(|py| self.call(py, seeds, needs).map_err(park))
         })?;
@@ -306,23 +322,39 @@ impl GradientFunction<Val> for PyGradientFunction {
     }
 }
 
-/// Runs `f` with the batching levels of `sets` active (those that are not are pushed for the
-/// call, outermost level first, and popped after).
+/// Runs `f` with the lanes of `sets` current (a level that has ended is pushed again for the
+/// call; one still active but narrowed otherwise is set to the recorded lanes), as it was when
+/// the op was recorded.
 fn with_lanes_active<T>(sets: &[&Arc<LaneSet>], f: impl FnOnce() -> T) -> T {
-    let active: Vec<u64> = runtime::batch_levels().iter().map(|s| s.level).collect();
-    let mut missing: Vec<&Arc<LaneSet>> = Vec::new();
+    let mut chosen: Vec<&Arc<LaneSet>> = Vec::new();
     for set in sets {
-        if !active.contains(&set.level) && !missing.iter().any(|m| m.level == set.level) {
-            missing.push(set);
+        if !chosen.iter().any(|c| c.level == set.level) {
+            chosen.push(set);
         }
     }
-    missing.sort_by_key(|s| s.level);
-    for set in &missing {
-        runtime::push_batch_set((*set).clone());
+    chosen.sort_by_key(|s| s.level);
+    let active = runtime::batch_levels();
+    let mut pushed = Vec::new();
+    let mut swapped = Vec::new();
+    for set in &chosen {
+        match active.iter().find(|a| a.level == set.level) {
+            None => {
+                runtime::push_batch_set((*set).clone());
+                pushed.push(set.level);
+            }
+            Some(current) if !Arc::ptr_eq(current, set) => {
+                runtime::set_batch_set((*set).clone());
+                swapped.push(current.clone());
+            }
+            Some(_) => {}
+        }
     }
     let out = f();
-    for set in missing.iter().rev() {
-        runtime::pop_batch_level(set.level);
+    for level in pushed.iter().rev() {
+        runtime::pop_batch_level(*level);
+    }
+    for set in swapped {
+        runtime::set_batch_set(set);
     }
     out
 }
@@ -340,6 +372,11 @@ fn onto_lanes(
     if same_lanes(&g_lanes, lanes) {
         return Ok(physical);
     }
+    if let ([from], [to]) = (g_lanes.as_slice(), lanes) {
+        if from.level == to.level {
+            return scattered_up(ctx, physical, from, to);
+        }
+    }
     if g_lanes.is_empty() {
         let target = dress_shape(g, lanes);
         return build::broadcast_to(ctx, &physical, &target);
@@ -352,6 +389,28 @@ fn onto_lanes(
         "custom_gradient",
         "a gradient function returned a gradient batched over other gl.vmap calls than its input",
     ))
+}
+
+/// `g`, over the lanes of `from`, as a gradient over the wider lanes `to` (an ancestor of
+/// `from`): summed into their rows (the transpose of `batch::over`'s gathers).
+fn scattered_up(
+    ctx: &mut dyn Context<Val>,
+    mut g: Val,
+    from: &Arc<LaneSet>,
+    to: &Arc<LaneSet>,
+) -> gradloop::Result<Val> {
+    let mut set = from.clone();
+    while !Arc::ptr_eq(&set, to) {
+        let Some((parent, rows)) = set.parent_rows() else {
+            return Err(gradloop::Error::invalid(
+                "custom_gradient",
+                "a gradient over lanes that are not a subset of its input's",
+            ));
+        };
+        g = build::scatter_add(ctx, &g, rows, 0, parent.count)?;
+        set = parent.clone();
+    }
+    Ok(g)
 }
 
 /// The physical shape of a value of type `g`'s batched over `lanes` (lanes' axes first,
@@ -439,6 +498,7 @@ pub fn record_custom_gradient(
         takes_needs,
         input_lanes,
         output_lanes,
+        current: runtime::batch_levels(),
     });
     let tapes = match above_level {
         None => runtime::active_tapes(),

@@ -1,8 +1,7 @@
 //! Lane views, the values `vmap` gives the function it maps (`crate::batch` applies ops over
 //! them): one lane's type, every lane's value.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::Val;
 use crate::error::{Error, Result};
@@ -13,15 +12,13 @@ use crate::value::Value;
 /// The lanes of one level that values are computed over now: all of them (a level's root), or
 /// those of its parent that `rows` picks (a branch taken by some lanes, a loop's live lanes).
 /// A value computed over a parent set is gathered to the rows of a child set when a child uses
-/// it (once per value and set: `gathered`).
+/// it.
 #[derive(Debug)]
 pub struct LaneSet {
     pub level: u64,
     /// How many lanes (`DYN` when known only at run time).
     pub count: usize,
     parent: Option<(Arc<LaneSet>, Val)>,
-    /// Values of wider sets gathered to these lanes, by the identity of their lane view.
-    gathered: Mutex<HashMap<TensorId, Val>>,
 }
 
 impl LaneSet {
@@ -31,7 +28,6 @@ impl LaneSet {
             level,
             count,
             parent: None,
-            gathered: Mutex::default(),
         })
     }
 
@@ -41,7 +37,6 @@ impl LaneSet {
             level: parent.level,
             count: rows.ty().shape.first().copied().unwrap_or(DYN),
             parent: Some((parent.clone(), rows)),
-            gathered: Mutex::default(),
         })
     }
 
@@ -53,19 +48,6 @@ impl LaneSet {
     pub fn parent_rows(&self) -> Option<(&Arc<LaneSet>, &Val)> {
         self.parent.as_ref().map(|(p, rows)| (p, rows))
     }
-
-    /// The lane view `id`'s value gathered to these lanes, if it was.
-    pub fn gathered(&self, id: TensorId) -> Option<Val> {
-        lock(&self.gathered).get(&id).cloned()
-    }
-
-    pub fn keep_gathered(&self, id: TensorId, v: Val) {
-        lock(&self.gathered).insert(id, v);
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One lane's view of a batched value.
