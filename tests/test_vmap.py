@@ -590,3 +590,27 @@ def test_a_custom_rule_in_a_loop_whose_lanes_finish_apart() -> None:
     xs, ns = f64(3, 2) * 0.5, np.array([1, 2, 3], dtype=np.int32)
     got = gl.vmap(gl.grad(fn))(gl.tensor(xs), gl.tensor(ns))
     assert_lanes(got, lanewise(gl.grad(fn), [xs, ns]))
+
+
+def test_keyword_arguments_are_mapped_over_axis_0() -> None:
+    xs, scales = f64(4, 3), f64(4)
+    got = gl.vmap(lambda x, scale=1.0: x * scale)(gl.tensor(xs), scale=gl.tensor(scales))
+    np.testing.assert_array_equal(np.asarray(got), xs * scales[:, None])
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_scan_and_fori_loop_inside_vmap(mode: str) -> None:
+    xs = f64(4, 5)
+
+    def fn(x: Any) -> Any:
+        _, ys = gl.scan(lambda c, xi: (c * 0.5 + xi, gl.sin(c) * xi), x[0] * 0.0, x)
+        return gl.fori_loop(0, 3, lambda i, v: v * 0.8 + gl.sin(v), ys)
+
+    assert_lanes(staged(mode, gl.vmap(fn))(gl.tensor(xs)), lanewise(fn, [xs]))
+    g = gl.grad(lambda x: gl.sum(fn(x)))
+    assert_lanes(staged(mode, gl.vmap(g))(gl.tensor(xs)), lanewise(g, [xs]))
+
+
+def test_a_mismatch_inside_vmap_names_one_lanes_shapes() -> None:
+    with pytest.raises(gl.errors.ShapeError, match=r"shapes \[2\] and \[4\]"):
+        gl.vmap(gl.add)(gl.ones((3, 2)), gl.ones((3, 4)))

@@ -192,7 +192,7 @@ def vmap(
         _fail(where, f"axis_size must be a positive int or None; got {axis_size!r}")
 
     @functools.wraps(fn)
-    def batched(*args: Any) -> Any:
+    def batched(*args: Any, **kwargs: Any) -> Any:
         spec = in_axes
         if isinstance(spec, list):
             spec = tuple(spec)
@@ -202,8 +202,10 @@ def vmap(
                 f"in_axes has {len(spec)} entries but the function got {len(args)} "
                 "positional arguments",
             )
-        axes = _leaf_axes(spec, tuple(args), "", "in_axes", where)
-        flat = nest.flatten_with_paths(tuple(args))
+        # Keyword arguments are mapped over their axis 0, as JAX's are.
+        tree = (tuple(args), kwargs)
+        axes = _leaf_axes((spec, 0), tree, "", "in_axes", where)
+        flat = nest.flatten_with_paths(tree)
         leaves: list[Any] = []
         size = None
         first = ""
@@ -247,7 +249,8 @@ def vmap(
                 else leaf
                 for leaf in leaves
             ]
-            out = fn(*nest.pack_sequence_as(tuple(args), lane_args))
+            lane_pos, lane_kw = nest.pack_sequence_as(tree, lane_args)
+            out = fn(*lane_pos, **lane_kw)
             return _unbatched_outputs(out, level, size, where)
         finally:
             _core.vmap_end(level)

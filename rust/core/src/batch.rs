@@ -27,8 +27,10 @@ use smallvec::SmallVec;
 use crate::error::{Error, Result};
 use crate::graph::NodeKind;
 use crate::ops::{Context, Op, Values};
+use crate::shape::TensorType;
 pub use crate::trace::lanes::{lanes_at, LaneSet, Lanes};
 use crate::trace::{escaped_lanes, TracerRef, Val};
+use crate::value::Value;
 
 /// Levels are unique for the life of the process, so that a value that outlives its `vmap`
 /// is recognised as such.
@@ -94,6 +96,10 @@ impl Context<Val> for BatchContext<'_> {
         let Some((physical, batched)) = self.unwrap(inputs)? else {
             return self.inner.apply(op, inputs);
         };
+        // One lane's types first: a mismatch is the error the unbatched function raises,
+        // naming one lane's shapes, not the batch's.
+        let lane_types: SmallVec<[TensorType; 4]> = inputs.iter().map(|v| v.ty().clone()).collect();
+        op.infer(&lane_types)?;
         let outputs = op.batch(self.inner, &physical, &batched)?;
         outputs
             .into_iter()
