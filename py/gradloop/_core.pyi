@@ -464,6 +464,35 @@ class ConcreteFunction:
         `gradloop.errors` exceptions naming the failing node, its function and the source line
         it was traced from. Raises ControlFlowError when called while a trace is active."""
 
+def vmap_begin(lanes: int) -> int:
+    """Starts a batching level (one `vmap` call) of `lanes` lanes, innermost; returns it."""
+
+def vmap_end(level: int) -> bool:
+    """Ends batching level `level`; False when it was not active."""
+
+def vmap_levels() -> list[int]:
+    """The active batching levels, innermost last."""
+
+def vmap_lanes(level: int) -> int | None:
+    """How many lanes level `level` holds now (None when known only at run time)."""
+
+def lanes_wrap(t: Tensor, level: int) -> Tensor:
+    """One lane's view of `t`, whose axis 0 holds the current lanes of `level`."""
+
+def lanes_unwrap(t: Tensor, level: int) -> Tensor | None:
+    """Every current lane of `level` of `t` (lanes along axis 0), or None if `t` is not
+    batched at `level`; a value of wider lanes is gathered to the current ones."""
+
+def lanes_levels(t: Tensor) -> list[int]:
+    """The levels `t` is batched at, innermost `vmap` first."""
+
+def lanes_narrow(level: int, rows: Tensor) -> None:
+    """Narrows level `level` to `rows` (int64 indices into its current lanes) until
+    `lanes_widen(level)`."""
+
+def lanes_widen(level: int) -> None:
+    """Undoes the last `lanes_narrow(level)`."""
+
 def trace_begin(
     name: str,
     params: Sequence[tuple[DType | str | type, Sequence[int | None]]],
