@@ -614,3 +614,63 @@ def test_scan_and_fori_loop_inside_vmap(mode: str) -> None:
 def test_a_mismatch_inside_vmap_names_one_lanes_shapes() -> None:
     with pytest.raises(gl.errors.ShapeError, match=r"shapes \[2\] and \[4\]"):
         gl.vmap(gl.add)(gl.ones((3, 2)), gl.ones((3, 4)))
+
+
+# ---- ported from JAX's lax_control_flow_test batching cases --------------------------------------
+
+
+def test_while_loop_batched_carry_with_an_unbatched_bound() -> None:
+    # testWhileLoopBatched-like: the carry batched, the limit the same in every lane.
+    def fun(x: Any) -> Any:
+        return gl.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 2.0 + 1.0), (0, x))
+
+    xs = np.array([0.0, 1.0, 2.0, 3.0])
+    i, v = gl.vmap(fun)(gl.tensor(xs))
+    np.testing.assert_array_equal(np.asarray(i), [3, 3, 3, 3])
+    np.testing.assert_array_equal(np.asarray(v), xs * 8.0 + 7.0)
+
+
+def test_while_loop_batched_bound_unbatched_carry() -> None:
+    # The carry starts the same in every lane; the bound (and so the trips) is per lane.
+    def fun(n: Any) -> Any:
+        return gl.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v + v), (0, gl.ones(2)))
+
+    ns = np.array([0, 1, 4], dtype=np.int32)
+    i, v = gl.vmap(fun)(gl.tensor(ns))
+    np.testing.assert_array_equal(np.asarray(i), ns)
+    np.testing.assert_array_equal(np.asarray(v), np.stack([np.ones(2) * 2.0**n for n in ns]))
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_cond_batched_operands_unbatched_predicate(mode: str) -> None:
+    # testCondBatched: only the operands are batched.
+    def fun(flag: Any, x: Any) -> Any:
+        return gl.cond(flag, lambda: (x, gl.sin(x)), lambda: (-x, gl.cos(x)))
+
+    xs = f64(5)
+    for flag in (True, False):
+        got = staged(mode, gl.vmap(fun, in_axes=(None, 0)))(gl.tensor(flag), gl.tensor(xs))
+        assert_lanes(got, lanewise(fun, [flag, xs], (None, 0)), exact=True)
+
+
+def test_switch_batched_index_and_operands_pytree_out_axes() -> None:
+    # testSwitchBatched with a pytree output and out_axes per leaf.
+    def fun(i: Any, x: Any) -> Any:
+        return gl.switch_case(i, [lambda: {"a": x, "b": x * 2.0}, lambda: {"a": -x, "b": x * x}])
+
+    idx, xs = np.array([0, 1, 1, 0]), f64(4, 3)
+    got = gl.vmap(fun, out_axes={"a": 0, "b": 1})(gl.tensor(idx), gl.tensor(xs))
+    want = lanewise(fun, [idx, xs])
+    np.testing.assert_array_equal(np.asarray(got["a"]), want["a"])
+    np.testing.assert_array_equal(np.asarray(got["b"]), want["b"].T)
+
+
+def test_nested_vmap_of_a_data_dependent_loop() -> None:
+    # Each lane of the inner vmap loops its own number of times; the outer maps over inputs.
+    def fun(n: Any, x: Any) -> Any:
+        return gl.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v * 0.5), (0, x))[1]
+
+    ns, xs = np.array([1, 2, 3], dtype=np.int32), f64(2, 3)
+    got = gl.vmap(gl.vmap(fun, in_axes=(0, 0)), in_axes=(None, 0))(gl.tensor(ns), gl.tensor(xs))
+    want = np.stack([xs[r] * 0.5**ns for r in range(2)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15)
