@@ -572,10 +572,134 @@ def test_custom_gradient_rules_see_lanes_inside_and_after_vmap(mode: str) -> Non
     np.testing.assert_allclose(np.asarray(after(gl.tensor(xs))), 2.0 * xs, rtol=1e-12)
 
 
-def test_a_custom_rule_traced_inside_vmap_is_refused_clearly_for_now() -> None:
-    # Traced, a custom rule is a call node, which has no batching rule yet.
-    with pytest.raises(gl.errors.InvalidArgumentError, match="no batching rule yet"):
-        gl.function(gl.vmap(gl.grad(halved_square_norm)))(gl.tensor(f64(4, 3)))
+@pytest.mark.parametrize("mode", ["graph", "jit", "xla"])
+def test_custom_rules_traced_inside_vmap_hold_per_lane(mode: str) -> None:
+    # Traced, a custom rule's function is one lane's, and its call node is batched with the
+    # rule: the rule, not autodiff, gives each lane's gradient.
+    xs = f64(4, 3)
+    inside = staged(mode, gl.vmap(gl.grad(halved_square_norm)))(gl.tensor(xs))
+    np.testing.assert_allclose(np.asarray(inside), xs, rtol=1e-12)
+    after = staged(mode, gl.grad(lambda v: gl.sum(gl.vmap(halved_square_norm)(v) * 2.0)))
+    np.testing.assert_allclose(np.asarray(after(gl.tensor(xs))), 2.0 * xs, rtol=1e-12)
+
+
+@gl.custom_gradient
+def weighted(x: Any, w: Any) -> Any:
+    def grad(g: Any) -> Any:
+        return g * w * 2.0, g * x
+
+    return gl.sum(x * w), grad
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
+def test_a_custom_rule_operand_the_same_in_every_lane_gets_the_lanes_gradients_summed(
+    mode: str,
+) -> None:
+    xs, w = f64(4, 3), f64(3)
+
+    def loss(w: Any) -> Any:
+        return gl.sum(gl.vmap(lambda x: weighted(x, w))(gl.tensor(xs)))
+
+    def per_lane(x: Any) -> Any:
+        return gl.grad(lambda x: weighted(x, gl.tensor(w)))(x)
+
+    np.testing.assert_allclose(
+        np.asarray(staged(mode, gl.grad(loss))(gl.tensor(w))), xs.sum(0), rtol=1e-12
+    )
+    assert_lanes(staged(mode, gl.vmap(per_lane))(gl.tensor(xs)), lanewise(per_lane, [xs]))
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_a_custom_rule_that_closes_over_a_lane(mode: str) -> None:
+    def fn(x: Any) -> Any:
+        @gl.custom_gradient
+        def inner(y: Any) -> Any:
+            def grad(g: Any) -> Any:
+                return g * x * 3.0
+
+            return gl.sum(y * x), grad
+
+        return gl.grad(inner)(x * 2.0) + inner(x)
+
+    xs = f64(4, 3)
+    assert_lanes(staged(mode, gl.vmap(fn))(gl.tensor(xs)), lanewise(fn, [xs]))
+
+
+@gl.custom_jvp
+def cube_root(a: Any) -> Any:
+    """Newton's x^3 = a, per lane its own trips; differentiated implicitly by its rule."""
+
+    def body(x: Any) -> Any:
+        return x - (x * x * x - a) / (3.0 * x * x)
+
+    return gl.while_loop(lambda x: gl.abs(x * x * x - a) > 1e-12 * a, body, a)
+
+
+@cube_root.defjvp
+def _cube_root_jvp(primals: Any, tangents: Any) -> Any:
+    (a,), (t,) = primals, tangents
+    x = cube_root(a)
+    return x, t / (3.0 * x * x)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit", "xla"])
+def test_an_implicitly_differentiated_newton_solve_per_lane(mode: str) -> None:
+    # The rule's function holds a loop whose trips differ per lane: the loop node is batched
+    # with a live mask, each lane making its own trips.
+    a = np.array([0.5, 2.0, 8.0, 27.0, 1e3])
+    np.testing.assert_allclose(
+        np.asarray(staged(mode, gl.vmap(cube_root))(gl.tensor(a))), np.cbrt(a), rtol=1e-12
+    )
+    got = staged(mode, gl.vmap(gl.grad(cube_root)))(gl.tensor(a))
+    np.testing.assert_allclose(np.asarray(got), 1.0 / (3.0 * np.cbrt(a) ** 2), rtol=1e-10)
+    hess = staged(mode, gl.vmap(gl.grad(gl.grad(cube_root))))(gl.tensor(a))
+    np.testing.assert_allclose(np.asarray(hess), -2.0 / (9.0 * np.cbrt(a) ** 5), rtol=1e-8)
+
+
+@gl.custom_jvp
+def safe_branches(x: Any, k: Any) -> Any:
+    """Branches chosen per lane inside a rule's function; an untaken branch is NaN there."""
+    return gl.switch_case(
+        k, [lambda: gl.sqrt(x), lambda: gl.log(-x), lambda: x * x], default=lambda: x * 0.5
+    )
+
+
+@safe_branches.defjvp
+def _safe_branches_jvp(primals: Any, tangents: Any) -> Any:
+    (x, k), (t, _) = primals, tangents
+    slope = gl.switch_case(
+        k,
+        [lambda: 0.5 / gl.sqrt(x), lambda: 1.0 / x, lambda: 2.0 * x],
+        default=lambda: x * 0.0 + 0.5,
+    )
+    return safe_branches(x, k), slope * t
+
+
+@pytest.mark.parametrize("mode", ["graph", "jit"])
+def test_branches_chosen_per_lane_inside_a_rule_run_on_their_lanes_only(mode: str) -> None:
+    xs = np.array([4.0, -2.0, 3.0, 1.5, -0.5])
+    ks = np.array([0, 1, 2, 7, 1], dtype=np.int32)  # 7: out of range, the default
+    got = staged(mode, gl.vmap(safe_branches))(gl.tensor(xs), gl.tensor(ks))
+    assert_lanes(got, lanewise(safe_branches, [xs, ks]))
+    g = gl.grad(safe_branches)
+    grads = staged(mode, gl.vmap(g))(gl.tensor(xs), gl.tensor(ks))
+    assert np.all(np.isfinite(np.asarray(grads)))
+    assert_lanes(grads, lanewise(g, [xs, ks]))
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_recompute_grad_inside_vmap(mode: str) -> None:
+    def fn(x: Any) -> Any:
+        def block(y: Any) -> Any:
+            # a loop whose trips are the same in every lane, and a branch chosen per lane
+            y = gl.fori_loop(0, 3, lambda i, v: v * 0.9 + gl.sin(v) * 0.1, y)
+            return gl.cond(gl.sum(y) > 0, lambda: gl.sin(y) * y, lambda: gl.cos(y))
+
+        return gl.sum(gl.recompute_grad(block)(x) * x)
+
+    xs = f64(5, 3)
+    g = gl.grad(fn)
+    assert_lanes(staged(mode, gl.vmap(g))(gl.tensor(xs)), lanewise(g, [xs]))
 
 
 def test_a_custom_rule_in_a_loop_whose_lanes_finish_apart() -> None:

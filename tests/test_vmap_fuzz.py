@@ -21,25 +21,12 @@ EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "200"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261206"))
 LANES = 4
 
-#: Leaves that run as call nodes (traced custom rules, and `recompute_grad` in every mode),
-#: which have no batching rule yet.
-EAGER_CALL_LEAVES = ("recompute", "recompute_outer", "nested_jvp")
-CALL_LEAVES = (
-    "custom",
-    "custom_jvp",
-    "recompute",
-    "sin_sin",
-    "recompute_outer",
-    "nested_jvp",
-    "implicit",
-)
-
 
 def _batchable(spec: Any) -> Any:
-    """`spec` with its loops assigning no Variable and its `EAGER_CALL_LEAVES` made plain
-    leaves: what vmap takes today, so that every drawn program is run."""
+    """`spec` with its loops assigning no Variable (a Variable holds one value, not one per
+    lane), so that every drawn program is run."""
     if spec[0] == "leaf":
-        return ("leaf", "sin") if spec[1] in EAGER_CALL_LEAVES else spec
+        return spec
     if spec[0] in ("add", "mul"):
         return (spec[0], tuple(_batchable(p) for p in spec[1]))
     if spec[0] == "cond":
@@ -48,20 +35,6 @@ def _batchable(spec: Any) -> Any:
         return ("switch", [_batchable(p) for p in spec[1]], spec[2])
     kind, body, offset, bound, extra, _assign, *rest = spec
     return (kind, _batchable(body), offset, bound, extra, False, *rest)
-
-
-def _leaf_names(spec: Any) -> set[str]:
-    if spec[0] == "leaf":
-        return {spec[1]}
-    names: set[str] = set()
-    for part in spec[1:]:
-        if isinstance(part, tuple) and part and isinstance(part[0], str):
-            names |= _leaf_names(part)
-        elif isinstance(part, (tuple, list)):
-            for p in part:
-                if isinstance(p, tuple) and p and isinstance(p[0], str):
-                    names |= _leaf_names(p)
-    return names
 
 
 def _inputs() -> np.ndarray:
@@ -88,10 +61,7 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
     xs = _inputs()
     value = _per_lane(program, xs)
     grad = _per_lane(gl.grad(program), xs)
-    modes = ["eager"]
-    if not (_leaf_names(spec) & set(CALL_LEAVES)):
-        modes.append("graph")
-    for mode in modes:
+    for mode in ["eager", "graph"]:
         batched_value = gl.vmap(program)
         batched_grad = gl.vmap(gl.grad(program))
         if mode == "graph":

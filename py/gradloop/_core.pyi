@@ -473,6 +473,13 @@ def vmap_end(level: int) -> bool:
 def vmap_levels() -> list[int]:
     """The active batching levels, innermost last."""
 
+def vmap_suspend() -> None:
+    """Sets every active batching level aside until `vmap_resume`: a function traced in between
+    is one lane's (a custom rule's function, whose call is then batched as a node)."""
+
+def vmap_resume() -> bool:
+    """Makes the levels the last `vmap_suspend` set aside active again; false when none were."""
+
 def vmap_lanes(level: int) -> int | None:
     """How many lanes level `level` holds now (None when known only at run time)."""
 

@@ -430,6 +430,9 @@ def _traced_custom_op(
     node keeps the failure and raises it when a derivative is asked (as eagerly, where a rule
     runs only then)."""
     name = getattr(fn, "__name__", "custom_gradient")
+    # Inside vmap the function and its rules are traced as one lane's (the levels set aside),
+    # and the call node is batched with its rules (the core's rule for calls).
+    _core.vmap_suspend()
     params = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in inputs])
     try:
         y, outs, grad_fn = _run_forward(fn, params, kwargs, where)
@@ -476,6 +479,8 @@ def _traced_custom_op(
     except BaseException:
         _core.trace_pop([])  # close the frame; the unfinished function is never called
         raise
+    finally:
+        _core.vmap_resume()
     # emit_custom_call closes the function's frame itself
     outputs = _core.emit_custom_call(inputs, params, outs, **rules)
     return nest.pack_sequence_as(y, outputs)
@@ -542,14 +547,15 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
     vector-Jacobian product, which runs `fn` again from those inputs (`_staged`), so gradients
     of any order reach closed-over values too. A function that cannot be traced (Python
     control flow on tensor values) runs as written, recorded op by op: the same gradients,
-    without the saving. Inside `@gl.function` and `gl.jit`, and under forward mode alone, `fn`
-    runs as written and is differentiated as written. Positional arguments are the tensor
+    without the saving. Inside `@gl.function` and `gl.jit`, under forward mode alone, and
+    eagerly inside `gl.vmap`, `fn` runs as written and is differentiated as written. Positional arguments are the tensor
     inputs (as in `custom_gradient`); keyword arguments pass through undifferentiated.
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _core.mode() != "recording" or not _core.any_tape_active():
+        if _core.mode() != "recording" or not _core.any_tape_active() or _core.vmap_levels():
+            # inside vmap, eagerly: the staged graph runs on whole tensors, not lanes
             return fn(*args, **kwargs)
         where = f"recompute_grad({getattr(fn, '__name__', 'fn')})"
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]

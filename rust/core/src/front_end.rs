@@ -40,6 +40,8 @@ pub struct Runtime {
     next_level: u64,
     /// Active `vmap` calls' current lanes (one set per level), innermost last.
     batch_levels: Arc<Vec<Arc<LaneSet>>>,
+    /// Levels set aside by `suspend_batch_levels`, the latest last.
+    suspended_levels: Vec<Arc<Vec<Arc<LaneSet>>>>,
 }
 
 /// How an op runs now: the decision `Runtime::mode` makes, carrying what it needs.
@@ -172,6 +174,31 @@ impl Runtime {
     pub fn set_batch_set(&mut self, set: Arc<LaneSet>) {
         if let Some(i) = self.batch_levels.iter().rposition(|s| s.level == set.level) {
             Arc::make_mut(&mut self.batch_levels)[i] = set;
+        }
+    }
+
+    /// Sets every active level aside until `resume_batch_levels` (a custom rule's function is
+    /// traced as one lane's).
+    pub fn suspend_batch_levels(&mut self) {
+        let levels = std::mem::take(&mut self.batch_levels);
+        if let Some(t) = &self.tracer {
+            crate::trace::lock(t).begin_lane_frames(levels.iter().map(|s| s.level).collect());
+        }
+        self.suspended_levels.push(levels);
+    }
+
+    /// Makes the levels the last `suspend_batch_levels` set aside active again; false when
+    /// none were.
+    pub fn resume_batch_levels(&mut self) -> bool {
+        match self.suspended_levels.pop() {
+            Some(levels) => {
+                if let Some(t) = &self.tracer {
+                    crate::trace::lock(t).end_lane_frames();
+                }
+                self.batch_levels = levels;
+                true
+            }
+            None => false,
         }
     }
 

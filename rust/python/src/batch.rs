@@ -32,6 +32,19 @@ pub fn vmap_end(level: u64) -> bool {
     runtime::pop_batch_level(level)
 }
 
+/// Sets every active batching level aside until `vmap_resume`: a function traced in between
+/// is one lane's (a custom rule's function, whose call is then batched as a node).
+#[pyfunction]
+pub fn vmap_suspend() {
+    runtime::suspend_batch_levels();
+}
+
+/// Makes the levels the last `vmap_suspend` set aside active again; false when none were.
+#[pyfunction]
+pub fn vmap_resume() -> bool {
+    runtime::resume_batch_levels()
+}
+
 /// The active batching levels, innermost last.
 #[pyfunction]
 pub fn vmap_levels() -> Vec<u64> {

@@ -68,6 +68,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(batch::vmap_begin, m)?,
         wrap_pyfunction!(batch::vmap_end, m)?,
         wrap_pyfunction!(batch::vmap_levels, m)?,
+        wrap_pyfunction!(batch::vmap_suspend, m)?,
+        wrap_pyfunction!(batch::vmap_resume, m)?,
         wrap_pyfunction!(batch::vmap_lanes, m)?,
         wrap_pyfunction!(batch::lanes_wrap, m)?,
         wrap_pyfunction!(batch::lanes_unwrap, m)?,

@@ -67,6 +67,16 @@ pub fn set_batch_set(set: Arc<LaneSet>) {
     RUNTIME.with(|r| r.borrow_mut().set_batch_set(set));
 }
 
+/// Sets every active batching level aside (`Runtime::suspend_batch_levels`).
+pub fn suspend_batch_levels() {
+    RUNTIME.with(|r| r.borrow_mut().suspend_batch_levels());
+}
+
+/// Makes the levels set aside last active again; false when none were.
+pub fn resume_batch_levels() -> bool {
+    RUNTIME.with(|r| r.borrow_mut().resume_batch_levels())
+}
+
 /// Ends batching level `level`; false when it was not active.
 pub fn pop_batch_level(level: u64) -> bool {
     RUNTIME.with(|r| r.borrow_mut().pop_batch_level(level))

@@ -19,6 +19,7 @@
 use std::sync::Arc;
 
 use super::branches::branch_gradient;
+use crate::batch::{BatchNode, LanesFunction, NodeBatch, Want};
 use crate::dataflow::{DfKind, Lower, LowerNode, Lowered};
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::text::{FuncName, Quoted};
@@ -33,7 +34,7 @@ use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::attrs::{Attr, AttrMap};
 use crate::ops::Op;
-use crate::ops::{build, Context, Grads, Tangents};
+use crate::ops::{build, Context, Grads, Tangents, Values};
 use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
 use crate::tensor::Tensor;
@@ -280,6 +281,80 @@ impl crate::trace::tangents::Tangent for Call {
         }
         crate::trace::tangents::over_callees(ctx, self, inputs, tangents)
     }
+}
+
+impl BatchNode for Call {
+    /// The call of the callee over lanes, with its rules over the same lanes. Operands and
+    /// results over lanes stay so in the rules (a cotangent or tangent is over lanes where its
+    /// value is); the gradient of an operand the same in every lane is summed over them.
+    fn batch(
+        &self,
+        cx: &mut NodeBatch<'_>,
+        inputs: &[Val],
+        batched: &[bool],
+    ) -> Result<Values<Val>> {
+        let mut function = cx.function(&self.function, batched, &|_| Want::AsItComes)?;
+        let mut tangent = None;
+        if let Some(t) = &self.tangent {
+            let mut built = lanes_tangent(cx, t, batched, &function.batched)?;
+            // A tangent over lanes for a result that is not: that result over lanes too.
+            let wider: Vec<bool> = (function.batched.iter().zip(&built.batched))
+                .map(|(&r, &t)| r || t)
+                .collect();
+            if wider != function.batched {
+                let want = |k: usize| {
+                    if wider[k] {
+                        Want::Lanes
+                    } else {
+                        Want::AsItComes
+                    }
+                };
+                function = cx.function(&self.function, batched, &want)?;
+                built = lanes_tangent(cx, t, batched, &function.batched)?;
+            }
+            tangent = Some(built.name);
+        }
+        let gradient = match &self.gradient {
+            Some(g) => {
+                let mut flags = batched.to_vec();
+                flags.extend(&function.batched);
+                flags.extend(&function.batched);
+                let want = |k: usize| match batched.get(k) {
+                    Some(true) => Want::Lanes,
+                    _ => Want::Summed,
+                };
+                Some(cx.function(g, &flags, &want)?.name)
+            }
+            None => None,
+        };
+        let call = Call {
+            function: function.name,
+            gradient,
+            tangent,
+            refused: self.refused.clone(),
+            kernel: None,
+        };
+        let outputs = cx.ctx.apply_node(&NodeKind::Call(call), inputs)?;
+        cx.wrap_all(outputs, &function.batched)
+    }
+}
+
+/// A custom tangent `(operands, results, operand tangents)` over lanes, each tangent over
+/// lanes where its value is.
+fn lanes_tangent(
+    cx: &mut NodeBatch<'_>,
+    tangent: &str,
+    operands: &[bool],
+    results: &[bool],
+) -> Result<LanesFunction> {
+    let mut flags = operands.to_vec();
+    flags.extend(results);
+    flags.extend(operands);
+    let want = |k: usize| match results.get(k) {
+        Some(true) => Want::Lanes,
+        _ => Want::AsItComes,
+    };
+    cx.function(tangent, &flags, &want)
 }
 
 impl Differentiate for Call {

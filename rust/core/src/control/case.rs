@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
+use super::branch_batching::batch_branches;
 use super::branches::branch_gradient;
+use crate::batch::{BatchNode, NodeBatch};
 use crate::dataflow::{Lower, LowerNode, Lowered};
 use crate::dtype::DType;
 use crate::emit::element_type;
@@ -30,6 +32,7 @@ use crate::mlir::stack_bounds::{PushFlow, Pushes};
 use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::Context;
+use crate::ops::{build, Values};
 use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
 use crate::tensor::Tensor;
@@ -38,6 +41,7 @@ use crate::trace::gradients::{ControlGradient, Differentiate};
 use crate::trace::lock;
 use crate::trace::variables::{thread_variables, Carrier};
 use crate::trace::Val;
+use crate::value::Value;
 
 impl NodeRule for Case {
     fn keyword(&self) -> &'static str {
@@ -189,6 +193,35 @@ impl crate::trace::tangents::Tangent for Case {
         tangents: &[Option<Val>],
     ) -> Result<crate::trace::tangents::Built> {
         crate::trace::tangents::over_callees(ctx, self, inputs, tangents)
+    }
+}
+
+impl BatchNode for Case {
+    /// An index out of range takes the last branch, as when unbatched.
+    fn batch(
+        &self,
+        cx: &mut NodeBatch<'_>,
+        inputs: &[Val],
+        batched: &[bool],
+    ) -> Result<Values<Val>> {
+        batch_branches(cx, self, inputs, batched, |cx, index, n| {
+            let mut masks = Vec::with_capacity(n);
+            let mut others: Option<Val> = None;
+            for k in 0..n - 1 {
+                let kth = build::scalar(cx.ctx, DType::I32, k as f64)?;
+                let mask = build::equal(cx.ctx, index, &kth)?;
+                others = Some(match others {
+                    Some(o) => build::logical_or(cx.ctx, &o, &mask)?,
+                    None => mask.clone(),
+                });
+                masks.push(mask);
+            }
+            masks.push(match others {
+                Some(o) => build::logical_not(cx.ctx, &o)?,
+                None => build::fill(cx.ctx, DType::Bool, &index.ty().shape, 1.0)?,
+            });
+            Ok(masks)
+        })
     }
 }
 

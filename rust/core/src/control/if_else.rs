@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
+use super::branch_batching::batch_branches;
 use super::branches::branch_gradient;
+use crate::batch::{BatchNode, NodeBatch};
 use crate::dataflow::{Lower, LowerNode, Lowered};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
@@ -29,6 +31,7 @@ use crate::mlir::stack_bounds::{PushFlow, Pushes};
 use crate::mlir::ModuleFacts;
 use crate::mlir::{Bound, EmitMlir, Lowering};
 use crate::ops::Context;
+use crate::ops::{build, Values};
 use crate::passes::{PassRules, Threading};
 use crate::tape::GradientFunction;
 use crate::tensor::Tensor;
@@ -154,6 +157,19 @@ impl crate::trace::tangents::Tangent for If {
         tangents: &[Option<Val>],
     ) -> Result<crate::trace::tangents::Built> {
         crate::trace::tangents::over_callees(ctx, self, inputs, tangents)
+    }
+}
+
+impl BatchNode for If {
+    fn batch(
+        &self,
+        cx: &mut NodeBatch<'_>,
+        inputs: &[Val],
+        batched: &[bool],
+    ) -> Result<Values<Val>> {
+        batch_branches(cx, self, inputs, batched, |cx, pred, _| {
+            Ok(vec![pred.clone(), build::logical_not(cx.ctx, pred)?])
+        })
     }
 }
 

@@ -38,6 +38,7 @@
 //! here implementing `Construct` (and its tracing function if Python builds it), and the
 //! variant in each layer's dispatch (the compiler lists them).
 
+mod branch_batching;
 mod branches;
 mod call;
 mod case;
@@ -51,6 +52,7 @@ pub use case::emit_case;
 pub use if_else::emit_if;
 pub use while_loop::emit_while;
 
+use crate::batch::BatchNode;
 use crate::dataflow::Lower;
 use crate::graph::{Call, Case, If, NodeRule, ParseNode, StackOp, VariableOp, While};
 use crate::interpret::Interpret;
@@ -61,12 +63,28 @@ use crate::trace::tangents::Tangent;
 
 /// Everything a construct implements, one trait per layer.
 pub(crate) trait Construct:
-    NodeRule + ParseNode + PassRules + Differentiate + Tangent + Interpret + Lower + EmitMlir
+    NodeRule
+    + ParseNode
+    + PassRules
+    + Differentiate
+    + Tangent
+    + BatchNode
+    + Interpret
+    + Lower
+    + EmitMlir
 {
 }
 
 impl<T> Construct for T where
-    T: NodeRule + ParseNode + PassRules + Differentiate + Tangent + Interpret + Lower + EmitMlir
+    T: NodeRule
+        + ParseNode
+        + PassRules
+        + Differentiate
+        + Tangent
+        + BatchNode
+        + Interpret
+        + Lower
+        + EmitMlir
 {
 }
 

@@ -3,6 +3,8 @@
 //! carries it as a loop variable): the loop gradient's residuals. Push and pop are each
 //! other's transpose, so a gradient loop differentiates again.
 
+use crate::batch::{BatchNode, NodeBatch};
+use crate::ops::Values;
 use std::sync::Arc;
 
 use crate::graph::Node;
@@ -215,6 +217,20 @@ impl crate::trace::tangents::Tangent for StackOp {
                 Ok(Some((outputs, smallvec![Some(sum[0].clone())])))
             }
         }
+    }
+}
+
+impl BatchNode for StackOp {
+    fn batch(
+        &self,
+        _cx: &mut NodeBatch<'_>,
+        _inputs: &[Val],
+        _batched: &[bool],
+    ) -> Result<Values<Val>> {
+        Err(Error::invalid(
+            self.keyword(),
+            "a gradient stack cannot hold values that differ per lane",
+        ))
     }
 }
 

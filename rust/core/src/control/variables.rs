@@ -5,6 +5,8 @@
 //! control outputs. A float variable's cotangent is a tensor of its value type, the sum of the
 //! cotangents of every value read from it (TensorFlow's resource gradients).
 
+use crate::batch::{BatchNode, NodeBatch};
+use crate::ops::Values;
 use std::sync::Arc;
 
 use crate::graph::Node;
@@ -172,6 +174,20 @@ impl crate::trace::tangents::Tangent for VariableOp {
                  hessian) does not carry tangents through Variables; return the value instead",
             )),
         }
+    }
+}
+
+impl BatchNode for VariableOp {
+    fn batch(
+        &self,
+        _cx: &mut NodeBatch<'_>,
+        _inputs: &[Val],
+        _batched: &[bool],
+    ) -> Result<Values<Val>> {
+        Err(Error::invalid(
+            self.keyword(),
+            "a variable holds one value: it cannot be assigned a value that differs per lane inside vmap",
+        ))
     }
 }
 

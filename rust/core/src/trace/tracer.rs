@@ -147,6 +147,9 @@ pub struct Tracer {
     /// under a tape) so differentiates every tensor it closes over. None: what `@gl.function`
     /// does (scalars are constants, concrete work runs while tracing).
     pub closed_over_before: Option<TensorId>,
+    /// One lane's frames (`begin_lane_frames`): from frame index `.0` on, values of the levels
+    /// `.1` are captured as one lane's values, to be batched where the frame is called.
+    lane_frames: Vec<(usize, Vec<u64>)>,
 }
 
 fn control_flow_error(message: String) -> Error {
@@ -178,6 +181,7 @@ impl Tracer {
             location: None,
             augmented: HashMap::new(),
             assignment_helpers: HashMap::new(),
+            lane_frames: Vec::new(),
             fixed_state_loops: None,
             closed_over_before: None,
         };
@@ -269,7 +273,7 @@ impl Tracer {
     }
 
     /// Drops the innermost frame without adding its function (a failed construction).
-    pub(super) fn abandon_function(&mut self) {
+    pub fn abandon_function(&mut self) {
         if self.frames.len() > 1 {
             self.frames.pop();
         }
@@ -358,9 +362,54 @@ impl Tracer {
 
     /// The port of `v` in frame `k`, capturing it (through every frame between) if it lives
     /// outside.
+    /// The frames opened from now on until `end_lane_frames` are one lane's, inside `vmap`
+    /// calls of `levels`, which are set aside meanwhile: a value of those levels they use is
+    /// captured as one lane's value (a parameter of the outermost of them), and the call of
+    /// that frame's function is batched as a node.
+    pub fn begin_lane_frames(&mut self, levels: Vec<u64>) {
+        self.lane_frames.push((self.frames.len(), levels));
+    }
+
+    pub fn end_lane_frames(&mut self) {
+        self.lane_frames.pop();
+    }
+
+    /// The first of the lane frames that may capture `v` (a lane view), if any does.
+    fn lane_frame_of(&self, v: &Val) -> Option<usize> {
+        let level = v.as_lanes()?.level();
+        self.lane_frames
+            .iter()
+            .rev()
+            .find(|(_, levels)| levels.contains(&level))
+            .map(|(first, _)| *first)
+    }
+
+    /// Whether every lane view among `inputs` can be captured by the current frame.
+    pub(crate) fn captures_lanes(&self, inputs: &[Val]) -> bool {
+        let top = self.frames.len().saturating_sub(1);
+        inputs
+            .iter()
+            .filter(|v| v.as_lanes().is_some())
+            .all(|v| self.lane_frame_of(v).is_some_and(|first| first <= top))
+    }
+
     fn port(&mut self, k: usize, v: &Val) -> Result<Port> {
         if let Val::Batched(_) = v {
-            return Err(escaped_lanes("trace"));
+            let Some(first) = self.lane_frame_of(v).filter(|&f| f <= k && f > 0) else {
+                return Err(escaped_lanes("trace"));
+            };
+            let key = capture_key(v);
+            if let Some(&p) = self.frames[k].captured.get(&key) {
+                return Ok(p);
+            }
+            if k > first {
+                self.port(k - 1, v)?;
+            }
+            let frame = &mut self.frames[k];
+            frame.captures.push(v.clone());
+            let port = frame.builder.add_param(v.value_type());
+            frame.captured.insert(key, port);
+            return Ok(port);
         }
         if let Val::Symbol(s) = v {
             if s.frame == self.frames[k].id {
@@ -583,6 +632,17 @@ impl TraceContext {
                 .any(|v| v.as_tensor().is_some_and(|t| tracer.closed_over(t)))
     }
 
+    /// Whether lane views among `inputs`, if any, are one lane's values the current frame
+    /// captures (`Tracer::begin_lane_frames`); else they were kept past their `vmap`.
+    fn takes_lanes(&self, inputs: &[Val]) -> bool {
+        if !inputs.iter().any(|v| v.as_lanes().is_some()) {
+            return true;
+        }
+        self.tracer
+            .as_ref()
+            .is_some_and(|t| lock(t).captures_lanes(inputs))
+    }
+
     fn tracer_ref(&self, what: &str) -> Result<&TracerRef> {
         self.tracer.as_ref().ok_or_else(|| {
             control_flow_error(format!(
@@ -594,7 +654,7 @@ impl TraceContext {
 
 impl Context<Val> for TraceContext {
     fn apply(&mut self, op: &Op, inputs: &[Val]) -> Result<Values<Val>> {
-        if inputs.iter().any(|v| v.as_lanes().is_some()) {
+        if !self.takes_lanes(inputs) {
             return Err(escaped_lanes(op.name()));
         }
         let concrete = inputs.iter().all(Val::is_concrete);
@@ -615,7 +675,7 @@ impl Context<Val> for TraceContext {
     }
 
     fn apply_node(&mut self, kind: &NodeKind, inputs: &[Val]) -> Result<Values<Val>> {
-        if inputs.iter().any(|v| v.as_lanes().is_some()) {
+        if !self.takes_lanes(inputs) {
             return Err(escaped_lanes(kind.name()));
         }
         lock(self.tracer_ref(kind.name())?).add_node(kind, inputs)

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+mod batching;
 mod bounds;
 mod checkpointed;
 mod dense;

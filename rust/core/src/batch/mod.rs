@@ -26,9 +26,13 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::graph::NodeKind;
+use crate::ops::batching::instantiate;
 use crate::ops::{Context, Op, Values};
 use crate::shape::TensorType;
 pub use crate::trace::lanes::{lanes_at, LaneSet, Lanes};
+pub use nodes::{select_lanes, stand_ins, BatchNode, LanesFunction, NodeBatch, Want};
+
+mod nodes;
 use crate::trace::{escaped_lanes, TracerRef, Val};
 use crate::value::Value;
 
@@ -108,13 +112,17 @@ impl Context<Val> for BatchContext<'_> {
     }
 
     fn apply_node(&mut self, kind: &NodeKind, inputs: &[Val]) -> Result<Values<Val>> {
-        if self.unwrap(inputs)?.is_none() {
+        let Some((physical, batched)) = self.unwrap(inputs)? else {
             return self.inner.apply_node(kind, inputs);
-        }
-        Err(Error::invalid(
-            kind.name(),
-            "this node has no batching rule yet: it cannot take batched operands inside vmap",
-        ))
+        };
+        let Some(rule) = crate::graph::construct_as!(kind, BatchNode) else {
+            return Err(Error::internal(kind.name(), "not a construct"));
+        };
+        let mut cx = NodeBatch {
+            ctx: self.inner,
+            set: self.set,
+        };
+        rule.batch(&mut cx, &physical, &batched)
     }
 
     fn tracer(&self) -> Option<TracerRef> {
