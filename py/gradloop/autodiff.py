@@ -548,8 +548,9 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
     of any order reach closed-over values too. A function that cannot be traced (Python
     control flow on tensor values) runs as written, recorded op by op: the same gradients,
     without the saving. Inside `@gl.function` and `gl.jit`, under forward mode alone, and
-    eagerly inside `gl.vmap`, `fn` runs as written and is differentiated as written. Positional arguments are the tensor
-    inputs (as in `custom_gradient`); keyword arguments pass through undifferentiated.
+    eagerly inside `gl.vmap`, `fn` runs as written and is differentiated as written.
+    Positional arguments are the tensor inputs (as in `custom_gradient`); keyword arguments
+    pass through undifferentiated.
     """
 
     @functools.wraps(fn)
