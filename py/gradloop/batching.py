@@ -85,9 +85,15 @@ def _moved(x: _core.Tensor, source: int, dest: int) -> _core.Tensor:
 
 
 def _lanes_of(x: _core.Tensor, level: int) -> _core.Tensor:
-    """`x` as lanes of `level`: itself if it is already; else the same value in every lane."""
-    if level in _core.lanes_levels(x):
+    """`x` as lanes of `level`: itself if it is already; else the same value in every lane.
+    Lanes of a `vmap` inside `level`'s stay the outer views (the order every value has)."""
+    levels = _core.lanes_levels(x)
+    if level in levels:
         return x
+    active = _core.vmap_levels()
+    if levels and levels[0] in active and active.index(levels[0]) > active.index(level):
+        inner = _core.lanes_unwrap(x, levels[0])
+        return _core.lanes_wrap(_lanes_of(inner, level), levels[0])
     every = _core.broadcast_to(x, (_core.vmap_lanes(level), *x.shape))
     return _core.lanes_wrap(every, level)
 

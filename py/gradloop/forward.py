@@ -181,11 +181,9 @@ def linearize(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[...,
     return out, f_jvp
 
 
-def _basis(x: _core.Tensor, j: int) -> _core.Tensor:
-    """The `j`-th unit tensor of `x`'s type (flat index `j`)."""
-    e = np.zeros(int(np.prod(x.shape, dtype=np.int64)))
-    e[j] = 1
-    return _core.tensor(e.reshape(tuple(x.shape)), dtype=x.dtype)
+def _basis(x: _core.Tensor, n: int) -> _core.Tensor:
+    """The `n` unit tensors of `x`'s type stacked along a new axis 0 (flat index order)."""
+    return _core.tensor(np.eye(n).reshape((n, *x.shape)), dtype=x.dtype)
 
 
 def _static_size(x: _core.Tensor, where: str) -> int:
@@ -230,10 +228,11 @@ def _partial(fn: Callable[..., Any], args: list[Any], nums: tuple[int, ...]) -> 
 
 
 def jacfwd(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
-    """The Jacobian of `fn` with respect to argument(s) `argnums`, by forward mode: one `jvp`
-    per input element. Each block has shape `output.shape + input.shape`; the result has
-    `fn`'s output structure with, at each leaf, the argument's structure (a tuple of them for a
-    tuple `argnums`). Integer and bool outputs get None."""
+    """The Jacobian of `fn` with respect to argument(s) `argnums`, by forward mode: a `jvp`
+    per input element, all of them at once (`vmap` over the unit tangents). Each block has
+    shape `output.shape + input.shape`; the result has `fn`'s output structure with, at each
+    leaf, the argument's structure (a tuple of them for a tuple `argnums`). Integer and bool
+    outputs get None."""
     where = f"jacfwd({_name(fn)})"
 
     @functools.wraps(fn)
@@ -242,19 +241,20 @@ def jacfwd(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callab
         call = _partial(fn, args_list, nums)
         primals = tuple(args_list[i] for i in nums)
         zeros = [nest.map_structure(_core.zeros_like, p) for p in primals]
-        columns: dict[tuple[int, int], list[list[Any]]] = {}
+        columns: dict[tuple[int, int], list[Any] | None] = {}
         out = None
         for a, p in enumerate(primals):
             for m, x in enumerate(nest.flatten(p)):
-                cols = []
-                for j in range(_static_size(x, where)):
-                    tangents = list(zeros)
-                    flat = nest.flatten(zeros[a])
-                    flat[m] = _basis(x, j)
-                    tangents[a] = nest.pack_sequence_as(zeros[a], flat)
-                    out, t_out = jvp(call, primals, tuple(tangents))
-                    cols.append(nest.flatten(t_out))
-                columns[(nums[a], m)] = cols
+                n = _static_size(x, where)
+                if n == 0:
+                    columns[(nums[a], m)] = None
+                    continue
+                column = _Column(call, primals, zeros, a, m)
+                # the tangents' lanes last: each block is then `o.shape + (n,)`; the output
+                # is every lane's (the same in all, though a loop may have made it lanes)
+                outs, t_out = batching.vmap(column, out_axes=(0, -1))(_basis(x, n))
+                out = nest.map_structure(_first_lane, outs)
+                columns[(nums[a], m)] = nest.flatten(t_out)
         if out is None:  # every argument is empty
             out = fn(*args_list)
         out_leaves = nest.flatten(out)
@@ -265,48 +265,83 @@ def jacfwd(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callab
             o = o.read() if isinstance(o, _variables.Variable) else o
             if not isinstance(o, _core.Tensor) or not o.dtype.is_floating:
                 return None
-            cols = [c[k] for c in columns[(i, m)]]
-            if not cols:
+            cols = columns[(i, m)]
+            if cols is None:
                 return _core.zeros(tuple(o.shape) + tuple(x.shape), dtype=o.dtype)
-            stacked = _core.stack(cols, axis=len(o.shape))
-            return _core.reshape(stacked, tuple(o.shape) + tuple(x.shape))
+            return _core.reshape(cols[k], tuple(o.shape) + tuple(x.shape))
 
         return _assemble(out, nums, argnums, args_list, block)
 
     return wrapper
 
 
+def _first_lane(x: Any) -> Any:
+    return x[0] if isinstance(x, _core.Tensor) else x
+
+
+class _Column:
+    """One lane of `jacfwd`: `fn`'s output and its tangent along unit tangent `e` of leaf `m`
+    of argument `a` (zeros elsewhere)."""
+
+    def __init__(self, call: Any, primals: tuple[Any, ...], zeros: list[Any], a: int, m: int):
+        self.call, self.primals, self.zeros, self.a, self.m = call, primals, zeros, a, m
+
+    def __call__(self, e: _core.Tensor) -> Any:
+        tangents = list(self.zeros)
+        flat = nest.flatten(self.zeros[self.a])
+        flat[self.m] = e
+        tangents[self.a] = nest.pack_sequence_as(self.zeros[self.a], flat)
+        out, t_out = jvp(self.call, self.primals, tuple(tangents))
+        # outputs without a tangent (integers) as zeros, so that vmap has a leaf to place
+        t_flat = [
+            _core.zeros_like(o) if t is None and isinstance(o, _core.Tensor) else t
+            for o, t in zip(nest.flatten(out), nest.flatten(t_out), strict=True)
+        ]
+        return out, nest.pack_sequence_as(out, t_flat)
+
+
 def jacrev(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
-    """The Jacobian of `fn` with respect to argument(s) `argnums`, by reverse mode: one
-    gradient per output element (from one forward pass). Shapes and structure as `jacfwd`'s."""
+    """The Jacobian of `fn` with respect to argument(s) `argnums`, by reverse mode: a gradient
+    per output element from one forward pass, all of them at once (`vmap` over the unit
+    cotangents). Shapes and structure as `jacfwd`'s."""
     where = f"jacrev({_name(fn)})"
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
         args_list, nums = _wrt(args, argnums, where)
+        if _core.vmap_levels():
+            # Inside vmap each lane differentiates with respect to its own copy (as `grad`).
+            for i in nums:
+                args_list[i] = nest.map_structure(batching.lanes_everywhere, args_list[i])
         sources = [x for i in nums for x in nest.flatten(args_list[i])]
         with GradientTape(persistent=True) as tape:
             tape.watch(sources)
             out = fn(*args_list)
-        rows: dict[int, list[list[Any]]] = {}
+        rows: dict[int, list[Any] | None] = {}
         for k, o in enumerate(nest.flatten(out)):
             if isinstance(o, _variables.Variable):
                 o = o.read()
             if not isinstance(o, _core.Tensor) or not o.dtype.is_floating:
                 continue
-            rows[k] = [
-                tape.gradient(
-                    o, sources, output_gradients=_basis(o, j), unconnected_gradients="zero"
-                )
-                for j in range(_static_size(o, where))
-            ]
+            n = _static_size(o, where)
+            if n == 0:
+                rows[k] = None
+                continue
+            row, basis = _Row(tape, o, sources), _basis(o, n)
+            if _core.lanes_levels(o):
+                # an output that is lanes of an enclosing vmap: one row at a time (the rows'
+                # lanes would nest inside the output's, which a seed cannot be yet)
+                per_row = [row(basis[j]) for j in range(n)]
+                rows[k] = [_core.stack(list(g), axis=0) for g in zip(*per_row, strict=True)]
+            else:
+                rows[k] = list(batching.vmap(row)(basis))
         out_leaves = nest.flatten(out)
         offsets = {}
-        n = 0
+        count = 0
         for i in nums:
             for m in range(len(nest.flatten(args_list[i]))):
-                offsets[(i, m)] = n
-                n += 1
+                offsets[(i, m)] = count
+                count += 1
 
         def block(k: int, i: int, m: int) -> Any:
             if k not in rows:
@@ -314,15 +349,27 @@ def jacrev(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callab
             o = out_leaves[k]
             o = o.read() if isinstance(o, _variables.Variable) else o
             x = sources[offsets[(i, m)]]
-            grads = [r[offsets[(i, m)]] for r in rows[k]]
-            if not grads:
+            grads = rows[k]
+            if grads is None:
                 return _core.zeros(tuple(o.shape) + tuple(x.shape), dtype=x.dtype)
-            stacked = _core.stack(grads, axis=0)
-            return _core.reshape(stacked, tuple(o.shape) + tuple(x.shape))
+            return _core.reshape(grads[offsets[(i, m)]], tuple(o.shape) + tuple(x.shape))
 
         return _assemble(out, nums, argnums, args_list, block)
 
     return wrapper
+
+
+class _Row:
+    """One lane of `jacrev`: the gradients of `sources` along unit cotangent `e` of `o`."""
+
+    def __init__(self, tape: GradientTape, o: _core.Tensor, sources: list[Any]):
+        self.tape, self.o, self.sources = tape, o, sources
+
+    def __call__(self, e: _core.Tensor) -> Any:
+        grads = self.tape.gradient(
+            self.o, self.sources, output_gradients=e, unconnected_gradients="zero"
+        )
+        return tuple(grads)
 
 
 def hessian(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
