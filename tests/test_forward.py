@@ -190,7 +190,7 @@ FUZZ_SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261126"))
 
 def test_jvp_and_vjp_agree_on_random_programs_in_graph_mode() -> None:
     @seed(FUZZ_SEED)
-    @_settings(40)
+    @_settings(25)
     @given(spec=programs().filter(forward_ok))
     def check(spec) -> None:
         _check_program(spec, ("frames", "interpreter"))

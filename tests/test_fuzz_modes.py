@@ -39,11 +39,11 @@ from runners import run_on
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
 
-EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "80"))
+EXAMPLES = int(os.environ.get("GRADLOOP_FUZZ_EXAMPLES", "40"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261124"))
 # About ten seconds per program in gl.jit (values, gradients and second derivatives in one
 # module of up to a few thousand lines; IREE compiles some 500 lines a second), a few ms in
-# graph mode: 819 s for the 80 programs on a 2-core VM.
+# graph mode: about 400 s for the 40 programs `make test` runs, on a 2-core VM.
 # `make fuzz` gives more (GRADLOOP_FUZZ_BUDGET_S): its shards share the cores with each other.
 BUDGET_S = float(os.environ.get("GRADLOOP_FUZZ_BUDGET_S", 600 + 15 * EXAMPLES))
 

@@ -19,6 +19,9 @@ use crate::trace::gradients::function;
 use crate::trace::{lock, replay, TraceContext, TracerRef, Val};
 use crate::value::Value;
 
+/// What `NodeBatch::build_function` traces: the results of the function's parameters.
+pub type FunctionBody<'a> = dyn FnMut(&mut dyn Context<Val>, &[Val]) -> Result<Vec<Val>> + 'a;
+
 /// A construct's batching rule.
 pub trait BatchNode {
     /// The node over the lanes of `cx.set`: `inputs[k]` holds every lane's value along axis 0
@@ -206,7 +209,7 @@ impl NodeBatch<'_> {
         &mut self,
         hint: &str,
         params: Vec<ValueType>,
-        body: &mut dyn FnMut(&mut dyn Context<Val>, &[Val]) -> Result<Vec<Val>>,
+        body: &mut FunctionBody<'_>,
     ) -> Result<String> {
         let tracer = self.tracer("vmap")?;
         let symbols = lock(&tracer).push_function(hint, params);
