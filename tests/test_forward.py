@@ -306,6 +306,28 @@ def test_jacfwd_and_jacrev_agree_with_finite_differences(mode: str) -> None:
     np.testing.assert_allclose(np.asarray(fwd[0][0]), np.stack(cols, axis=-1), rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", (3, 70))
+def test_traced_jacfwd_unrolled_or_batched_matches_eager(n: int) -> None:
+    # a traced jacfwd unrolls up to 64 columns and batches wider inputs through vmap
+    def f(x):
+        def body(i, v):
+            return i + 1, gl.sin(v) * x + 0.1 * v
+
+        _, v = gl.while_loop(lambda i, v: i < 3, body, (gl.tensor(0), x))
+        return v[: n - 1] * gl.sum(x)
+
+    x = gl.tensor(np.linspace(0.1, 0.9, n))
+    traced = np.asarray(gl.function(gl.jacfwd(f))(x))
+    eager = np.asarray(gl.jacfwd(f)(x))
+    rev = np.asarray(gl.jacrev(f)(x))
+    assert traced.shape == (n - 1, n)
+    np.testing.assert_allclose(traced, eager, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(traced, rev, rtol=1e-12, atol=1e-14)
+    e = np.eye(n)[n // 2]
+    column = directional(f, np.linspace(0.1, 0.9, n), e)
+    np.testing.assert_allclose(traced[:, n // 2], column, rtol=1e-6)
+
+
 def test_hessian_of_a_quadratic_form_is_exact() -> None:
     a = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, -0.3], [0.0, -0.3, 3.0]])
     at = gl.tensor(a)

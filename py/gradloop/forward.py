@@ -227,9 +227,13 @@ def _partial(fn: Callable[..., Any], args: list[Any], nums: tuple[int, ...]) -> 
     return call
 
 
+# Above this many columns a traced `jacfwd` batches them (one program) rather than unrolling.
+_TRACED_COLUMNS = 64
+
+
 def jacfwd(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:
     """The Jacobian of `fn` with respect to argument(s) `argnums`, by forward mode: a `jvp`
-    per input element, all of them at once (`vmap` over the unit tangents). Each block has
+    per input element, eagerly all of them at once (`vmap` over the unit tangents). Each block has
     shape `output.shape + input.shape`; the result has `fn`'s output structure with, at each
     leaf, the argument's structure (a tuple of them for a tuple `argnums`). Integer and bool
     outputs get None."""
@@ -249,10 +253,23 @@ def jacfwd(fn: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callab
                 if n == 0:
                     columns[(nums[a], m)] = None
                     continue
-                column = _Column(call, primals, zeros, a, m)
+                column, basis = _Column(call, primals, zeros, a, m), _basis(x, n)
+                if _core.trace_active() and n <= _TRACED_COLUMNS:
+                    # Traced, one column at a time: a primal and its tangent are lanes of the
+                    # same calls, so a batch would repeat the primal program for every column
+                    # (`benches/jacobians.py`: slower than the columns' fused loops). The
+                    # bound keeps the graph's size linear in the program, not in `n`.
+                    per_column = [column(basis[j]) for j in range(n)]
+                    out = per_column[0][0]
+                    t_out = [
+                        _core.stack(list(ts), axis=-1)
+                        for ts in zip(*(nest.flatten(c[1]) for c in per_column), strict=True)
+                    ]
+                    columns[(nums[a], m)] = t_out
+                    continue
                 # the tangents' lanes last: each block is then `o.shape + (n,)`; the output
                 # is every lane's (the same in all, though a loop may have made it lanes)
-                outs, t_out = batching.vmap(column, out_axes=(0, -1))(_basis(x, n))
+                outs, t_out = batching.vmap(column, out_axes=(0, -1))(basis)
                 out = nest.map_structure(_first_lane, outs)
                 columns[(nums[a], m)] = nest.flatten(t_out)
         if out is None:  # every argument is empty
