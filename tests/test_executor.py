@@ -147,6 +147,31 @@ def test_errors_name_the_iteration_and_the_users_line(runner):
     assert messages[0] == messages[1] == messages[2]
 
 
+@pytest.mark.parametrize("rows", ((2, 0, 2, -1, 2), ((1, -3), (1, 1))))
+def test_a_gather_and_its_scatter_in_a_loop_agree_with_numpy(runner, rows):
+    # the compiled frames' take and scatter_add write straight into their buffers; repeated and
+    # negative indices, one element a row and several
+    idx = np.array(rows)
+
+    def f(x):
+        def body(i, acc):
+            return i + 1, acc + gl.sum(gl.take(x, gl.tensor(idx), axis=0) * gl.cast(i + 1, x.dtype))
+
+        return gl.while_loop(lambda i, acc: i < 3, body, (gl.tensor(0), gl.zeros((), x.dtype)))[1]
+
+    for shape in ((3,), (3, 2)):
+        x_np = np.arange(float(np.prod(shape))).reshape(shape) + 0.5
+        x = gl.tensor(x_np)
+        want = 6.0 * np.take(x_np, idx, axis=0).sum()
+        grad_want = np.zeros_like(x_np)
+        np.add.at(grad_want, idx.reshape(-1) % shape[0], 6.0)
+        staged, staged_grad = gl.function(f), gl.function(gl.grad(f))
+        for name in ("executor", "frames", "interpreter"):
+            np.testing.assert_allclose(float(runner(name, staged, x)), want, rtol=1e-14)
+            got = np.asarray(runner(name, staged_grad, x))
+            np.testing.assert_allclose(got, grad_want, rtol=1e-14, err_msg=name)
+
+
 def test_gradloop_num_threads_sets_the_executors_threads():
     code = "import gradloop as gl; print(gl._core.executor_threads())"
     env = {**os.environ, "GRADLOOP_NUM_THREADS": "3"}

@@ -625,6 +625,27 @@ def test_a_custom_rule_that_closes_over_a_lane(mode: str) -> None:
     assert_lanes(staged(mode, gl.vmap(fn))(gl.tensor(xs)), lanewise(fn, [xs]))
 
 
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
+def test_a_custom_rule_inside_a_branch_chosen_per_lane(mode: str) -> None:
+    # Traced, the lanes that do not take the branch run it on a copy of one that does; the
+    # rule's gradient of those copies is not the lanes' (they get the other branch's).
+    def fn(x: Any) -> Any:
+        return gl.cond(
+            gl.sum(x) > 1.0, lambda: halved_square_norm(x) + 1.0, lambda: gl.sum(gl.sin(x))
+        )
+
+    xs = np.linspace(-1.0, 1.5, 18).reshape(6, 3)
+    assert_lanes(staged(mode, gl.vmap(fn))(gl.tensor(xs)), lanewise(fn, [xs]))
+    grads = staged(mode, gl.vmap(gl.grad(fn)))(gl.tensor(xs))
+    assert_lanes(grads, lanewise(gl.grad(fn), [xs]))
+    taken = xs.sum(axis=1) > 1.0
+    assert taken.any() and not taken.all()
+    want = np.where(taken[:, None], xs, np.cos(xs))  # the rule's half gradient where taken
+    np.testing.assert_allclose(np.asarray(grads), want, rtol=1e-12)
+    after = staged(mode, gl.grad(lambda v: gl.sum(gl.vmap(fn)(v))))(gl.tensor(xs))
+    np.testing.assert_allclose(np.asarray(after), want, rtol=1e-12)
+
+
 @gl.custom_jvp
 def cube_root(a: Any) -> Any:
     """Newton's x^3 = a, per lane its own trips; differentiated implicitly by its rule."""

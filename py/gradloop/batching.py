@@ -474,9 +474,10 @@ def _rows(rows: np.ndarray) -> _core.Tensor:
 # Traced (`@gl.function`, `gl.jit`, export), shapes are static: every lane runs each branch that
 # some lane takes, and a loop's body until its last lane is done, but on values that are safe to
 # compute. A lane that does not take a branch, or whose loop is done, computes on a copy of a
-# lane that does (its inputs, and what the function closes over, gathered from that lane), and
-# its result is discarded by a select; so no value it would compute, NaN, inf or an error, can
-# reach a result, and its cotangent is an exact zero. A branch no lane takes does not run.
+# lane that does (its inputs, and what the function closes over, selected from that lane: a
+# stand-in narrowing, `_core.lanes_stand_in`), and its result is discarded by a select; so no
+# value it would compute, NaN, inf or an error, can reach a result, and its cotangent is an
+# exact zero. A branch no lane takes does not run.
 
 
 def _traced_lanes(fn: str, level: int) -> int:
@@ -486,12 +487,11 @@ def _traced_lanes(fn: str, level: int) -> int:
     return count
 
 
-def _stand_ins(mask: _core.Tensor, lanes: int) -> _core.Tensor:
-    """For each lane, itself where `mask` holds, else the first lane where it does."""
+def _first_lane(mask: _core.Tensor) -> _core.Tensor:
+    """The first lane where `mask` holds (lane 0 when none does), as int64 of shape [1]."""
     from .reductions import argmax
 
-    first = _core.cast(argmax(mask), _core.int64)
-    return _core.where(mask, _core.arange(lanes, dtype=_core.int64), first)
+    return _core.reshape(_core.cast(argmax(mask), _core.int64), (1,))
 
 
 def _lanes_mask(x: _core.Tensor, level: int, lanes: int) -> _core.Tensor:
@@ -510,11 +510,11 @@ def _select(mask: _core.Tensor, a: _core.Tensor, b: _core.Tensor) -> _core.Tenso
     return _core.where(mask, a, b)
 
 
-def _on_stand_ins(level: int, rows: _core.Tensor, run: Callable[[], Any]) -> tuple[Any, list[Any]]:
-    """`run()` with each lane computing on the lane `rows` names: its output, and its leaves
-    with lanes along axis 0."""
-    lanes = rows.shape[0]
-    _core.lanes_narrow(level, rows)
+def _on_stand_ins(level: int, mask: _core.Tensor, run: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """`run()` with each lane outside `mask` computing on a copy of the first lane inside it:
+    its output, and its leaves with lanes along axis 0."""
+    lanes = mask.shape[0]
+    _core.lanes_stand_in(level, mask, _first_lane(mask))
     try:
         out = run()
         leaves = [None if x is None else _physical(x, level, lanes) for x in nest.flatten(out)]
@@ -556,14 +556,13 @@ def _traced_branch(
     from .reductions import any as any_
 
     lanes = _traced_lanes(fn, level)
-    rows = _stand_ins(mask, lanes)
     taken: list[Any] = []
 
     def convert() -> Any:
         return _validate.convert_outputs(fn, branch(), f"the output of {name}")
 
     def run() -> Any:
-        out, leaves = _on_stand_ins(level, rows, convert)
+        out, leaves = _on_stand_ins(level, mask, convert)
         taken.append(out)
         return tuple(leaf for leaf in leaves if leaf is not None)
 
@@ -625,13 +624,12 @@ def traced_while(
 
     def run_body(params: list[Any]) -> list[Any]:
         phys, live = params[:-1], params[-1]
-        rows = _stand_ins(live, lanes)
         values = lane_values(phys)
 
         def step() -> Any:
             return _checked_trip(loop_vars, body, None, call(body, values), -1)
 
-        _, new = _on_stand_ins(level, rows, step)
+        _, new = _on_stand_ins(level, live, step)
         kept = [_select(live, n, v) for n, v in zip(new, phys, strict=True)]
         return [*kept, _core.logical_and(live, going(lane_values(kept)))]
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::{with_levels, LaneSet};
+use crate::batch::{with_levels, LaneSet, Narrowing};
 use crate::error::{Error, Result};
 use crate::forward::{AccumulatorRef, ForwardContext};
 use crate::ops::Context;
@@ -213,13 +213,13 @@ impl Runtime {
         }
     }
 
-    /// Narrows level `level` to the lanes `rows` (int64 indices into its current lanes) until
-    /// `widen`; false when the level is not active.
-    pub fn narrow_batch_level(&mut self, level: u64, rows: Val) -> bool {
+    /// Narrows level `level`'s current lanes by `narrowing` until `widen`; false when the level
+    /// is not active.
+    pub fn narrow_batch_level(&mut self, level: u64, narrowing: Narrowing) -> bool {
         match self.batch_levels.iter().rposition(|s| s.level == level) {
             Some(i) => {
                 let levels = Arc::make_mut(&mut self.batch_levels);
-                levels[i] = LaneSet::child(&levels[i], rows);
+                levels[i] = LaneSet::child(&levels[i], narrowing);
                 true
             }
             None => false,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gradloop::batch::{lanes_at, new_level, over, strip, LaneSet, Lanes};
+use gradloop::batch::{lanes_at, new_level, over, strip, LaneSet, Lanes, Narrowing};
 use gradloop::ErrorKind;
 use pyo3::prelude::*;
 
@@ -104,7 +104,27 @@ pub fn lanes_levels(t: &Bound<'_, PyTensor>) -> Vec<u64> {
 /// over wider lanes are gathered when used, until `lanes_widen(level)`.
 #[pyfunction]
 pub fn lanes_narrow(py: Python<'_>, level: u64, rows: &Bound<'_, PyTensor>) -> PyResult<()> {
-    if runtime::narrow_batch_level(level, rows.get().inner.clone()) {
+    narrow(py, level, Narrowing::Rows(rows.get().inner.clone()))
+}
+
+/// Narrows level `level` to stand-ins: each lane outside `mask` (bool over its current lanes)
+/// computes on a copy of lane `first` (int64, shape `[1]`), until `lanes_widen(level)`.
+#[pyfunction]
+pub fn lanes_stand_in(
+    py: Python<'_>,
+    level: u64,
+    mask: &Bound<'_, PyTensor>,
+    first: &Bound<'_, PyTensor>,
+) -> PyResult<()> {
+    let narrowing = Narrowing::StandIns {
+        mask: mask.get().inner.clone(),
+        first: first.get().inner.clone(),
+    };
+    narrow(py, level, narrowing)
+}
+
+fn narrow(py: Python<'_>, level: u64, narrowing: Narrowing) -> PyResult<()> {
+    if runtime::narrow_batch_level(level, narrowing) {
         return Ok(());
     }
     Err(new_err(

@@ -75,6 +75,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(batch::lanes_unwrap, m)?,
         wrap_pyfunction!(batch::lanes_levels, m)?,
         wrap_pyfunction!(batch::lanes_narrow, m)?,
+        wrap_pyfunction!(batch::lanes_stand_in, m)?,
         wrap_pyfunction!(batch::lanes_widen, m)?,
         wrap_pyfunction!(trace::trace_begin, m)?,
         wrap_pyfunction!(trace::trace_active, m)?,

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use gradloop::batch::LaneSet;
+use gradloop::batch::{LaneSet, Narrowing};
 
 use gradloop::forward::AccumulatorRef;
 use gradloop::front_end::{Mode, Phase, Runtime};
@@ -87,9 +87,9 @@ pub fn batch_levels() -> Vec<Arc<LaneSet>> {
     RUNTIME.with(|r| r.borrow().batch_levels().to_vec())
 }
 
-/// Narrows `level` to `rows` of its current lanes (`Runtime::narrow_batch_level`).
-pub fn narrow_batch_level(level: u64, rows: Val) -> bool {
-    RUNTIME.with(|r| r.borrow_mut().narrow_batch_level(level, rows))
+/// Narrows `level`'s current lanes (`Runtime::narrow_batch_level`).
+pub fn narrow_batch_level(level: u64, narrowing: Narrowing) -> bool {
+    RUNTIME.with(|r| r.borrow_mut().narrow_batch_level(level, narrowing))
 }
 
 /// Undoes the last narrowing of `level`.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gradloop::batch::{dress, same_lanes, strip, LaneSet, Levels};
+use gradloop::batch::{dress, same_lanes, select_lanes, strip, LaneSet, Levels, Narrowing};
 use gradloop::ops::{build, Grads};
 use gradloop::tape::{compute_gradient, record_custom, Tape};
 use gradloop::trace::Val;
@@ -401,13 +401,20 @@ fn scattered_up(
 ) -> gradloop::Result<Val> {
     let mut set = from.clone();
     while !Arc::ptr_eq(&set, to) {
-        let Some((parent, rows)) = set.parent_rows() else {
+        let Some((parent, narrowing)) = set.narrowing() else {
             return Err(gradloop::Error::invalid(
                 "custom_gradient",
                 "a gradient over lanes that are not a subset of its input's",
             ));
         };
-        g = build::scatter_add(ctx, &g, rows, 0, parent.count)?;
+        g = match narrowing {
+            Narrowing::Rows(rows) => build::scatter_add(ctx, &g, rows, 0, parent.count)?,
+            // a stand-in's copy has no gradient (`batch::stand_in_copies`)
+            Narrowing::StandIns { mask, .. } => {
+                let zeros = build::zeros_like(ctx, &g)?;
+                select_lanes(ctx, mask, &g, &zeros)?
+            }
+        };
         set = parent.clone();
     }
     Ok(g)

@@ -29,8 +29,8 @@ use crate::graph::NodeKind;
 use crate::ops::batching::instantiate;
 use crate::ops::{Context, Op, Values};
 use crate::shape::TensorType;
-pub use crate::trace::lanes::{lanes_at, LaneSet, Lanes};
-pub use nodes::{select_lanes, stand_ins, BatchNode, LanesFunction, NodeBatch, Want};
+pub use crate::trace::lanes::{lanes_at, LaneSet, Lanes, Narrowing};
+pub use nodes::{select_lanes, stand_ins, BatchNode, LanesFunction, NodeBatch, StandIns, Want};
 
 mod nodes;
 use crate::trace::{escaped_lanes, TracerRef, Val};
@@ -45,19 +45,39 @@ pub fn new_level() -> u64 {
     NEXT_LEVEL.fetch_add(1, Ordering::Relaxed)
 }
 
-/// `lanes`' value over the lanes of `set`: its own, or gathered down the sets between (the
-/// gathers go through `ctx`, so tapes record them).
+/// `lanes`' value over the lanes of `set`: its own, or narrowed down the sets between (through
+/// `ctx`, so tapes record it).
 pub fn over(ctx: &mut dyn Context<Val>, lanes: &Lanes, set: &Arc<LaneSet>) -> Result<Val> {
     if Arc::ptr_eq(&lanes.set, set) {
         return Ok(lanes.physical.clone());
     }
     // Not cached: a gather made while the tapes were paused (inside a custom rule's forward
     // pass) would cut the value off from the tapes wherever the copy was used again.
-    let Some((parent, rows)) = set.parent_rows() else {
+    let Some((parent, narrowing)) = set.narrowing() else {
         return Err(escaped_lanes("vmap"));
     };
     let above = over(ctx, lanes, parent)?;
-    crate::ops::build::take(ctx, &above, rows, 0)
+    match narrowing {
+        Narrowing::Rows(rows) => crate::ops::build::take(ctx, &above, rows, 0),
+        Narrowing::StandIns { mask, first } => stand_in_copies(ctx, &above, mask, first),
+    }
+}
+
+/// `v` (over lanes) with every lane outside `mask` replaced by lane `first` (`[1]`).
+///
+/// A select of one broadcast lane, not a gather of every lane: its gradient is a select too,
+/// where a gather's is a scatter-add whose every idle lane adds into the same row (a serial
+/// chain). The copy's gradient is stopped: the lanes that hold copies are discarded by the
+/// select that keeps `mask`'s lanes, so it is zero to every order.
+pub fn stand_in_copies(
+    ctx: &mut dyn Context<Val>,
+    v: &Val,
+    mask: &Val,
+    first: &Val,
+) -> Result<Val> {
+    let copy = crate::ops::build::take(ctx, v, first, 0)?;
+    let copy = crate::ops::build::stop_gradient(ctx, &copy)?;
+    select_lanes(ctx, mask, v, &copy)
 }
 
 /// Applies ops over values of one batching level through their batching rules, over the
@@ -242,7 +262,7 @@ mod tests {
         let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[4]).unwrap();
         let x = Lanes::wrap(Val::Tensor(xs), &root).unwrap();
         let rows = Val::Tensor(Tensor::from_vec(vec![3i64, 1], &[2]).unwrap());
-        let some = LaneSet::child(&root, rows);
+        let some = LaneSet::child(&root, Narrowing::Rows(rows));
         assert_eq!(some.count, 2);
         let y = run(std::slice::from_ref(&some), |ctx| build::neg(ctx, &x)).unwrap();
         let lanes = lanes_at(&y, root.level).unwrap();

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{instantiate, lanes_at, over, BatchContext, LaneSet, Lanes};
+use super::{instantiate, lanes_at, over, stand_in_copies, BatchContext, LaneSet, Lanes};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Function, ValueType};
@@ -249,40 +249,57 @@ impl NodeBatch<'_> {
         }
     }
 
-    /// The stand-ins of the lanes `mask` excludes (`stand_ins`), and whether any lane is in
+    /// The stand-ins of the lanes `mask` excludes (`StandIns`), and whether any lane is in
     /// `mask`.
-    pub fn stand_ins(&mut self, mask: &Val, what: &'static str) -> Result<(Val, Val)> {
+    pub fn stand_ins(&mut self, mask: &Val, what: &'static str) -> Result<(StandIns, Val)> {
         stand_ins(self.ctx, mask, self.set.count, what)
     }
 }
 
-/// For each of `n` lanes, itself where `mask` (bool over lanes) holds, else the first lane
-/// where it does (the last lane when none does): the lanes a branch or a trip runs on, each lane
-/// that does not take it computing on a copy of one that does, so that nothing it would
-/// compute (NaN, inf, an error) reaches a result. Also whether any lane is in `mask` (a bool
-/// scalar).
+/// The lanes a branch or a trip runs on: each lane `mask` (bool over lanes) holds is itself,
+/// each other lane computes on a copy of the first lane that does (the last lane when none
+/// does), so that nothing it would compute (NaN, inf, an error) reaches a result
+/// (`stand_in_copies`).
+pub struct StandIns {
+    mask: Val,
+    first: Val,
+}
+
+impl StandIns {
+    /// `v` (over lanes) with every lane outside the mask replaced by the first inside it.
+    pub fn of(&self, ctx: &mut dyn Context<Val>, v: &Val) -> Result<Val> {
+        stand_in_copies(ctx, v, &self.mask, &self.first)
+    }
+}
+
+/// `StandIns` for `mask` over `n` lanes, and whether any lane is in `mask` (a bool scalar).
 pub fn stand_ins(
     ctx: &mut dyn Context<Val>,
     mask: &Val,
     n: usize,
     what: &'static str,
-) -> Result<(Val, Val)> {
+) -> Result<(StandIns, Val)> {
     if n == DYN || n == 0 {
         return Err(Error::invalid(
             what,
-            "a branch or loop whose predicate differs per lane needs a number of lanes known as              the function is traced",
+            "a branch or loop whose predicate differs per lane needs a number of lanes known as \
+             the function is traced",
         ));
     }
     let lane = build::arange(ctx, 0.0, n as f64, 1.0, DType::I64)?;
     let past = build::fill(ctx, DType::I64, &[n], n as f64)?;
     let candidates = build::select(ctx, mask, &lane, &past)?;
-    let first = build::reduce_min(ctx, &candidates, &[0], false)?;
+    let first = build::reduce_min(ctx, &candidates, &[0], true)?;
     let count = build::scalar(ctx, DType::I64, n as f64)?;
     let any = build::less(ctx, &first, &count)?;
+    let any = build::reshape(ctx, &any, &[])?;
     let last = build::scalar(ctx, DType::I64, (n - 1) as f64)?;
     let first = build::minimum(ctx, &first, &last)?;
-    let rows = build::select(ctx, mask, &lane, &first)?;
-    Ok((rows, any))
+    let stand_ins = StandIns {
+        mask: mask.clone(),
+        first,
+    };
+    Ok((stand_ins, any))
 }
 
 /// `a` on the lanes `mask` (bool over lanes) holds, else `b` (both over lanes).

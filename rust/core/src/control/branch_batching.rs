@@ -13,7 +13,7 @@
 use crate::batch::{select_lanes, NodeBatch, Want};
 use crate::error::Result;
 use crate::graph::{If, NodeKind, NodeRule};
-use crate::ops::{build, Values};
+use crate::ops::Values;
 use crate::trace::Val;
 
 /// `construct` (selector input first) over lanes; `masks(cx, selector)` gives, for a selector
@@ -50,11 +50,11 @@ pub(crate) fn batch_branches(
     let masks = masks(cx, &inputs[0], callees.len())?;
     let mut results: Vec<Values<Val>> = Vec::with_capacity(callees.len());
     for (c, mask) in callees.iter().zip(&masks) {
-        let (rows, any) = cx.stand_ins(mask, construct.keyword())?;
+        let (stand_in, any) = cx.stand_ins(mask, construct.keyword())?;
         let mut args = vec![any];
         for (v, &b) in inputs[1..].iter().zip(operands) {
             args.push(if b {
-                build::take(cx.ctx, v, &rows, 0)?
+                stand_in.of(cx.ctx, v)?
             } else {
                 v.clone()
             });

@@ -188,21 +188,51 @@ pub fn zip3_to<A: Element, B: Element, C: Element, U: Element>(
             input::<C>(inputs, 2)?,
         );
         let zs = output::<U>(outputs, 0)?;
-        if let [Some(sa), Some(sb), Some(sc)] = strides {
-            for (k, z) in zs.iter_mut().enumerate() {
-                *z = f(a[k * sa], b[k * sb], c[k * sc]);
+        match strides {
+            [Some(1), Some(1), Some(1)] => zip3_strided::<1, 1, 1, _, _, _, _>(a, b, c, zs, &f),
+            [Some(1), Some(1), Some(0)] => zip3_strided::<1, 1, 0, _, _, _, _>(a, b, c, zs, &f),
+            [Some(1), Some(0), Some(1)] => zip3_strided::<1, 0, 1, _, _, _, _>(a, b, c, zs, &f),
+            [Some(1), Some(0), Some(0)] => zip3_strided::<1, 0, 0, _, _, _, _>(a, b, c, zs, &f),
+            [Some(sa), Some(sb), Some(sc)] => {
+                for (k, z) in zs.iter_mut().enumerate() {
+                    *z = f(a[k * sa], b[k * sb], c[k * sc]);
+                }
             }
-            return Ok(());
-        }
-        for (k, z) in zs.iter_mut().enumerate() {
-            *z = f(
-                a[sources[0].at(k)],
-                b[sources[1].at(k)],
-                c[sources[2].at(k)],
-            );
+            _ => {
+                for (k, z) in zs.iter_mut().enumerate() {
+                    *z = f(
+                        a[sources[0].at(k)],
+                        b[sources[1].at(k)],
+                        c[sources[2].at(k)],
+                    );
+                }
+            }
         }
         Ok(())
     }))
+}
+
+/// `zs[k] = f(a[k * SA], b[k * SB], c[k * SC])` with the strides (0 or 1) known to the
+/// compiler and the operands cut to the lengths they are read at: no bounds check in the loop,
+/// which then vectorises (`where` over lanes is on every batched loop's trip).
+fn zip3_strided<const SA: usize, const SB: usize, const SC: usize, A, B, C, U>(
+    a: &[A],
+    b: &[B],
+    c: &[C],
+    zs: &mut [U],
+    f: &impl Fn(A, B, C) -> U,
+) where
+    A: Copy,
+    B: Copy,
+    C: Copy,
+{
+    let Some(last) = zs.len().checked_sub(1) else {
+        return;
+    };
+    let (a, b, c) = (&a[..=last * SA], &b[..=last * SB], &c[..=last * SC]);
+    for (k, z) in zs.iter_mut().enumerate() {
+        *z = f(a[k * SA], b[k * SB], c[k * SC]);
+    }
 }
 
 /// `a ** b` as `kernels::pow_lanes` computes it: the lanes when `a` has the output's shape and

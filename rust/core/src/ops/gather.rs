@@ -11,6 +11,7 @@
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
+use super::dest::{self, DestKernel};
 use super::kernels::Arith;
 use super::layout::static_shape;
 use super::rules::{check_dtype, shape_str, Accepts};
@@ -36,30 +37,47 @@ fn check_indices(op: &'static str, indices: &TensorType) -> Result<()> {
 
 /// Indices made non-negative (numpy's wrap-around); any still outside `[0, n)` is an error.
 fn wrapped_indices(op: &'static str, t: &Tensor, n: usize, axis: usize) -> Result<Vec<usize>> {
-    let raw: Vec<i64> = match t.dtype() {
-        DType::I32 => t.as_slice::<i32>()?.iter().map(|&v| i64::from(v)).collect(),
-        DType::I64 => t.as_slice::<i64>()?.to_vec(),
-        other => {
-            return Err(Error::internal(
-                op,
-                format!("indices of dtype {other} reached the kernel"),
-            ))
-        }
-    };
+    match t.dtype() {
+        DType::I32 => wrap_all(op, t.as_slice::<i32>()?, n, axis),
+        DType::I64 => wrap_all(op, t.as_slice::<i64>()?, n, axis),
+        other => Err(Error::internal(
+            op,
+            format!("indices of dtype {other} reached the kernel"),
+        )),
+    }
+}
+
+/// `raw` wrapped into `0..n` in one pass (a gather's indices are often as many as its
+/// elements: batching's stand-ins gather every lane).
+fn wrap_all<I: Copy + Into<i64>>(
+    op: &'static str,
+    raw: &[I],
+    n: usize,
+    axis: usize,
+) -> Result<Vec<usize>> {
     let size = n as i64;
-    raw.into_iter()
-        .map(|i| {
-            let j = if i < 0 { i + size } else { i };
-            if (0..size).contains(&j) {
-                Ok(j as usize)
-            } else {
-                Err(Error::index(
-                    op,
-                    format!("index {i} is out of bounds for axis {axis} with size {n}"),
-                ))
-            }
+    // two branch-free passes (each vectorises); an index out of range is looked for only when
+    // there is one
+    let out: Vec<usize> = raw
+        .iter()
+        .map(|&i| {
+            let i: i64 = i.into();
+            (i + (size & (i >> 63))) as usize
         })
-        .collect()
+        .collect();
+    let outside = out.iter().fold(false, |acc, &j| acc | (j >= n));
+    if outside {
+        let i: i64 = raw
+            .iter()
+            .map(|&i| i.into())
+            .find(|&i: &i64| !(-size..size).contains(&i))
+            .unwrap_or_default();
+        return Err(Error::index(
+            op,
+            format!("index {i} is out of bounds for axis {axis} with size {n}"),
+        ));
+    }
+    Ok(out)
 }
 
 /// `shape` as (prefix size, size of the `k` dimensions from `axis`, suffix size): a row-major
@@ -78,17 +96,38 @@ fn split_at_axis(shape: &[usize], axis: usize, k: usize) -> (usize, usize, usize
 // per-row view bookkeeping cost ~10x the copy itself there.
 
 /// Rows `idx` of each of the `pre` blocks of `n` rows of `suf` elements in `data`.
-fn gather_rows<T: Copy>(data: &[T], pre: usize, n: usize, suf: usize, idx: &[usize]) -> Vec<T> {
-    let mut out = Vec::with_capacity(pre * idx.len() * suf);
-    if suf == 0 || n == 0 {
-        return out;
+fn gather_rows<T: Copy + Default>(
+    data: &[T],
+    pre: usize,
+    n: usize,
+    suf: usize,
+    idx: &[usize],
+) -> Vec<T> {
+    let mut out = vec![T::default(); pre * idx.len() * suf];
+    gather_rows_into(data, n, suf, idx, &mut out);
+    out
+}
+
+/// `gather_rows` into `out` (`pre * idx.len() * suf` elements).
+fn gather_rows_into<T: Copy>(data: &[T], n: usize, suf: usize, idx: &[usize], out: &mut [T]) {
+    if suf == 0 || n == 0 || idx.is_empty() {
+        return;
     }
-    for block in data.chunks_exact(n * suf) {
-        for &i in idx {
-            out.extend_from_slice(&block[i * suf..(i + 1) * suf]);
+    for (block, dest) in data
+        .chunks_exact(n * suf)
+        .zip(out.chunks_exact_mut(idx.len() * suf))
+    {
+        if suf == 1 {
+            // one element a row: a plain gather, not a copy call per element
+            for (o, &i) in dest.iter_mut().zip(idx) {
+                *o = block[i];
+            }
+            continue;
+        }
+        for (row, &i) in dest.chunks_exact_mut(suf).zip(idx) {
+            row.copy_from_slice(&block[i * suf..(i + 1) * suf]);
         }
     }
-    out
 }
 
 /// Zeros of `pre` blocks of `n` rows of `suf` elements, with row `j` of each block of
@@ -101,20 +140,33 @@ fn scatter_rows<T: Arith>(
     idx: &[usize],
 ) -> Vec<T> {
     let mut out = vec![T::zero(); pre * n * suf];
+    scatter_rows_into(updates, n, suf, idx, &mut out);
+    out
+}
+
+/// `scatter_rows` into `out`, which it clears first.
+fn scatter_rows_into<T: Arith>(updates: &[T], n: usize, suf: usize, idx: &[usize], out: &mut [T]) {
+    out.fill(T::zero());
     if suf == 0 || n == 0 || idx.is_empty() {
-        return out;
+        return;
     }
     for (block, ups) in out
         .chunks_exact_mut(n * suf)
         .zip(updates.chunks_exact(idx.len() * suf))
     {
+        if suf == 1 {
+            // one element a row (a gather over lanes' gradient): no row slices per element
+            for (&i, &u) in idx.iter().zip(ups) {
+                block[i] = block[i].wadd(u);
+            }
+            continue;
+        }
         for (&i, row) in idx.iter().zip(ups.chunks_exact(suf)) {
             for (o, &u) in block[i * suf..(i + 1) * suf].iter_mut().zip(row) {
                 *o = o.wadd(u);
             }
         }
     }
-    out
 }
 
 /// Indices with numpy's wrap-around made explicit: `i < 0 ? i + n : i`.
@@ -196,6 +248,28 @@ impl OpDef for Take {
             )?
         });
         Ok(smallvec![out])
+    }
+
+    /// Straight into the output's buffer: a gather over lanes runs on every trip of a batched
+    /// loop (its stand-ins), where a copy through `compute` doubled its cost.
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        let (x, idx) = (&inputs[0], &inputs[1]);
+        if x.shape.contains(&DYN) || !idx.dtype.is_int() {
+            return None;
+        }
+        let (_, n, suf) = split_at_axis(&x.shape, self.axis, 1);
+        let (dtype, idx_dtype, axis) = (x.dtype, idx.dtype, self.axis);
+        Some(Box::new(move |ins, outs| {
+            let idx = match idx_dtype {
+                DType::I32 => wrap_all("take", dest::input::<i32>(ins, 1)?, n, axis)?,
+                _ => wrap_all("take", dest::input::<i64>(ins, 1)?, n, axis)?,
+            };
+            crate::with_dtype!(dtype, T, {
+                let x = dest::input::<T>(ins, 0)?;
+                gather_rows_into(x, n, suf, &idx, dest::output::<T>(outs, 0)?);
+            });
+            Ok(())
+        }))
     }
 
     fn saves(&self) -> Saves {
@@ -328,6 +402,32 @@ impl OpDef for ScatterAdd {
             return Err(Error::internal("scatter_add", "bool reached the kernel"))
         );
         Ok(smallvec![out])
+    }
+
+    /// Straight into the output's buffer, as `Take`'s (its gradient, on the same trips).
+    fn kernel_into(&self, inputs: &[TensorType], _outputs: &[TensorType]) -> Option<DestKernel> {
+        let (u, idx) = (&inputs[0], &inputs[1]);
+        if u.shape.contains(&DYN) || !idx.dtype.is_int() || u.dtype == DType::Bool {
+            return None;
+        }
+        let (_, _, suf) = split_at_axis(&u.shape, self.axis, idx.ndim());
+        let (dtype, idx_dtype, axis, n) = (u.dtype, idx.dtype, self.axis, self.dim_size);
+        Some(Box::new(move |ins, outs| {
+            let idx = match idx_dtype {
+                DType::I32 => wrap_all("scatter_add", dest::input::<i32>(ins, 1)?, n, axis)?,
+                _ => wrap_all("scatter_add", dest::input::<i64>(ins, 1)?, n, axis)?,
+            };
+            crate::with_numeric!(
+                dtype,
+                T,
+                {
+                    let u = dest::input::<T>(ins, 0)?;
+                    scatter_rows_into(u, n, suf, &idx, dest::output::<T>(outs, 0)?);
+                },
+                return Err(Error::internal("scatter_add", "bool reached the kernel"))
+            );
+            Ok(())
+        }))
     }
 
     fn saves(&self) -> Saves {

@@ -10,15 +10,25 @@ use crate::tensor::{next_id, TensorId};
 use crate::value::Value;
 
 /// The lanes of one level that values are computed over now: all of them (a level's root), or
-/// those of its parent that `rows` picks (a branch taken by some lanes, a loop's live lanes).
-/// A value computed over a parent set is gathered to the rows of a child set when a child uses
-/// it.
+/// a narrowing of its parent's (a branch taken by some lanes, a loop's live lanes). A value
+/// computed over a parent set is narrowed likewise when a child uses it (`batch::over`).
 #[derive(Debug)]
 pub struct LaneSet {
     pub level: u64,
     /// How many lanes (`DYN` when known only at run time).
     pub count: usize,
-    parent: Option<(Arc<LaneSet>, Val)>,
+    parent: Option<(Arc<LaneSet>, Narrowing)>,
+}
+
+/// How a child set's lanes come from its parent's.
+#[derive(Debug)]
+pub enum Narrowing {
+    /// The parent's lanes at `rows` (int64 indices into them): fewer lanes, gathered.
+    Rows(Val),
+    /// Every lane of the parent, those outside `mask` (bool over them) standing in for lane
+    /// `first` (int64, shape `[1]`): a traced branch or trip runs on all lanes at static shapes,
+    /// the lanes that do not take it computing on a copy of one that does.
+    StandIns { mask: Val, first: Val },
 }
 
 impl LaneSet {
@@ -31,12 +41,16 @@ impl LaneSet {
         })
     }
 
-    /// The lanes of `parent` at `rows` (int64 indices into its lanes).
-    pub fn child(parent: &Arc<LaneSet>, rows: Val) -> Arc<LaneSet> {
+    /// The lanes of `parent` that `narrowing` gives.
+    pub fn child(parent: &Arc<LaneSet>, narrowing: Narrowing) -> Arc<LaneSet> {
+        let count = match &narrowing {
+            Narrowing::Rows(rows) => rows.ty().shape.first().copied().unwrap_or(DYN),
+            Narrowing::StandIns { .. } => parent.count,
+        };
         Arc::new(LaneSet {
             level: parent.level,
-            count: rows.ty().shape.first().copied().unwrap_or(DYN),
-            parent: Some((parent.clone(), rows)),
+            count,
+            parent: Some((parent.clone(), narrowing)),
         })
     }
 
@@ -44,9 +58,9 @@ impl LaneSet {
         self.parent.as_ref().map(|(p, _)| p)
     }
 
-    /// The parent set and which of its lanes these are.
-    pub fn parent_rows(&self) -> Option<(&Arc<LaneSet>, &Val)> {
-        self.parent.as_ref().map(|(p, rows)| (p, rows))
+    /// The parent set and how these lanes come from its.
+    pub fn narrowing(&self) -> Option<(&Arc<LaneSet>, &Narrowing)> {
+        self.parent.as_ref().map(|(p, n)| (p, n))
     }
 }
 

@@ -88,10 +88,10 @@ impl While {
             types,
             &mut |ctx, p| {
                 let (values, live) = p.split_at(p.len() - 1);
-                let (rows, _) = stand_ins(ctx, &live[0], n, "while_loop")?;
+                let (stand_in, _) = stand_ins(ctx, &live[0], n, "while_loop")?;
                 let on_rows = values
                     .iter()
-                    .map(|v| build::take(ctx, v, &rows, 0))
+                    .map(|v| stand_in.of(ctx, v))
                     .collect::<Result<Vec<_>>>()?;
                 let stepped = NodeBatch::inline(ctx, &step, &on_rows)?;
                 let mut kept = stepped
