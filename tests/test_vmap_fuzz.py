@@ -2,7 +2,8 @@
 `while_loop` whose predicates, branch indices and trip counts differ per lane, closures,
 `checkpoints`, scans, solves and custom rules. Each batched value and per-example gradient is
 compared with the program run one lane at a time: eagerly, and in graph mode for programs
-whose every construct has a traced batching rule. Programs that assign a Variable are left
+whose every construct has a traced batching rule; a few compiled, by `gl.jit` on XLA (where
+jaxlib is installed) and IREE. Programs that assign a Variable are left
 out: inside `vmap` that is an error by contract (`test_vmap.py` checks it)."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import gradloop as gl
 from program_fuzz import N, Program, assigns, programs
 
 EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "200"))
+# compiled, each program is a compile (`make fuzz` draws more)
+COMPILED_EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_COMPILED_EXAMPLES", "10"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261206"))
 LANES = 4
 
@@ -70,6 +73,34 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
         np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{mode}: {spec}")
         got = np.asarray(batched_grad(gl.tensor(xs)))
         np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{mode}: {spec}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["xla", "iree"])
+def test_vmap_of_random_programs_compiled_is_each_lane_run_alone(backend: str) -> None:
+    if backend == "xla":
+        pytest.importorskip("jax")
+
+    @seed(SEED + 1)
+    @settings(
+        max_examples=COMPILED_EXAMPLES,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )
+    @given(programs(max_leaves=4, heavy=False))
+    def check(spec: Any) -> None:
+        program = Program(_batchable(spec))
+        xs = _inputs()
+        jit = (lambda f: gl.jit(f, backend="xla")) if backend == "xla" else gl.jit
+        got = np.asarray(jit(gl.vmap(program))(gl.tensor(xs)))
+        want = _per_lane(program, xs)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13, err_msg=f"{spec}")
+        got = np.asarray(jit(gl.vmap(gl.grad(program)))(gl.tensor(xs)))
+        want = _per_lane(gl.grad(program), xs)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"{spec}")
+
+    check()
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])

@@ -24,11 +24,13 @@ run_shard() {
 	# at a shared core's speed the default 300 s would fail it for the machine's load, which is
 	# not what the fuzzer looks for.
 	GRADLOOP_FUZZ_SEED=$((seed + $1)) GRADLOOP_FUZZ_EXAMPLES=$per_job GRADLOOP_FUZZ_HEAVY=1 \
+		GRADLOOP_VMAP_FUZZ_EXAMPLES=$per_job GRADLOOP_VMAP_FUZZ_COMPILED_EXAMPLES=$((per_job / 10 + 1)) \
 		GRADLOOP_FUZZ_BUDGET_S=$((600 + 120 * per_job)) \
 		GRADLOOP_COMPILE_TIMEOUT_S=${GRADLOOP_COMPILE_TIMEOUT_S:-1200} \
 		python -m pytest -q -x -p no:cacheprovider --hypothesis-show-statistics \
 		tests/test_fuzz_modes.py::test_modes_agree_on_random_programs \
 		tests/test_fuzz_modes.py::test_graph_mode_agrees_on_many_random_programs \
+		tests/test_vmap_fuzz.py \
 		>"$logs/job$1.log.part" 2>&1
 	local rc=$?
 	mv "$logs/job$1.log.part" "$logs/job$1.log"
