@@ -488,10 +488,11 @@ def _traced_lanes(fn: str, level: int) -> int:
 
 
 def _first_lane(mask: _core.Tensor) -> _core.Tensor:
-    """The first lane where `mask` holds (lane 0 when none does), as int64 of shape [1]."""
-    from .reductions import argmax
-
-    return _core.reshape(_core.cast(argmax(mask), _core.int64), (1,))
+    """The first lane where `mask` holds (the last lane when none does), as int64 of shape [1]:
+    one select and one reduction over the lanes, on every trip of a batched loop."""
+    lanes = mask.shape[0]
+    last = _core.full((), lanes - 1, dtype=_core.int64)
+    return _core.min(_core.where(mask, _core.arange(lanes, dtype=_core.int64), last), keepdims=True)
 
 
 def _lanes_mask(x: _core.Tensor, level: int, lanes: int) -> _core.Tensor:
