@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _timing import median_time
 
 import gradloop as gl
 
@@ -62,16 +61,6 @@ def one_at_a_time_hessian(x: Any) -> Any:
     g = gl.grad(scalar)
     cols = [gl.jvp(g, (x,), (gl.tensor(np.eye(n)[j]),))[1] for j in range(n)]
     return gl.stack(cols, axis=1)
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def jax_runs(x: np.ndarray) -> dict[str, Callable[[], Any]]:

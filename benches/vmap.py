@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _timing import median_time
 
 TOL = 1e-12
 
@@ -47,16 +46,6 @@ def trips(a: np.ndarray) -> np.ndarray:
             x, k = x - (x**3 - v) / (3 * x * x), k + 1
         out.append(k)
     return np.array(out)
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up: tracing, compiling
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def gradloop_runs(a: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:

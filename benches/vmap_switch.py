@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _timing import median_time
 
 import gradloop as gl
 
@@ -63,16 +62,6 @@ def select_all(x: Any, k: Any) -> Any:
     return out
 
 
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def jax_run(x: np.ndarray, k: np.ndarray) -> Callable[[], Any] | None:
     if importlib.util.find_spec("jax") is None:
         return None
@@ -81,16 +70,7 @@ def jax_run(x: np.ndarray, k: np.ndarray) -> Callable[[], Any] | None:
 
     jax.config.update("jax_enable_x64", True)
 
-    def jchain(n: int) -> Callable[[Any], Any]:
-        def branch(x: Any) -> Any:
-            y = x
-            for _ in range(n):
-                y = y * x
-            return y
-
-        return branch
-
-    fn = jax.jit(jax.vmap(lambda x, k: jax.lax.switch(k, [jchain(n) for n in CHAINS], x)))
+    fn = jax.jit(jax.vmap(lambda x, k: jax.lax.switch(k, BRANCHES, x)))
     xj, kj = jnp.asarray(x), jnp.asarray(k)
     return lambda: fn(xj, kj).block_until_ready()
 
