@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: test-fast all dev test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel
+.PHONY: test-fast all dev dev-suite test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel
 
 all: dev
 
@@ -31,11 +31,17 @@ wheel: $(STAMP)
 dev: $(STAMP)
 	$(VENV)/bin/maturin develop --release --quiet
 
+# `make test` builds once, in the `suite` profile (Cargo.toml): the Rust tests, the example and
+# the extension the Python tests load share every artifact. The workspace's tests resolve
+# features as the extension's build does, which is what lets them share.
 test: test-rust test-python
 
 test-rust:
-	cargo test -p gradloop --quiet
-	cargo run -p gradloop --quiet --example loop_gradient > /dev/null
+	cargo test --workspace --profile suite --quiet
+	cargo run --profile suite --quiet --example loop_gradient > /dev/null
+
+dev-suite: $(STAMP)
+	$(VENV)/bin/maturin develop --profile suite --quiet
 
 # The graph-mode suites again with graphs run on the executor with every loop a frame of tokens,
 # and on the reference interpreter (the first pass runs them on the frame executor with cheap
@@ -48,14 +54,18 @@ GRAPH_SUITES = tests/test_graph_mode.py tests/test_mode_agreement.py tests/test_
 TEST_JOBS ?= 2
 PYTEST = $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
-test-python: dev vulkan-driver
-	$(PYTEST)
-	$(PYTEST) --graph-runner=frames $(GRAPH_SUITES)
-	$(PYTEST) --graph-runner=interpreter $(GRAPH_SUITES)
+# The three passes share one IREE compile cache, fresh for each `make test`.
+TEST_CACHE := $(abspath target/test-iree-cache)
+
+test-python: dev-suite vulkan-driver
+	rm -rf $(TEST_CACHE)
+	GRADLOOP_CACHE_DIR=$(TEST_CACHE) $(PYTEST)
+	GRADLOOP_CACHE_DIR=$(TEST_CACHE) $(PYTEST) --graph-runner=frames $(GRAPH_SUITES)
+	GRADLOOP_CACHE_DIR=$(TEST_CACHE) $(PYTEST) --graph-runner=interpreter $(GRAPH_SUITES)
 
 # The Python tests less those marked slow (IREE compiles, hundreds of random programs): a fast
 # subset to run while working; `make test` runs everything.
-test-fast: dev
+test-fast: dev-suite
 	$(PYTEST) -m "not slow"
 
 # Mesa's software Vulkan for the vulkan-spirv tests: installed once when missing, else a no-op.

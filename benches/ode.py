@@ -49,13 +49,13 @@ def pendulum(damping: gl.Tensor, y: gl.Tensor) -> gl.Tensor:
     return gl.stack([velocity, -damping * velocity - gl.sin(angle)])
 
 
-def integrate(damping: gl.Tensor) -> tuple[gl.Tensor, gl.Tensor]:
-    """The pendulum's state at T1, and how many steps the solver accepted."""
+def integrate(damping: gl.Tensor) -> tuple[gl.Tensor, gl.Tensor, gl.Tensor]:
+    """The pendulum's state at T1, how many steps the solver accepted and how many it tried."""
 
-    def more(t, y, h, steps):
+    def more(t, y, h, steps, tried):
         return t < T1
 
-    def step(t, y, h, steps):
+    def step(t, y, h, steps, tried):
         h = gl.minimum(h, T1 - t)
         ks = [pendulum(damping, y)]
         for a in A[1:]:
@@ -68,16 +68,18 @@ def integrate(damping: gl.Tensor) -> tuple[gl.Tensor, gl.Tensor]:
         safe = gl.maximum(norm, 1e-10)
         grow = gl.minimum(10.0, 0.9 * safe**-0.2)
         shrink = gl.maximum(0.2, 0.9 * safe**-0.2)
-        return gl.cond(
+        accepted = gl.cond(
             norm < 1.0,
             lambda: (t + h, y_new, h * grow, steps + 1),
             lambda: (t, y, h * shrink, steps),
         )
+        return (*accepted, tried + 1)
 
     y0 = gl.tensor([1.0, 0.0], dtype=gl.float64)
     start = (gl.tensor(0.0, dtype=gl.float64), y0, gl.tensor(0.01, dtype=gl.float64))
-    _, y, _, steps = gl.while_loop(more, step, (*start, gl.tensor(0, dtype=gl.int32)))
-    return y, steps
+    count = gl.tensor(0, dtype=gl.int32)
+    _, y, _, steps, tried = gl.while_loop(more, step, (*start, count, count))
+    return y, steps, tried
 
 
 def solve(damping: gl.Tensor) -> gl.Tensor:

@@ -6,6 +6,8 @@ on all three. Fused frames that compile run in check mode: compiled and interpre
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -22,6 +24,26 @@ import gradloop as gl
 # machine (the suite runs on every core) would turn into failures.
 settings.register_profile("gradloop", deadline=None)
 settings.load_profile("gradloop")
+
+
+_OWN_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # One IREE compile cache for the session's processes (pytest-xdist's workers inherit the
+    # controller's environment), fresh unless the caller names one: `make test` names one for
+    # its three passes, which run the same compiled programs on different graph runners. Tests
+    # of the cache itself give themselves a private one.
+    if "GRADLOOP_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
+        os.environ["GRADLOOP_CACHE_DIR"] = tempfile.mkdtemp(prefix="gradloop-test-cache-")
+        config.stash[_OWN_CACHE] = os.environ["GRADLOOP_CACHE_DIR"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_CACHE, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
+        del os.environ["GRADLOOP_CACHE_DIR"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -26,11 +26,6 @@ def check(spec) -> None:
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def f64(*v):
     return gl.tensor(np.array(v, dtype=np.float64))
 

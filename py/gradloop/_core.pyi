@@ -497,9 +497,9 @@ def lanes_narrow(level: int, rows: Tensor) -> None:
     """Narrows level `level` to `rows` (int64 indices into its current lanes) until
     `lanes_widen(level)`."""
 
-def lanes_stand_in(level: int, mask: Tensor, first: Tensor) -> None:
-    """Narrows level `level` to stand-ins: each lane outside `mask` computes on a copy of lane
-    `first` (int64, shape [1]), until `lanes_widen(level)`."""
+def lanes_stand_in(level: int, mask: Tensor) -> None:
+    """Narrows level `level` to stand-ins: each lane outside `mask` computes on a copy of the
+    first lane inside it, until `lanes_widen(level)`."""
 
 def lanes_widen(level: int) -> None:
     """Undoes the last `lanes_narrow(level)`."""

@@ -487,14 +487,6 @@ def _traced_lanes(fn: str, level: int) -> int:
     return count
 
 
-def _first_lane(mask: _core.Tensor) -> _core.Tensor:
-    """The first lane where `mask` holds (the last lane when none does), as int64 of shape [1]:
-    one select and one reduction over the lanes, on every trip of a batched loop."""
-    lanes = mask.shape[0]
-    last = _core.full((), lanes - 1, dtype=_core.int64)
-    return _core.min(_core.where(mask, _core.arange(lanes, dtype=_core.int64), last), keepdims=True)
-
-
 def _lanes_mask(x: _core.Tensor, level: int, lanes: int) -> _core.Tensor:
     """Predicate `x` (one lane's scalar bool) over every lane: bool[lanes]."""
     physical = _core.lanes_unwrap(x, level)
@@ -515,7 +507,7 @@ def _on_stand_ins(level: int, mask: _core.Tensor, run: Callable[[], Any]) -> tup
     """`run()` with each lane outside `mask` computing on a copy of the first lane inside it:
     its output, and its leaves with lanes along axis 0."""
     lanes = mask.shape[0]
-    _core.lanes_stand_in(level, mask, _first_lane(mask))
+    _core.lanes_stand_in(level, mask)
     try:
         out = run()
         leaves = [None if x is None else _physical(x, level, lanes) for x in nest.flatten(out)]

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use gradloop::batch::{lanes_at, new_level, over, strip, LaneSet, Lanes, Narrowing};
-use gradloop::ErrorKind;
+use gradloop::batch::{lanes_at, new_level, over, stand_ins, strip, LaneSet, Lanes, Narrowing};
+use gradloop::{ErrorKind, Value};
 use pyo3::prelude::*;
 
 use crate::errors::{new_err, IntoPyResult};
@@ -108,19 +108,13 @@ pub fn lanes_narrow(py: Python<'_>, level: u64, rows: &Bound<'_, PyTensor>) -> P
 }
 
 /// Narrows level `level` to stand-ins: each lane outside `mask` (bool over its current lanes)
-/// computes on a copy of lane `first` (int64, shape `[1]`), until `lanes_widen(level)`.
+/// computes on a copy of the first lane inside it, until `lanes_widen(level)`.
 #[pyfunction]
-pub fn lanes_stand_in(
-    py: Python<'_>,
-    level: u64,
-    mask: &Bound<'_, PyTensor>,
-    first: &Bound<'_, PyTensor>,
-) -> PyResult<()> {
-    let narrowing = Narrowing::StandIns {
-        mask: mask.get().inner.clone(),
-        first: first.get().inner.clone(),
-    };
-    narrow(py, level, narrowing)
+pub fn lanes_stand_in(py: Python<'_>, level: u64, mask: &Bound<'_, PyTensor>) -> PyResult<()> {
+    let mask = mask.get().inner.clone();
+    let lanes = mask.ty().shape.first().copied().unwrap_or(0);
+    let (lanes_in, _any) = runtime::run(py, 0, move |ctx| stand_ins(ctx, &mask, lanes, "vmap"))?;
+    narrow(py, level, lanes_in.into())
 }
 
 fn narrow(py: Python<'_>, level: u64, narrowing: Narrowing) -> PyResult<()> {

@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use super::{instantiate, lanes_at, over, stand_in_copies, BatchContext, LaneSet, Lanes};
+use super::{
+    instantiate, lanes_at, over, stand_in_copies, BatchContext, LaneSet, Lanes, Narrowing,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::{Function, ValueType};
@@ -269,6 +271,15 @@ impl StandIns {
     /// `v` (over lanes) with every lane outside the mask replaced by the first inside it.
     pub fn of(&self, ctx: &mut dyn Context<Val>, v: &Val) -> Result<Val> {
         stand_in_copies(ctx, v, &self.mask, &self.first)
+    }
+}
+
+impl From<StandIns> for Narrowing {
+    fn from(s: StandIns) -> Self {
+        Narrowing::StandIns {
+            mask: s.mask,
+            first: s.first,
+        }
     }
 }
 
