@@ -103,6 +103,10 @@ bench: dev
 	$(PY) benches/compiled_mode.py
 	$(PY) benches/forward_mode.py
 	$(PY) benches/distributed.py
+	$(PY) benches/vmap.py
+	$(PY) benches/vmap_ode.py
+	$(PY) benches/vmap_switch.py
+	$(PY) benches/jacobians.py
 
 clean:
 	rm -rf $(VENV) target dist
