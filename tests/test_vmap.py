@@ -544,12 +544,139 @@ def test_batched_loops_in_pure_stablehlo() -> None:
     assert "stablehlo.while" in text and "scf." not in text
 
 
-def test_a_predicate_batched_over_two_vmap_calls_at_once_is_refused() -> None:
-    def fn(x: Any, y: Any) -> Any:
-        return gl.cond(x > y, lambda: x, lambda: y)
+def gap(x: Any, y: Any) -> Any:
+    # The untaken branch's sqrt of a negative is NaN, and its gradient too: neither may leak.
+    return gl.cond(x > y, lambda: gl.sqrt(x - y), lambda: (y - x) * (y + 2.0))
 
-    with pytest.raises(gl.errors.InvalidArgumentError, match="nested vmap calls at once"):
-        gl.vmap(gl.vmap(fn, in_axes=(None, 0)), in_axes=(0, None))(gl.ones(2), gl.ones(3))
+
+PAIRS = (np.array([0.3, 1.2, -0.4]), np.array([0.1, 0.9, 1.5, -1.0]))
+
+
+def pairwise(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` over every (x, y) pair: rows from the outer vmap, columns from the inner."""
+    return gl.vmap(gl.vmap(fn, in_axes=(None, 0)), in_axes=(0, None))
+
+
+def each_pair(fn: Callable[..., Any], xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    return np.array([[np.asarray(fn(gl.tensor(x), gl.tensor(y))) for y in ys] for x in xs])
+
+
+NESTED_MODES = ["eager", "graph", "xla"]
+
+
+@pytest.mark.parametrize("mode", NESTED_MODES)
+def test_a_predicate_batched_over_two_vmap_calls_at_once_holds_per_pair(mode: str) -> None:
+    # The outer level runs one lane at a time (traced: a copy of the cond per outer lane);
+    # each pair takes its own branch, and the untaken branch's NaN reaches nothing.
+    xs, ys = PAIRS
+    got = staged(mode, pairwise(gap))(gl.tensor(xs), gl.tensor(ys))
+    np.testing.assert_array_equal(np.asarray(got), each_pair(gap, xs, ys))
+    for argnum in (0, 1):
+        grads = staged(mode, pairwise(gl.grad(gap, argnums=argnum)))(gl.tensor(xs), gl.tensor(ys))
+        assert np.all(np.isfinite(np.asarray(grads)))
+        want = each_pair(gl.grad(gap, argnums=argnum), xs, ys)
+        np.testing.assert_allclose(np.asarray(grads), want, rtol=1e-14)
+    if mode == "eager":
+        check_grads(lambda a, b: gl.sum(pairwise(gap)(a, b)), [xs, ys], modes=("tape", "graph"))
+
+
+@pytest.mark.parametrize("mode", NESTED_MODES)
+def test_loops_and_switches_batched_over_nested_levels_at_once(mode: str) -> None:
+    a = positive(3, 4) * np.array([[1.0], [30.0], [1e4]])
+    root = lambda v: newton(v)[0]  # noqa: E731
+    x, k = staged(mode, gl.vmap(gl.vmap(newton)))(gl.tensor(a))
+    want_x, want_k = (
+        np.array([[np.asarray(newton(gl.tensor(v))[j]) for v in r] for r in a]) for j in (0, 1)
+    )
+    # XLA may contract x * x * x - a into other roundings; the trips are the same.
+    np.testing.assert_allclose(np.asarray(x), want_x, rtol=0 if mode != "xla" else 1e-15)
+    np.testing.assert_array_equal(np.asarray(k), want_k)  # each lane's own trips
+    assert len(np.unique(want_k)) > 2
+    grads = staged(mode, gl.vmap(gl.vmap(gl.grad(root))))(gl.tensor(a))
+    np.testing.assert_allclose(np.asarray(grads), (1 / 3) * a ** (-2 / 3), rtol=1e-9)
+    if mode == "eager":
+        check_grads(lambda v: gl.sum(gl.vmap(gl.vmap(root))(v)), [a[:2, :2]], modes=("tape",))
+
+    def pick(x: Any, y: Any) -> Any:
+        index = gl.cast(gl.floor(x + y), gl.int32)
+        return gl.switch_case(index, [lambda: x * y, lambda: x - y], default=lambda: -x)
+
+    xs, ys = PAIRS
+    got = staged(mode, pairwise(pick))(gl.tensor(xs), gl.tensor(ys))
+    np.testing.assert_array_equal(np.asarray(got), each_pair(pick, xs, ys))
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_three_nested_levels_and_a_predicate_over_two_of_them(mode: str) -> None:
+    def fn(x: Any, y: Any, z: Any) -> Any:
+        return gl.cond(x * z > y, lambda: x + y + z, lambda: x * y * z)
+
+    def nest3(fn: Callable[..., Any]) -> Callable[..., Any]:
+        inner = gl.vmap(fn, in_axes=(None, None, 0))
+        return gl.vmap(gl.vmap(inner, in_axes=(None, 0, None)), in_axes=(0, None, None))
+
+    xs, ys, zs = f64(2), f64(3), f64(4)
+    got = staged(mode, nest3(fn))(gl.tensor(xs), gl.tensor(ys), gl.tensor(zs))
+    want = [[[float(fn(*map(gl.tensor, (x, y, z)))) for z in zs] for y in ys] for x in xs]
+    np.testing.assert_array_equal(np.asarray(got), np.array(want))
+    # The predicate differs over the outer and inner levels only (not y's).
+    only_xz = nest3(lambda x, y, z: gl.cond(x > z, lambda: x - z + y, lambda: z * y))
+    got = staged(mode, only_xz)(gl.tensor(xs), gl.tensor(ys), gl.tensor(zs))
+    want = [[[x - z + y if x > z else z * y for z in zs] for y in ys] for x in xs]
+    np.testing.assert_allclose(np.asarray(got), np.array(want), rtol=1e-15)
+
+
+def test_a_traced_construct_is_copied_for_at_most_64_outer_lanes() -> None:
+    xs, ys = f64(65), f64(2)
+    with pytest.raises(gl.errors.InvalidArgumentError, match="at most 64"):
+        gl.function(pairwise(gap))(gl.tensor(xs), gl.tensor(ys))
+    # swapped, the outer call is the smaller one
+    swapped = gl.vmap(gl.vmap(gap, in_axes=(0, None)), in_axes=(None, 0))
+    got = gl.function(swapped)(gl.tensor(xs), gl.tensor(ys))
+    np.testing.assert_array_equal(np.asarray(got), each_pair(gap, xs, ys).T)
+
+
+@pytest.mark.parametrize("mode", NESTED_MODES)
+def test_a_loop_per_inner_lane_that_closes_over_the_outer_lanes(mode: str) -> None:
+    # The condition differs over the inner level only; the body reads the outer level's w.
+    def f(w: Any, a: Any) -> Any:
+        def body(i: Any, x: Any) -> Any:
+            return i + 1, x * 0.9 + w
+
+        more = lambda i, x: i < gl.cast(a, gl.int32)  # noqa: E731
+        return gl.while_loop(more, body, (gl.tensor(0), a))
+
+    ws, As = np.array([0.5, 1.0, 2.0]), np.array([1.0, 8.0, 30.0, 0.3])
+    got = staged(mode, pairwise(f))(gl.tensor(ws), gl.tensor(As))
+    want = [each_pair(lambda w, a, k=k: f(w, a)[k], ws, As) for k in (0, 1)]
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])  # each lane's own trips
+    np.testing.assert_allclose(np.asarray(got[1]), want[1], rtol=1e-14)
+    grad = gl.grad(lambda w, a: f(w, a)[1], argnums=(0, 1))
+    got = staged(mode, pairwise(grad))(gl.tensor(ws), gl.tensor(As))
+    for k in range(2):
+        want = each_pair(lambda w, a, k=k: grad(w, a)[k], ws, As)
+        np.testing.assert_allclose(np.asarray(got[k]), want, rtol=1e-13)
+
+
+def outer_only(x: Any, y: Any) -> Any:
+    # Branches and trips follow the outer level's x alone; what they give differs over y too.
+    branch = gl.cond(x > 0, lambda: x * y, lambda: -y)
+    trips = gl.cast(gl.abs(x) * 3.0, gl.int32)
+    body = lambda i, v: (i + 1, v * 0.5 + y)  # noqa: E731
+    _, v = gl.while_loop(lambda i, v: i < trips, body, (gl.tensor(0), y))
+    return branch * v
+
+
+@pytest.mark.parametrize("mode", [*CONTROL_MODES, "xla"])
+def test_an_outer_predicate_with_results_batched_by_the_inner_vmap(mode: str) -> None:
+    xs, ys = PAIRS
+    got = staged(mode, pairwise(outer_only))(gl.tensor(xs), gl.tensor(ys))
+    np.testing.assert_allclose(np.asarray(got), each_pair(outer_only, xs, ys), rtol=1e-15)
+    grad = gl.grad(outer_only, argnums=(0, 1))
+    got = staged(mode, pairwise(grad))(gl.tensor(xs), gl.tensor(ys))
+    for k in range(2):
+        want = each_pair(lambda x, y, k=k: grad(x, y)[k], xs, ys)
+        np.testing.assert_allclose(np.asarray(got[k]), want, rtol=1e-13)
 
 
 @gl.custom_gradient

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -98,12 +98,12 @@ def _lanes_of(x: _core.Tensor, level: int) -> _core.Tensor:
     return _core.lanes_wrap(every, level)
 
 
-def lanes_everywhere(x: Any) -> Any:
-    """`x` (a tensor) as lanes of every active `vmap` call: what a transform inside `vmap`
-    differentiates with respect to, so that each lane gets its own derivative."""
+def lanes_everywhere(x: Any, levels: list[int] | None = None) -> Any:
+    """`x` (a tensor) as lanes of every active `vmap` call (or of `levels`): what a transform
+    inside `vmap` differentiates with respect to, so that each lane gets its own derivative."""
     if not isinstance(x, _core.Tensor):
         return x
-    for level in _core.vmap_levels():
+    for level in _core.vmap_levels() if levels is None else levels:
         x = _lanes_of(x, level)
     return x
 
@@ -117,10 +117,11 @@ def physical(x: Any) -> Any:
     return x
 
 
-def dressed(x: _core.Tensor) -> _core.Tensor:
-    """`x`, batched over every active `vmap` call (lanes along its leading axes, outermost
-    call first), as one lane's view: the inverse of `physical` after `lanes_everywhere`."""
-    for level in _core.vmap_levels():
+def dressed(x: _core.Tensor, levels: list[int] | None = None) -> _core.Tensor:
+    """`x`, batched over every active `vmap` call or `levels` (lanes along its leading axes,
+    outermost call first), as one lane's view: the inverse of `physical` after
+    `lanes_everywhere`."""
+    for level in _core.vmap_levels() if levels is None else levels:
         x = _core.lanes_wrap(x, level)
     return x
 
@@ -314,19 +315,83 @@ def lane_level(x: Any) -> int | None:
 def unsupported_traced(fn: str) -> Any:
     raise errors.InvalidArgumentError(
         _validate.at_user(
-            f"{fn}: a predicate that differs per lane of a gl.vmap is supported in eager mode, "
-            "over one vmap level; not yet inside @gl.function, gl.jit, or over the lanes of "
-            "nested vmap calls at once"
+            f"{fn}: a predicate that differs over the lanes of nested gl.vmap calls at once, or "
+            "over lanes whose number is known only at run time, is supported in eager mode; not "
+            "yet inside @gl.function or gl.jit"
         )
     )
 
 
 def _host_lanes(fn: str, x: _core.Tensor, level: int | None) -> np.ndarray:
-    """Each lane's value of predicate or index `x` (batched at `level` only), on the host."""
+    """Each lane's value of predicate or index `x` (batched at `level`, and at outer levels
+    only where they are narrowed to one lane: `over_outer_lanes`), on the host."""
     physical = _core.lanes_unwrap(x, level) if lane_level(x) == level else x
-    if _core.lanes_levels(physical) or _core.mode() == "tracing":
+    if _core.mode() == "tracing":
         unsupported_traced(fn)
-    return np.asarray(physical.numpy())
+    return np.asarray(_one_lane_outside(fn, physical).numpy())
+
+
+def _one_lane_outside(fn: str, physical: _core.Tensor) -> _core.Tensor:
+    """`physical` (a predicate over one level's lanes) off the outer levels it is batched at,
+    each narrowed to one lane by `over_outer_lanes`."""
+    for outer in _core.lanes_levels(physical):  # innermost first: the outermost wrapper
+        if _core.vmap_lanes(outer) != 1:
+            unsupported_traced(fn)
+        physical = _core.lanes_unwrap(physical, outer)
+        physical = _core.reshape(physical, tuple(physical.shape[1:]))
+    return physical
+
+
+# ---- nested levels ----------------------------------------------------------------------------
+#
+# A predicate that differs over the lanes of an outer `vmap` level as well as an inner one runs
+# its construct once per lane of the outer level, the level narrowed to that lane (so what the
+# construct reads is that lane's), and stacks the results back over the outer lanes. Each lane of
+# every level takes its own branches and trips. Eagerly that costs a Python step per outer lane;
+# traced, a copy of the construct per outer lane, up to `TRACED_OUTER_LANES` of them.
+
+#: The most lanes of an outer level a traced construct is copied for (the graph grows with them).
+TRACED_OUTER_LANES = 64
+
+
+def outer_level(x: Any, level: int) -> int | None:
+    """The innermost level past `level` over whose current lanes (more than one) predicate `x`
+    also differs, or None."""
+    physical = _core.lanes_unwrap(x, level)
+    if physical is None:
+        return None
+    for outer in _core.lanes_levels(physical):
+        if _core.vmap_lanes(outer) != 1:
+            return outer
+    return None
+
+
+def over_outer_lanes(outer: int, run: Callable[[], Any]) -> Any:
+    """`run()` once per lane of level `outer`, narrowed to it, the results' lanes stacked back."""
+    lanes = _core.vmap_lanes(outer)
+    if lanes is None or (_core.mode() == "tracing" and lanes > TRACED_OUTER_LANES):
+        raise errors.InvalidArgumentError(
+            _validate.at_user(
+                f"vmap: a predicate differs over the lanes of nested gl.vmap calls at once; "
+                f"traced, its construct is copied for each of the outer call's {lanes} lanes, "
+                f"and at most {TRACED_OUTER_LANES} are: swap the vmap calls so the outer one "
+                "is the smaller, or run it eagerly"
+            )
+        )
+    parts = []
+    for lane in range(lanes):
+        _core.lanes_narrow(outer, _rows(np.array([lane])))
+        try:
+            out = run()
+            leaves = [None if x is None else _physical(x, outer, 1) for x in nest.flatten(out)]
+        finally:
+            _core.lanes_widen(outer)
+        parts.append((out, leaves))
+    stacked = []
+    for i, first in enumerate(parts[0][1]):
+        whole = None if first is None else _core.concatenate([p[1][i] for p in parts], 0)
+        stacked.append(None if whole is None else _wrap(whole, outer))
+    return nest.pack_sequence_as(parts[0][0], stacked)
 
 
 _EXPECTED = {
@@ -347,12 +412,42 @@ def lanes_values(
     return _host_lanes(fn, x, level) if on_host else None
 
 
-def _physical(leaf: Any, level: int, lanes: int) -> _core.Tensor:
-    """`leaf` (a branch output) over the level's current `lanes` lanes, lanes along axis 0."""
+def _physical(leaf: Any, level: int, lanes: int, span: list[int] | None = None) -> _core.Tensor:
+    """`leaf` (a branch output or loop variable) as a tensor whose axis 0 holds the level's
+    current `lanes` lanes and whose next axes hold those of each level inside it in `span`
+    (default: every one), outermost first, repeated over a level it does not differ over: it is
+    batched only at levels outside `level`, so it stays valid when `level` is narrowed or
+    widened. `_wrap` undoes it."""
+    for inner in reversed(_inner_levels(level) if span is None else span):
+        leaf = _over_level(leaf, inner, _core.vmap_lanes(inner))
+    return _over_level(leaf, level, lanes)
+
+
+def _over_level(leaf: Any, level: int, lanes: int) -> _core.Tensor:
     physical = _core.lanes_unwrap(leaf, level)
-    if physical is None:
-        physical = _core.broadcast_to(leaf, (lanes, *leaf.shape))
-    return physical
+    return _core.broadcast_to(leaf, (lanes, *leaf.shape)) if physical is None else physical
+
+
+def _wrap(physical: _core.Tensor, level: int, span: list[int] | None = None) -> Any:
+    """One lane's view of a tensor `_physical` made."""
+    value = _core.lanes_wrap(physical, level)
+    for inner in _inner_levels(level) if span is None else span:
+        value = _core.lanes_wrap(value, inner)
+    return value
+
+
+def _inner_levels(level: int) -> list[int]:
+    """The active levels inside `level`, outermost first."""
+    levels = _core.vmap_levels()
+    return levels[levels.index(level) + 1 :]
+
+
+def _span(x: Any, level: int) -> list[int]:
+    """The levels inside `level` that `x` differs over, outermost first."""
+    if not isinstance(x, _core.Tensor):
+        return []
+    levels = _core.lanes_levels(x)
+    return [inner for inner in _inner_levels(level) if inner in levels]
 
 
 def _run_on(level: int, rows: np.ndarray, run: Callable[[], Any]) -> list[Any]:
@@ -382,7 +477,7 @@ def _stitch(level: int, parts: list[tuple[np.ndarray, list[Any]]]) -> list[Any]:
         whole = pieces[0] if len(pieces) == 1 else _core.concatenate(pieces, 0)
         if len(pieces) > 1 or not np.array_equal(order, np.arange(len(order))):
             whole = _core.take(whole, inverse, 0)
-        leaves.append(_core.lanes_wrap(whole, level))
+        leaves.append(_wrap(whole, level))
     return leaves
 
 
@@ -420,6 +515,10 @@ def while_loop(
     `limit`. Live lanes make their trips together; when some finish, their values are set
     aside and the level narrowed to the others, so the body runs over live lanes only."""
     level = lane_level(pred)
+    outer = outer_level(pred, level)
+    if outer is not None:
+        args = (cond, body, values, call, limit, pred, i, check_body)
+        return over_outer_lanes(outer, functools.partial(while_loop, *args))
     live = np.arange(lanes_values("while_loop", pred, level, "the result of cond").size)
     done: list[tuple[np.ndarray, list[Any]]] = []
     narrowed = 0
@@ -489,12 +588,12 @@ def _traced_lanes(fn: str, level: int) -> int:
 
 def _lanes_mask(x: _core.Tensor, level: int, lanes: int) -> _core.Tensor:
     """Predicate `x` (one lane's scalar bool) over every lane: bool[lanes]."""
+    if _span(x, level):
+        unsupported_traced("while_loop")  # it differs over an inner level too
     physical = _core.lanes_unwrap(x, level)
     if physical is None:
         return _core.broadcast_to(x, (lanes,))
-    if _core.lanes_levels(physical):
-        unsupported_traced("while_loop")
-    return physical
+    return _one_lane_outside("while_loop", physical)
 
 
 def _select(mask: _core.Tensor, a: _core.Tensor, b: _core.Tensor) -> _core.Tensor:
@@ -503,14 +602,22 @@ def _select(mask: _core.Tensor, a: _core.Tensor, b: _core.Tensor) -> _core.Tenso
     return _core.where(mask, a, b)
 
 
-def _on_stand_ins(level: int, mask: _core.Tensor, run: Callable[[], Any]) -> tuple[Any, list[Any]]:
+def _on_stand_ins(
+    level: int, mask: _core.Tensor, run: Callable[[], Any], spans: list[Any] | None = None
+) -> tuple[Any, list[Any]]:
     """`run()` with each lane outside `mask` computing on a copy of the first lane inside it:
-    its output, and its leaves with lanes along axis 0."""
+    its output, and its leaves with lanes along axis 0 (and each leaf's `spans`, as
+    `_physical` takes them)."""
     lanes = mask.shape[0]
     _core.lanes_stand_in(level, mask)
     try:
         out = run()
-        leaves = [None if x is None else _physical(x, level, lanes) for x in nest.flatten(out)]
+        flat = nest.flatten(out)
+        spans = [None] * len(flat) if spans is None else spans
+        leaves = [
+            None if x is None else _physical(x, level, lanes, span)
+            for x, span in zip(flat, spans, strict=True)
+        ]
         return out, leaves
     finally:
         _core.lanes_widen(level)
@@ -522,8 +629,9 @@ def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any
     lane keeps its own branch's results."""
     _traced_lanes(fn, level)  # a number of lanes known now, or a clear error
     choice = _core.lanes_unwrap(choice, level)
-    if choice is None or _core.lanes_levels(choice):
+    if choice is None:
         unsupported_traced(fn)
+    choice = _one_lane_outside(fn, choice)
     outputs: list[tuple[str, Any]] = []
     results: list[tuple[Any, list[Any]]] = []
     for k, (name, branch) in enumerate(named):
@@ -535,7 +643,7 @@ def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any
     stitched = list(results[-1][1])
     for mask, leaves in reversed(results[:-1]):
         stitched = [_select(mask, a, b) for a, b in zip(leaves, stitched, strict=True)]
-    wrapped = iter(_core.lanes_wrap(x, level) for x in stitched)
+    wrapped = iter(_wrap(x, level) for x in stitched)
     leaves = [None if x is None else next(wrapped) for x in nest.flatten(first)]
     return nest.pack_sequence_as(first, leaves)
 
@@ -548,8 +656,9 @@ def _traced_branch(
     from .control_flow import _graph_branches
     from .reductions import any as any_
 
-    lanes = _traced_lanes(fn, level)
+    _traced_lanes(fn, level)  # refuses lanes known only at run time
     taken: list[Any] = []
+    kinds: list[tuple[tuple[int, ...], Any]] = []
 
     def convert() -> Any:
         return _validate.convert_outputs(fn, branch(), f"the output of {name}")
@@ -557,21 +666,19 @@ def _traced_branch(
     def run() -> Any:
         out, leaves = _on_stand_ins(level, mask, convert)
         taken.append(out)
-        return tuple(leaf for leaf in leaves if leaf is not None)
+        kept = tuple(leaf for leaf in leaves if leaf is not None)
+        kinds.extend((tuple(x.shape), x.dtype) for x in kept)
+        return kept
 
     def idle() -> Any:
-        return tuple(_core.zeros_like(leaf) for leaf in _leaves_like(taken[0], level, lanes))
+        # What a branch no lane takes gives: zeros shaped as the taken branch's results.
+        return tuple(_core.zeros(shape, dtype=dtype) for shape, dtype in kinds)
 
     named = [(name, run), (f"{name} (no lane)", idle)]
-    leaves = _graph_branches(fn, named, lambda traced: _core.emit_if(any_(mask), *traced))
+    outside = _core.vmap_levels()[: _core.vmap_levels().index(level)]
+    emit = lambda traced: _core.emit_if(any_(mask), *traced)  # noqa: E731
+    leaves = _graph_branches(fn, named, emit, outside)
     return taken[0], list(leaves)
-
-
-def _leaves_like(out: Any, level: int, lanes: int) -> list[Any]:
-    """Zeros shaped as `out`'s leaves over every lane (what a branch no lane takes gives)."""
-    return [
-        _core.zeros((lanes, *x.shape), dtype=x.dtype) for x in nest.flatten(out) if x is not None
-    ]
 
 
 class BatchedPredicate(Exception):
@@ -597,42 +704,123 @@ def traced_while(
     variables and a live mask. Each trip, lanes still running step; a lane that is done keeps
     its values, and computes the trip on a stand-in (a running lane's values) whose result is
     discarded. The loop ends when no lane runs, so each lane makes exactly its own trips."""
+
+    outer = outer_level(call(cond, loop_vars), level)
+    if outer is not None:
+        again = (cond, body, loop_vars, call, limit, parallel_iterations, checkpoints, level)
+        return over_outer_lanes(outer, functools.partial(traced_while, *again))
+    options = (parallel_iterations, checkpoints)
+    lanes = _traced_lanes("while_loop", level)
+    # Each variable keeps the levels inside `level` it differs over (a counter stays one per
+    # lane of `level`, so the condition does not come to differ over an inner level), and
+    # whether it differs over a level outside; a trip that makes it differ over more traces the
+    # loop again.
+    leaves = nest.flatten(loop_vars)
+    outside = _core.vmap_levels()[: _core.vmap_levels().index(level)]
+    layout = _Layout(level, outside, [_span(t, level) for t in leaves], [False] * len(leaves))
+    layout = layout.grown(leaves)
+    while True:
+        try:
+            return _traced_while(cond, body, loop_vars, call, limit, layout, lanes, options)
+        except _Widened as widened:
+            layout = widened.layout
+
+
+class _Layout(NamedTuple):
+    """How a traced batched loop holds its variables: lanes of `level` along axis 0, of the
+    levels inside it in each variable's `spans` along the next axes; batched (`outer`) or not
+    over the levels `outside` it, which a loop's frame holds as leading axes (`physical`)."""
+
+    level: int
+    outside: list[int]
+    spans: list[list[int]]
+    outer: list[bool]
+
+    def grown(self, values: list[Any]) -> _Layout:
+        """The layout that also holds `values` (one per variable, one lane's views)."""
+        order = _inner_levels(self.level)
+        spans = [
+            sorted(set(span) | set(_span(x, self.level)), key=order.index)
+            for x, span in zip(values, self.spans, strict=True)
+        ]
+        outer = [
+            was or any(lv in self.outside for lv in _core.lanes_levels(x))
+            for x, was in zip(values, self.outer, strict=True)
+        ]
+        return self._replace(spans=spans, outer=outer)
+
+    def framed(self, phys: list[Any]) -> list[Any]:
+        """Explicit lanes of `level` as a loop's frame holds them: off every level."""
+        return [
+            physical(lanes_everywhere(p, self.outside)) if o else p
+            for p, o in zip(phys, self.outer, strict=True)
+        ]
+
+    def unframed(self, params: list[Any]) -> list[Any]:
+        pairs = zip(params, self.outer, strict=True)
+        return [dressed(p, self.outside) if o else p for p, o in pairs]
+
+
+class _Widened(Exception):
+    """A trip made a loop variable differ over more levels than its layout holds."""
+
+    def __init__(self, layout: _Layout) -> None:
+        super().__init__()
+        self.layout = layout
+
+
+def _traced_while(
+    cond: Callable[..., Any],
+    body: Callable[..., Any],
+    loop_vars: Any,
+    call: Callable[[Callable[..., Any], Any], Any],
+    limit: int | None,
+    layout: _Layout,
+    lanes: int,
+    options: tuple[int, int | None],
+) -> Any:
     from .control_flow import _checked_trip, _traced
     from .reductions import any as any_
 
-    lanes = _traced_lanes("while_loop", level)
-    flat = [physical_at(t, level, lanes) for t in nest.flatten(loop_vars)]
+    level, spans = layout.level, layout.spans
+    leaves = nest.flatten(loop_vars)
+    flat = [_physical(t, level, lanes, span) for t, span in zip(leaves, spans, strict=True)]
 
     def lane_values(phys: list[Any]) -> Any:
-        return nest.pack_sequence_as(loop_vars, [_core.lanes_wrap(v, level) for v in phys])
+        wrapped = [_wrap(v, level, span) for v, span in zip(phys, spans, strict=True)]
+        return nest.pack_sequence_as(loop_vars, wrapped)
 
     def going(values: Any) -> _core.Tensor:
         return _lanes_mask(call(cond, values), level, lanes)
 
     live = going(lane_values(flat))
-    specs = [(t.dtype, tuple(t.shape)) for t in [*flat, live]]
+    start = [*layout.framed(flat), live]
+    specs = [(t.dtype, tuple(t.shape)) for t in start]
 
     def run_cond(params: list[Any]) -> list[Any]:
         return [any_(params[-1])]
 
     def run_body(params: list[Any]) -> list[Any]:
-        phys, live = params[:-1], params[-1]
+        phys, live = layout.unframed(params[:-1]), params[-1]
         values = lane_values(phys)
 
         def step() -> Any:
-            return _checked_trip(loop_vars, body, None, call(body, values), -1)
+            new = _checked_trip(loop_vars, body, None, call(body, values), -1)
+            wider = layout.grown(nest.flatten(new))
+            if wider != layout:
+                raise _Widened(wider)
+            return new
 
-        _, new = _on_stand_ins(level, live, step)
+        _, new = _on_stand_ins(level, live, step, spans)
         kept = [_select(live, n, v) for n, v in zip(new, phys, strict=True)]
-        return [*kept, _core.logical_and(live, going(lane_values(kept)))]
+        return [*layout.framed(kept), _core.logical_and(live, going(lane_values(kept)))]
 
     cond_fn = _traced("while_cond", specs, run_cond)
     body_fn = _traced("while_body", specs, run_body)
-    out = _core.emit_while(cond_fn, body_fn, [*flat, live], limit, parallel_iterations, checkpoints)
-    return lane_values(list(out[:-1]))
+    out = _core.emit_while(cond_fn, body_fn, start, limit, *options)
+    return lane_values(layout.unframed(list(out[:-1])))
 
 
 def physical_at(x: Any, level: int, lanes: int) -> _core.Tensor:
     """Loop variable `x` over every lane of `level` (repeated when it is the same in all)."""
-    physical = _core.lanes_unwrap(x, level)
-    return _core.broadcast_to(x, (lanes, *x.shape)) if physical is None else physical
+    return _physical(x, level, lanes)

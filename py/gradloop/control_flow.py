@@ -48,6 +48,9 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> 
     _validate.check_callable("cond", "false_fn", false_fn)
     level = batching.lane_level(pred)
     if level is not None:
+        outer = batching.outer_level(pred, level)
+        if outer is not None:
+            return batching.over_outer_lanes(outer, lambda: cond(pred, true_fn, false_fn))
         named = [("true_fn", true_fn), ("false_fn", false_fn)]
         if _core.mode() == "tracing":
             batching.lanes_values("cond", pred, level, "pred", on_host=False)
@@ -94,6 +97,10 @@ def switch_case(
     branches = _validate.check_branch_fns("switch_case", branch_fns, default)
     level = batching.lane_level(branch_index)
     if level is not None:
+        outer = batching.outer_level(branch_index, level)
+        if outer is not None:
+            again = lambda: switch_case(branch_index, branch_fns, default)  # noqa: E731
+            return batching.over_outer_lanes(outer, again)
         n = len(branches)
         named = [(f"branch_fns[{i}]", b) for i, b in enumerate(branches)]
         if default is not None:
@@ -249,25 +256,35 @@ def _traced(name: str, params: list[Any], run: Callable[[list[Any]], list[Any]])
     return _core.trace_pop(results)
 
 
-def _graph_branches(fn: str, named: list[tuple[str, Callable[[], Any]]], emit: Any) -> Any:
-    """Traces every branch, checks they agree, and emits the node with `emit(branches)`."""
-    outputs, traced, seen = _trace_branches(fn, named, None)
+def _graph_branches(
+    fn: str,
+    named: list[tuple[str, Callable[[], Any]]],
+    emit: Any,
+    levels: list[int] | None = None,
+) -> Any:
+    """Traces every branch, checks they agree, and emits the node with `emit(branches)`.
+    Batched outputs are batched over every active `vmap` level, or over `levels` (the levels
+    outside one whose lanes the branches already hold explicitly)."""
+    outputs, traced, seen = _trace_branches(fn, named, None, levels)
     first = _validate.check_branch_outputs(fn, outputs)
     batched = seen if any(seen) else None
     if batched and not all(_is_batched(leaf) == b for leaf, b in _pairs(outputs, batched)):
         # A value batched in one branch is made batched in all of them: trace them again.
-        outputs, traced, _ = _trace_branches(fn, named, batched)
+        outputs, traced, _ = _trace_branches(fn, named, batched, levels)
     results = iter(emit(traced))
     flags = iter(batched or [])
     leaves = [
-        None if leaf is None else _lanes_on(next(results), next(flags, False))
+        None if leaf is None else _lanes_on(next(results), next(flags, False), levels)
         for leaf in nest.flatten(first)
     ]
     return nest.pack_sequence_as(first, leaves)
 
 
 def _trace_branches(
-    fn: str, named: list[tuple[str, Callable[[], Any]]], batched: list[bool] | None
+    fn: str,
+    named: list[tuple[str, Callable[[], Any]]],
+    batched: list[bool] | None,
+    levels: list[int] | None = None,
 ) -> tuple[list[tuple[str, Any]], list[Any], list[bool]]:
     """Each branch traced into a function: their outputs, functions, and which outputs are
     batched in some branch. Outputs leave batched where `batched` says (None: where each branch
@@ -283,7 +300,7 @@ def _trace_branches(
         flags = [_is_batched(leaf) for leaf in leaves]
         seen[:] = [a or b for a, b in zip(seen, flags, strict=False)] or flags
         want = batched or flags
-        return [_lanes_off(x, b) for x, b in zip(leaves, want, strict=False)]
+        return [_lanes_off(x, b, levels) for x, b in zip(leaves, want, strict=False)]
 
     for name, branch in named:
         label = f"{fn}_{name.split('[')[0]}"
@@ -310,14 +327,14 @@ def _is_batched(x: Any) -> bool:
     return isinstance(x, _core.Tensor) and bool(_core.lanes_levels(x))
 
 
-def _lanes_off(x: Any, batched: bool) -> Any:
+def _lanes_off(x: Any, batched: bool, levels: list[int] | None = None) -> Any:
     if not batched:
         return batching.physical(x)
-    return batching.physical(batching.lanes_everywhere(x))
+    return batching.physical(batching.lanes_everywhere(x, levels))
 
 
-def _lanes_on(x: Any, batched: bool) -> Any:
-    return batching.dressed(x) if batched else x
+def _lanes_on(x: Any, batched: bool, levels: list[int] | None = None) -> Any:
+    return batching.dressed(x, levels) if batched else x
 
 
 def _graph_while(
