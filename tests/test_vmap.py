@@ -626,6 +626,39 @@ def test_three_nested_levels_and_a_predicate_over_two_of_them(mode: str) -> None
     np.testing.assert_allclose(np.asarray(got), np.array(want), rtol=1e-15)
 
 
+@gl.custom_gradient
+def constant_slope(x: Any) -> Any:
+    # Its gradient function returns a value the same in every lane (unbatched).
+    return x * 2.0, lambda dy: gl.tensor(5.0, dtype=gl.float64)
+
+
+@pytest.mark.parametrize("mode", NESTED_MODES)
+def test_a_gradient_the_same_in_every_lane_reaches_only_the_lanes_that_ran_it(mode: str) -> None:
+    # A custom gradient returned unbatched, inside a branch some lanes take: it is each taking
+    # lane's (once added to the lanes that did not take the branch too).
+    def fn(x: Any) -> Any:
+        return gl.cond(x > 0, lambda: constant_slope(x), lambda: x * x)
+
+    xs = np.array([0.3, -1.2, 0.5, -0.1])
+    got = staged(mode, gl.vmap(gl.grad(fn)))(gl.tensor(xs))
+    np.testing.assert_array_equal(np.asarray(got), lanewise(gl.grad(fn), [xs]))
+
+
+@pytest.mark.parametrize("mode", NESTED_MODES)
+def test_custom_gradients_in_a_branch_chosen_per_pair_of_lanes(mode: str) -> None:
+    # Found by the nested vmap fuzzer: a custom gradient inside a branch taken per pair got
+    # its input's narrowed lanes back only over one level.
+    def fn(x: Any, y: Any) -> Any:
+        return gl.cond(x > y, lambda: halved_square_norm(x * y), lambda: constant_slope(y))
+
+    xs, ys = PAIRS
+    grad = gl.grad(fn, argnums=(0, 1))
+    got = staged(mode, pairwise(grad))(gl.tensor(xs), gl.tensor(ys))
+    for k in range(2):
+        want = each_pair(lambda x, y, k=k: grad(x, y)[k], xs, ys)
+        np.testing.assert_allclose(np.asarray(got[k]), want, rtol=1e-14)
+
+
 def test_a_traced_construct_is_copied_for_at_most_64_outer_lanes() -> None:
     xs, ys = f64(65), f64(2)
     with pytest.raises(gl.errors.InvalidArgumentError, match="at most 64"):

@@ -1,9 +1,9 @@
 """`gl.vmap` around random programs (`program_fuzz.py`): nested `cond`, `switch_case` and
 `while_loop` whose predicates, branch indices and trip counts differ per lane, closures,
 `checkpoints`, scans, solves and custom rules. Each batched value and per-example gradient is
-compared with the program run one lane at a time: eagerly, and in graph mode for programs
-whose every construct has a traced batching rule; a few compiled, by `gl.jit` on XLA (where
-jaxlib is installed) and IREE. Programs that assign a Variable are left
+compared with the program run one lane at a time, eagerly and in graph mode, under one `vmap`
+and under two nested ones (predicates that differ over both levels at once); a few compiled, by
+`gl.jit` on XLA (where jaxlib is installed) and IREE. Programs that assign a Variable are left
 out: inside `vmap` that is an error by contract (`test_vmap.py` checks it)."""
 
 from __future__ import annotations
@@ -67,6 +67,32 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
     for mode in ["eager", "graph"]:
         batched_value = gl.vmap(program)
         batched_grad = gl.vmap(gl.grad(program))
+        if mode == "graph":
+            batched_value, batched_grad = gl.function(batched_value), gl.function(batched_grad)
+        got = np.asarray(batched_value(gl.tensor(xs)))
+        np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{mode}: {spec}")
+        got = np.asarray(batched_grad(gl.tensor(xs)))
+        np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{mode}: {spec}")
+
+
+@seed(SEED + 2)
+@settings(
+    max_examples=max(1, EXAMPLES // 4),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+@given(programs(max_leaves=5, heavy=False))
+def test_nested_vmap_of_random_programs_is_each_pair_of_lanes_run_alone(spec: Any) -> None:
+    # Two levels: every predicate differs over both at once (each pair of lanes its own
+    # branches and trips).
+    program = Program(_batchable(spec))
+    xs = np.stack([_inputs()[:3], _inputs()[1:] * -0.8])
+    value = np.stack([_per_lane(program, row) for row in xs])
+    grad = np.stack([_per_lane(gl.grad(program), row) for row in xs])
+    for mode in ["eager", "graph"]:
+        batched_value = gl.vmap(gl.vmap(program))
+        batched_grad = gl.vmap(gl.vmap(gl.grad(program)))
         if mode == "graph":
             batched_value, batched_grad = gl.function(batched_value), gl.function(batched_grad)
         got = np.asarray(batched_value(gl.tensor(xs)))

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gradloop::batch::{dress, same_lanes, select_lanes, strip, LaneSet, Levels, Narrowing};
+use gradloop::batch::{dress, same_lanes, strip, LaneSet, Levels, Narrowing};
 use gradloop::ops::{build, Grads};
 use gradloop::tape::{compute_gradient, record_custom, Tape};
 use gradloop::trace::Val;
@@ -317,7 +317,10 @@ impl GradientFunction<Val> for PyGradientFunction {
         grads
             .into_iter()
             .zip(&self.input_lanes)
-            .map(|(g, lanes)| g.map(|g| onto_lanes(ctx, &g, lanes)).transpose())
+            .map(|(g, lanes)| {
+                g.map(|g| onto_lanes(ctx, &g, lanes, &self.current))
+                    .transpose()
+            })
             .collect()
     }
 }
@@ -360,44 +363,83 @@ fn with_lanes_active<T>(sets: &[&Arc<LaneSet>], f: impl FnOnce() -> T) -> T {
 }
 
 /// Gradient `g` (lanes of some `vmap` levels) as the physical gradient of an input that was
-/// a view of `lanes`: taken off the same lanes; repeated for lanes it does not have; summed
-/// over lanes the input did not have (an input the same in every lane gathers every lane's
-/// gradient).
+/// a view of `lanes`: summed over lanes the input did not have (an input the same in every
+/// lane gathers every lane's gradient); repeated over the lanes `current` when the op ran for
+/// a level it does not have (the gradient function saw those lanes: a branch's or a loop's
+/// live ones); then taken onto the input's lanes of each level (narrowed lanes summed into
+/// their rows, lanes outside them getting nothing).
 fn onto_lanes(
     ctx: &mut dyn Context<Val>,
     g: &Val,
     lanes: &[Arc<LaneSet>],
+    current: &[Arc<LaneSet>],
 ) -> gradloop::Result<Val> {
-    let (physical, g_lanes) = strip(g);
+    let (mut physical, g_lanes) = strip(g);
     if same_lanes(&g_lanes, lanes) {
         return Ok(physical);
     }
-    if let ([from], [to]) = (g_lanes.as_slice(), lanes) {
-        if from.level == to.level {
-            return scattered_up(ctx, physical, from, to);
+    // Axes outermost level first (`strip` lists the innermost first).
+    let mut held: Vec<Arc<LaneSet>> = g_lanes.iter().rev().cloned().collect();
+    let wanted: Vec<&Arc<LaneSet>> = lanes.iter().rev().collect();
+    let extra: Vec<usize> = (0..held.len())
+        .filter(|&k| !wanted.iter().any(|w| w.level == held[k].level))
+        .collect();
+    if !extra.is_empty() {
+        physical = build::sum(ctx, &physical, &extra, false)?;
+        held.retain(|h| wanted.iter().any(|w| w.level == h.level));
+    }
+    let order: Vec<Option<usize>> = wanted
+        .iter()
+        .map(|w| held.iter().position(|h| h.level == w.level))
+        .collect();
+    if order.iter().flatten().zip(0..).any(|(&k, i)| k != i) {
+        return Err(gradloop::Error::invalid(
+            "custom_gradient",
+            "a gradient function returned a gradient batched over gl.vmap calls in another \
+             order than its input",
+        ));
+    }
+    if held.len() < wanted.len() {
+        let rest = physical.ty().shape[held.len()..].to_vec();
+        let (mut shape, mut target, mut sets) = (Vec::new(), Vec::new(), Vec::new());
+        let mut present = held.iter();
+        for (w, k) in wanted.iter().zip(&order) {
+            let (set, size) = match (k, present.clone().next()) {
+                (Some(_), Some(h)) => {
+                    present.next();
+                    (h.clone(), h.count)
+                }
+                _ => {
+                    let seen = current.iter().find(|c| c.level == w.level).unwrap_or(w);
+                    (seen.clone(), 1)
+                }
+            };
+            shape.push(size);
+            target.push(set.count);
+            sets.push(set);
+        }
+        shape.extend_from_slice(&rest);
+        target.extend_from_slice(&rest);
+        let expanded = build::reshape(ctx, &physical, &shape)?;
+        physical = build::broadcast_to(ctx, &expanded, &target)?;
+        held = sets;
+    }
+    for (axis, (from, to)) in held.iter().zip(&wanted).enumerate() {
+        if !Arc::ptr_eq(from, to) {
+            physical = scattered_up(ctx, physical, from, to, axis)?;
         }
     }
-    if g_lanes.is_empty() {
-        let target = dress_shape(g, lanes);
-        return build::broadcast_to(ctx, &physical, &target);
-    }
-    if lanes.is_empty() {
-        let axes: Vec<usize> = (0..g_lanes.len()).collect();
-        return build::sum(ctx, &physical, &axes, false);
-    }
-    Err(gradloop::Error::invalid(
-        "custom_gradient",
-        "a gradient function returned a gradient batched over other gl.vmap calls than its input",
-    ))
+    Ok(physical)
 }
 
-/// `g`, over the lanes of `from`, as a gradient over the wider lanes `to` (an ancestor of
-/// `from`): summed into their rows (the transpose of `batch::over`'s gathers).
+/// `g`, over the lanes of `from` along `axis`, as a gradient over the wider lanes `to` (an
+/// ancestor of `from`): summed into their rows (the transpose of `batch::over`'s gathers).
 fn scattered_up(
     ctx: &mut dyn Context<Val>,
     mut g: Val,
     from: &Arc<LaneSet>,
     to: &Arc<LaneSet>,
+    axis: usize,
 ) -> gradloop::Result<Val> {
     let mut set = from.clone();
     while !Arc::ptr_eq(&set, to) {
@@ -408,26 +450,19 @@ fn scattered_up(
             ));
         };
         g = match narrowing {
-            Narrowing::Rows(rows) => build::scatter_add(ctx, &g, rows, 0, parent.count)?,
+            Narrowing::Rows(rows) => build::scatter_add(ctx, &g, rows, axis, parent.count)?,
             // a stand-in's copy has no gradient (`batch::stand_in_copies`)
             Narrowing::StandIns { mask, .. } => {
                 let zeros = build::zeros_like(ctx, &g)?;
-                select_lanes(ctx, mask, &g, &zeros)?
+                let mut shape = vec![1usize; g.ty().shape.len()];
+                shape[axis] = parent.count;
+                let mask = build::reshape(ctx, mask, &shape)?;
+                build::select(ctx, &mask, &g, &zeros)?
             }
         };
         set = parent.clone();
     }
     Ok(g)
-}
-
-/// The physical shape of a value of type `g`'s batched over `lanes` (lanes' axes first,
-/// outermost wrapper first).
-fn dress_shape(g: &Val, lanes: &[Arc<LaneSet>]) -> Vec<usize> {
-    lanes
-        .iter()
-        .map(|s| s.count)
-        .chain(g.ty().shape.iter().copied())
-        .collect()
 }
 
 impl PyGradientFunction {
