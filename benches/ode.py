@@ -87,10 +87,10 @@ def solve(damping: gl.Tensor) -> gl.Tensor:
     return integrate(damping)[0][0] ** 2.0
 
 
-def diffrax_value_and_grad():
-    """The same solve and gradient with Diffrax (`Dopri5`, `PIDController` at the same
-    tolerances, its default checkpointed adjoint) under `jax.jit`, or None where Diffrax is not
-    installed (`pip install diffrax`: a benchmark-only dependency)."""
+def diffrax_solution():
+    """Diffrax's solve of the same pendulum (`Dopri5`, `PIDController` at the same tolerances,
+    its default checkpointed adjoint), as a function of the damping, and `jax`; None where
+    Diffrax is not installed (`pip install diffrax`: a benchmark-only dependency)."""
     try:
         import diffrax
         import jax
@@ -102,8 +102,8 @@ def diffrax_value_and_grad():
     def field(t, y, damping):
         return jnp.stack([y[1], -damping * y[1] - jnp.sin(y[0])])
 
-    def final_angle_squared(damping):
-        solution = diffrax.diffeqsolve(
+    def solution(damping):
+        return diffrax.diffeqsolve(
             diffrax.ODETerm(field),
             diffrax.Dopri5(),
             t0=0.0,
@@ -114,10 +114,19 @@ def diffrax_value_and_grad():
             stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
             saveat=diffrax.SaveAt(t1=True),
         )
-        return solution.ys[-1, 0] ** 2
 
-    fn = jax.jit(jax.value_and_grad(final_angle_squared))
-    damping = jnp.float64(0.3)
+    return solution, jax
+
+
+def diffrax_value_and_grad():
+    """The same solve and gradient with Diffrax under `jax.jit`, or None where Diffrax is not
+    installed."""
+    found = diffrax_solution()
+    if found is None:
+        return None
+    solution, jax = found
+    fn = jax.jit(jax.value_and_grad(lambda damping: solution(damping).ys[-1, 0] ** 2))
+    damping = jax.numpy.float64(0.3)
     return lambda: jax.block_until_ready(fn(damping))
 
 

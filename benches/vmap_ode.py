@@ -26,7 +26,7 @@ from _timing import median_time
 import gradloop as gl
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from ode import ATOL, RTOL, T1, integrate, solve
+from ode import diffrax_solution, integrate, solve
 
 
 def dampings(lanes: int) -> np.ndarray:
@@ -36,36 +36,14 @@ def dampings(lanes: int) -> np.ndarray:
 def diffrax_runs(c: np.ndarray) -> tuple[Any, np.ndarray] | None:
     """Diffrax's `jit(vmap(value_and_grad))` and each lane's accepted steps, or None where it is
     not installed (a benchmark-only dependency)."""
-    try:
-        import diffrax
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
+    found = diffrax_solution()
+    if found is None:
         return None
-    jax.config.update("jax_enable_x64", True)
-
-    def field(t, y, damping):
-        return jnp.stack([y[1], -damping * y[1] - jnp.sin(y[0])])
-
-    def solution(damping):
-        return diffrax.diffeqsolve(
-            diffrax.ODETerm(field),
-            diffrax.Dopri5(),
-            t0=0.0,
-            t1=T1,
-            dt0=0.01,
-            y0=jnp.array([1.0, 0.0]),
-            args=damping,
-            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
-            saveat=diffrax.SaveAt(t1=True),
-        )
-
-    def final_angle_squared(damping):
-        return solution(damping).ys[-1, 0] ** 2
-
+    solution, jax = found
+    final_angle_squared = lambda damping: solution(damping).ys[-1, 0] ** 2  # noqa: E731
     fn = jax.jit(jax.vmap(jax.value_and_grad(final_angle_squared)))
     steps = jax.jit(jax.vmap(lambda d: solution(d).stats["num_accepted_steps"]))
-    t = jnp.asarray(c)
+    t = jax.numpy.asarray(c)
     return (lambda: jax.block_until_ready(fn(t))), np.asarray(steps(t))
 
 

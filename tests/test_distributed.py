@@ -310,9 +310,12 @@ def test_a_map_of_tiny_items_runs_in_few_round_trips() -> None:
     fn = gl.jit(lambda x: x + 1.0)
     items = [np.full(2, float(i)) for i in range(400)]
     sent: list[int] = []
+    floors: list[int] = []  # the pace's floor when each map cut its first chunk
     send = _pool.chunks
 
     def recording(*args: object) -> object:
+        staged, floor = args[0], args[3]
+        floors.append(floor(staged[0][1]))  # type: ignore[index, operator]
         for chunk in send(*args):  # type: ignore[arg-type]
             sent.append(len(chunk.indices))
             yield chunk
@@ -326,8 +329,10 @@ def test_a_map_of_tiny_items_runs_in_few_round_trips() -> None:
         np.testing.assert_array_equal(np.asarray(r), np.full(2, i + 1.0))
     assert sum(sent) == 399  # the first item ran on the driver when it was staged
     # Guided chunks alone would be 20, ending in single items: [64, 64, 64, 52, 39, ..., 1].
-    assert len(sent) < 14, sent
-    # The pace is kept: a second map of the function cuts even its first chunks by it.
+    # How many fewer depends on the measured ratio of a round trip to an item (the machine's).
+    assert len(sent) < 20, sent
+    # The pace is kept: a second map of the function cuts even its first chunks by it (a
+    # fresh pace's floor is 1; guided chunks of 128 items over 2 workers start at 32).
     sent.clear()
     _pool.chunks = recording  # type: ignore[assignment]
     try:
@@ -335,7 +340,8 @@ def test_a_map_of_tiny_items_runs_in_few_round_trips() -> None:
     finally:
         _pool.chunks = send  # type: ignore[assignment]
     assert [np.asarray(r)[0] for r in again] == [i + 1.0 for i in range(128)]
-    assert sent == [64, 64], sent
+    assert floors[1] > 1, floors
+    assert sent[0] == max(32, min(64, floors[1])), (sent, floors)
 
 
 def test_a_second_map_of_the_same_signature_computes_its_own_first_item() -> None:
