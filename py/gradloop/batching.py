@@ -819,8 +819,3 @@ def _traced_while(
     body_fn = _traced("while_body", specs, run_body)
     out = _core.emit_while(cond_fn, body_fn, start, limit, *options)
     return lane_values(layout.unframed(list(out[:-1])))
-
-
-def physical_at(x: Any, level: int, lanes: int) -> _core.Tensor:
-    """Loop variable `x` over every lane of `level` (repeated when it is the same in all)."""
-    return _physical(x, level, lanes)
