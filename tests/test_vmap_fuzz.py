@@ -8,7 +8,9 @@ out: inside `vmap` that is an error by contract (`test_vmap.py` checks it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 import gradloop as gl
+from gradloop import batching
 from program_fuzz import N, Program, assigns, programs
 
 EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "200"))
@@ -73,6 +76,40 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
         np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{mode}: {spec}")
         got = np.asarray(batched_grad(gl.tensor(xs)))
         np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{mode}: {spec}")
+
+
+@contextlib.contextmanager
+def small_buckets() -> Iterator[None]:
+    """Buckets at every lane count the fuzzer draws: 8 lanes run in buckets of 4, 2 and 1 (the
+    sizes the production thresholds give only past 64 lanes)."""
+    saved = (batching._BUCKET_MIN_LANES, batching._BUCKET_MIN, batching._BUCKET_RATIO)
+    batching._BUCKET_MIN_LANES, batching._BUCKET_MIN, batching._BUCKET_RATIO = 2, 1, 2
+    try:
+        yield
+    finally:
+        batching._BUCKET_MIN_LANES, batching._BUCKET_MIN, batching._BUCKET_RATIO = saved
+
+
+@seed(SEED + 3)
+@settings(
+    max_examples=max(1, EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+@given(programs(max_leaves=6, heavy=False))
+def test_vmap_of_random_programs_in_buckets_is_each_lane_run_alone(spec: Any) -> None:
+    # Traced constructs over fewer lanes than the batch (each branch in the smallest bucket
+    # that holds its lanes, a loop's live lanes gathered into smaller buckets as lanes finish).
+    program = Program(_batchable(spec))
+    xs = np.concatenate([_inputs(), _inputs()[::-1] * -0.7])
+    value = _per_lane(program, xs)
+    grad = _per_lane(gl.grad(program), xs)
+    with small_buckets():
+        got = np.asarray(gl.function(gl.vmap(program))(gl.tensor(xs)))
+        np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{spec}")
+        got = np.asarray(gl.function(gl.vmap(gl.grad(program)))(gl.tensor(xs)))
+        np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{spec}")
 
 
 @seed(SEED + 2)

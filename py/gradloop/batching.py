@@ -12,6 +12,7 @@ mixes it with a batched one.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -450,14 +451,18 @@ def _span(x: Any, level: int) -> list[int]:
     return [inner for inner in _inner_levels(level) if inner in levels]
 
 
-def _run_on(level: int, rows: np.ndarray, run: Callable[[], Any]) -> list[Any]:
-    """`run()` on lanes `rows` of the level's current lanes: its output leaves, each with its
-    lanes along axis 0 (the level narrowed while it runs)."""
-    _core.lanes_narrow(level, _core.tensor(rows.astype(np.int64)))
+def _run_on(
+    level: int, rows: np.ndarray | _core.Tensor, run: Callable[[], Any]
+) -> tuple[Any, list[Any]]:
+    """`run()` on lanes `rows` of the level's current lanes: its output and output leaves,
+    each with its lanes along axis 0 (the level narrowed while it runs)."""
+    if isinstance(rows, np.ndarray):
+        rows = _core.tensor(rows.astype(np.int64))
+    _core.lanes_narrow(level, rows)
     try:
         out = run()
         return out, [
-            None if leaf is None else _physical(leaf, level, len(rows))
+            None if leaf is None else _physical(leaf, level, rows.shape[0])
             for leaf in nest.flatten(out)
         ]
     finally:
@@ -651,12 +656,13 @@ def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any
 def _traced_branch(
     fn: str, level: int, mask: _core.Tensor, name: str, branch: Callable[[], Any]
 ) -> tuple[Any, list[Any]]:
-    """Branch `branch` traced over every lane (those `mask` excludes on stand-ins) inside an
-    `If` that runs it only when some lane takes it: its output and result leaves."""
+    """Branch `branch` traced over every lane (those `mask` excludes on stand-ins), and over
+    each bucket of fewer lanes (`_buckets`), inside a `Case` that runs it only when some lane
+    takes it, in the smallest bucket that holds the lanes that do: its output and result
+    leaves, over every lane."""
     from .control_flow import _graph_branches
-    from .reductions import any as any_
 
-    _traced_lanes(fn, level)  # refuses lanes known only at run time
+    lanes = _traced_lanes(fn, level)  # refuses lanes known only at run time
     taken: list[Any] = []
     kinds: list[tuple[tuple[int, ...], Any]] = []
 
@@ -670,15 +676,106 @@ def _traced_branch(
         kinds.extend((tuple(x.shape), x.dtype) for x in kept)
         return kept
 
+    def in_bucket(size: int) -> Callable[[], Any]:
+        def run_compacted() -> Any:
+            rows, pos, _ = _partition(mask, size)
+            _, leaves = _run_on(level, rows, convert)
+            return tuple(_core.take(leaf, pos, 0) for leaf in leaves if leaf is not None)
+
+        return run_compacted
+
     def idle() -> Any:
         # What a branch no lane takes gives: zeros shaped as the taken branch's results.
         return tuple(_core.zeros(shape, dtype=dtype) for shape, dtype in kinds)
 
-    named = [(name, run), (f"{name} (no lane)", idle)]
+    sizes = _buckets(lanes)
+    named = [(name, run), *((f"{name} [{s} lanes]", in_bucket(s)) for s in sizes)]
+    named.append((f"{name} (no lane)", idle))
     outside = _core.vmap_levels()[: _core.vmap_levels().index(level)]
-    emit = lambda traced: _core.emit_if(any_(mask), *traced)  # noqa: E731
-    leaves = _graph_branches(fn, named, emit, outside)
+    emit = lambda traced: _core.emit_case(_bucket_index(mask, sizes), traced)  # noqa: E731
+    _BUCKETING.depth += bool(sizes)
+    try:
+        leaves = _graph_branches(fn, named, emit, outside)
+    finally:
+        _BUCKETING.depth -= bool(sizes)
     return taken[0], list(leaves)
+
+
+# ---- buckets of lanes (traced) ------------------------------------------------------------------
+#
+# Static shapes cannot follow the lanes that take a branch, but a few sizes can: a construct
+# over B lanes is traced again over B/4, B/16 and B/64 lanes, and runs in the smallest that
+# holds its lanes (gathered to the front; the rest of the bucket computes on copies of the first,
+# whose results are never read), so a branch that few lanes take costs about their number.
+# Each bucket is another copy of the construct's graph: only the outermost construct that
+# buckets does, and only over enough lanes to pay for the gathers.
+
+#: Fewest lanes worth buckets, and fewest lanes in one.
+_BUCKET_MIN_LANES = 64
+_BUCKET_MIN = 16
+_BUCKET_RATIO = 4
+_BUCKET_COUNT = 3
+
+
+class _Bucketing(threading.local):
+    """How many constructs this thread is tracing in buckets now (their inner constructs do
+    not bucket)."""
+
+    depth = 0
+
+
+_BUCKETING = _Bucketing()
+
+
+def _buckets(lanes: int) -> list[int]:
+    """The smaller sizes a construct over `lanes` lanes is also traced at, largest first."""
+    if _BUCKETING.depth or lanes < _BUCKET_MIN_LANES:
+        return []
+    sizes = []
+    size = lanes
+    for _ in range(_BUCKET_COUNT):
+        smaller = -(-size // _BUCKET_RATIO)
+        if smaller < _BUCKET_MIN or smaller == size:
+            break
+        size = smaller
+        sizes.append(size)
+    return sizes
+
+
+def _bucket_index(mask: _core.Tensor, sizes: list[int]) -> _core.Tensor:
+    """Which case runs the lanes `mask` holds: 0 all lanes, k the bucket `sizes[k - 1]` (the
+    smallest that holds them), `len(sizes) + 1` none."""
+    count = _core.sum(_core.cast(mask, "int32"))
+    index = _core.tensor(0, dtype="int32")
+    for size in sizes:
+        index = index + _core.cast(_core.less_equal(count, size), "int32")
+    none = _core.tensor(len(sizes) + 1, dtype="int32")
+    return _core.where(_core.equal(count, 0), none, index)
+
+
+def _partition(mask: _core.Tensor, size: int) -> tuple[_core.Tensor, _core.Tensor, _core.Tensor]:
+    """The first `size` lanes that `mask` (bool[B]) holds gathered to the front: `rows`
+    (int64[size]), those lanes in order, then the first of them repeated; `pos` (int64[B]),
+    each lane's place in `rows` (0 for a lane not there); and `fits` (bool[B]), the lanes
+    there. Table ops only, so it traces and compiles everywhere: a prefix sum by doubling,
+    then one scatter."""
+    lanes = mask.shape[0]
+    ones = _core.cast(mask, "int64")
+    count = ones  # inclusive prefix sum
+    shift = 1
+    while shift < lanes:
+        shifted = _core.concatenate([_core.zeros((shift,), dtype="int64"), count[:-shift]])
+        count = count + shifted
+        shift *= 2
+    place = count - 1
+    fits = _core.logical_and(mask, _core.less(place, size))
+    pos = _core.where(fits, place, 0)
+    lane = _core.arange(lanes, dtype="int64")
+    # lanes past `size` (none, when the bucket is chosen by count) land in a spare slot
+    target = _core.where(fits, place, size)
+    rows = _core.scatter_add(_core.where(fits, lane, 0), target, 0, size + 1)[:size]
+    filled = _core.less(_core.arange(size, dtype="int64"), count[-1])
+    return _core.where(filled, rows, rows[0]), pos, fits
 
 
 class BatchedPredicate(Exception):
@@ -779,43 +876,105 @@ def _traced_while(
     lanes: int,
     options: tuple[int, int | None],
 ) -> Any:
-    from .control_flow import _checked_trip, _traced
-    from .reductions import any as any_
-
+    """The loop over `lanes` lanes in phases: a `While` over every lane until its live lanes
+    fit the next bucket (`_buckets`), then one over that bucket, the live lanes gathered to its
+    front, and so on; each lane's values are put back where they were at the end."""
     level, spans = layout.level, layout.spans
     leaves = nest.flatten(loop_vars)
     flat = [_physical(t, level, lanes, span) for t, span in zip(leaves, spans, strict=True)]
+    sizes = _buckets(lanes)
+    phase = _Phase(cond, body, loop_vars, call, limit, layout, options)
+    live = phase.going(flat, lanes)
+    trips = _core.tensor(0, dtype="int32")
+    if not sizes:
+        flat, _, _ = phase.run(flat, live, trips, lanes, None)
+        return phase.lane_values(flat)
+    history = []
+    narrowed = 0
+    _BUCKETING.depth += 1
+    try:
+        for size, smaller in zip([lanes, *sizes], [*sizes, None], strict=True):
+            flat, live, trips = phase.run(flat, live, trips, size, smaller)
+            if smaller is None:
+                break
+            rows, pos, moved = _partition(live, smaller)
+            # a lane that does not fit (the loop ended at `limit`) keeps its values
+            history.append((flat, moved, pos))
+            count = _core.sum(_core.cast(live, "int64"))
+            flat = [_core.take(v, rows, 0) for v in flat]
+            live = _core.less(_core.arange(smaller, dtype="int64"), count)
+            _core.lanes_narrow(level, rows)
+            narrowed += 1
+    finally:
+        _BUCKETING.depth -= 1
+        for _ in range(narrowed):
+            _core.lanes_widen(level)
+    for before, moved, pos in reversed(history):
+        flat = [_select(moved, _core.take(v, pos, 0), b) for v, b in zip(flat, before, strict=True)]
+    return phase.lane_values(flat)
 
-    def lane_values(phys: list[Any]) -> Any:
-        wrapped = [_wrap(v, level, span) for v, span in zip(phys, spans, strict=True)]
-        return nest.pack_sequence_as(loop_vars, wrapped)
 
-    def going(values: Any) -> _core.Tensor:
-        return _lanes_mask(call(cond, values), level, lanes)
+class _Phase(NamedTuple):
+    """One `While` of a traced batched loop, over the level's current lanes."""
 
-    live = going(lane_values(flat))
-    start = [*layout.framed(flat), live]
-    specs = [(t.dtype, tuple(t.shape)) for t in start]
+    cond: Callable[..., Any]
+    body: Callable[..., Any]
+    loop_vars: Any
+    call: Callable[[Callable[..., Any], Any], Any]
+    limit: int | None
+    layout: _Layout
+    options: tuple[int, int | None]
 
-    def run_cond(params: list[Any]) -> list[Any]:
-        return [any_(params[-1])]
+    def lane_values(self, phys: list[Any]) -> Any:
+        spans = self.layout.spans
+        wrapped = [_wrap(v, self.layout.level, span) for v, span in zip(phys, spans, strict=True)]
+        return nest.pack_sequence_as(self.loop_vars, wrapped)
 
-    def run_body(params: list[Any]) -> list[Any]:
-        phys, live = layout.unframed(params[:-1]), params[-1]
-        values = lane_values(phys)
+    def going(self, phys: list[Any], lanes: int) -> _core.Tensor:
+        """Each lane's loop condition on `phys`."""
+        values = self.lane_values(phys)
+        return _lanes_mask(self.call(self.cond, values), self.layout.level, lanes)
 
-        def step() -> Any:
-            new = _checked_trip(loop_vars, body, None, call(body, values), -1)
-            wider = layout.grown(nest.flatten(new))
-            if wider != layout:
-                raise _Widened(wider)
-            return new
+    def run(
+        self, phys: list[Any], live: _core.Tensor, trips: _core.Tensor, lanes: int, stop: int | None
+    ) -> tuple[list[Any], _core.Tensor, _core.Tensor]:
+        """The loop from `phys` over `lanes` lanes (`live` of them running, after `trips`
+        trips) until no lane runs, or (`stop`) at most `stop` do: the values, live lanes and
+        trips then."""
+        from .control_flow import _checked_trip, _traced
+        from .reductions import any as any_
 
-        _, new = _on_stand_ins(level, live, step, spans)
-        kept = [_select(live, n, v) for n, v in zip(new, phys, strict=True)]
-        return [*layout.framed(kept), _core.logical_and(live, going(lane_values(kept)))]
+        layout, level, spans = self.layout, self.layout.level, self.layout.spans
+        start = [*layout.framed(phys), live, trips]
+        specs = [(t.dtype, tuple(t.shape)) for t in start]
 
-    cond_fn = _traced("while_cond", specs, run_cond)
-    body_fn = _traced("while_body", specs, run_body)
-    out = _core.emit_while(cond_fn, body_fn, start, limit, *options)
-    return lane_values(layout.unframed(list(out[:-1])))
+        def run_cond(params: list[Any]) -> list[Any]:
+            going = any_(params[-2])
+            if stop is not None:
+                count = _core.sum(_core.cast(params[-2], "int32"))
+                going = _core.logical_and(going, _core.greater(count, stop))
+            if self.limit is not None:  # over every phase's trips
+                going = _core.logical_and(going, _core.less(params[-1], self.limit))
+            return [going]
+
+        def run_body(params: list[Any]) -> list[Any]:
+            phys, live = layout.unframed(params[:-2]), params[-2]
+            values = self.lane_values(phys)
+
+            def step() -> Any:
+                new = self.call(self.body, values)
+                new = _checked_trip(self.loop_vars, self.body, None, new, -1)
+                wider = layout.grown(nest.flatten(new))
+                if wider != layout:
+                    raise _Widened(wider)
+                return new
+
+            _, new = _on_stand_ins(level, live, step, spans)
+            kept = [_select(live, n, v) for n, v in zip(new, phys, strict=True)]
+            going = _core.logical_and(live, self.going(kept, lanes))
+            return [*layout.framed(kept), going, params[-1] + 1]
+
+        cond_fn = _traced("while_cond", specs, run_cond)
+        body_fn = _traced("while_body", specs, run_body)
+        out = _core.emit_while(cond_fn, body_fn, start, self.limit, *self.options)
+        return layout.unframed(list(out[:-2])), out[-2], out[-1]
