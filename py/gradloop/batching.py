@@ -575,13 +575,13 @@ def _rows(rows: np.ndarray) -> _core.Tensor:
 
 # ---- control flow over lanes (traced) -----------------------------------------------------------
 #
-# Traced (`@gl.function`, `gl.jit`, export), shapes are static: every lane runs each branch that
-# some lane takes, and a loop's body until its last lane is done, but on values that are safe to
-# compute. A lane that does not take a branch, or whose loop is done, computes on a copy of a
-# lane that does (its inputs, and what the function closes over, selected from that lane: a
-# stand-in narrowing, `_core.lanes_stand_in`), and its result is discarded by a select; so no
-# value it would compute, NaN, inf or an error, can reach a result, and its cotangent is an
-# exact zero. A branch no lane takes does not run.
+# Traced (`@gl.function`, `gl.jit`, export), shapes are static: a construct runs over every lane
+# of its level, or of a bucket of them (below), on values that are safe to compute. A lane that
+# does not take a branch, or whose loop is done, computes on a copy of a lane that does (its
+# inputs, and what the function closes over, selected from that lane: a stand-in narrowing,
+# `_core.lanes_stand_in`), and its result is discarded by a select; so no value it would
+# compute, NaN, inf or an error, can reach a result, and its cotangent is an exact zero. A
+# branch no lane takes does not run.
 
 
 def _traced_lanes(fn: str, level: int) -> int:
@@ -757,8 +757,23 @@ def _partition(mask: _core.Tensor, size: int) -> tuple[_core.Tensor, _core.Tenso
     """The first `size` lanes that `mask` (bool[B]) holds gathered to the front: `rows`
     (int64[size]), those lanes in order, then the first of them repeated; `pos` (int64[B]),
     each lane's place in `rows` (0 for a lane not there); and `fits` (bool[B]), the lanes
-    there. Table ops only, so it traces and compiles everywhere: a prefix sum by doubling,
-    then one scatter."""
+    there. The op table's `pack_indices` computes it, as a composite call whose callee
+    (`_pack_indices`, table ops) is what compilers read."""
+    kernel = f"pack_indices{{size={size}}}"
+    if not _core.trace_active():
+        return tuple(_core.factor_kernel(kernel, [mask]))
+    params = _core.trace_push("pack_indices", [(mask.dtype, tuple(mask.shape))])
+    try:
+        out = _pack_indices(params[0], size)
+    except BaseException:
+        _core.trace_pop([])
+        raise
+    return tuple(_core.emit_custom_call([mask], params, list(out), kernel=kernel))
+
+
+def _pack_indices(mask: _core.Tensor, size: int) -> tuple[_core.Tensor, _core.Tensor, _core.Tensor]:
+    """`_partition` in table ops, so it traces and compiles everywhere: a prefix sum by
+    doubling, then one scatter."""
     lanes = mask.shape[0]
     ones = _core.cast(mask, "int64")
     count = ones  # inclusive prefix sum

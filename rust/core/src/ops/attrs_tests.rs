@@ -143,6 +143,7 @@ pub(crate) fn samples() -> Vec<Op> {
             dim_size: DYN,
         }
         .into(),
+        crate::ops::pack::PackIndices { size: 4 }.into(),
     ]
 }
 

@@ -41,6 +41,7 @@ pub mod lanes;
 pub mod layout;
 pub mod matmul;
 pub mod matvec;
+pub mod pack;
 pub mod permute;
 pub mod reduce;
 pub mod rules;
@@ -498,6 +499,7 @@ op_table! {
     DynamicUpdateSlice(index::DynamicUpdateSlice),
     Take(index::Take),
     ScatterAdd(index::ScatterAdd),
+    PackIndices(pack::PackIndices),
 }
 
 impl fmt::Display for Op {
