@@ -3,12 +3,14 @@
 Every lane holds 64 values and an index; branch j is 10^j chained products (1, 10, 100 or 1,000
 multiplies by the lane's 64 values: powers, which no compiler folds), taken by 90%, 9%, 0.9% and
 0.1% of the lanes. `gl.vmap` of `gl.switch_case` runs each branch that some lane takes: eagerly
-on its lanes only (the level narrowed to them), traced at static shapes on every lane (the
-others on stand-ins, a select keeping each lane's own), which costs what select-all costs for
-the branches taken. Select-all is every branch on every lane then a select by index, written by
-hand (what JAX's batched `switch` does), in graph mode; JAX's `jit(vmap(switch))` where
-installed (XLA fuses each branch's chain into one pass). Each figure is the median over
-`--repeats` calls after a warm-up; every result is checked against select-all's.
+on its lanes only (the level narrowed to them); traced (graph mode, and `gl.jit` on XLA where
+jaxlib is installed), at static shapes, in the smallest bucket of a quarter, a sixteenth or a
+sixty-fourth of the lanes that holds its lanes (gathered to the front; the rest of the bucket on
+stand-ins, a select keeping each lane's own). Select-all is every branch on every lane then a
+select by index, written by hand (what JAX's batched `switch` does), in graph mode; JAX's
+`jit(vmap(switch))` where installed (XLA fuses each branch's chain into one pass). Each figure
+is the median over `--repeats` calls after a warm-up; every result is checked against
+select-all's.
 
 Usage: python benches/vmap_switch.py [--quick] [--lanes N] [--repeats R]
 """
@@ -97,6 +99,9 @@ def main() -> None:
         "vmap(switch_case) eager": (lambda f: lambda: f(x, k))(gl.vmap(per_lane)),
         "vmap(switch_case) graph": (lambda f: lambda: f(x, k))(gl.function(gl.vmap(per_lane))),
     }
+    if importlib.util.find_spec("jax") is not None:  # the XLA backend needs jaxlib
+        compiled = gl.jit(gl.vmap(per_lane), backend="xla")
+        runs["vmap(switch_case) jit xla"] = lambda: compiled(x, k)
     for name, run in runs.items():
         np.testing.assert_allclose(np.asarray(run()), want, rtol=1e-12, err_msg=name)
     peer = jax_run(x_np, k_np)

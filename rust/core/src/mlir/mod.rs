@@ -145,6 +145,9 @@ fn graph_facts(graph: &Graph) -> ModuleFacts {
 fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<(String, ModuleFacts)> {
     verify(graph)?;
     let graph = &crate::passes::functionalize_variables(graph)?;
+    // Tracing repeats pure nodes (a batched value narrowed at each use, a gradient's rules
+    // rebuilding what another built): one copy each keeps modules small for the compiler.
+    let graph = &crate::passes::eliminate_common_subexpressions(graph)?;
     let entry = graph.entry_function()?;
     let mut lowering = Lowering::new(&graph.library);
     lowering.e.options = options;

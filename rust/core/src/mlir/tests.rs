@@ -287,33 +287,33 @@ fn loop_gradients_carry_stacks_as_growable_buffers() {
     // pass through, directly; the bound n (rank 0) is carried.
     let text = emit_module(&crate::testing::traced::while_sin_of(5, 1, None)).unwrap();
     let checks = r#"
-        CHECK: %3 = arith.constant 16 : index
-        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x5xf64>
-        CHECK-NEXT: %5 = arith.constant 0 : index
-        CHECK-NEXT: %6 = arith.constant 17 : index
-        CHECK-NEXT: %7 = tensor.empty(%6) : tensor<?x5xf64>
-        CHECK: scf.while ({{*}}, %17 = %4, %18 = %5, %19 = %7, %20 = %8) : ({{*}}, tensor<?x5xf64>, index, tensor<?x5xf64>, index) -> (
+        CHECK: %2 = arith.constant 16 : index
+        CHECK-NEXT: %3 = tensor.empty(%2) : tensor<?x5xf64>
+        CHECK-NEXT: %4 = arith.constant 0 : index
+        CHECK-NEXT: %5 = arith.constant 17 : index
+        CHECK-NEXT: %6 = tensor.empty(%5) : tensor<?x5xf64>
+        CHECK: scf.while ({{*}}, %16 = %3, %17 = %4, %18 = %6, %19 = %7) : ({{*}}, tensor<?x5xf64>, index, tensor<?x5xf64>, index) -> (
         CHECK: } do {
-        CHECK: %30 = stablehlo.sine %22 : tensor<5xf64>
-        CHECK-NEXT: %31 = stablehlo.multiply %30, %arg1 : tensor<5xf64>
-        CHECK: %40 = tensor.dim %25, %39 : tensor<?x5xf64>
-        CHECK-NEXT: %41 = arith.cmpi eq, %26, %40 : index
-        CHECK-NEXT: %42 = scf.if %41 -> (tensor<?x5xf64>) {
-        CHECK-NEXT: %43 = arith.addi %40, %40 : index
-        CHECK-NEXT: %44 = tensor.empty(%43) : tensor<?x5xf64>
-        CHECK-NEXT: %45 = tensor.insert_slice %25 into %44[%39, 0][%40, 5][1, 1] : tensor<?x5xf64> into tensor<?x5xf64>
-        CHECK-NEXT: scf.yield %45 : tensor<?x5xf64>
+        CHECK: %29 = stablehlo.sine %21 : tensor<5xf64>
+        CHECK-NEXT: %30 = stablehlo.multiply %29, %arg1 : tensor<5xf64>
+        CHECK: %38 = tensor.dim %24, %37 : tensor<?x5xf64>
+        CHECK-NEXT: %39 = arith.cmpi eq, %25, %38 : index
+        CHECK-NEXT: %40 = scf.if %39 -> (tensor<?x5xf64>) {
+        CHECK-NEXT: %41 = arith.addi %38, %38 : index
+        CHECK-NEXT: %42 = tensor.empty(%41) : tensor<?x5xf64>
+        CHECK-NEXT: %43 = tensor.insert_slice %24 into %42[%37, 0][%38, 5][1, 1] : tensor<?x5xf64> into tensor<?x5xf64>
+        CHECK-NEXT: scf.yield %43 : tensor<?x5xf64>
         CHECK-NEXT: } else {
-        CHECK-NEXT: scf.yield %25 : tensor<?x5xf64>
-        CHECK: %46 = tensor.insert_slice %30 into %42[%26, 0][1, 5][1, 1] : tensor<5xf64> into tensor<?x5xf64>
-        CHECK: %48 = arith.addi %26, %47 : index
-        CHECK: scf.yield {{*}}, %46, %48, %56, %58 : {{*}}, tensor<?x5xf64>, index, tensor<?x5xf64>, index
-        CHECK: scf.while ({{*}}, %63 = %12#3, %64 = %12#4, %65 = %12#5, %66 = %12#6, %67 = %12#7)
+        CHECK-NEXT: scf.yield %24 : tensor<?x5xf64>
+        CHECK: %44 = tensor.insert_slice %29 into %40[%25, 0][1, 5][1, 1] : tensor<5xf64> into tensor<?x5xf64>
+        CHECK: %46 = arith.addi %25, %45 : index
+        CHECK: scf.yield {{*}}, %44, %46, %54, %56 : {{*}}, tensor<?x5xf64>, index, tensor<?x5xf64>, index
+        CHECK: scf.while ({{*}}, %61 = %11#3, %62 = %11#4, %63 = %11#5, %64 = %11#6, %65 = %11#7)
         CHECK: } do {
-        CHECK: %79 = arith.subi %72, %78 : index
-        CHECK-NEXT: %80 = tensor.extract_slice %71[%79, 0][1, 5][1, 1] : tensor<?x5xf64> to tensor<5xf64>
-        CHECK: %84 = stablehlo.multiply %68, %arg1 : tensor<5xf64>
-        CHECK: scf.yield {{*}}, %71, %79, %73, %82 : {{*}}
+        CHECK: %77 = arith.subi %70, %76 : index
+        CHECK-NEXT: %78 = tensor.extract_slice %69[%77, 0][1, 5][1, 1] : tensor<?x5xf64> to tensor<5xf64>
+        CHECK: %82 = stablehlo.multiply %66, %arg1 : tensor<5xf64>
+        CHECK: scf.yield {{*}}, %69, %77, %71, %80 : {{*}}
         "#;
     filecheck(&text, checks);
 }
@@ -430,13 +430,13 @@ fn a_bounded_loop_gets_its_stacks_made_full_size() {
     // the pushes never grow it
     let text = emit_module(&crate::testing::traced::while_sin_of(5, 1, Some(1000))).unwrap();
     let checks = r#"
-        CHECK: %3 = arith.constant 16 : index
-        CHECK-NEXT: %4 = tensor.empty(%3) : tensor<?x5xf64>
-        CHECK: %9 = arith.constant 1000 : index
-        CHECK-NEXT: %10 = tensor.empty(%9) : tensor<?x5xf64>
-        CHECK-NEXT: %11 = arith.constant 1001 : index
-        CHECK-NEXT: %12 = tensor.empty(%11) : tensor<?x5xf64>
-        CHECK: scf.while ({{*}}, %{{*}} = %10, %{{*}} = %5, %{{*}} = %12, %{{*}} = %8) : (
+        CHECK: %2 = arith.constant 16 : index
+        CHECK-NEXT: %3 = tensor.empty(%2) : tensor<?x5xf64>
+        CHECK: %8 = arith.constant 1000 : index
+        CHECK-NEXT: %9 = tensor.empty(%8) : tensor<?x5xf64>
+        CHECK-NEXT: %10 = arith.constant 1001 : index
+        CHECK-NEXT: %11 = tensor.empty(%10) : tensor<?x5xf64>
+        CHECK: scf.while ({{*}}, %{{*}} = %9, %{{*}} = %4, %{{*}} = %11, %{{*}} = %7) : (
         CHECK: stablehlo.sine
         CHECK-NOT: scf.if
         CHECK: tensor.insert_slice
