@@ -25,15 +25,16 @@ _configs: dict[str, Any] = {}
 #: Drivers whose device is released once no loaded function uses it, because an idle one costs
 #: the host: on Mesa's software Vulkan (lavapipe 22.3, Debian 12) IREE's device keeps two
 #: threads polling its semaphores at full speed for as long as it lives, two cores taken from
-#: everything else. Creating one again costs some 30 ms (docs/architecture.md).
+#: everything else. Creating one again is cheap by comparison (docs/architecture.md).
 RELEASED_WHEN_UNUSED = frozenset({"vulkan"})
 
 # Loaded functions per configuration (by id), for `RELEASED_WHEN_UNUSED`.
 _users: dict[int, int] = {}
 
 #: Runtime flags read when a driver is created. CUDA runs command buffers as CUDA graphs rather
-#: than on streams: on an H100, W6's loop gradient (several dispatches per trip) took 218 against
-#: 1,646 ms per call, W5's one-dispatch trips 10.6 against 7.1 us, W4 unchanged (docs/notes.md).
+#: than on streams: on an H100 that made W6's loop gradient (several dispatches per trip)
+#: several times faster, cost W5's one-dispatch trips a little and left W4 unchanged
+#: (docs/notes.md).
 DRIVER_FLAGS = {"cuda": ("--cuda_use_streams=false",)}
 
 
@@ -150,7 +151,7 @@ class Function:
         mapped = self._mapped
         if len(mapped) == len(results) and all(d is not None for d in mapped):
             # Results the host maps (the CPU drivers), read without `DeviceArray.to_host`'s
-            # checks, which cost more than this whole read (about 20 against 5 µs a result).
+            # checks, which cost several times this whole read.
             pairs = zip(results, mapped, strict=True)
             return [_read_mapped(r, d, copy) for r, d in pairs]  # type: ignore[arg-type]
         return [to_numpy(r, copy) for r in results]

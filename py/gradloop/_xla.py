@@ -150,8 +150,8 @@ class _ClientExecutable:
         import jax
 
         try:
-            # `jax.extend.backend` re-exports it, but importing `jax.extend` costs a first call
-            # 15 ms (it loads Pallas)
+            # `jax.extend.backend` re-exports it, but importing `jax.extend` loads Pallas,
+            # which a first call would wait for
             from jax._src.compiler import get_compile_options
         except ImportError:
             from jax.extend.backend import get_compile_options

@@ -70,8 +70,8 @@ DENSE_WORK = 1 << 22
 
 #: IREE flags for CPU modules with an op of `DENSE_WORK` or more: data tiling packs the
 #: operands of matrix products into the layout the kernels read (W4, the MLP training step,
-#: measured interleaved with JAX's `jit` of the same step: 6.8 ms a call without, 5.2 with,
-#: JAX 4.9; docs/notes.md). Small modules gain nothing from it and compile longer.
+#: gains about a quarter: docs/notes.md). Small modules gain nothing from it and compile
+#: longer.
 DENSE_FLAGS = ("--iree-dispatch-creation-data-tiling=true",)
 
 

@@ -151,7 +151,7 @@ GUIDED = 2
 MAX_CHUNK = 64
 
 #: A chunk's work is at least this many times a round trip's cost, once both are measured:
-#: a round trip of Ray's actor calls costs 1.5-5 ms on a small machine (more than many items),
+#: a round trip of Ray's actor calls costs milliseconds on a small machine (more than many items),
 #: and a queued chunk does not hide it: a trace shows an actor idle that long between chunks.
 WORK_PER_ROUND_TRIP = 8.0
 

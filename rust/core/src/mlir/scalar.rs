@@ -21,7 +21,8 @@
 //! that move elements (`OpDef::same_elements`, `OpDef::gather_table`: reshapes, slices, pads,
 //! concatenations, broadcasts) by renaming, reductions (`OpDef::fold`) as chains of their
 //! combining op. W11, an adaptive ODE solve whose float64[2] state went through a dispatch and
-//! a read-back per op, ran 8x faster so (`docs/notes.md`). Pure StableHLO keeps every tensor.
+//! a read-back per op, ran several times faster so (`docs/notes.md`). Pure StableHLO keeps
+//! every tensor.
 //!
 //! Where control flow carries a rank-0 value (block arguments, `scf.yield`, `scf.condition`),
 //! it is 64 bits wide: `f64` and `i64` as they are, `f32` as its bits in an `i64`, `i32` and

@@ -222,14 +222,12 @@ macro_rules! kernel {
 kernel!(f32 => gemm_product, f64 => gemm_product, i32 => loop_product, i64 => loop_product);
 
 /// Outer products (k = 1) of up to this many elements run as a plain loop: gemm's set-up
-/// dominates there (64x64 float32: 185 against 284 ns; 16x16: 33 against 408), and the loop
-/// computes exactly `a[i] * b[j]`, which `rank_one_update_into` relies on. Above it (512x512)
-/// gemm's AVX-512 stores win (`docs/notes.md`, "Kernels").
+/// dominates there, and the loop computes exactly `a[i] * b[j]`, which `rank_one_update_into`
+/// relies on. Above it gemm's AVX-512 stores win (`docs/notes.md`, "Kernels").
 pub const OUTER_LOOP_ELEMENTS: usize = 1 << 14;
 
 /// Vector-matrix products (one row or one column out) whose matrix has up to this many
-/// elements run as `MatVec`'s register-blocked loops: float32 1x64 @ 64x64 in 123 against
-/// gemm's 556 ns, its transposed form 171 against 221; still ahead at 256x256, behind at
+/// elements run as `MatVec`'s register-blocked loops, which beat gemm up to there and lose at
 /// 512x512 in float64 (`docs/notes.md`, "Kernels").
 const MATVEC_ELEMENTS: usize = 1 << 16;
 
@@ -315,9 +313,8 @@ const SPLIT_MIN: usize = 32;
 /// `dst = lhs @ rhs` for `[m, n, k]` (operands as `gemm_into` takes them, `dst` row-major),
 /// on rayon's threads: the longer of the result's sides is cut into one block per thread,
 /// each a product of its own on one thread. gemm's own split shares its packed operands
-/// between threads and synchronises at each panel; on 2 cores (AVX2) 64x784 @ 784x512 took
-/// 497 against 676 us that way, 64x512 @ 512x512 318 against 361, 784x64 @ 64x512 442 against
-/// 480, numpy's OpenBLAS 480-520 on the first (`docs/notes.md`, "Kernels").
+/// between threads and synchronises at each panel, which costs more on 2 cores than the
+/// blocks' independence (`docs/notes.md`, "Kernels").
 fn gemm_split<T: 'static + Arith>(
     [m, n, k]: [usize; 3],
     (dst, drs): (&mut [T], usize),
@@ -419,10 +416,9 @@ const REROUTE_FLOPS: usize = 1 << 20;
 
 /// Which operands a product with a transposed operand copies into row-major order first, so
 /// that gemm runs with every operand row-major, its fastest layout. `a @ b^T` with both
-/// operands row-major contracts along both operands' rows: 64x512 @ (512x512)^T took 785 us
-/// against 173 for the row-major product, 64x784 @ (512x784)^T 474 against 242 (gemm's
-/// packing of a right operand whose columns are contiguous). `a^T @ b` gains less (224 to 211
-/// us at 512x64 @ 64x512). Where both `Right` and `LeftAndResult` apply, the one that moves
+/// operands row-major contracts along both operands' rows, several times slower than the
+/// row-major product (gemm's packing of a right operand whose columns are contiguous);
+/// `a^T @ b` gains less (`docs/notes.md`, "Kernels"). Where both `Right` and `LeftAndResult` apply, the one that moves
 /// fewer elements is chosen, and only where it moves at most one element per 64 multiply-adds
 /// (a tiled transpose costs about 25 multiply-adds' time per element here).
 #[derive(Clone, Copy)]

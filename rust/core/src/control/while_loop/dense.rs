@@ -64,8 +64,8 @@ struct Pack {
 impl Pack {
     /// One pack per dtype for the scalars, in the order the dtypes first appear, and one of
     /// its own for each other value: XLA fuses a read of a slice of a joined row into its
-    /// consumers (an RNN's outer products), which then run 4x slower than from a row of
-    /// their own.
+    /// consumers (an RNN's outer products), which then run several times slower than from a
+    /// row of their own.
     fn of(kept: &[(usize, TensorType)]) -> Vec<Pack> {
         let mut packs: Vec<Pack> = Vec::new();
         for (pos, (_, ty)) in kept.iter().enumerate() {

@@ -30,8 +30,8 @@ use super::schedule::Ir;
 
 /// The memory a loop gradient in fixed-size state may give its rows before checkpointing
 /// (about 1,300 trips of a 64-float RNN's three residuals), and the most rows it takes (2,048
-/// trips of a small state). Every call fills the rows first, at about 13 GB/s here: 1 MiB
-/// costs some 80 us, a tenth of a thousand RNN trips. A loop that tells its bound
+/// trips of a small state). Every call fills the rows first, so the budget is kept to a small
+/// share of what a thousand RNN trips cost. A loop that tells its bound
 /// (`maximum_iterations` up to `ALL_STATES_UP_TO`) gets exactly that many rows.
 pub const ROW_BUDGET_BYTES: usize = 1 << 20;
 pub const ROWS_UP_TO: usize = 2048;

@@ -301,7 +301,7 @@ impl Lowering<'_> {
     /// kept (`trip_kept`). A value is chosen where its iterations' conditions are: on the
     /// device by the device's, on the host by the host's; a tensor on the device by a host
     /// condition, by the number kept uploaded once and compared there (an upload per
-    /// iteration made IREE record a command each: W5 took 250 ns an iteration, now 90). A
+    /// iteration made IREE record a command each, and W5 ran several times slower). A
     /// host variable of a loop the device decides is chosen by the number kept, read back
     /// once a trip.
     pub(crate) fn choose_kept(
