@@ -54,7 +54,7 @@ def rnn_loss(w: gl.Tensor, u: gl.Tensor, b: gl.Tensor, xs: gl.Tensor, limit: gl.
 
     h0 = gl.zeros((HIDDEN,), dtype=gl.float32)
     init = (0, h0, gl.tensor(0.0, dtype=gl.float32))
-    # the bound lets compiled code allocate the gradient's stacks once (docs/architecture.md)
+    # the bound lets compiled code allocate the gradient's stacks once (docs/compiled-mode.md)
     steps, h, energy = gl.while_loop(cond, body, init, maximum_iterations=xs.shape[0])
     return energy + gl.sum(h), steps
 
