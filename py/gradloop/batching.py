@@ -665,6 +665,8 @@ def _traced_branch(
     lanes = _traced_lanes(fn, level)  # refuses lanes known only at run time
     taken: list[Any] = []
     kinds: list[tuple[tuple[int, ...], Any]] = []
+    sizes = _buckets(lanes)
+    rows, pos, _ = _partition(mask, lanes) if sizes else (None, None, None)
 
     def convert() -> Any:
         return _validate.convert_outputs(fn, branch(), f"the output of {name}")
@@ -677,28 +679,40 @@ def _traced_branch(
         return kept
 
     def in_bucket(size: int) -> Callable[[], Any]:
-        def run_compacted() -> Any:
-            rows, pos, _ = _partition(mask, size)
-            _, leaves = _run_on(level, rows, convert)
-            return tuple(_core.take(leaf, pos, 0) for leaf in leaves if leaf is not None)
+        def run_packed() -> Any:
+            # The lanes taking the branch first, padded to every lane's rows: the gather that
+            # puts them in lane order comes after the `Case`, where no compiler fuses the
+            # branch into it (XLA would compute it again for every lane).
+            _, leaves = _run_on(level, rows[:size], convert)
+            kept = (leaf for leaf in leaves if leaf is not None)
+            return tuple(_padded(leaf, lanes) for leaf in kept)
 
-        return run_compacted
+        return run_packed
 
     def idle() -> Any:
         # What a branch no lane takes gives: zeros shaped as the taken branch's results.
         return tuple(_core.zeros(shape, dtype=dtype) for shape, dtype in kinds)
 
-    sizes = _buckets(lanes)
     named = [(name, run), *((f"{name} [{s} lanes]", in_bucket(s)) for s in sizes)]
     named.append((f"{name} (no lane)", idle))
     outside = _core.vmap_levels()[: _core.vmap_levels().index(level)]
-    emit = lambda traced: _core.emit_case(_bucket_index(mask, sizes), traced)  # noqa: E731
+    index = _bucket_index(mask, sizes)
+    emit = lambda traced: _core.emit_case(index, traced)  # noqa: E731
     _BUCKETING.depth += bool(sizes)
     try:
-        leaves = _graph_branches(fn, named, emit, outside)
+        leaves = list(_graph_branches(fn, named, emit, outside))
     finally:
         _BUCKETING.depth -= bool(sizes)
-    return taken[0], list(leaves)
+    if sizes:  # a bucket's lanes back in lane order (every lane's are already)
+        order = _core.where(_core.equal(index, 0), _core.arange(lanes, dtype="int64"), pos)
+        leaves = [_core.take(leaf, order, 0) for leaf in leaves]
+    return taken[0], leaves
+
+
+def _padded(x: _core.Tensor, lanes: int) -> _core.Tensor:
+    """`x` (lanes along axis 0) followed by zero rows up to `lanes` rows."""
+    rest = lanes - x.shape[0]
+    return _core.concatenate([x, _core.zeros((rest, *x.shape[1:]), dtype=x.dtype)])
 
 
 # ---- buckets of lanes (traced) ------------------------------------------------------------------
