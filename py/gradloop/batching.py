@@ -661,12 +661,13 @@ def _traced_branch(
     takes it, in the smallest bucket that holds the lanes that do: its output and result
     leaves, over every lane."""
     from .control_flow import _graph_branches
+    from .reductions import any as any_
 
     lanes = _traced_lanes(fn, level)  # refuses lanes known only at run time
     taken: list[Any] = []
     kinds: list[tuple[tuple[int, ...], Any]] = []
     sizes = _buckets(lanes)
-    rows, pos, _ = _partition(mask, lanes) if sizes else (None, None, None)
+    outside = _core.vmap_levels()[: _core.vmap_levels().index(level)]
 
     def convert() -> Any:
         return _validate.convert_outputs(fn, branch(), f"the output of {name}")
@@ -675,17 +676,26 @@ def _traced_branch(
         out, leaves = _on_stand_ins(level, mask, convert)
         taken.append(out)
         kept = tuple(leaf for leaf in leaves if leaf is not None)
-        kinds.extend((tuple(x.shape), x.dtype) for x in kept)
+        kinds[:] = [(tuple(x.shape), x.dtype) for x in kept]  # the last trace's
         return kept
 
     def in_bucket(size: int) -> Callable[[], Any]:
         def run_packed() -> Any:
-            # The lanes taking the branch first, padded to every lane's rows: the gather that
-            # puts them in lane order comes after the `Case`, where no compiler fuses the
-            # branch into it (XLA would compute it again for every lane).
-            _, leaves = _run_on(level, rows[:size], convert)
-            kept = (leaf for leaf in leaves if leaf is not None)
-            return tuple(_padded(leaf, lanes) for leaf in kept)
+            rows, pos, _ = _partition(mask, size)
+
+            def packed() -> Any:
+                _, leaves = _run_on(level, rows, convert)
+                return tuple(leaf for leaf in leaves if leaf is not None)
+
+            def none() -> Any:
+                return tuple(_core.zeros((size, *shape[1:]), dtype=d) for shape, d in kinds)
+
+            # The branch in a construct of its own, which a compiler does not fuse into the
+            # gather that puts its lanes in order (XLA would compute it again for every lane).
+            named = [(f"{name} [{size} lanes]", packed), (f"{name} (no lane)", none)]
+            emit = lambda traced: _core.emit_if(any_(mask), *traced)  # noqa: E731
+            leaves = _graph_branches(fn, named, emit, outside)
+            return tuple(_core.take(leaf, pos, 0) for leaf in leaves)
 
         return run_packed
 
@@ -695,24 +705,13 @@ def _traced_branch(
 
     named = [(name, run), *((f"{name} [{s} lanes]", in_bucket(s)) for s in sizes)]
     named.append((f"{name} (no lane)", idle))
-    outside = _core.vmap_levels()[: _core.vmap_levels().index(level)]
-    index = _bucket_index(mask, sizes)
-    emit = lambda traced: _core.emit_case(index, traced)  # noqa: E731
+    emit = lambda traced: _core.emit_case(_bucket_index(mask, sizes), traced)  # noqa: E731
     _BUCKETING.depth += bool(sizes)
     try:
-        leaves = list(_graph_branches(fn, named, emit, outside))
+        leaves = _graph_branches(fn, named, emit, outside)
     finally:
         _BUCKETING.depth -= bool(sizes)
-    if sizes:  # a bucket's lanes back in lane order (every lane's are already)
-        order = _core.where(_core.equal(index, 0), _core.arange(lanes, dtype="int64"), pos)
-        leaves = [_core.take(leaf, order, 0) for leaf in leaves]
-    return taken[0], leaves
-
-
-def _padded(x: _core.Tensor, lanes: int) -> _core.Tensor:
-    """`x` (lanes along axis 0) followed by zero rows up to `lanes` rows."""
-    rest = lanes - x.shape[0]
-    return _core.concatenate([x, _core.zeros((rest, *x.shape[1:]), dtype=x.dtype)])
+    return taken[0], list(leaves)
 
 
 # ---- buckets of lanes (traced) ------------------------------------------------------------------
