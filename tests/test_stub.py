@@ -37,3 +37,42 @@ def test_stub_classes_list_real_members():
             assert hasattr(cls, member), f"{cls_name}.{member} is in the stub only"
         real = {n for n, _ in inspect.getmembers(cls) if not n.startswith("_")}
         assert real - members == set(), f"{cls_name} members missing from the stub"
+
+
+def _stub_parameters(fn: ast.FunctionDef) -> list[str]:
+    a = fn.args
+    names = [x.arg for x in a.posonlyargs + a.args if x.arg != "self"]
+    names += ["*" + a.vararg.arg] if a.vararg else []
+    names += [x.arg for x in a.kwonlyargs]
+    return names + (["**" + a.kwarg.arg] if a.kwarg else [])
+
+
+def _real_parameters(obj) -> list[str] | None:
+    """The parameters the binding declares (pyo3's text signature), or None without one."""
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return [marks.get(p.kind, "") + p.name for p in params if p.name not in ("self", "$self")]
+
+
+def test_stub_signatures_name_the_bindings_parameters():
+    # Operators' slot wrappers take generic names (`value`): only named functions and methods.
+    tree = ast.parse(STUB.read_text())
+    pairs = [(node.name, node, core) for node in tree.body if isinstance(node, ast.FunctionDef)]
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        owner = getattr(core, cls.name)
+        pairs += [
+            (f"{cls.name}.{m.name}", m, owner)
+            for m in cls.body
+            if isinstance(m, ast.FunctionDef) and not m.name.startswith("__")
+        ]
+    checked = 0
+    for name, node, owner in pairs:
+        real = _real_parameters(getattr(owner, node.name.split(".")[-1]))
+        if real is None or not hasattr(owner, node.name):
+            continue
+        checked += 1
+        assert _stub_parameters(node) == real, f"{name}: stub {_stub_parameters(node)}"
+    assert checked > 150, f"only {checked} signatures compared"

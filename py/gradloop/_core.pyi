@@ -584,12 +584,14 @@ def mlir_gradient_module(
     source: str,
     checkpoints: int | None = None,
     pure_stablehlo: bool = False,
+    fixed_state: int | None = None,
 ) -> str:
     """The generic-form MLIR module `text` with a public `func.func @<function>_grad` added (the
     gradient of `@function` with respect to its arguments `wrt`). `source` names the text in
-    error locations; `checkpoints` is what every loop's gradient keeps (None: stacks);
-    `pure_stablehlo` writes it as `func` and `stablehlo` ops alone. Raises CompileError for
-    ops or types the importer does not support."""
+    error locations; `checkpoints` is what every loop's gradient keeps, or else `fixed_state`
+    (fixed-size state each loop chooses, that many snapshots where nothing bounds it), or else
+    stacks; `pure_stablehlo` writes the gradient as `func` and `stablehlo` ops alone. Raises
+    CompileError for ops or types the importer does not support."""
 
 def mlir_jvp_module(
     text: str, function: str, wrt: Sequence[int], source: str, pure_stablehlo: bool = False
