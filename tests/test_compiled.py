@@ -1074,8 +1074,8 @@ def test_small_vectors_in_loops_are_host_scalars_and_agree_with_eager() -> None:
 def test_small_matrices_held_as_host_scalars_agree_with_eager() -> None:
     """2x1 and 2x2 values held as host scalars and rebuilt into tensors for a product in a loop,
     and a host 2-vector reshaped and broadcast into columns of a device tensor: IREE computes a
-    `from_elements` into a tensor of rank 2 wrongly (docs/compiled-mode.md), so these must be
-    built 1-D and reshaped."""
+    `from_elements` into a tensor of rank 2 wrongly (`_workarounds`: `multi_dim_from_elements`),
+    so these must be built 1-D and reshaped."""
     rng = np.random.default_rng(3)
     x = gl.tensor(rng.standard_normal((2, 1)) * 0.3)
     w = gl.tensor(rng.standard_normal((2, 2)) * 0.5)

@@ -72,7 +72,7 @@ def test_third_order_gradient_through_a_loop_indexed_by_its_counter(mode, fn, x)
 @pytest.mark.parametrize("lists", [True, False], ids=["lists", "buffers"])
 def test_third_order_runs_right_in_every_form_iree_compiles(lists) -> None:
     # Each form of the module, not only the first that runs: IREE 3.13 miscompiled an earlier
-    # emission of the stack sum in its scf form (docs/compiled-mode.md, "IREE workarounds").
+    # emission of the stack sum in its scf form (`_workarounds`: `stack_add_without_branches`).
     from gradloop import _runtime, compiled
 
     g3, _ = third(wide_vector_program)

@@ -1,7 +1,7 @@
 """Canaries: each asserts that one IREE bug gradloop works around (`gradloop._workarounds`) is
 still there, on the workaround's reproducer (or a module distilled from it) compiled without
 the workaround. A canary that fails means IREE fixed its bug: retire the workaround and its
-entry (docs/compiled-mode.md, "IREE workarounds")."""
+entry (`py/gradloop/_workarounds.py`)."""
 
 from __future__ import annotations
 

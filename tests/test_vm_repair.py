@@ -155,7 +155,7 @@ def _annotated(vm: str) -> str:
 def test_the_repair_leaves_no_branch_that_overwrites_a_value_before_moving_it() -> None:
     # The module of `test_fuzz_found_a_predicate_overwritten_by_a_64_bit_move`, as IREE's VM IR.
     # While IREE 3.13's encoder misorders its moves, the first assertion holds; when an IREE
-    # without the bug fails it, retire `widen_mixed_block_arguments` (docs/compiled-mode.md).
+    # without the bug fails it, retire `widen_mixed_block_arguments` (in `_workarounds.py`).
     program = Program(SWITCHES_OF_CONDS)
     cot = gl.tensor(np.array([0.3, -0.7, 0.5]))
 

@@ -25,7 +25,8 @@ _configs: dict[str, Any] = {}
 #: Drivers whose device is released once no loaded function uses it, because an idle one costs
 #: the host: on Mesa's software Vulkan (lavapipe 22.3, Debian 12) IREE's device keeps two
 #: threads polling its semaphores at full speed for as long as it lives, two cores taken from
-#: everything else. Creating one again is cheap by comparison (docs/compiled-mode.md).
+#: everything else. Creating one again is cheap by comparison (`_workarounds`:
+#: `vulkan_idle_device_spins`).
 RELEASED_WHEN_UNUSED = frozenset({"vulkan"})
 
 # Loaded functions per configuration (by id), for `RELEASED_WHEN_UNUSED`.
@@ -82,7 +83,7 @@ def close_leaked_dylib_placeholders() -> int:
     `mkstemp`, writes the library beside it, and never closes the reserved file nor removes it.
     One descriptor per load otherwise: a process at the usual limit of 1,024 open files fails
     to load its thousandth module, and the temporary directory fills with empty files
-    (docs/compiled-mode.md, `dylib_placeholder_leak`). IREE never uses the descriptor again, so
+    (`_workarounds`: `dylib_placeholder_leak`). IREE never uses the descriptor again, so
     closing it while another thread loads is harmless. Returns how many were closed."""
     if os.environ.get("IREE_PRESERVE_DYLIB_TEMP_FILES"):
         return 0  # kept for tools that read them, as IREE's own flag asks

@@ -1,6 +1,7 @@
 """Repairs of IREE 3.13's VM IR before it is serialized to bytecode: two bugs in how its bytecode
 encoder moves values into a block's arguments, each of which made some modules fail as they ran
-or, worse, return wrong numbers (docs/compiled-mode.md, "IREE workarounds").
+or, worse, return wrong numbers (`_workarounds`: `separate_repeated_refs`,
+`widen_mixed_block_arguments`).
 
 1. **A reference passed twice in one branch** (`separate_repeated_refs`). The encoder moves a
    reference into a block argument at its last use; passed twice, the first operand moves it and

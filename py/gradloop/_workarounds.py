@@ -6,7 +6,7 @@ its alternative) and the entry.
 
 The forms `gl.jit` tries (`compiled._forms`) are generated from the entries with `choices`:
 each such entry is one dimension of the form, its choices in the order tried.
-`docs/compiled-mode.md` ("IREE workarounds") tells what was tried for each.
+`docs/notes.md` ("IREE workarounds: what was tried") tells how each came to be.
 """
 
 from __future__ import annotations

@@ -257,7 +257,7 @@ class _Form(NamedTuple):
 def _forms(target: str) -> tuple[_Form, ...]:
     """The forms a module is compiled in, in order; a form IREE refuses, or whose module then
     fails as it runs (before it returns anything), gives way to the next, with a `FormWarning`
-    for a run-time failure (see docs/compiled-mode.md, "IREE workarounds": IREE 3.13 fails some
+    for a run-time failure (see `_workarounds`, the registry: IREE 3.13 fails some
     modules in each form and none that the tests know of in all). A module IREE's stream passes
     refuse as `scf` (nested regions) is refused unrolled or not, so its CFG comes next, before
     the same module not unrolled (W6's gradient: 0.25 s less). On Vulkan lists fail
@@ -366,7 +366,7 @@ def _to_cf(mlir: str) -> str:
     """`mlir` with `scf` lowered to `cf` branches (MLIR's `convert-scf-to-cf`): IREE 3.13's
     stream passes reject some verified modules with nested `scf` regions ("operand does not
     dominate this use", "maximum iteration count exceeded in fixed point pipeline") and compile
-    the same program as a CFG (docs/compiled-mode.md, "IREE workarounds")."""
+    the same program as a CFG (`_workarounds`: `scf_to_cf`)."""
     from iree.compiler import ir
     from iree.compiler.passmanager import PassManager
 

@@ -35,7 +35,7 @@ pub struct EmitOptions {
 }
 
 /// Branch results that go through their own `stablehlo.optimization_barrier` (IREE 3.13 fails
-/// or miscompiles some modules with each choice; see docs/compiled-mode.md).
+/// or miscompiles some modules with each choice; see `py/gradloop/_workarounds.py`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum YieldBarriers {
     #[default]

@@ -693,7 +693,7 @@ impl Lowering<'_> {
     /// A tensor of type `ty` made of the scalars `names`: a 1-D `tensor.from_elements` through
     /// an optimization barrier, reshaped. IREE 3.13 computes a `from_elements` into a tensor of
     /// rank 2 or more wrongly (each element of a 2x1 the last one; a 2x2 fails to compile),
-    /// and folds a reshape or a broadcast of a 1-D one into that (docs/compiled-mode.md).
+    /// and folds a reshape or a broadcast of a 1-D one into that (`py/gradloop/_workarounds.py`: `multi_dim_from_elements`).
     fn build_from_elements(&mut self, names: &[String], ty: &TensorType) -> MlirValue {
         let flat = TensorType::new(ty.dtype, &[names.len()]);
         let body = format!(

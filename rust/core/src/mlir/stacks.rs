@@ -41,7 +41,7 @@
 //!   stack_pop(s)     %b = util.list.get %l[%n - 1]; hal.tensor.import %b
 //! ```
 //!
-//! IREE compiles that form for some modules only (docs/compiled-mode.md), so `gl.jit` tries it
+//! IREE compiles that form for some modules only (`py/gradloop/_workarounds.py`: `list_stacks`), so `gl.jit` tries it
 //! first and falls back to the buffers. Popping an empty
 //! stack is undefined here (the interpreter reports it); the gradient's loops never do.
 //!
