@@ -630,8 +630,9 @@ def _on_stand_ins(
 
 def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any]]) -> Any:
     """Traced `named[choice]` per lane (`choice`: one lane's int32 scalar): each branch some
-    lane takes runs on stand-ins for the others (an `If` skips it when none does), and each
-    lane keeps its own branch's results."""
+    lane takes runs in the smallest bucket that holds its lanes, on stand-ins for the others
+    (`_traced_branch`; none runs it when no lane takes it), and each lane keeps its own
+    branch's results."""
     _traced_lanes(fn, level)  # a number of lanes known now, or a clear error
     choice = _core.lanes_unwrap(choice, level)
     if choice is None:
