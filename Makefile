@@ -79,6 +79,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check py tests benches examples tools
 	$(VENV)/bin/ruff format --check py tests benches examples tools
 	$(PY) tools/module_graph.py --check
+	$(PY) tools/python_imports.py --check
 
 fmt: $(STAMP)
 	cargo fmt --all

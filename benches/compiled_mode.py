@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import gradloop as gl
-from gradloop import compiled
+from gradloop import _iree_build
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from graph_mode import ratio, stat, tiny_loop
@@ -101,7 +101,7 @@ def compile_seconds(fn: Callable, *args) -> float:
     saved = os.environ.get("GRADLOOP_CACHE_DIR")
     with tempfile.TemporaryDirectory() as cold:
         os.environ["GRADLOOP_CACHE_DIR"] = cold
-        compiled._memory_cache.clear()
+        _iree_build._memory_cache.clear()
         try:
             start = time.perf_counter()
             gl.jit(fn)(*args)

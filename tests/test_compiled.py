@@ -18,6 +18,7 @@ import pytest
 
 import gradloop as gl
 import test_graph_mode as programs
+from gradloop import _iree_build
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
@@ -233,7 +234,6 @@ def double_sin(x):
 
 
 def test_compiled_once_per_signature_and_cached_on_disk(tmp_path, monkeypatch) -> None:
-    from gradloop import compiled
 
     f = gl.jit(double_sin)
     f(f64(0.1, 0.2))
@@ -242,23 +242,22 @@ def test_compiled_once_per_signature_and_cached_on_disk(tmp_path, monkeypatch) -
     assert len(list(cache.glob("*.vmfb"))) == 1
     f(f64(0.1, 0.2, 0.3))  # a new shape compiles again
     assert len(list(cache.glob("*.vmfb"))) == 2
-    monkeypatch.setattr(compiled, "_memory_cache", {})
+    monkeypatch.setattr(_iree_build, "_memory_cache", {})
     again = gl.jit(double_sin)  # the same MLIR: read from the disk cache, not compiled
-    monkeypatch.setattr(compiled, "_compile_with_iree", None)  # would fail if called
+    monkeypatch.setattr(_iree_build, "_compile_with_iree", None)  # would fail if called
     np.testing.assert_allclose(np.asarray(again(f64(0.5, 0.6))), 2 * np.sin([0.5, 0.6]))
     assert len(list(cache.glob("*.vmfb"))) == 2
 
 
 def test_a_failed_compile_is_cached_too(tmp_path, monkeypatch) -> None:
-    from gradloop import compiled
 
     bad = "module { func.func @f() { %0 = stablehlo.no_such_op : tensor<f32> return } }"
     with pytest.raises(gl.errors.CompileError, match="no_such_op"):
-        compiled.compile_mlir(bad)
+        _iree_build.compile_mlir(bad)
     assert len(list((tmp_path / "cache").glob("*.error"))) == 2  # as it is, and as a CFG
-    monkeypatch.setattr(compiled, "_compile_with_iree", None)  # would fail if called
+    monkeypatch.setattr(_iree_build, "_compile_with_iree", None)  # would fail if called
     with pytest.raises(gl.errors.CompileError, match="no_such_op"):
-        compiled.compile_mlir(bad)
+        _iree_build.compile_mlir(bad)
 
 
 def test_an_iree_compile_failure_is_a_compile_error_naming_function_and_line(
@@ -271,8 +270,8 @@ def test_an_iree_compile_failure_is_a_compile_error_naming_function_and_line(
             compiled._validate.at_user("iree-compile failed: <stdin>:3:5: error: refused")
         )
 
-    monkeypatch.setattr(compiled, "_compile_with_iree", refuse)
-    monkeypatch.setattr(compiled, "_memory_cache", {})
+    monkeypatch.setattr(_iree_build, "_compile_with_iree", refuse)
+    monkeypatch.setattr(_iree_build, "_memory_cache", {})
     with pytest.raises(
         gl.errors.CompileError, match=r"compiling double_sin for llvm-cpu.*refused"
     ) as e:
@@ -305,7 +304,7 @@ def test_an_iree_run_time_failure_is_an_execution_error(monkeypatch) -> None:
     assert "test_compiled.py" in str(e.value)
     # No stacks, no regions: one module (the emitter's facts say the other forms read the
     # same), with IREE's defaults and with each set of workaround flags.
-    assert len(loaded) == len(compiled._workarounds.choices("no_multi_use_fusion"))
+    assert len(loaded) == len(_iree_build._workarounds.choices("no_multi_use_fusion"))
 
 
 def test_a_form_that_does_not_load_gives_way_to_the_next_with_a_warning(monkeypatch) -> None:
@@ -416,7 +415,7 @@ def test_agreement_tolerates_float32_rounding_and_not_more() -> None:
 
 
 def test_loop_gradient_stacks_as_lists_of_buffer_views_compile_and_run() -> None:
-    # EmitOptions.list_stacks (O(1) per push), the first form on llvm-cpu (compiled._forms),
+    # EmitOptions.list_stacks (O(1) per push), the first form on llvm-cpu (_iree_build.forms_for),
     # is not gl.to_mlir's: a module in it is right.
     from gradloop import compiled
 
@@ -426,7 +425,7 @@ def test_loop_gradient_stacks_as_lists_of_buffer_views_compile_and_run() -> None
     mlir = concrete.to_mlir(embed_captures=True, list_stacks=True)
     assert "!util.list<?>" in mlir and "!util.list<?>" not in gl.to_mlir(grad, *args)
     entry = compiled._runtime.Function(
-        compiled.compile_mlir(mlir), "local-sync", concrete.graph.entry
+        _iree_build.compile_mlir(mlir), "local-sync", concrete.graph.entry
     )
     got = entry(*[np.asarray(a) for a in args if isinstance(a, gl.Tensor)])
     for g, want in zip(got, leaves(grad(*args)), strict=True):
@@ -515,7 +514,6 @@ def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
     """llvm-cpu modules run on `local-sync` (a loop's trip synchronises with the host; a small
     call pays the pool's hand-off once), and those with dense ops on `local-task`'s pool; values
     agree either way."""
-    from gradloop import compiled
 
     rng = np.random.default_rng(3)
     a = gl.tensor(rng.standard_normal((256, 256)) / 16)
@@ -554,29 +552,28 @@ def test_each_module_runs_on_the_driver_its_facts_choose() -> None:
         np.testing.assert_allclose(np.asarray(jitted(x)), np.asarray(fn(x)), rtol=1e-9, atol=1e-12)
         (module,) = jitted._compiled.values()
         assert module.driver == driver, fn.__name__
-    facts = {"loops": True, "heaviest_op": compiled.DENSE_WORK - 1}
-    assert compiled.driver("llvm-cpu", facts) == "local-sync"
-    assert compiled.driver("llvm-cpu", {**facts, "loops": False}) == "local-sync"
-    dense_facts = {"loops": False, "heaviest_op": compiled.DENSE_WORK}
-    assert compiled.driver("llvm-cpu", dense_facts) == "local-task"
+    facts = {"loops": True, "heaviest_op": _iree_build.DENSE_WORK - 1}
+    assert _iree_build.driver("llvm-cpu", facts) == "local-sync"
+    assert _iree_build.driver("llvm-cpu", {**facts, "loops": False}) == "local-sync"
+    dense_facts = {"loops": False, "heaviest_op": _iree_build.DENSE_WORK}
+    assert _iree_build.driver("llvm-cpu", dense_facts) == "local-task"
     assert "hal.tensor.export" in gl.jit(dense_loop_gradient).mlir(x)  # the list form
-    assert compiled.driver("vulkan-spirv", {"loops": False, "heaviest_op": 0}) == "vulkan"
+    assert _iree_build.driver("vulkan-spirv", {"loops": False, "heaviest_op": 0}) == "vulkan"
 
 
 def test_dense_modules_are_compiled_with_data_tiling_and_agree_with_eager(monkeypatch) -> None:
     """A CPU module with an op of `DENSE_WORK` or more compiles with `DENSE_FLAGS` (data
     tiling: W4 1.3x faster), a small one without; where IREE refuses the flags, the module
     compiles without them (here: a flag IREE does not know)."""
-    from gradloop import compiled
 
     seen: list[tuple[str, ...]] = []
-    real = compiled.compile_mlir
+    real = _iree_build.compile_mlir
 
     def spy(mlir, target="llvm-cpu", portable=False, cf=None, workaround_flags=(), uses_f64=None):
         seen.append(tuple(workaround_flags))
         return real(mlir, target, portable, cf, workaround_flags, uses_f64)
 
-    monkeypatch.setattr(compiled, "compile_mlir", spy)
+    monkeypatch.setattr(_iree_build, "compile_mlir", spy)
     rng = np.random.default_rng(5)
     a = gl.tensor(rng.standard_normal((256, 256)).astype(np.float32) / 16)
     x = gl.tensor(rng.standard_normal((256, 256)).astype(np.float32))
@@ -586,13 +583,13 @@ def test_dense_modules_are_compiled_with_data_tiling_and_agree_with_eager(monkey
 
     want = np.asarray(dense(x))
     np.testing.assert_allclose(np.asarray(gl.jit(dense)(x)), want, rtol=1e-5, atol=1e-5)
-    assert seen == [compiled.DENSE_FLAGS]
+    assert seen == [_iree_build.DENSE_FLAGS]
     seen.clear()
     small = gl.jit(lambda x: gl.tanh(x * 0.5) + 1.0)
     np.testing.assert_allclose(np.asarray(small(x)), np.tanh(np.asarray(x) * 0.5) + 1.0, 1e-5, 1e-6)
     assert seen == [()]
     seen.clear()
-    monkeypatch.setattr(compiled, "DENSE_FLAGS", ("--iree-no-such-flag-exists=true",))
+    monkeypatch.setattr(_iree_build, "DENSE_FLAGS", ("--iree-no-such-flag-exists=true",))
     np.testing.assert_allclose(np.asarray(gl.jit(dense)(x)), want, rtol=1e-5, atol=1e-5)
     assert seen == [("--iree-no-such-flag-exists=true",), ()]
 
@@ -883,9 +880,9 @@ def test_a_loop_over_many_mixed_dtype_variables_compiles_and_agrees() -> None:
 
 
 def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monkeypatch) -> None:
-    from gradloop import _compiler, compiled
+    from gradloop import _compiler
 
-    monkeypatch.setattr(compiled, "_memory_cache", {})  # compiled by earlier tests
+    monkeypatch.setattr(_iree_build, "_memory_cache", {})  # compiled by earlier tests
     monkeypatch.setenv("GRADLOOP_COMPILE_TIMEOUT_S", "0.001")
     fn = gl.jit(double_sin)
     x = f64(0.1, 0.2)
@@ -894,7 +891,9 @@ def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monke
         fn(x)
     assert time.monotonic() - started < 30  # two forms at most, each stopped at once
     with pytest.raises(_compiler.CompileTimeout):
-        _compiler.compile_to_vm(gl.to_mlir(double_sin, x), compiled._flags("llvm-cpu", True))
+        _compiler.compile_to_vm(
+            gl.to_mlir(double_sin, x), _iree_build.target_flags("llvm-cpu", True)
+        )
     assert not list((tmp_path / "cache").glob("*.error"))
     monkeypatch.delenv("GRADLOOP_COMPILE_TIMEOUT_S")
     # a fresh compiler process takes the next compile
@@ -908,9 +907,9 @@ def halved_cos(x):
 def test_an_interrupted_compile_leaves_no_answer_for_the_next(monkeypatch) -> None:
     # A compile interrupted while it waits (Ctrl-C, a test's time limit) left the worker's
     # answer in the pipe: the next compile read it as its own, or both sides blocked writing.
-    from gradloop import _compiler, compiled
+    from gradloop import _compiler
 
-    flags, x = compiled._flags("llvm-cpu", True), f64(0.1, 0.2)
+    flags, x = _iree_build.target_flags("llvm-cpu", True), f64(0.1, 0.2)
     read = _compiler._Worker._read
 
     def interrupted(self, *args):
@@ -942,10 +941,10 @@ def test_a_module_over_a_dispatch_limit_as_it_loads_is_a_compile_error(monkeypat
 
 
 def test_a_forked_child_compiles_with_a_compiler_process_of_its_own() -> None:
-    from gradloop import _compiler, compiled
+    from gradloop import _compiler
 
     x = f64(0.1, 0.2)
-    text, flags = gl.to_mlir(double_sin, x), compiled._flags("llvm-cpu", True)
+    text, flags = gl.to_mlir(double_sin, x), _iree_build.target_flags("llvm-cpu", True)
     assert _compiler.compile_to_vm(text, flags)  # the parent's compiler process is running
     parents = _compiler._worker.process.pid
     pid = os.fork()
@@ -1006,11 +1005,11 @@ def test_loading_many_modules_leaves_no_open_file_behind() -> None:
     # open file per load of a system shared library, as `gl.jit` links them).
     import resource
 
-    from gradloop import _runtime, compiled
+    from gradloop import _runtime
 
     text = "func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {\n"
     text += "  %y = stablehlo.sine %x : tensor<3xf32>\n  return %y : tensor<3xf32>\n}\n"
-    vmfb = compiled.compile_mlir(text, "llvm-cpu")
+    vmfb = _iree_build.compile_mlir(text, "llvm-cpu")
     x = np.array([0.1, 0.2, 0.3], np.float32)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     allowed = min(len(os.listdir("/proc/self/fd")) + 48, hard)

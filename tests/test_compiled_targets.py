@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradloop import compiled
+from gradloop import _iree_build
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
@@ -195,7 +195,7 @@ def test_vulkan_refuses_float64_with_a_clear_error(vulkan) -> None:
     with pytest.raises(gl.errors.CompileError, match=r"vulkan-spirv has no float64.*gl\.cast"):
         gl.jit(branches, target="vulkan-spirv")(x)
     with pytest.raises(gl.errors.CompileError, match="float64"):
-        compiled.compile_mlir(gl.to_mlir(branches, x), "vulkan-spirv")
+        _iree_build.compile_mlir(gl.to_mlir(branches, x), "vulkan-spirv")
 
 
 # ---- cuda: compiled, not run ---------------------------------------------------------------------
@@ -214,7 +214,7 @@ def assert_vmfb(vmfb: bytes) -> None:
 
 @pytest.mark.parametrize(("name", "fn", "args"), CUDA_PROGRAMS, ids=[p[0] for p in CUDA_PROGRAMS])
 def test_cuda_compiles(name, fn, args) -> None:
-    assert_vmfb(compiled.compile_mlir(gl.to_mlir(fn, *args), "cuda"))
+    assert_vmfb(_iree_build.compile_mlir(gl.to_mlir(fn, *args), "cuda"))
 
 
 def test_cuda_compiles_float64_and_second_derivatives() -> None:
@@ -222,7 +222,7 @@ def test_cuda_compiles_float64_and_second_derivatives() -> None:
     second = gl.grad(lambda x: gl.grad(loop_loss)(x, gl.tensor(3)).sum())
     mlir = gl.to_mlir(second, x)
     assert "xf64>" in mlir
-    assert_vmfb(compiled.compile_mlir(mlir, "cuda"))
+    assert_vmfb(_iree_build.compile_mlir(mlir, "cuda"))
 
 
 def test_cuda_export_writes_the_module(tmp_path) -> None:

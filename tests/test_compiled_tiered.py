@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradloop import _compiler, compiled
+from gradloop import _compiler, _iree_build, compiled
 
 #: IREE compiles (or hundreds of programs): `make test-fast` leaves these out.
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compi
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(compiled, "_memory_cache", {})
+    monkeypatch.setattr(_iree_build, "_memory_cache", {})
 
 
 def damped(x: gl.Tensor) -> gl.Tensor:
@@ -137,7 +137,7 @@ def test_compiler_diagnostics_become_compile_errors() -> None:
   return %a : tensor<f32>
 }"""
     with pytest.raises(gl.errors.CompileError, match=r"error: .*doesn't match function result"):
-        compiled.compile_mlir(bad)
+        _iree_build.compile_mlir(bad)
     with pytest.raises(_compiler.CompilerFailure, match="option not found"):
         _compiler.compile_to_vm(bad, ["--no-such-iree-flag"])
     with pytest.raises(_compiler.CompilerFailure, match="error"):
@@ -153,7 +153,7 @@ def test_in_process_modules_run_like_iree_compile_modules() -> None:
   %1 = stablehlo.multiply %0, %a : tensor<3xf32>
   return %1 : tensor<3xf32>
 }"""
-    vmfb = compiled.compile_mlir(text)
+    vmfb = _iree_build.compile_mlir(text)
     x = np.array([0.1, -2.0, 3.5], dtype=np.float32)
     (out,) = _runtime.Function(vmfb, "local-sync", "f")(x)
     np.testing.assert_allclose(out, np.sin(x) * x, rtol=1e-6)

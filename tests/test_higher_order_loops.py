@@ -13,6 +13,7 @@ import pytest
 
 import gradloop as gl
 from gradcheck import numerical_gradient
+from gradloop import _iree_build
 from runners import staged
 
 MODES = ("executor", "frames", "interpreter", "compiled")
@@ -73,14 +74,14 @@ def test_third_order_gradient_through_a_loop_indexed_by_its_counter(mode, fn, x)
 def test_third_order_runs_right_in_every_form_iree_compiles(lists) -> None:
     # Each form of the module, not only the first that runs: IREE 3.13 miscompiled an earlier
     # emission of the stack sum in its scf form (`_workarounds`: `stack_add_without_branches`).
-    from gradloop import _runtime, compiled
+    from gradloop import _runtime
 
     g3, _ = third(wide_vector_program)
     x = gl.tensor(np.linspace(0.7, -0.4, 6))
     want = np.asarray(g3(x))
     concrete = gl.function(g3).concrete_function(x)
     captured = [np.asarray(t) for t in concrete.captured_inputs]
-    forms = [f for f in compiled._forms("llvm-cpu") if f.list_stacks == lists]
+    forms = [f for f in _iree_build.forms_for("llvm-cpu") if f.list_stacks == lists]
     forms = [f for f in forms if f.yield_barriers == "all" and not f.workaround_flags]
     assert len(forms) == 4
     ran = []
@@ -92,7 +93,7 @@ def test_third_order_runs_right_in_every_form_iree_compiles(lists) -> None:
         )
         assert "scf.for" in mlir  # the stack sum
         try:
-            vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, form.cf, (), True)
+            vmfb = _iree_build.compile_mlir(mlir, "llvm-cpu", False, form.cf, (), True)
         except gl.errors.CompileError:
             continue  # IREE refuses some forms (gl.jit then tries the next)
         entry = _runtime.Function(vmfb, "local-sync", concrete.graph.entry)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradloop import _compiler, _runtime, _workarounds, compiled
+from gradloop import _compiler, _iree_build, _runtime, _workarounds
 from program_fuzz import Program
 from test_fuzz_modes import outputs
 from test_mode_agreement import (
@@ -31,7 +31,7 @@ ROOT = TESTS.parent
 
 def compile_text(text: str) -> bytes:
     """`text` compiled for this CPU as it is (`scf`, IREE's default flags)."""
-    return compiled.compile_mlir(text, "llvm-cpu", False, False, (), False)
+    return _iree_build.compile_mlir(text, "llvm-cpu", False, False, (), False)
 
 
 def module_of(fn, *args, **form):
@@ -66,7 +66,7 @@ def test_canary_list_stacks_fail_on_an_asynchronous_device() -> None:
     form = {"list_stacks": True, "yield_barriers": "all", "unroll_loops": False}
     concrete, mlir, facts = module_of(gl.value_and_grad(loop_loss), x, n, **form)
     assert facts["tensor_stacks"]
-    vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, False, (), True)
+    vmfb = _iree_build.compile_mlir(mlir, "llvm-cpu", False, False, (), True)
     failure = None
     for _ in range(200):
         try:
@@ -86,10 +86,10 @@ def form_stage(form: dict, cf: bool = False, flags: tuple[str, ...] = (), repair
             concrete, mlir, facts = module_of(fn, x, **form)
             f64 = "float64" in facts["dtypes"]
             if repair:
-                vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, cf, flags, f64)
+                vmfb = _iree_build.compile_mlir(mlir, "llvm-cpu", False, cf, flags, f64)
             else:  # without `_vm_repair` (and without the cache, whose modules are repaired)
-                text = compiled._to_cf(mlir) if cf else mlir
-                all_flags = [*compiled._flags("llvm-cpu", f64), *flags]
+                text = _iree_build.to_cf(mlir) if cf else mlir
+                all_flags = [*_iree_build.target_flags("llvm-cpu", f64), *flags]
                 vmfb = _compiler.vm_to_bytecode(_compiler.compile_to_vm(text, all_flags))
             return run(concrete, vmfb, x)
 
@@ -143,7 +143,7 @@ def test_canary_an_unrolled_loop_gradient_does_not_load_on_vulkan() -> None:
     form = {"list_stacks": False, "yield_barriers": "all", "unroll_loops": True}
     concrete, mlir, facts = module_of(second, x, **form)
     assert facts["unrolled_loops"]
-    vmfb = compiled.compile_mlir(mlir, "vulkan-spirv", False, None, (), False)
+    vmfb = _iree_build.compile_mlir(mlir, "vulkan-spirv", False, None, (), False)
     with pytest.raises(Exception, match=r"push_constant_ranges.*exceeds device limit"):
         _runtime.Function(vmfb, "vulkan", concrete.graph.entry)
 
@@ -250,7 +250,7 @@ def test_every_workaround_names_a_reproducer_and_a_canary_that_exist(w) -> None:
 
 
 def test_the_forms_are_generated_from_the_registry() -> None:
-    forms = compiled._forms("llvm-cpu")
+    forms = _iree_build.forms_for("llvm-cpu")
     dims = {
         "list_stacks": {f.list_stacks for f in forms},
         "yield_barriers": {f.yield_barriers for f in forms},
@@ -350,7 +350,7 @@ def test_canary_a_third_order_gradient_on_host_scalars_is_wrong_as_scf() -> None
     concrete, mlir, _ = module_of(g3, x, list_stacks=True, unroll_loops=False)
     results = {}
     for cf in (False, True):
-        vmfb = compiled.compile_mlir(mlir, "llvm-cpu", False, cf, (), True)
+        vmfb = _iree_build.compile_mlir(mlir, "llvm-cpu", False, cf, (), True)
         results[cf] = run(concrete, vmfb, x)[0]
     np.testing.assert_allclose(results[True], want, rtol=1e-10)
     assert not np.allclose(results[False], want, rtol=1e-6), results[False]

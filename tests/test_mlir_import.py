@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradloop import compiled
+from gradloop import _iree_build
 
 pytest.importorskip("iree.compiler", reason="MLIR import needs iree-base-compiler")
 runtime = pytest.importorskip("iree.runtime", reason="running modules needs iree-base-runtime")
@@ -38,7 +38,7 @@ class Compiled:
     loops run thousands of host-side iterations, where local-task's per-dispatch cost shows)."""
 
     def __init__(self, text: str) -> None:
-        vmfb = compiled.compile_mlir(text, "llvm-cpu")
+        vmfb = _iree_build.compile_mlir(text, "llvm-cpu")
         self._module = runtime.load_vm_flatbuffer(vmfb, driver="local-sync")
 
     def __call__(self, function: str, *args: np.ndarray) -> list[np.ndarray]:

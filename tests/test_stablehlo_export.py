@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import gradloop as gl
+from gradloop import _iree_build
 from program_fuzz import Program, programs
 
 pytestmark = pytest.mark.slow
@@ -65,9 +66,7 @@ def iree(text: str, *args: np.ndarray) -> list[np.ndarray]:
     fails to run ("indirect buffer reference slot 0 is out range")."""
     from iree import runtime as rt
 
-    from gradloop import compiled
-
-    vmfb = compiled.compile_mlir(text, "llvm-cpu", cf=False)
+    vmfb = _iree_build.compile_mlir(text, "llvm-cpu", cf=False)
     ctx = rt.SystemContext(config=rt.Config("local-sync"))
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
     name = ENTRY.search(text).group(1).strip('"')

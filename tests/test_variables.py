@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradloop as gl
-from gradloop import autodiff
+from gradloop import _recording
 
 
 def f64(*values: float) -> gl.Tensor:
@@ -247,11 +247,11 @@ def test_stop_gradient_over_structures_with_variables() -> None:
 def test_registry_of_tapes_that_see_variable_reads() -> None:
     with gl.GradientTape() as a:
         with gl.GradientTape() as b:
-            assert autodiff._recording_tapes() == [a, b]
-            with autodiff._paused():
-                assert autodiff._recording_tapes() == [] and not gl._core.any_tape_active()
-        assert autodiff._recording_tapes() == [a]
-    assert autodiff._recording_tapes() == [] and not gl._core.any_tape_active()
+            assert _recording.recording_tapes() == [a, b]
+            with _recording.paused():
+                assert _recording.recording_tapes() == [] and not gl._core.any_tape_active()
+        assert _recording.recording_tapes() == [a]
+    assert _recording.recording_tapes() == [] and not gl._core.any_tape_active()
 
 
 def test_reads_on_other_threads_are_not_seen() -> None:

@@ -14,7 +14,7 @@ from iree import compiler
 from iree import runtime as rt
 
 import gradloop as gl
-from gradloop import compiled
+from gradloop import _iree_build
 from gradloop._vm_repair import repair, separate_repeated_refs, widen_mixed_block_arguments
 from program_fuzz import Program
 from test_mode_agreement import SWITCHES_OF_CONDS
@@ -167,7 +167,7 @@ def test_the_repair_leaves_no_branch_that_overwrites_a_value_before_moving_it() 
     mlir, facts = concrete.mlir_module(
         embed_captures=False, list_stacks=False, yield_barriers="all"
     )
-    flags = compiled._flags("llvm-cpu", "float64" in facts["dtypes"])
+    flags = _iree_build.target_flags("llvm-cpu", "float64" in facts["dtypes"])
     vm = compiler.compile_str(mlir, extra_args=[*flags, "--compile-to=vm"]).decode()
     assert misordered_branches(_annotated(vm)) > 0
     assert misordered_branches(_annotated(repair(vm))) == 0

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import gradloop as gl
-from gradloop import _runtime, compiled
+from gradloop import _iree_build, _runtime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benches")]
@@ -79,7 +79,7 @@ def prepare(out: pathlib.Path, target: str, bench: bool = True) -> None:
     manifest, lines = [], ["set -u", 'bin="$1"; results="$2"; mkdir -p "$results"']
     lines.append('device="${DEVICE:-cuda}"')
     # the flags `gl.jit` runs the driver with, so that the timings are its own
-    driver_flags = _runtime.DRIVER_FLAGS.get(compiled.TARGETS[target], ())
+    driver_flags = _runtime.DRIVER_FLAGS.get(_iree_build.TARGETS[target], ())
     for name, fn, args, timed in _cases():
         case = out / name
         case.mkdir(exist_ok=True)

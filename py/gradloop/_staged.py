@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from . import _core, autodiff
+from . import _core, _recording
 
 __all__ = ["Staged", "call", "trace"]
 
@@ -67,7 +67,7 @@ def trace(
     """`build(parameters)` traced with nothing recorded: the staged function (taking the
     parameters, then the captured inputs) and the captured inputs (tensors and variable
     handles) to pass it after the parameters' values."""
-    with autodiff._paused():
+    with _recording.paused():
         symbols = _core.trace_begin(name, specs, closed_over_inputs=True)
         try:
             outputs = build(symbols)
@@ -116,7 +116,7 @@ def call(staged: Staged, args: list[Any], linked: list[Any] | None = None) -> li
     for none): a Variable's value read now, by default."""
     if linked is None:
         linked = [_differentiable(a) for a in args]
-    accumulators = autodiff.perturbed([t for t in linked if t is not None])
+    accumulators = _recording.perturbed([t for t in linked if t is not None])
     if accumulators:
         return _tangents(staged, args, linked, accumulators[-1])
     outputs = staged.fn(args)

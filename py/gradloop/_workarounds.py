@@ -4,7 +4,7 @@ that fails once IREE fixes it (`canary`, in `tests/test_iree_canaries.py` unless
 another file). Each is a debt: when its canary fails, retire the workaround (or, for a form,
 its alternative) and the entry.
 
-The forms `gl.jit` tries (`compiled._forms`) are generated from the entries with `choices`:
+The forms `gl.jit` tries (`_iree_build.forms_for`) are generated from the entries with `choices`:
 each such entry is one dimension of the form, its choices in the order tried.
 `docs/notes.md` ("IREE workarounds: what was tried") tells how each came to be.
 """
@@ -69,7 +69,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         name="scf_to_cf",
         bug="IREE's stream passes reject some verified modules with nested `scf` regions "
         "('operand #N does not dominate this use', 'maximum iteration count exceeded')",
-        knob="form: the module as emitted, then with `scf` lowered to `cf` (`compiled._to_cf`)",
+        knob="form: the module as emitted, then with `scf` lowered to `cf` (`_iree_build.to_cf`)",
         reproducer=_AGREEMENT + "test_class6_gradient_of_cond_while_cond_nesting_compiles",
         canary=_CANARIES + "test_canary_nested_regions_are_refused_as_scf",
         choices=(False, True),

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
-import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import _core, _validate, batching, errors, nest
+from . import _core, _recording, _validate, batching, errors, nest
+from ._custom_ops import custom_op, fresh_outputs
 
-if TYPE_CHECKING:  # variables.py imports this module
+if TYPE_CHECKING:  # variables.py imports this module's hooks (`_recording`)
     from .variables import Variable
 
 __all__ = [
@@ -31,46 +30,6 @@ __all__ = [
 ]
 
 _UNCONNECTED = ("none", "zero")
-
-
-#: The GradientTape owning each live `_core.Tape`, by its key: which tapes record is the core's
-#: one tape stack (`_core.recording_tape_keys`); this only maps its entries back to owners.
-_owners: weakref.WeakValueDictionary[int, GradientTape] = weakref.WeakValueDictionary()
-
-
-def _recording_tapes() -> list[GradientTape]:
-    """Python tapes that record now, innermost last."""
-    return [t for k in _core.recording_tape_keys() if (t := _owners.get(k)) is not None]
-
-
-@contextlib.contextmanager
-def _paused() -> Iterator[None]:
-    """Stops recording on every active tape for the block."""
-    token = _core.pause_recording()
-    try:
-        yield
-    finally:
-        _core.resume_recording(token)
-
-
-def note_variable_read(variable: Variable, value: _core.Tensor) -> None:
-    """Called by `Variable.read()`: makes the read visible to the recording tapes."""
-    if variable.trainable and value.dtype.is_floating and _core.any_tape_active():
-        _core.watch_on_active_tapes(value)
-    for tape in _recording_tapes():
-        tape._note_read(variable, value)
-
-
-def note_variable_use(variable: Variable, resource: _core.Tensor) -> None:
-    """Called by `Variable.read()` while tracing, before the read: the recording tapes watch
-    the variable's resource, whose gradient sums those of every read recorded after it,
-    including reads inside `cond` branches and `while_loop` bodies."""
-    if not variable.dtype.is_floating:
-        return
-    if variable.trainable and _core.any_tape_active():
-        _core.watch_on_active_tapes(resource)
-    for tape in _recording_tapes():
-        tape._note_read(variable, resource)
 
 
 def _add_all(grads: list[Any]) -> Any:
@@ -94,10 +53,10 @@ class GradientTape:
 
     def _clear(self) -> None:
         old = getattr(self, "_tape", None)
-        if old is not None and _owners.get(old.key) is self:
-            del _owners[old.key]  # a dead tape's key may be reused by another
+        if old is not None and _recording.owners.get(old.key) is self:
+            del _recording.owners[old.key]  # a dead tape's key may be reused by another
         self._tape = _core.Tape(self._persistent)
-        _owners[self._tape.key] = self
+        _recording.owners[self._tape.key] = self
         self._used = False
         self._watched_vars: dict[Variable, None] = {}  # ordered set
         self._reads: dict[Variable, list[_core.Tensor]] = {}
@@ -327,203 +286,6 @@ def stop_gradient(x: Any) -> Any:
     return nest.map_structure(lambda leaf: _core.stop_gradient(read(leaf)), x)
 
 
-def _fresh_outputs(y: Any, where: str) -> list[_core.Tensor]:
-    """New identities for `y`'s tensors, so the tape sees the custom op's outputs as new values."""
-    for path, leaf in nest.flatten_with_paths(y):
-        if not isinstance(leaf, _core.Tensor):
-            raise errors.GradientError(
-                _validate.at_user(
-                    f"{where}: output at {nest.path_str(path)} must be a Tensor; "
-                    f"got {type(leaf).__name__}"
-                )
-            )
-    return [_core.identity(t) for t in nest.flatten(y)]
-
-
-def _run_forward(
-    fn: Callable[..., Any], inputs: list[Any], kwargs: dict[str, Any], where: str
-) -> tuple[Any, list[_core.Tensor], Callable[..., Any]]:
-    """Runs a custom op's forward pass unrecorded: `(y, y's tensors as new values, grad_fn)`."""
-    with _paused():  # the forward pass records nothing: the op stands for it
-        result = fn(*inputs, **kwargs)
-        if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
-            raise errors.GradientError(
-                _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
-            )
-        y, grad_fn = result
-        return y, _fresh_outputs(y, where), grad_fn
-
-
-def _call_grad_fn(
-    grad_fn: Callable[..., Any], y: Any, out_grads: list[Any], inputs: list[Any], where: str
-) -> list[Any]:
-    """`grad_fn` on the cotangents in `y`'s structure (spread for a tuple/list `y`), checked."""
-    dys = nest.pack_sequence_as(y, out_grads)
-    grads = grad_fn(*dys) if isinstance(y, (tuple, list)) else grad_fn(dys)
-    return _validate.check_custom_gradients(grads, inputs, where)
-
-
-def perturbed(inputs: list[Any]) -> list[Any]:
-    """The active forward-mode accumulators holding a tangent of one of `inputs` (tensors;
-    other values are skipped), innermost last."""
-    tensors = [x for x in inputs if isinstance(x, _core.Tensor)]
-    return [
-        a for a in _core.active_accumulators() if any(a.tangent(x) is not None for x in tensors)
-    ]
-
-
-#: `tangent_fn(inputs, tangents, **kwargs)`: the flat tangents of a custom op's outputs (None
-#: for zeros), from its inputs and their tangents (None for integer and bool inputs).
-TangentFn = Callable[..., list[Any]]
-
-
-def _custom_op(
-    fn: Callable[..., Any],
-    where: str,
-    forward_fn: Callable[..., Any] | None = None,
-    tangent_fn: TangentFn | None = None,
-) -> Callable[..., Any]:
-    """`fn(*tensors) -> (y, grad_fn)` as one recorded op whose gradient is `grad_fn`. Under
-    forward mode (inputs with tangents) `forward_fn` runs instead, op by op; without one it is
-    an error: a custom gradient says nothing of tangents. Traced, the op's node carries
-    `grad_fn` and `tangent_fn` traced, for the tangents asked of it later (in a loop body or a
-    branch, say)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
-        if perturbed(inputs):
-            if forward_fn is None:
-                raise errors.GradientError(
-                    _validate.at_user(
-                        f"{where} has no forward-mode rule, and jvp, jacfwd and hessian need "
-                        "one: define the function with gl.custom_jvp (its rule gives the "
-                        "tangents)"
-                    )
-                )
-            return forward_fn(*inputs, **kwargs)
-        if _core.trace_active():
-            return _traced_custom_op(fn, inputs, kwargs, where, tangent_fn)
-        y, outs, grad_fn = _run_forward(fn, inputs, kwargs, where)
-
-        def backward(*out_grads: _core.Tensor) -> list[Any]:
-            return _call_grad_fn(grad_fn, y, list(out_grads), inputs, where)
-
-        if _core.any_tape_active():
-            _core.record_custom_gradient(where, inputs, outs, backward)
-        return nest.pack_sequence_as(y, outs)
-
-    return wrapper
-
-
-def _traced_custom_op(
-    fn: Callable[..., Any],
-    inputs: list[_core.Tensor],
-    kwargs: dict[str, Any],
-    where: str,
-    tangent_fn: TangentFn | None,
-) -> Any:
-    """Graph mode: `fn` traced into a function of its own, called through a node whose gradient
-    is `grad_fn` traced too (and whose tangent is `tangent_fn` traced, where there is one), so
-    that the custom rules hold wherever the node ends up (a branch or loop body differentiated
-    later, a compiled module). A rule that fails as it is traced does not fail the call: the
-    node keeps the failure and raises it when a derivative is asked (as eagerly, where a rule
-    runs only then)."""
-    name = getattr(fn, "__name__", "custom_gradient")
-    # Inside vmap the function and its rules are traced as one lane's (the levels set aside),
-    # and the call node is batched with its rules (the core's rule for calls).
-    _core.vmap_suspend()
-    params = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in inputs])
-    try:
-        y, outs, grad_fn = _run_forward(fn, params, kwargs, where)
-        rules: dict[str, Any] = {}
-        failures: list[str] = []
-
-        def traced(kind: str, build: Callable[[], Any]) -> None:
-            # Each rule on its own: a tangent rule that fails (a recompute_grad function
-            # calling a custom_gradient one) leaves the gradient rule in force.
-            try:
-                rules[kind] = build()
-            except Exception as e:
-                what = "is malformed" if isinstance(e, TypeError) else "failed"
-                failures.append(f"its rule {what}: {_described(e, where)}")
-
-        traced(
-            "grad",
-            lambda: _traced_rule(
-                f"{name}_grad",
-                outs,
-                lambda cts: _call_grad_fn(grad_fn, y, cts, params, where),
-                params,
-            ),
-        )
-        if tangent_fn is not None:
-            traced(
-                "tangent",
-                lambda: _traced_rule(
-                    f"{name}_jvp",
-                    params,
-                    lambda ts: tangent_fn(
-                        params,
-                        [
-                            t if p.dtype.is_floating else None
-                            for t, p in zip(ts, params, strict=True)
-                        ],
-                    ),
-                    outs,
-                ),
-            )
-        if failures:
-            # the core names the user's line where a derivative is asked
-            rules["refused"] = f"{where}: {failures[0]}"
-    except BaseException:
-        _core.trace_pop([])  # close the frame; the unfinished function is never called
-        raise
-    finally:
-        _core.vmap_resume()
-    # emit_custom_call closes the function's frame itself
-    outputs = _core.emit_custom_call(inputs, params, outs, **rules)
-    return nest.pack_sequence_as(y, outputs)
-
-
-def _traced_rule(
-    name: str,
-    takes: list[_core.Tensor],
-    rule: Callable[[list[_core.Tensor]], list[Any]],
-    gives: list[_core.Tensor],
-) -> Any:
-    """`rule` traced as a function of values typed like `takes`, in a frame above the current
-    one, returning one value typed like each of `gives` (zeros for None)."""
-    values = _core.trace_push(name, [(t.dtype, tuple(t.shape)) for t in takes])
-    try:
-        with _paused():
-            out = rule(values)
-            if len(out) != len(gives):
-                raise errors.GradientTypeError(
-                    f"the rule gives {len(out)} values for {len(gives)} outputs"
-                )
-            out = [_core.zeros_like(g) if o is None else o for o, g in zip(out, gives, strict=True)]
-            for k, (o, g) in enumerate(zip(out, gives, strict=True)):
-                o = _core.tensor(o, dtype=g.dtype) if not isinstance(o, _core.Tensor) else o
-                if (o.dtype, tuple(o.shape)) != (g.dtype, tuple(g.shape)):
-                    raise errors.GradientTypeError(
-                        f"the rule's value {k} is {o.dtype.name}{list(o.shape)} where "
-                        f"{g.dtype.name}{list(g.shape)} is expected"
-                    )
-    except BaseException:
-        _core.trace_pop([])
-        raise
-    return _core.trace_pop(out)
-
-
-def _described(e: Exception, where: str) -> str:
-    """A rule's failure for a message that names `where` and the user's line itself."""
-    if not isinstance(e, errors.GradloopError):
-        return f"{type(e).__name__}: {e}"
-    text = re.sub(r" \(at [^()]*\)$", "", str(e))
-    return text.removeprefix(f"{where}: ")
-
-
 def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator: `fn(*args)` returns `(y, grad_fn)`; gradients of `y` use `grad_fn`.
 
@@ -535,7 +297,7 @@ def custom_gradient(fn: Callable[..., Any]) -> Callable[..., Any]:
     in it get no gradient); the ops of `grad_fn` are recorded by the tapes active when it runs,
     so custom gradients can be differentiated again.
     """
-    return _custom_op(fn, f"custom_gradient({getattr(fn, '__name__', 'fn')})")
+    return custom_op(fn, f"custom_gradient({getattr(fn, '__name__', 'fn')})")
 
 
 def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -567,7 +329,7 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
         def build(symbols: list[Any]) -> list[Any]:
             out = fn(*symbols, **kwargs)
             structure.append(out)
-            return _fresh_outputs(out, where)
+            return fresh_outputs(out, where)
 
         specs = [(t.dtype, tuple(t.shape)) for t in inputs]
         try:

@@ -174,15 +174,15 @@ def _add_jvp(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_compile(args: argparse.Namespace) -> int:
-    from . import compiled
+    from . import _iree_build
 
-    vmfb = compiled.compile_mlir(_read(args.input), args.target, portable=True)
+    vmfb = _iree_build.compile_mlir(_read(args.input), args.target, portable=True)
     _write(args.output, vmfb)
     return 0
 
 
 def _add_compile(commands: argparse._SubParsersAction) -> None:
-    from .compiled import TARGETS
+    from ._iree_build import TARGETS
 
     parser = commands.add_parser(
         "compile",

@@ -20,7 +20,9 @@ import numpy as np
 
 from . import _core, _validate, batching, errors, nest
 from . import variables as _variables
-from .autodiff import GradientTape, perturbed
+from ._custom_ops import custom_op
+from ._recording import paused, perturbed
+from .autodiff import GradientTape
 
 __all__ = ["custom_jvp", "hessian", "jacfwd", "jacrev", "jvp", "linearize"]
 
@@ -512,9 +514,7 @@ class custom_jvp:
         key = (tuple((x.dtype, tuple(x.shape)) for x in xs), tuple(sorted(kwargs)))
         types = self._output_types.get(key)
         if types is None:
-            from .autodiff import _paused
-
-            with _paused():
+            with paused():
                 out = nest.flatten(self.fn(*xs, **kwargs))
             types = [(v.dtype, tuple(v.shape)) for v in map(_primal, out)]
             self._output_types[key] = types
@@ -604,7 +604,7 @@ class custom_jvp:
             return self.fn(*xs, **kwargs), backward
 
         def tangents(xs: list[_core.Tensor], ts: list[Any]) -> list[Any]:
-            """The rule's output tangents, traced (`_custom_op`)."""
+            """The rule's output tangents, traced (`custom_op`)."""
             ts = [
                 _core.zeros_like(x) if t is None and x.dtype.is_floating else t
                 for x, t in zip(xs, ts, strict=True)
@@ -612,6 +612,4 @@ class custom_jvp:
             y, ty = self._rule(xs, ts, kwargs, where)
             return _flatten_like(y, ty, f"{where}, the rule's tangents")
 
-        from .autodiff import _custom_op
-
-        return _custom_op(forward, where, tangent_fn=tangents)(*inputs)
+        return custom_op(forward, where, tangent_fn=tangents)(*inputs)

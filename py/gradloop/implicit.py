@@ -26,7 +26,8 @@ from typing import Any
 
 from . import _core, errors, nest
 from ._core import Tensor
-from .autodiff import _paused, grad
+from ._recording import paused
+from .autodiff import grad
 from .forward import custom_jvp, jvp
 
 
@@ -40,7 +41,7 @@ def _leaves(x: Any) -> list[Tensor]:
 
 
 def _undifferentiated(run: Callable[[], Any]) -> Any:
-    with _paused():
+    with paused():
         out = run()
     return nest.map_structure(_core.stop_gradient, out)
 

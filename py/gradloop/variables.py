@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _validate, autodiff, errors
+from . import _core, _recording, _validate, errors
 
 __all__ = ["Variable"]
 
@@ -115,11 +115,11 @@ class Variable:
             # In a graph the tapes watch the variable itself (its resource), so that reads in
             # branches and loop bodies, which the tapes do not see, are differentiable too.
             if _core.any_tape_active():
-                autodiff.note_variable_use(self, self._handle.resource())
+                _recording.note_variable_use(self, self._handle.resource())
             return self._handle.read()
         value = self._handle.read()
         if _core.any_tape_active():
-            autodiff.note_variable_read(self, value)
+            _recording.note_variable_read(self, value)
         return value
 
     def __gl_tensor__(self) -> _core.Tensor:
@@ -157,7 +157,7 @@ class Variable:
                     f"to a variable of shape {self.shape}"
                 )
             )
-        if autodiff.perturbed([value]):
+        if _recording.perturbed([value]):
             # As in graph mode (the assign node's tangent rule): reads would silently lose it.
             raise errors.GradientError(
                 _validate.at_user(

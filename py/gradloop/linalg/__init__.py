@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import _core, _validate, batching, errors
 from .._core import Tensor
-from ..autodiff import _custom_op
+from .._custom_ops import custom_op
 from ..forward import custom_jvp
 from . import _loops
 
@@ -174,7 +174,7 @@ def _triangular_op(lower: bool, unit: bool) -> Any:
         return [_loops.triangular(a, rhs, lower, unit)]
 
     forward = lambda a, b: _loops.triangular(a, b, lower, unit)  # noqa: E731
-    return _custom_op(fn, "linalg.solve_triangular", forward_fn=forward, tangent_fn=tangent)
+    return custom_op(fn, "linalg.solve_triangular", forward_fn=forward, tangent_fn=tangent)
 
 
 # --- LU ------------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ def lu_factor(a: Any) -> tuple[Tensor, Tensor]:
         dlu = _core.matmul(low, _triangle(lau, True, True))
         return [dlu + _core.matmul(_triangle(lau, False, False), up), None]
 
-    return _custom_op(fn, "linalg.lu_factor", forward_fn=forward, tangent_fn=tangent)(a)
+    return custom_op(fn, "linalg.lu_factor", forward_fn=forward, tangent_fn=tangent)(a)
 
 
 def _eye(a: Tensor) -> Any:
@@ -305,7 +305,7 @@ def _solve_op(a: Tensor, b: Tensor) -> Tensor:
         rhs = rhs + db if db is not None else rhs
         return [_loops.lu_solve(lu, perm, rhs, trans=False)]
 
-    return _custom_op(fn, "linalg.solve", forward_fn=forward, tangent_fn=tangent)(a, b)
+    return custom_op(fn, "linalg.solve", forward_fn=forward, tangent_fn=tangent)(a, b)
 
 
 @batching.over_leading_axes
@@ -344,7 +344,7 @@ def slogdet(a: Any) -> tuple[Tensor, Tensor]:
         lu, _, perm = _loops.lu_factor(a)
         return [None, _trace(_loops.lu_solve(lu, perm, da, trans=False))]
 
-    return _custom_op(fn, "linalg.slogdet", forward_fn=forward, tangent_fn=tangent)(a)
+    return custom_op(fn, "linalg.slogdet", forward_fn=forward, tangent_fn=tangent)(a)
 
 
 @batching.over_leading_axes
@@ -376,7 +376,7 @@ def det(a: Any) -> Tensor:
         lu, piv, perm = _loops.lu_factor(a)
         return [_det(lu, piv) * _trace(_loops.lu_solve(lu, perm, da, trans=False))]
 
-    return _custom_op(fn, "linalg.det", forward_fn=forward, tangent_fn=tangent)(a)
+    return custom_op(fn, "linalg.det", forward_fn=forward, tangent_fn=tangent)(a)
 
 
 def _identity_like(a: Tensor) -> Tensor:
@@ -448,7 +448,7 @@ def cholesky(a: Any) -> Tensor:
         z = _mt(_loops.triangular(low, _mt(y), lower=True, unit_diagonal=False))
         return [_core.matmul(low, _half_diagonal(_triangle(z, True, False)))]
 
-    low = _custom_op(fn, "linalg.cholesky", forward_fn=forward, tangent_fn=tangent)(a)
+    low = custom_op(fn, "linalg.cholesky", forward_fn=forward, tangent_fn=tangent)(a)
     _refuse_eagerly("cholesky", "the matrix is not positive definite", low, a)
     return low
 

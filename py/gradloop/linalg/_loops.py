@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import _core
 from .._core import Tensor
-from ..autodiff import perturbed
+from .._recording import perturbed
 from ..loops import fori_loop
 from ..reductions import argmax
 
