@@ -36,8 +36,11 @@ dev: $(STAMP)
 # features as the extension's build does, which is what lets them share.
 test: test-rust test-python
 
+# The executor's tests run in check mode (every compiled frame against its register program),
+# then again as production runs them (compiled frames alone).
 test-rust:
 	cargo test --workspace --profile suite --quiet
+	GRADLOOP_COMPILED_FRAMES=on cargo test -p gradloop --profile suite --quiet --lib executor::
 	cargo run --profile suite --quiet --example loop_gradient > /dev/null
 
 dev-suite: $(STAMP)

@@ -19,13 +19,29 @@ def frames_mode():
     gl._core.set_compiled_frames("check")
 
 
+#: Which tier of fused frames each mode runs (`_core.frame_statistics`'s runs).
+TIER_RUNS = {"on": "native_runs", "buffers": "buffer_runs", "off": "program_runs"}
+
+
+def runs_since(before: dict[str, int]) -> dict[str, int]:
+    now = gl._core.frame_statistics()
+    return {k: now[k] - before[k] for k in now}
+
+
 def each_way(fn, *args):
     """`fn(*args)` with frames as machine code, stepped on buffers and as interpreted programs
-    (numpy arrays); the first two must agree bit for bit, and the first is returned."""
+    (numpy arrays); the first two must agree bit for bit, and the first is returned. Each mode
+    must have run its loops on its own tier, and on no other."""
     out = {}
     for mode in ("on", "buffers", "off"):
         gl._core.set_compiled_frames(mode)
+        fn(*args)  # a root frame gets machine code only when it runs again
+        before = gl._core.frame_statistics()
         out[mode] = [np.asarray(v) for v in gl.nest.flatten(fn(*args))]
+        ran = runs_since(before)
+        assert ran[TIER_RUNS[mode]] > 0, (mode, ran)
+        others = [TIER_RUNS[m] for m in TIER_RUNS if m != mode]
+        assert all(ran[k] == 0 for k in others), (mode, ran)
     gl._core.set_compiled_frames("check")
     for a, b in zip(out["on"], out["buffers"], strict=True):
         np.testing.assert_array_equal(a, b)
@@ -90,3 +106,24 @@ def test_a_loop_gradient_with_branches_and_stacks_gives_the_same_bits(frames_mod
         up = float(np.asarray(loss(gl.tensor(w_np + step), xs)))
         down = float(np.asarray(loss(gl.tensor(w_np - step), xs)))
         np.testing.assert_allclose(on[1][i, j], (up - down) / 2e-6, rtol=1e-5, atol=1e-8)
+
+
+def test_statistics_count_each_frame_compiled_to_machine_code_once(frames_mode):
+    frames_mode("on")
+    x = gl.tensor(np.linspace(0.1, 1.6, 16, dtype=np.float32))
+    fn = gl.function(tiny_loop)
+    before = gl._core.frame_statistics()
+    for trips in (5, 9, 13):  # a root's frame gets machine code at its third run
+        fn(x, gl.tensor(trips, dtype=gl.int32))
+    ran = runs_since(before)
+    assert ran["programs_compiled"] >= 1 and ran["buffer_frames_compiled"] >= 1, ran
+    assert ran["native_frames_compiled"] >= 1 and ran["native_runs"] >= 1, ran
+    assert ran["program_runs"] == 0, ran
+    # Compiled once: later calls of the same signature run the same machine code.
+    before = gl._core.frame_statistics()
+    for trips in (2, 4, 6):
+        fn(x, gl.tensor(trips, dtype=gl.int32))
+    ran = runs_since(before)
+    compiled = ("programs_compiled", "buffer_frames_compiled", "native_frames_compiled")
+    assert all(ran[k] == 0 for k in compiled), ran
+    assert ran["native_runs"] >= 3 and ran["buffer_runs"] == 0 and ran["program_runs"] == 0, ran

@@ -370,6 +370,12 @@ def set_compiled_frames(mode: str) -> None:
 def compiled_frames() -> str:
     """How fused frames run now: "on", "buffers", "off" or "check"."""
 
+def frame_statistics() -> dict[str, int]:
+    """What the process's fused frames have done since it started: `programs_compiled`,
+    `buffer_frames_compiled`, `native_frames_compiled` (each tier a frame was compiled to) and
+    `program_runs`, `buffer_runs`, `native_runs` (runs of each tier; a loop's run is all its
+    trips)."""
+
 def executor_threads() -> int:
     """Threads the frame executor uses (`GRADLOOP_NUM_THREADS`, else the machine's cores)."""
 

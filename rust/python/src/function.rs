@@ -187,22 +187,15 @@ pub fn graph_runner() -> &'static str {
 #[pyfunction]
 pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
     use gradloop::executor::CompiledFrames;
-    let mode = match mode {
-        "on" => CompiledFrames::On,
-        "buffers" => CompiledFrames::Buffers,
-        "off" => CompiledFrames::Off,
-        "check" => CompiledFrames::Check,
-        other => {
-            let msg = format!(
-                "compiled frames are \"on\", \"buffers\", \"off\" or \"check\", not {other:?}"
-            );
-            return Err(new_err(
-                py,
-                ErrorKind::InvalidArgument,
-                "set_compiled_frames",
-                msg,
-            ));
-        }
+    let Some(mode) = CompiledFrames::from_name(mode) else {
+        let msg =
+            format!("compiled frames are \"on\", \"buffers\", \"off\" or \"check\", not {mode:?}");
+        return Err(new_err(
+            py,
+            ErrorKind::InvalidArgument,
+            "set_compiled_frames",
+            msg,
+        ));
     };
     gradloop::executor::set_compiled_frames(mode);
     Ok(())
@@ -211,13 +204,23 @@ pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
 /// How fused frames run now: "on", "buffers", "off" or "check".
 #[pyfunction]
 pub fn compiled_frames() -> &'static str {
-    use gradloop::executor::CompiledFrames;
-    match gradloop::executor::compiled_frames() {
-        CompiledFrames::On => "on",
-        CompiledFrames::Buffers => "buffers",
-        CompiledFrames::Off => "off",
-        CompiledFrames::Check => "check",
-    }
+    gradloop::executor::compiled_frames().name()
+}
+
+/// What the process's fused frames have done since it started (`executor::FrameStatistics`):
+/// how many were compiled to register programs, to kernel calls on buffers and to machine
+/// code, and how many runs each made.
+#[pyfunction]
+pub fn frame_statistics() -> std::collections::BTreeMap<&'static str, u64> {
+    let s = gradloop::executor::frame_statistics();
+    std::collections::BTreeMap::from([
+        ("programs_compiled", s.programs_compiled),
+        ("buffer_frames_compiled", s.buffer_frames_compiled),
+        ("native_frames_compiled", s.native_frames_compiled),
+        ("program_runs", s.program_runs),
+        ("buffer_runs", s.buffer_runs),
+        ("native_runs", s.native_runs),
+    ])
 }
 
 /// Threads the executor runs on (`GRADLOOP_NUM_THREADS`, else the machine's cores).

@@ -28,7 +28,8 @@ use smallvec::SmallVec;
 use super::kernel::Failure;
 use super::kernel::Kernel;
 use super::native::{Elementwise, NativeCode};
-use super::program::{Action as ProgramAction, Program, Read, Reg};
+use super::program::{Program, Read, Reg, RegisterAction};
+use super::{count, Statistic};
 use crate::dataflow::{DfKind, FusedFrame};
 use crate::dtype::{DType, Element, Storage};
 use crate::error::{Error, Result};
@@ -39,7 +40,7 @@ use crate::runtime_values::{Popped, RtValue, StackValue};
 use crate::shape::{numel, TensorType, DYN};
 use crate::tensor::Tensor;
 
-pub(super) enum Action {
+pub(super) enum BufferAction {
     /// A constant's elements, copied into its register each time the step runs (as the
     /// program clones its tensor).
     Const(Storage),
@@ -63,9 +64,9 @@ pub(super) enum Action {
     NoOp,
 }
 
-pub(super) struct Step {
+pub(super) struct BufferStep {
     pub node: usize,
-    pub action: Action,
+    pub action: BufferAction,
     pub reads: SmallVec<[Read; 4]>,
     /// Per read, the register whose buffer holds its elements: its own, or the loop input it
     /// passes on unchanged (see `pass_invariants`).
@@ -145,7 +146,7 @@ impl State {
 
 pub(crate) struct CompiledFrame {
     pub(super) fused: std::sync::Arc<FusedFrame>,
-    pub(super) steps: Vec<Step>,
+    pub(super) steps: Vec<BufferStep>,
     /// Per register, what it holds.
     pub(super) slots: Vec<Slot>,
     /// Per register, whether it holds a value rather than a buffer (`Slot::Value`).
@@ -219,20 +220,20 @@ impl CompiledFrame {
             let buffers = |regs: &[Reg]| regs.iter().all(|&r| slots[r as usize].tensor().is_some());
             let mut inline = None;
             let action = match &step.action {
-                ProgramAction::Const(t) => Action::Const(storage_of(t)?),
-                ProgramAction::Pass => Action::Pass,
-                ProgramAction::LoopMerge => Action::LoopMerge,
-                ProgramAction::Merge => Action::Merge,
-                ProgramAction::Switch(n) => {
+                RegisterAction::Const(t) => BufferAction::Const(storage_of(t)?),
+                RegisterAction::Pass => BufferAction::Pass,
+                RegisterAction::LoopMerge => BufferAction::LoopMerge,
+                RegisterAction::Merge => BufferAction::Merge,
+                RegisterAction::Switch(n) => {
                     let selector = slots[reads.get(1)?.reg as usize].tensor()?;
                     let scalar = selector.shape.is_empty()
                         && matches!(selector.dtype, DType::Bool | DType::I32);
                     if !scalar || *n == 0 {
                         return None;
                     }
-                    Action::Switch(*n)
+                    BufferAction::Switch(*n)
                 }
-                ProgramAction::Op { op, .. } => {
+                RegisterAction::Op { op, .. } => {
                     let (inputs, outputs) = (input_types?, output_types?);
                     let inferred = op.infer(&inputs).ok()?;
                     if inferred.as_slice() != outputs || outputs.is_empty() {
@@ -244,33 +245,35 @@ impl CompiledFrame {
                         && same_buffer(&inputs[0], &outputs[0])
                     {
                         // The buffer moves at its last read, else its elements are copied.
-                        Action::Pass
+                        BufferAction::Pass
                     } else {
                         if outputs.len() == 1 {
                             inline = Elementwise::of(op, &inputs, &outputs[0]);
                         }
-                        Action::Kernel(op.kernel_into(&inputs, &outputs).unwrap_or_else(|| {
-                            crate::ops::through_compute(op.clone(), &inputs, &outputs)
-                        }))
+                        BufferAction::Kernel(op.kernel_into(&inputs, &outputs).unwrap_or_else(
+                            || crate::ops::through_compute(op.clone(), &inputs, &outputs),
+                        ))
                     }
                 }
-                ProgramAction::Loop(inner) => {
+                RegisterAction::Loop(inner) => {
                     nested += 1;
-                    Action::Loop(Box::new(CompiledFrame::compile(inner)?), nested - 1)
+                    BufferAction::Loop(Box::new(CompiledFrame::compile(inner)?), nested - 1)
                 }
-                ProgramAction::NoOp => Action::NoOp,
+                RegisterAction::NoOp => BufferAction::NoOp,
                 // A variable's side effect would run twice in check mode; stacks are values.
-                ProgramAction::Kernel => match &node.kind {
-                    DfKind::Stack(StackOp::Push) if buffers(&[reads.get(1)?.reg]) => Action::Push,
-                    DfKind::Stack(StackOp::Pop) if buffers(&[step.out + 1]) => Action::Pop,
-                    DfKind::Stack(_) => Action::Node,
+                RegisterAction::Kernel => match &node.kind {
+                    DfKind::Stack(StackOp::Push) if buffers(&[reads.get(1)?.reg]) => {
+                        BufferAction::Push
+                    }
+                    DfKind::Stack(StackOp::Pop) if buffers(&[step.out + 1]) => BufferAction::Pop,
+                    DfKind::Stack(_) => BufferAction::Node,
                     _ => return None,
                 },
             };
             if node.outputs.len() != step.outputs as usize {
                 return None;
             }
-            steps.push(Step {
+            steps.push(BufferStep {
                 node: step.node,
                 action,
                 data: reads.iter().map(|r| r.reg).collect(),
@@ -292,6 +295,7 @@ impl CompiledFrame {
         Self::pass_invariants(&mut steps, &slots, &invariant, program.results());
         super::rank_one::update_in_place(&mut steps, &fused.nodes);
         super::in_place::slice_updates(&mut steps, &fused.nodes, &slots);
+        count(Statistic::BufferFramesCompiled);
         Some(CompiledFrame {
             fused: fused.clone(),
             steps,
@@ -322,7 +326,7 @@ impl CompiledFrame {
             .steps
             .iter()
             .filter_map(|s| match &s.action {
-                Action::Loop(inner, _) => Some(inner.fresh_state()),
+                BufferAction::Loop(inner, _) => Some(inner.fresh_state()),
                 _ => None,
             })
             .collect::<Result<_>>()?;
@@ -435,8 +439,14 @@ impl CompiledFrame {
     fn run_in(&self, state: &mut State) -> Result<(), Failure> {
         state.dead.fill(false);
         match self.native_code() {
-            Some(code) => code.run(self, state)?,
-            None => self.run_steps(state)?,
+            Some(code) => {
+                count(Statistic::NativeRuns);
+                code.run(self, state)?
+            }
+            None => {
+                count(Statistic::BufferRuns);
+                self.run_steps(state)?
+            }
         }
         for (k, &r) in self.results.iter().enumerate() {
             if !state.live[r as usize] {
@@ -451,42 +461,10 @@ impl CompiledFrame {
     pub fn native_frames(&self) -> usize {
         let own = usize::from(matches!(self.native.get(), Some(Some(_))));
         let nested = self.steps.iter().map(|step| match &step.action {
-            Action::Loop(inner, _) => inner.native_frames(),
+            BufferAction::Loop(inner, _) => inner.native_frames(),
             _ => 0,
         });
         own + nested.sum::<usize>()
-    }
-
-    /// How many steps of this frame and the loops nested in it are rank-one updates, and how
-    /// many of them update in place.
-    #[cfg(test)]
-    pub fn rank_one_updates(&self) -> [usize; 2] {
-        let nested = self.steps.iter().map(|step| {
-            let fused = usize::from(step.reads.len() == 3 && self.is_add(step));
-            match &step.action {
-                Action::Loop(inner, _) => inner.rank_one_updates(),
-                Action::Kernel(_) => [fused, 0],
-                Action::Update(_) => [fused, fused],
-                _ => [0, 0],
-            }
-        });
-        nested.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
-    }
-
-    /// How many steps of this frame and the loops nested in it update a slice in place.
-    #[cfg(test)]
-    pub fn slice_updates_in_place(&self) -> usize {
-        let counts = self.steps.iter().map(|step| match &step.action {
-            Action::Loop(inner, _) => inner.slice_updates_in_place(),
-            Action::Update(_) => usize::from(!self.is_add(step)),
-            _ => 0,
-        });
-        counts.sum()
-    }
-
-    #[cfg(test)]
-    fn is_add(&self, step: &Step) -> bool {
-        matches!(&self.fused.nodes[step.node].kind, DfKind::Op(op) if op.name() == "add")
     }
 
     /// The frame's machine code, where runs may use it (compiled at the first such run).
@@ -502,7 +480,13 @@ impl CompiledFrame {
             }
         }
         self.native
-            .get_or_init(|| NativeCode::compile(self))
+            .get_or_init(|| {
+                let code = NativeCode::compile(self);
+                if code.is_some() {
+                    count(Statistic::NativeFramesCompiled);
+                }
+                code
+            })
             .as_ref()
     }
 
@@ -532,7 +516,7 @@ impl CompiledFrame {
     #[inline(never)]
     pub(super) fn step_outlined(
         &self,
-        step: &Step,
+        step: &BufferStep,
         iteration: i64,
         state: &mut State,
     ) -> Result<(), Failure> {
@@ -540,15 +524,15 @@ impl CompiledFrame {
     }
 
     #[inline(always)]
-    fn step(&self, step: &Step, iteration: i64, state: &mut State) -> Result<(), Failure> {
+    fn step(&self, step: &BufferStep, iteration: i64, state: &mut State) -> Result<(), Failure> {
         let out = step.out as usize;
         let control_dead = step.controls.iter().any(|&c| state.dead[c as usize]);
         let reads = &step.reads[..];
         match &step.action {
             // The merges decide their own death from which inputs are live.
-            Action::LoopMerge | Action::Merge => {
+            BufferAction::LoopMerge | BufferAction::Merge => {
                 let considered = match step.action {
-                    Action::LoopMerge => &reads[usize::from(iteration > 0)..][..1],
+                    BufferAction::LoopMerge => &reads[usize::from(iteration > 0)..][..1],
                     _ => reads,
                 };
                 let chosen = considered
@@ -576,18 +560,18 @@ impl CompiledFrame {
             }
         }
         match &step.action {
-            Action::Const(c) => {
+            BufferAction::Const(c) => {
                 copy(&mut state.buffers[state.phys[out] as usize], c);
                 state.live[out] = true;
             }
-            Action::Pass => {
+            BufferAction::Pass => {
                 if step.in_place & 1 == 0 {
                     self.transfer(state, reads[0], out);
                 }
                 self.release(state, reads);
                 state.live[out] = true;
             }
-            Action::Switch(n) => {
+            BufferAction::Switch(n) => {
                 let selector = &state.buffers[state.phys[reads[1].reg as usize] as usize];
                 let k = selected(selector, *n)?;
                 state.live[out..out + n].fill(false);
@@ -597,8 +581,8 @@ impl CompiledFrame {
                 self.release(state, reads);
                 state.live[out + k] = true;
             }
-            Action::Kernel(kernel) | Action::Update(kernel) => {
-                let updates = matches!(step.action, Action::Update(_));
+            BufferAction::Kernel(kernel) | BufferAction::Update(kernel) => {
+                let updates = matches!(step.action, BufferAction::Update(_));
                 if updates {
                     self.transfer(state, reads[0], out);
                 }
@@ -627,26 +611,30 @@ impl CompiledFrame {
                 self.release(state, reads);
                 state.live[out..out + count].fill(true);
             }
-            Action::Push => self.push(step, state)?,
-            Action::Pop => self.pop(step, state)?,
-            Action::Node => {
+            BufferAction::Push => self.push(step, state)?,
+            BufferAction::Pop => self.pop(step, state)?,
+            BufferAction::Node => {
                 let inputs = self.take_inputs(state, step)?;
                 let outs = match &self.fused.nodes[step.node].kind {
                     DfKind::Stack(s) => s.run(inputs)?,
-                    _ => SmallVec::new(),
+                    other => {
+                        let message =
+                            format!("a node step of a {} node has no kernel", other.name());
+                        return Err(Error::internal("executor", message).into());
+                    }
                 };
                 for (k, v) in outs.into_iter().enumerate() {
                     self.write(state, out + k, v)?;
                 }
             }
-            Action::Loop(inner, index) => {
+            BufferAction::Loop(inner, index) => {
                 // Out of `state` while it runs (back in place whatever the outcome).
                 let mut inner_state = std::mem::take(&mut state.nested[*index]);
                 let outcome = self.run_nested(step, inner, state, &mut inner_state);
                 state.nested[*index] = inner_state;
                 outcome?;
             }
-            Action::LoopMerge | Action::Merge | Action::NoOp => {}
+            BufferAction::LoopMerge | BufferAction::Merge | BufferAction::NoOp => {}
         }
         Ok(())
     }
@@ -658,7 +646,7 @@ impl CompiledFrame {
     /// carries the snapshots' `[c + 1, ...]` buffers in and out on every backward trip.
     fn run_nested(
         &self,
-        step: &Step,
+        step: &BufferStep,
         inner: &CompiledFrame,
         state: &mut State,
         inner_state: &mut State,
@@ -715,7 +703,7 @@ impl CompiledFrame {
 
     /// `stack_push` of a buffer's elements (the step is live). The stack moves to the output
     /// register first (an exchange of slots at its last read) and is pushed where it lands.
-    pub(super) fn push(&self, step: &Step, state: &mut State) -> Result<()> {
+    pub(super) fn push(&self, step: &BufferStep, state: &mut State) -> Result<()> {
         let (reads, out) = (&step.reads[..], step.out as usize);
         let ty = self.slots[reads[1].reg as usize].tensor();
         let ty = ty.ok_or_else(|| Error::internal("stack_push", "no buffer"))?;
@@ -733,7 +721,7 @@ impl CompiledFrame {
     }
 
     /// `stack_pop` into a buffer (the step is live); the stack moves as in `push`.
-    pub(super) fn pop(&self, step: &Step, state: &mut State) -> Result<()> {
+    pub(super) fn pop(&self, step: &BufferStep, state: &mut State) -> Result<()> {
         let (reads, out) = (&step.reads[..], step.out as usize);
         self.transfer(state, reads[0], out);
         self.release(state, reads);
@@ -758,7 +746,7 @@ impl CompiledFrame {
     }
 
     /// A node's inputs as the program reads them (see `read`), its last reads released.
-    fn take_inputs(&self, state: &mut State, step: &Step) -> Result<SmallVec<[RtValue; 4]>> {
+    fn take_inputs(&self, state: &mut State, step: &BufferStep) -> Result<SmallVec<[RtValue; 4]>> {
         let inputs = step
             .reads
             .iter()
@@ -815,10 +803,18 @@ impl CompiledFrame {
     /// pass's output only reads elements (an op or a stack node, not a result or another pass),
     /// the output keeps its liveness but its readers read the input's buffer: no copy per
     /// iteration of a large operand (an RNN's weights, its input sequence).
-    fn pass_invariants(steps: &mut [Step], slots: &[Slot], invariant: &[Reg], results: &[Reg]) {
+    fn pass_invariants(
+        steps: &mut [BufferStep],
+        slots: &[Slot],
+        invariant: &[Reg],
+        results: &[Reg],
+    ) {
         let mut only_read = vec![true; slots.len()];
         for step in steps.iter() {
-            if !matches!(step.action, Action::Kernel(_) | Action::Node | Action::Push) {
+            if !matches!(
+                step.action,
+                BufferAction::Kernel(_) | BufferAction::Node | BufferAction::Push
+            ) {
                 for r in &step.reads {
                     only_read[r.reg as usize] = false;
                 }
@@ -829,7 +825,7 @@ impl CompiledFrame {
         }
         let mut source: Vec<Option<Reg>> = vec![None; slots.len()];
         for step in steps.iter_mut() {
-            let passes = matches!(step.action, Action::Pass | Action::Switch(_));
+            let passes = matches!(step.action, BufferAction::Pass | BufferAction::Switch(_));
             let Some(from) = step.reads.first().map(|r| r.reg).filter(|_| passes) else {
                 continue;
             };

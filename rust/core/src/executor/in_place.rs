@@ -1,20 +1,20 @@
 //! Slice updates in place: a `dynamic_update_slice` whose operand is read for the last time,
 //! from its own register, writes the update into the operand's buffer, which moves to the
-//! output (`Action::Update`), instead of copying the whole operand first.
+//! output (`BufferAction::Update`), instead of copying the whole operand first.
 //!
 //! A checkpointed loop stores each kept state as one row of a `[c + 1, ...]` snapshot buffer
 //! carried through its forward loop and its advance: a copy of the buffer per store was a
 //! quarter of a checkpointed RNN gradient's time in graph mode. The elements written are the
 //! kernel's own (`ops::index::update_slice_in_place`), so check mode still agrees bit for bit.
 
-use super::compiled_frame::{Action, Slot, Step};
+use super::compiled_frame::{BufferAction, BufferStep, Slot};
 use crate::dataflow::{DfKind, DfNode};
 use crate::ops::{index, Op};
 use crate::shape::TensorType;
 
 /// Turns each such step of `steps` into an in-place update (after `pass_invariants`: a read
 /// whose data is another register's buffer, an invariant's, is not its own to give away).
-pub(super) fn slice_updates(steps: &mut [Step], nodes: &[DfNode], slots: &[Slot]) {
+pub(super) fn slice_updates(steps: &mut [BufferStep], nodes: &[DfNode], slots: &[Slot]) {
     for step in steps.iter_mut() {
         let is_update = matches!(
             &nodes[step.node].kind,
@@ -24,7 +24,11 @@ pub(super) fn slice_updates(steps: &mut [Step], nodes: &[DfNode], slots: &[Slot]
             .reads
             .first()
             .is_some_and(|x| x.take && step.data[0] == x.reg);
-        if !is_update || !own || !matches!(step.action, Action::Kernel(_)) || step.outputs != 1 {
+        if !is_update
+            || !own
+            || !matches!(step.action, BufferAction::Kernel(_))
+            || step.outputs != 1
+        {
             continue;
         }
         let types: Option<Vec<TensorType>> = step
@@ -40,6 +44,6 @@ pub(super) fn slice_updates(steps: &mut [Step], nodes: &[DfNode], slots: &[Slot]
         else {
             continue;
         };
-        step.action = Action::Update(kernel);
+        step.action = BufferAction::Update(kernel);
     }
 }

@@ -32,7 +32,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 pub use kernel::{input_reader, Kernel};
@@ -61,8 +61,8 @@ pub fn default_threads() -> usize {
 }
 
 /// How fused frames run: compiled to kernel calls on buffers, as machine code, where they can
-/// be (`On`, the default), always as register programs (`Off`), or both with their outcomes compared
-/// (`Check`: a difference is an internal error; what the tests run).
+/// be (`On`, the default), always as register programs (`Off`), or both with their outcomes
+/// compared (`Check`: a difference is an internal error; the crate's tests' default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompiledFrames {
     On,
@@ -72,27 +72,110 @@ pub enum CompiledFrames {
     Check,
 }
 
-/// The crate's own tests check every compiled frame against its program.
-static COMPILED_FRAMES: AtomicU8 = AtomicU8::new(if cfg!(test) { 2 } else { 0 });
+impl CompiledFrames {
+    const ALL: [CompiledFrames; 4] = [Self::On, Self::Off, Self::Check, Self::Buffers];
+
+    /// Its name: "on", "buffers", "off" or "check".
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::On => "on",
+            Self::Buffers => "buffers",
+            Self::Off => "off",
+            Self::Check => "check",
+        }
+    }
+
+    /// The mode of that name.
+    pub fn from_name(name: &str) -> Option<CompiledFrames> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn code(self) -> u8 {
+        Self::ALL.iter().position(|&m| m == self).unwrap_or(0) as u8
+    }
+}
+
+/// `CompiledFrames`' code, or `UNSET` before the first read (`GRADLOOP_COMPILED_FRAMES`, else
+/// `On`, or `Check` in the crate's tests, is read then).
+static COMPILED_FRAMES: AtomicU8 = AtomicU8::new(UNSET);
+const UNSET: u8 = u8::MAX;
 
 /// Sets how fused frames run, for the whole process.
 pub fn set_compiled_frames(mode: CompiledFrames) {
-    let code = match mode {
-        CompiledFrames::On => 0,
-        CompiledFrames::Off => 1,
-        CompiledFrames::Check => 2,
-        CompiledFrames::Buffers => 3,
-    };
-    COMPILED_FRAMES.store(code, Ordering::Relaxed);
+    COMPILED_FRAMES.store(mode.code(), Ordering::Relaxed);
 }
 
 /// How fused frames run now.
 pub fn compiled_frames() -> CompiledFrames {
-    match COMPILED_FRAMES.load(Ordering::Relaxed) {
-        0 => CompiledFrames::On,
-        1 => CompiledFrames::Off,
-        3 => CompiledFrames::Buffers,
-        _ => CompiledFrames::Check,
+    let code = COMPILED_FRAMES.load(Ordering::Relaxed);
+    if let Some(&mode) = CompiledFrames::ALL.get(usize::from(code)) {
+        return mode;
+    }
+    let default = if cfg!(test) {
+        CompiledFrames::Check
+    } else {
+        CompiledFrames::On
+    };
+    let mode = std::env::var("GRADLOOP_COMPILED_FRAMES")
+        .ok()
+        .and_then(|name| CompiledFrames::from_name(name.trim()))
+        .unwrap_or(default);
+    // A concurrent `set_compiled_frames` wins over the default.
+    let _ =
+        COMPILED_FRAMES.compare_exchange(UNSET, mode.code(), Ordering::Relaxed, Ordering::Relaxed);
+    CompiledFrames::ALL[usize::from(COMPILED_FRAMES.load(Ordering::Relaxed)).min(3)]
+}
+
+/// How many fused frames an executor has, how many are compiled to kernels on buffers, and how
+/// many of those have run as machine code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameCounts {
+    pub total: usize,
+    pub compiled: usize,
+    pub native: usize,
+}
+
+/// What the process's fused frames have done since it started: how many were compiled to each
+/// tier, and how many runs each tier made (a run of a loop is all its trips). Tools and tests
+/// read it to see which tier ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameStatistics {
+    pub programs_compiled: u64,
+    pub buffer_frames_compiled: u64,
+    pub native_frames_compiled: u64,
+    pub program_runs: u64,
+    pub buffer_runs: u64,
+    pub native_runs: u64,
+}
+
+/// The process's counts, one per field of `FrameStatistics`, in its order.
+static STATISTICS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+/// A count of `FrameStatistics`.
+#[derive(Clone, Copy)]
+pub(crate) enum Statistic {
+    ProgramsCompiled,
+    BufferFramesCompiled,
+    NativeFramesCompiled,
+    ProgramRuns,
+    BufferRuns,
+    NativeRuns,
+}
+
+pub(crate) fn count(statistic: Statistic) {
+    STATISTICS[statistic as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The process's frame statistics now.
+pub fn frame_statistics() -> FrameStatistics {
+    let read = |s: Statistic| STATISTICS[s as usize].load(Ordering::Relaxed);
+    FrameStatistics {
+        programs_compiled: read(Statistic::ProgramsCompiled),
+        buffer_frames_compiled: read(Statistic::BufferFramesCompiled),
+        native_frames_compiled: read(Statistic::NativeFramesCompiled),
+        program_runs: read(Statistic::ProgramRuns),
+        buffer_runs: read(Statistic::BufferRuns),
+        native_runs: read(Statistic::NativeRuns),
     }
 }
 
@@ -169,49 +252,32 @@ impl Executor {
         self.root.is_some()
     }
 
-    /// How many of its fused frames (the root's, fused loops' and the loops nested in them)
-    /// are compiled to kernels on buffers, and how many there are.
-    pub fn compiled_frames(&self) -> (usize, usize) {
-        let programs = self
-            .root
-            .iter()
-            .chain(self.plan.nodes.iter().filter_map(|n| n.program.as_deref()));
-        programs.fold((0, 0), |(c, t), p| {
-            let (pc, pt) = p.frames();
-            (c + pc, t + pt)
+    /// Its fused frames' programs: the root's, else the fused loops' (a root's program holds
+    /// the loops the plan's nodes also hold).
+    pub(super) fn programs(&self) -> Box<dyn Iterator<Item = &Program> + '_> {
+        match &self.root {
+            Some(root) => Box::new(std::iter::once(root)),
+            None => Box::new(self.plan.nodes.iter().filter_map(|n| n.program.as_deref())),
+        }
+    }
+
+    /// How many fused frames it has (the root's, fused loops' and the loops nested in them),
+    /// how many of them are compiled to kernels on buffers, and how many of those have run as
+    /// machine code (made at a frame's first run).
+    pub fn frame_counts(&self) -> FrameCounts {
+        let counts = self.programs().map(|p| {
+            let (compiled, total) = p.frames();
+            FrameCounts {
+                total,
+                compiled,
+                native: p.native_frames(),
+            }
+        });
+        counts.fold(FrameCounts::default(), |a, b| FrameCounts {
+            total: a.total + b.total,
+            compiled: a.compiled + b.compiled,
+            native: a.native + b.native,
         })
-    }
-
-    /// How many of its fused frames have run as machine code (made at a frame's first run).
-    pub fn native_frames(&self) -> usize {
-        let programs = self
-            .root
-            .iter()
-            .chain(self.plan.nodes.iter().filter_map(|n| n.program.as_deref()));
-        programs.map(|p| p.native_frames()).sum()
-    }
-
-    /// How many rank-one updates its compiled frames run (`rank_one`), and how many of them in
-    /// place.
-    #[cfg(test)]
-    pub fn rank_one_updates(&self) -> [usize; 2] {
-        // A root program holds the loops the plan's nodes also hold.
-        if let Some(root) = &self.root {
-            return root.rank_one_updates();
-        }
-        let programs = self.plan.nodes.iter().filter_map(|n| n.program.as_deref());
-        let counts = programs.map(|p| p.rank_one_updates());
-        counts.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
-    }
-
-    /// How many steps of its compiled frames update a slice in place (`in_place`).
-    #[cfg(test)]
-    pub fn slice_updates_in_place(&self) -> usize {
-        if let Some(root) = &self.root {
-            return root.slice_updates_in_place();
-        }
-        let programs = self.plan.nodes.iter().filter_map(|n| n.program.as_deref());
-        programs.map(|p| p.slice_updates_in_place()).sum()
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).

@@ -17,12 +17,12 @@
 
 use std::sync::Arc;
 
-use smallvec::{smallvec, SmallVec};
+use smallvec::SmallVec;
 
 use super::compiled_frame::{same_bits, CompiledFrame};
 use super::kernel::{selector_output, Failure, Kernel};
 use super::plan::{checked_types, CheckedTypes};
-use super::CompiledFrames;
+use super::{count, CompiledFrames, Statistic};
 use crate::dataflow::{DfKind, DfNode, FusedFrame};
 use crate::error::{Error, Result};
 use crate::ops::{execute, Op};
@@ -40,7 +40,7 @@ pub(super) struct Read {
 }
 
 #[derive(Debug)]
-pub(super) enum Action {
+pub(super) enum RegisterAction {
     Const(Tensor),
     /// Identity, exit, next_iteration: the input unchanged.
     Pass,
@@ -63,10 +63,10 @@ pub(super) enum Action {
 }
 
 #[derive(Debug)]
-pub(super) struct Step {
+pub(super) struct RegisterStep {
     /// The inner node it runs (for its kind and origin).
     pub node: usize,
-    pub action: Action,
+    pub action: RegisterAction,
     pub reads: SmallVec<[Read; 4]>,
     /// Inner nodes whose death makes this step dead.
     pub controls: SmallVec<[u32; 2]>,
@@ -79,7 +79,7 @@ pub(super) struct Step {
 #[derive(Debug)]
 pub(crate) struct Program {
     fused: Arc<FusedFrame>,
-    steps: Vec<Step>,
+    steps: Vec<RegisterStep>,
     registers: usize,
     /// Per input: its register, and whether it is an invariant.
     inputs: Vec<(Reg, bool)>,
@@ -89,7 +89,7 @@ pub(crate) struct Program {
     results: Vec<Reg>,
     /// The same frame compiled to kernel calls on buffers, where every value has a static
     /// type and every op a destination kernel.
-    compiled: Option<CompiledFrame>,
+    pub(super) compiled: Option<CompiledFrame>,
 }
 
 impl Program {
@@ -107,25 +107,25 @@ impl Program {
         let mut steps = Vec::with_capacity(nodes.len() - args);
         for (id, node) in nodes.iter().enumerate().skip(args) {
             let action = match &node.kind {
-                DfKind::Const(c) => Action::Const(c.0.clone()),
-                DfKind::Identity | DfKind::Exit | DfKind::NextIteration => Action::Pass,
-                DfKind::Merge { loop_merge: true } => Action::LoopMerge,
-                DfKind::Merge { loop_merge: false } => Action::Merge,
-                DfKind::Switch { outputs } => Action::Switch(*outputs),
-                DfKind::Op(op) => Action::Op {
+                DfKind::Const(c) => RegisterAction::Const(c.0.clone()),
+                DfKind::Identity | DfKind::Exit | DfKind::NextIteration => RegisterAction::Pass,
+                DfKind::Merge { loop_merge: true } => RegisterAction::LoopMerge,
+                DfKind::Merge { loop_merge: false } => RegisterAction::Merge,
+                DfKind::Switch { outputs } => RegisterAction::Switch(*outputs),
+                DfKind::Op(op) => RegisterAction::Op {
                     op: op.clone(),
                     checked: checked_types(nodes, id),
                     trusted: false,
                 },
-                DfKind::Variable(_) | DfKind::Stack(_) => Action::Kernel,
-                DfKind::NoOp => Action::NoOp,
-                DfKind::Loop(inner) => Action::Loop(Arc::new(Program::compile(inner)?)),
+                DfKind::Variable(_) | DfKind::Stack(_) => RegisterAction::Kernel,
+                DfKind::NoOp => RegisterAction::NoOp,
+                DfKind::Loop(inner) => RegisterAction::Loop(Arc::new(Program::compile(inner)?)),
                 DfKind::Arg(_) | DfKind::Enter { .. } => {
                     let msg = format!("a fused loop holds {} %{id}", node.kind.name());
                     return Err(Error::internal("executor", msg));
                 }
             };
-            steps.push(Step {
+            steps.push(RegisterStep {
                 node: id,
                 action,
                 reads: node
@@ -176,6 +176,7 @@ impl Program {
             compiled: None,
         };
         program.compiled = CompiledFrame::compile(&program);
+        count(Statistic::ProgramsCompiled);
         Ok(program)
     }
 
@@ -183,7 +184,7 @@ impl Program {
         &self.fused
     }
 
-    pub(super) fn steps(&self) -> &[Step] {
+    pub(super) fn steps(&self) -> &[RegisterStep] {
         &self.steps
     }
 
@@ -205,7 +206,7 @@ impl Program {
         self.steps
             .iter()
             .fold(own, |(c, t), step| match &step.action {
-                Action::Loop(inner) => {
+                RegisterAction::Loop(inner) => {
                     let (ic, it) = inner.frames();
                     (c + ic, t + it)
                 }
@@ -220,35 +221,7 @@ impl Program {
             return compiled.native_frames();
         }
         let nested = self.steps.iter().map(|step| match &step.action {
-            Action::Loop(inner) => inner.native_frames(),
-            _ => 0,
-        });
-        nested.sum()
-    }
-
-    /// How many rank-one updates the compiled frames of this frame and its loops run, and how
-    /// many of them in place.
-    #[cfg(test)]
-    pub fn rank_one_updates(&self) -> [usize; 2] {
-        if let Some(compiled) = &self.compiled {
-            return compiled.rank_one_updates();
-        }
-        let nested = self.steps.iter().map(|step| match &step.action {
-            Action::Loop(inner) => inner.rank_one_updates(),
-            _ => [0, 0],
-        });
-        nested.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
-    }
-
-    /// How many steps of the compiled frames of this frame and its loops update a slice in
-    /// place.
-    #[cfg(test)]
-    pub fn slice_updates_in_place(&self) -> usize {
-        if let Some(compiled) = &self.compiled {
-            return compiled.slice_updates_in_place();
-        }
-        let nested = self.steps.iter().map(|step| match &step.action {
-            Action::Loop(inner) => inner.slice_updates_in_place(),
+            RegisterAction::Loop(inner) => inner.native_frames(),
             _ => 0,
         });
         nested.sum()
@@ -278,6 +251,7 @@ impl Program {
 
     /// Runs the register program.
     fn interpret(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
+        count(Statistic::ProgramRuns);
         // Trusted steps rely on the inputs having their static types.
         let trust = self
             .fused
@@ -326,7 +300,7 @@ impl Program {
 
     fn step(
         &self,
-        step: &Step,
+        step: &RegisterStep,
         iteration: i64,
         trust: bool,
         regs: &mut [Option<RtValue>],
@@ -338,14 +312,14 @@ impl Program {
         let reads = &step.reads;
         // The merges decide their own death from which inputs are live.
         let is_dead = match step.action {
-            Action::LoopMerge => {
+            RegisterAction::LoopMerge => {
                 let value = read(regs, reads[usize::from(iteration > 0)]);
                 let live = value.is_some() && !control_dead;
                 regs[out] = value.filter(|_| live);
                 dead[step.node] = !live;
                 return Ok(());
             }
-            Action::Merge => {
+            RegisterAction::Merge => {
                 let mut first = None;
                 for &r in reads {
                     let v = read(regs, r);
@@ -370,9 +344,9 @@ impl Program {
             return Ok(());
         }
         match &step.action {
-            Action::Const(t) => regs[out] = Some(RtValue::Tensor(t.clone())),
-            Action::Pass => regs[out] = read(regs, reads[0]),
-            Action::Switch(n) => {
+            RegisterAction::Const(t) => regs[out] = Some(RtValue::Tensor(t.clone())),
+            RegisterAction::Pass => regs[out] = read(regs, reads[0]),
+            RegisterAction::Switch(n) => {
                 // The data first: a branch's predicate switches itself. The selector is only
                 // looked at (several switches share one predicate).
                 let value = read(regs, reads[0]);
@@ -386,7 +360,7 @@ impl Program {
                 }
                 regs[out + chosen] = value;
             }
-            Action::Op {
+            RegisterAction::Op {
                 op,
                 checked,
                 trusted,
@@ -416,21 +390,25 @@ impl Program {
                     regs[out + k] = Some(RtValue::Tensor(t));
                 }
             }
-            Action::Kernel | Action::Loop(_) => {
+            RegisterAction::Kernel | RegisterAction::Loop(_) => {
                 let inputs: SmallVec<[RtValue; 4]> =
                     reads.iter().filter_map(|&r| read(regs, r)).collect();
                 let outs = match (&step.action, &self.fused.nodes[step.node].kind) {
-                    (Action::Loop(program), _) => program.run(inputs)?,
+                    (RegisterAction::Loop(program), _) => program.run(inputs)?,
                     (_, DfKind::Variable(v)) => v.run(inputs)?,
                     (_, DfKind::Stack(s)) => s.run(inputs)?,
-                    _ => smallvec![],
+                    (_, other) => {
+                        let message =
+                            format!("a kernel step of a {} node has no kernel", other.name());
+                        return Err(Error::internal("executor", message).into());
+                    }
                 };
                 for (k, v) in outs.into_iter().enumerate() {
                     regs[out + k] = Some(v);
                 }
             }
-            Action::NoOp => {}
-            Action::LoopMerge | Action::Merge => {}
+            RegisterAction::NoOp => {}
+            RegisterAction::LoopMerge | RegisterAction::Merge => {}
         }
         Ok(())
     }
@@ -451,7 +429,7 @@ fn read(regs: &mut [Option<RtValue>], r: Read) -> Option<RtValue> {
 /// (checked when the run starts), or the output of a trusted op, passed on by identities, switches and merges; a
 /// kernel's output (a stack pop, a variable read) is compared. Loops carry values around, so
 /// trust is withdrawn until nothing changes.
-fn trust(steps: &mut [Step], nodes: &[DfNode], registers: usize, args: usize) {
+fn trust(steps: &mut [RegisterStep], nodes: &[DfNode], registers: usize, args: usize) {
     let mut reg_trusted = vec![true; registers];
     // An input is checked against its static type when the run starts (`run`): exact only
     // where every dimension is known.
@@ -465,8 +443,8 @@ fn trust(steps: &mut [Step], nodes: &[DfNode], registers: usize, args: usize) {
         for step in steps.iter() {
             let inputs_trusted = step.reads.iter().all(|r| reg_trusted[r.reg as usize]);
             let trusted = match &step.action {
-                Action::Kernel | Action::Loop(_) => false,
-                Action::Op { checked, .. } => inputs_trusted && checked.is_some(),
+                RegisterAction::Kernel | RegisterAction::Loop(_) => false,
+                RegisterAction::Op { checked, .. } => inputs_trusted && checked.is_some(),
                 _ => inputs_trusted,
             };
             for r in step.out..step.out + step.outputs {
@@ -482,7 +460,7 @@ fn trust(steps: &mut [Step], nodes: &[DfNode], registers: usize, args: usize) {
     }
     for step in steps.iter_mut() {
         let inputs_trusted = step.reads.iter().all(|r| reg_trusted[r.reg as usize]);
-        if let Action::Op { trusted, .. } = &mut step.action {
+        if let RegisterAction::Op { trusted, .. } = &mut step.action {
             *trusted = inputs_trusted;
         }
     }

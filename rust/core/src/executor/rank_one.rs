@@ -8,7 +8,7 @@
 //! interpreted program and check mode agree.
 //!
 //! Where the add's other operand (the accumulator) is read for the last time, in its own
-//! buffer, the fused step updates that buffer in place (`Action::Update`): the sum needs no
+//! buffer, the fused step updates that buffer in place (`BufferAction::Update`): the sum needs no
 //! second buffer, and one pass over the accumulator's cache lines instead of two.
 //!
 //! The product's step is removed and its reads move to the add. That is sound when the
@@ -17,14 +17,14 @@
 //! elements at the add. A read of a or b between that was its last becomes a copy, and the
 //! add's read takes instead.
 
-use super::compiled_frame::{Action, Slot, Step};
+use super::compiled_frame::{BufferAction, BufferStep, Slot};
 use super::program::{Read, Reg};
 use crate::dataflow::{DfKind, DfNode};
 use crate::ops::{matmul, Op, OpKind};
 
 /// Rewrites every such pair in `steps` (before `pass_invariants`: each read's data is its own
 /// register). `results` are the frame's result registers.
-pub(super) fn fuse(steps: &mut Vec<Step>, nodes: &[DfNode], slots: &[Slot], results: &[Reg]) {
+pub(super) fn fuse(steps: &mut Vec<BufferStep>, nodes: &[DfNode], slots: &[Slot], results: &[Reg]) {
     let mut j = 0;
     while j < steps.len() {
         match candidate(steps, j, nodes, slots, results) {
@@ -48,16 +48,18 @@ pub(super) fn fuse(steps: &mut Vec<Step>, nodes: &[DfNode], slots: &[Slot], resu
 /// Turns each fused step whose accumulator is read for the last time, from its own register
 /// (not an invariant's buffer, `pass_invariants`), into an in-place update. The kernel takes
 /// (a, b) and the output's buffer, which is then the accumulator's.
-pub(super) fn update_in_place(steps: &mut [Step], nodes: &[DfNode]) {
+pub(super) fn update_in_place(steps: &mut [BufferStep], nodes: &[DfNode]) {
     for step in steps.iter_mut() {
         let fused = step.reads.len() == 3 && is_add(&nodes[step.node]);
         let x = step.reads[..].first().copied();
         let own = x.is_some_and(|x| x.take && step.data[0] == x.reg);
-        if !fused || !own || !matches!(step.action, Action::Kernel(_)) {
+        if !fused || !own || !matches!(step.action, BufferAction::Kernel(_)) {
             continue;
         }
-        if let Action::Kernel(kernel) = std::mem::replace(&mut step.action, Action::NoOp) {
-            step.action = Action::Update(kernel);
+        if let BufferAction::Kernel(kernel) =
+            std::mem::replace(&mut step.action, BufferAction::NoOp)
+        {
+            step.action = BufferAction::Update(kernel);
         }
     }
 }
@@ -66,20 +68,22 @@ pub(super) fn update_in_place(steps: &mut [Step], nodes: &[DfNode]) {
 /// stop being the last of their register.
 struct Fusion {
     product: usize,
-    fused: Step,
+    fused: BufferStep,
     taken: Vec<(usize, usize)>,
 }
 
 /// For the add at step `j`, the fusion of its product into it, if one is sound.
 fn candidate(
-    steps: &[Step],
+    steps: &[BufferStep],
     j: usize,
     nodes: &[DfNode],
     slots: &[Slot],
     results: &[Reg],
 ) -> Option<Fusion> {
     let add = &steps[j];
-    if !is_add(&nodes[add.node]) || !matches!(add.action, Action::Kernel(_)) || add.reads.len() != 2
+    if !is_add(&nodes[add.node])
+        || !matches!(add.action, BufferAction::Kernel(_))
+        || add.reads.len() != 2
     {
         return None;
     }
@@ -94,7 +98,7 @@ fn candidate(
         let DfKind::Op(Op::MatMul(_)) = &nodes[mm.node].kind else {
             return None;
         };
-        if !matches!(mm.action, Action::Kernel(_)) || mm.outputs != 1 || mm.reads.len() != 2 {
+        if !matches!(mm.action, BufferAction::Kernel(_)) || mm.outputs != 1 || mm.reads.len() != 2 {
             return None;
         }
         let (a, b) = (mm.reads[0], mm.reads[1]);
@@ -145,9 +149,9 @@ fn candidate(
             ..r
         };
         let reads: smallvec::SmallVec<[_; 4]> = [x, last(a), last(b)].into_iter().collect();
-        let fused = Step {
+        let fused = BufferStep {
             node: add.node,
-            action: Action::Kernel(kernel),
+            action: BufferAction::Kernel(kernel),
             data: reads.iter().map(|r| r.reg).collect(),
             reads,
             controls: add.controls.clone(),

@@ -1,8 +1,11 @@
 //! The executor against the reference interpreter (values, variables, errors), and the lazy
 //! semantics only the executor has.
 
-use super::{Executor, Loops};
+use super::compiled_frame::{BufferAction, BufferStep, CompiledFrame};
+use super::program::{Program, RegisterAction};
+use super::{Executor, FrameCounts, Loops};
 use crate::dataflow::lower;
+use crate::dataflow::DfKind;
 use crate::dtype::DType;
 use crate::graph::{parse_graph, Graph, ValueType};
 use crate::interpret::{run_graph, RtValue, VariableRef};
@@ -355,7 +358,7 @@ fn errors_name_the_node_the_iteration_and_the_loop_as_the_interpreter_does() {
     let fused = Executor::new(&graph).unwrap();
     assert!(fused.run(args).is_err());
     assert_eq!(
-        fused.native_frames(),
+        fused.frame_counts().native,
         1,
         "the pop failed inside machine code"
     );
@@ -404,7 +407,9 @@ func @inner(%0: i64[], %1: f64[], %2: stack<f64[]>) -> (i64[], f64[], stack<f64[
 fn errors_in_fused_loop_nests_name_every_iteration_as_the_interpreter_does() {
     let graph = parse_graph(FAILS_IN_NESTED_ITERATION).unwrap();
     let fused = Executor::new(&graph).unwrap();
-    let (compiled, total) = fused.compiled_frames();
+    let FrameCounts {
+        compiled, total, ..
+    } = fused.frame_counts();
     assert!(
         compiled == total && total >= 2,
         "the nest runs compiled: {compiled} of {total}"
@@ -426,7 +431,11 @@ fn errors_in_fused_loop_nests_name_every_iteration_as_the_interpreter_does() {
         assert_eq!(got.message, want.message, "{how}");
     }
     assert!(fused.run(args).is_err());
-    assert_eq!(fused.native_frames(), 2, "both loops ran as machine code");
+    assert_eq!(
+        fused.frame_counts().native,
+        2,
+        "both loops ran as machine code"
+    );
 }
 
 #[test]
@@ -717,12 +726,14 @@ const TINY_LOOP: &str = include_str!("../../examples/tiny_loop.graph");
 
 #[test]
 fn frames_of_static_types_compile_and_agree_with_their_programs_bit_for_bit() {
-    // The crate's tests run in check mode: every compiled frame's run is compared with its
-    // program's, bits and errors, and a difference fails the run.
-    assert_eq!(super::compiled_frames(), super::CompiledFrames::Check);
+    // In check mode (the crate's tests' default) every compiled frame's run is compared with
+    // its program's, bits and errors, and a difference fails the run; `make test` runs these
+    // tests again as production runs them (`GRADLOOP_COMPILED_FRAMES=on`).
     for text in [TINY_LOOP, COUNT, INVARIANT_READER] {
         let graph = parse_graph(text).unwrap();
-        let (compiled, total) = Executor::new(&graph).unwrap().compiled_frames();
+        let FrameCounts {
+            compiled, total, ..
+        } = Executor::new(&graph).unwrap().frame_counts();
         assert!(
             total > 0 && compiled == total,
             "{compiled} of {total}:\n{text}"
@@ -739,13 +750,17 @@ fn frames_of_static_types_compile_and_agree_with_their_programs_bit_for_bit() {
     };
     let want = run_graph(&graph, args()).unwrap();
     assert_eq!(
-        exec.native_frames(),
+        exec.frame_counts().native,
         0,
         "machine code is made at a frame's first run"
     );
     let got = exec.run(args()).unwrap();
     assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
-    assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
+    assert_eq!(
+        exec.frame_counts().native,
+        1,
+        "the loop ran as machine code"
+    );
     // Run again on the kept buffers, and with inputs of another shape (the program runs them).
     assert!(super::compiled_frame::same_bits(
         &exec.run(args()).unwrap()[0],
@@ -780,13 +795,15 @@ func @step(%0: i64[], %1: f64[?], %2: i64[]) -> (i64[], f64[?], i64[]) {
 #[test]
 fn frames_with_stacks_or_unknown_shapes_keep_their_programs() {
     let graph = parse_graph(DOUBLING).unwrap();
-    let (compiled, _) = Executor::new(&graph).unwrap().compiled_frames();
+    let compiled = Executor::new(&graph).unwrap().frame_counts().compiled;
     assert_eq!(compiled, 0);
     check_against_interpreter("doubling", &graph);
     for (name, graph) in examples::all() {
         let exec = Executor::new(&graph).unwrap();
         let text = exec.graph().to_string();
-        let (compiled, total) = exec.compiled_frames();
+        let FrameCounts {
+            compiled, total, ..
+        } = exec.frame_counts();
         if text.contains("stack") || text.contains('?') {
             continue;
         }
@@ -871,11 +888,15 @@ fn accumulated_outer_products_run_as_rank_one_updates_bit_for_bit() {
     let exec = Executor::new(&graph).unwrap();
     // Both adds take their products; both accumulators are read for the last time there, so
     // both are updated in place.
-    assert_eq!(exec.rank_one_updates(), [2, 2]);
+    assert_eq!(rank_one_updates(&exec), [2, 2]);
     // Signed zeros: -0 + 0 * -1 stays -0 only if the product is rounded on its own and then
     // added, as the unfused ops compute it (a product added to +0 would make it +0).
     runs_bit_for_bit(&exec, &graph, || rank_one_args(vec![-0.0; 12]));
-    assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
+    assert_eq!(
+        exec.frame_counts().native,
+        1,
+        "the loop ran as machine code"
+    );
     check_against_interpreter("rank one", &graph);
 }
 
@@ -890,7 +911,7 @@ fn an_accumulator_read_after_its_update_is_not_updated_in_place() {
         .replace("return %8, %11, %13,", "return %8, %11, %16,");
     let graph = parse_graph(&text).unwrap();
     let exec = Executor::new(&graph).unwrap();
-    assert_eq!(exec.rank_one_updates(), [2, 1]);
+    assert_eq!(rank_one_updates(&exec), [2, 1]);
     runs_bit_for_bit(&exec, &graph, || {
         rank_one_args((0..12).map(|k| k as f32 * 0.5 - 2.0).collect())
     });
@@ -960,7 +981,7 @@ fn machine_code_pushes_and_pops_in_place_and_falls_back_for_tensor_items_and_emp
             );
         }
         assert_eq!(
-            exec.native_frames(),
+            exec.frame_counts().native,
             3,
             "n={n}: the root and both loops ran as machine code"
         );
@@ -1011,7 +1032,7 @@ func @inner(%0: i64[], %1: f32[4, 3], %2: f32[3]) -> (i64[], f32[4, 3], f32[3]) 
 fn nested_loops_move_their_buffers_and_update_rows_in_place_bit_for_bit() {
     let graph = parse_graph(ROW_WRITES).unwrap();
     let exec = Executor::new(&graph).unwrap();
-    assert_eq!(exec.slice_updates_in_place(), 1);
+    assert_eq!(slice_updates_in_place(&exec), 1);
     let args = || {
         let buffer = (0..12).map(|k| k as f32 * 0.25 - 1.0).collect();
         vec![
@@ -1050,7 +1071,9 @@ func @step(%0: i32[], %1: f64[3, 3], %2: f64[3], %3: i32[]) -> (i32[], f64[3, 3]
 fn ops_without_destination_kernels_and_with_several_outputs_run_in_machine_code() {
     let graph = parse_graph(FACTOR_LOOP).unwrap();
     let exec = Executor::new(&graph).unwrap();
-    let (compiled, total) = exec.compiled_frames();
+    let FrameCounts {
+        compiled, total, ..
+    } = exec.frame_counts();
     assert!(total > 0 && compiled == total, "{compiled} of {total}");
     let a = vec![4.0, 1.0, 0.5, 2.0, 5.0, 1.0, 0.3, 1.5, 3.0];
     let args = || {
@@ -1065,5 +1088,67 @@ fn ops_without_destination_kernels_and_with_several_outputs_run_in_machine_code(
         let got = exec.run(args()).unwrap();
         assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
     }
-    assert_eq!(exec.native_frames(), 1, "the loop ran as machine code");
+    assert_eq!(
+        exec.frame_counts().native,
+        1,
+        "the loop ran as machine code"
+    );
+}
+
+/// Each step of the compiled frames of `exec`'s fused frames (and of the loops nested in them),
+/// with the frame it is in: what the tests below count.
+fn compiled_steps(exec: &Executor) -> Vec<(&CompiledFrame, &BufferStep)> {
+    fn of_frame<'a>(frame: &'a CompiledFrame, out: &mut Vec<(&'a CompiledFrame, &'a BufferStep)>) {
+        for step in &frame.steps {
+            out.push((frame, step));
+            if let BufferAction::Loop(inner, _) = &step.action {
+                of_frame(inner, out);
+            }
+        }
+    }
+    fn of_program<'a>(program: &'a Program, out: &mut Vec<(&'a CompiledFrame, &'a BufferStep)>) {
+        match &program.compiled {
+            Some(frame) => of_frame(frame, out),
+            None => {
+                for step in program.steps() {
+                    if let RegisterAction::Loop(inner) = &step.action {
+                        of_program(inner, out);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for program in exec.programs() {
+        of_program(program, &mut out);
+    }
+    out
+}
+
+fn is_add(frame: &CompiledFrame, step: &BufferStep) -> bool {
+    matches!(&frame.fused.nodes[step.node].kind, DfKind::Op(op) if op.name() == "add")
+}
+
+/// How many rank-one updates `exec`'s compiled frames run (`rank_one`), and how many of them
+/// in place.
+fn rank_one_updates(exec: &Executor) -> [usize; 2] {
+    let counts = compiled_steps(exec).into_iter().map(|(frame, step)| {
+        let fused = usize::from(step.reads.len() == 3 && is_add(frame, step));
+        match &step.action {
+            BufferAction::Kernel(_) => [fused, 0],
+            BufferAction::Update(_) => [fused, fused],
+            _ => [0, 0],
+        }
+    });
+    counts.fold([0, 0], |s, c| [s[0] + c[0], s[1] + c[1]])
+}
+
+/// How many steps of `exec`'s compiled frames update a slice in place (`in_place`).
+fn slice_updates_in_place(exec: &Executor) -> usize {
+    let steps = compiled_steps(exec).into_iter();
+    steps
+        .filter(|(frame, step)| {
+            matches!(step.action, BufferAction::Update(_)) && !is_add(frame, step)
+        })
+        .count()
 }

@@ -20,7 +20,7 @@ use super::{
     stack_step, Ctx, Entry, NativeCode,
 };
 use crate::dtype::{DType, Storage};
-use crate::executor::compiled_frame::{Action, CompiledFrame, Slot, Step};
+use crate::executor::compiled_frame::{BufferAction, BufferStep, CompiledFrame, Slot};
 use crate::executor::program::Read;
 use crate::graph::ValueType;
 use crate::shape::numel;
@@ -46,7 +46,7 @@ fn isa() -> Option<OwnedTargetIsa> {
 
 /// The frame's function, or `None` where it stays interpreted.
 pub(super) fn compile(frame: &CompiledFrame) -> Option<NativeCode> {
-    let generic = |s: &Step| needs_step(s);
+    let generic = |s: &BufferStep| needs_step(s);
     if frame.steps.len() > MAX_STEPS || frame.steps.iter().all(generic) {
         return None;
     }
@@ -189,14 +189,18 @@ fn flags() -> MemFlagsData {
 }
 
 /// Whether a step runs through `CompiledFrame::step` rather than inline or as a kernel call.
-fn needs_step(step: &Step) -> bool {
+fn needs_step(step: &BufferStep) -> bool {
     match &step.action {
-        Action::Pass | Action::Merge | Action::NoOp | Action::Const(_) => false,
-        Action::Push | Action::Pop => false,
-        Action::LoopMerge => step.reads.len() < 2,
-        Action::Switch(n) => *n > 64,
-        Action::Kernel(_) | Action::Update(_) => step.reads.len() > 3 || step.outputs > 1,
-        Action::Node | Action::Loop(..) => true,
+        BufferAction::Pass | BufferAction::Merge | BufferAction::NoOp | BufferAction::Const(_) => {
+            false
+        }
+        BufferAction::Push | BufferAction::Pop => false,
+        BufferAction::LoopMerge => step.reads.len() < 2,
+        BufferAction::Switch(n) => *n > 64,
+        BufferAction::Kernel(_) | BufferAction::Update(_) => {
+            step.reads.len() > 3 || step.outputs > 1
+        }
+        BufferAction::Node | BufferAction::Loop(..) => true,
     }
 }
 
@@ -226,7 +230,7 @@ struct Emitter<'a, 'f> {
 }
 
 impl Emitter<'_, '_> {
-    fn step(&mut self, k: usize, step: &Step, next: Block) -> Option<()> {
+    fn step(&mut self, k: usize, step: &BufferStep, next: Block) -> Option<()> {
         if needs_step(step) {
             let i = self.b.use_var(self.iteration);
             let index = self.b.ins().iconst(types::I32, k as i64);
@@ -241,7 +245,7 @@ impl Emitter<'_, '_> {
             return Some(());
         }
         match &step.action {
-            Action::LoopMerge => {
+            BufferAction::LoopMerge => {
                 let i = self.b.use_var(self.iteration);
                 let later = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, i, 0);
                 let (first, then) = (self.b.create_block(), self.b.create_block());
@@ -251,7 +255,7 @@ impl Emitter<'_, '_> {
                 self.b.switch_to_block(then);
                 self.merge(step, &step.reads[1..2], next);
             }
-            Action::Merge => self.merge(step, &step.reads, next),
+            BufferAction::Merge => self.merge(step, &step.reads, next),
             _ => {
                 self.guard(step, next);
                 self.action(k, step, next)?;
@@ -302,7 +306,7 @@ impl Emitter<'_, '_> {
     }
 
     /// 1 when a control input of `step` is dead.
-    fn control_dead(&mut self, step: &Step) -> Value {
+    fn control_dead(&mut self, step: &BufferStep) -> Value {
         let mut dead = self.b.ins().iconst(types::I8, 0);
         for &c in &step.controls {
             let d = self.load_byte(self.dead, c as usize);
@@ -313,7 +317,7 @@ impl Emitter<'_, '_> {
 
     /// A step other than a merge is dead when a control is or an input is not live: its
     /// outputs are then not live and the code goes on at `next`.
-    fn guard(&mut self, step: &Step, next: Block) {
+    fn guard(&mut self, step: &BufferStep, next: Block) {
         let mut alive = self.control_dead(step);
         alive = self.b.ins().bxor_imm_u(alive, 1);
         for r in &step.reads {
@@ -333,7 +337,7 @@ impl Emitter<'_, '_> {
     }
 
     /// A merge of `considered`: its first live input, unless a control is dead.
-    fn merge(&mut self, step: &Step, considered: &[Read], next: Block) {
+    fn merge(&mut self, step: &BufferStep, considered: &[Read], next: Block) {
         let out = step.out as usize;
         let (live_end, dead_end) = (self.b.create_block(), self.b.create_block());
         let control_dead = self.control_dead(step);
@@ -360,19 +364,19 @@ impl Emitter<'_, '_> {
     }
 
     /// What a live step does (its guard passed).
-    fn action(&mut self, k: usize, step: &Step, next: Block) -> Option<()> {
+    fn action(&mut self, k: usize, step: &BufferStep, next: Block) -> Option<()> {
         let out = step.out as usize;
         match &step.action {
-            Action::Pass => {
+            BufferAction::Pass => {
                 if step.in_place & 1 == 0 {
                     self.transfer(step.reads[0], out);
                 }
                 self.release(&step.reads);
                 self.set_live(out, true);
             }
-            Action::Switch(n) => self.switch(step, *n),
-            Action::Kernel(_) | Action::Update(_) => {
-                if matches!(step.action, Action::Update(_)) {
+            BufferAction::Switch(n) => self.switch(step, *n),
+            BufferAction::Kernel(_) | BufferAction::Update(_) => {
+                if matches!(step.action, BufferAction::Update(_)) {
                     // The accumulator's buffer becomes the output before the kernel adds into it.
                     self.transfer(step.reads[0], out);
                 }
@@ -388,15 +392,17 @@ impl Emitter<'_, '_> {
                 self.release(&step.reads);
                 self.set_live(out, true);
             }
-            Action::Const(storage) => {
+            BufferAction::Const(storage) => {
                 let bytes = storage.len() * storage.dtype().size();
                 let src = self.address_of(super::address_of_elements(storage));
                 let dst = self.address(out);
                 self.copy(dst, src, bytes);
                 self.set_live(out, true);
             }
-            Action::Push | Action::Pop if self.in_place_stack(step) => self.stack_in_place(k, step),
-            Action::Push | Action::Pop => {
+            BufferAction::Push | BufferAction::Pop if self.in_place_stack(step) => {
+                self.stack_in_place(k, step)
+            }
+            BufferAction::Push | BufferAction::Pop => {
                 let ctx = self.ctx;
                 let index = self.b.ins().iconst(types::I32, k as i64);
                 let f = self.address_of(stack_step as *const u8);
@@ -406,7 +412,7 @@ impl Emitter<'_, '_> {
                 self.check(k, code, cont);
                 self.b.switch_to_block(cont);
             }
-            Action::NoOp => {}
+            BufferAction::NoOp => {}
             _ => return None,
         }
         self.b.ins().jump(next, &[]);
@@ -415,10 +421,10 @@ impl Emitter<'_, '_> {
 
     /// Whether a push or pop can run in place on its stack (`push_in_place`, `pop_in_place`):
     /// the stack moves on (its last read) and the buffer has the stack's static item type.
-    fn in_place_stack(&self, step: &Step) -> bool {
+    fn in_place_stack(&self, step: &BufferStep) -> bool {
         let slots = &self.frame.slots;
         let buffer = match step.action {
-            Action::Push => step.reads.get(1).map(|r| r.reg),
+            BufferAction::Push => step.reads.get(1).map(|r| r.reg),
             _ => Some(step.out + 1),
         };
         let item = |reg: u32| slots.get(reg as usize).and_then(|s| s.tensor());
@@ -432,11 +438,11 @@ impl Emitter<'_, '_> {
     /// A push or pop on the stack where it lies, then the stack moved to the output inline;
     /// where that cannot be done (a stack of tensors, an empty one) `stack_step` runs the
     /// step, errors included.
-    fn stack_in_place(&mut self, k: usize, step: &Step) {
+    fn stack_in_place(&mut self, k: usize, step: &BufferStep) {
         let out = step.out as usize;
         let slot = self.value_slot(step.reads[0].reg as usize);
         let (f, buffer) = match step.action {
-            Action::Push => (push_in_place as *const u8, step.data[1] as usize),
+            BufferAction::Push => (push_in_place as *const u8, step.data[1] as usize),
             _ => (pop_in_place as *const u8, out + 1),
         };
         let buffer = self.storage(buffer);
@@ -464,14 +470,14 @@ impl Emitter<'_, '_> {
         self.transfer(step.reads[0], out);
         self.release(&step.reads);
         self.set_live(out, true);
-        if matches!(step.action, Action::Pop) {
+        if matches!(step.action, BufferAction::Pop) {
             self.set_live(out + 1, true);
         }
         self.b.ins().jump(after, &[]);
         self.b.switch_to_block(after);
     }
 
-    fn switch(&mut self, step: &Step, n: usize) {
+    fn switch(&mut self, step: &BufferStep, n: usize) {
         let out = step.out as usize;
         let selector = step.reads[1].reg as usize;
         let is_bool = matches!(
@@ -630,11 +636,11 @@ impl Emitter<'_, '_> {
         }
     }
 
-    fn call_kernel(&mut self, k: usize, step: &Step) -> Value {
+    fn call_kernel(&mut self, k: usize, step: &BufferStep) -> Value {
         let null = self.b.ins().iconst(self.ptr, 0);
         let mut args = vec![self.ctx, self.b.ins().iconst(types::I32, k as i64)];
         // An update's first input is the output's buffer, moved there.
-        let skip = usize::from(matches!(step.action, Action::Update(_)));
+        let skip = usize::from(matches!(step.action, BufferAction::Update(_)));
         for j in 0..3 {
             let a = match step.data.get(skip + j) {
                 Some(&reg) => self.storage(reg as usize),
@@ -651,7 +657,7 @@ impl Emitter<'_, '_> {
 
     /// An elementwise op computed inline: vectors of 16 bytes where the form is one vector
     /// instruction, then single elements.
-    fn elementwise(&mut self, step: &Step, e: &Elementwise) -> Option<()> {
+    fn elementwise(&mut self, step: &BufferStep, e: &Elementwise) -> Option<()> {
         let inputs: Vec<Value> = step
             .data
             .iter()

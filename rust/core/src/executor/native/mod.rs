@@ -36,7 +36,7 @@ use cranelift_jit::JITModule;
 
 pub(crate) use elementwise::Elementwise;
 
-use super::compiled_frame::{Action, CompiledFrame, State};
+use super::compiled_frame::{BufferAction, CompiledFrame, State};
 use super::kernel::Failure;
 use crate::dtype::Storage;
 use crate::error::Error;
@@ -186,8 +186,8 @@ extern "C" fn stack_step(ctx: *mut Ctx, step: u32) -> u32 {
     let step = &frame.steps[step as usize];
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         match step.action {
-            Action::Push => frame.push(step, state),
-            Action::Pop => frame.pop(step, state),
+            BufferAction::Push => frame.push(step, state),
+            BufferAction::Pop => frame.pop(step, state),
             _ => Err(Error::internal("executor", "a stack call on another step")),
         }
         .map_err(Failure::from)
@@ -235,8 +235,8 @@ extern "C" fn call_kernel(
     let frame = unsafe { &*ctx.frame };
     let step = &frame.steps[step as usize];
     let (kernel, skip) = match &step.action {
-        Action::Kernel(kernel) => (kernel, 0),
-        Action::Update(kernel) => (kernel, 1),
+        BufferAction::Kernel(kernel) => (kernel, 0),
+        BufferAction::Update(kernel) => (kernel, 1),
         _ => {
             let failure = Error::internal("executor", "a kernel call on another step").into();
             return report(ctx, Ok(Err(failure)));

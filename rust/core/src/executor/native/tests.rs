@@ -4,7 +4,7 @@
 //! compared with the frame's interpreted program.
 
 use crate::dtype::DType;
-use crate::executor::Executor;
+use crate::executor::{Executor, FrameCounts};
 use crate::graph::parse_graph;
 use crate::interpret::{run_graph, RtValue};
 use crate::ops::attrs::dtype_short_name;
@@ -103,7 +103,11 @@ fn check(op: &str, operands: &[(DType, bool)], result: DType) {
         let want = run_graph(&graph, args.clone()).unwrap();
         let exec = Executor::new(&graph).unwrap();
         let got = exec.run(args).unwrap();
-        assert_eq!(exec.native_frames(), 1, "{op} on {n} ran as machine code");
+        assert_eq!(
+            exec.frame_counts().native,
+            1,
+            "{op} on {n} ran as machine code"
+        );
         assert!(
             same_bits(&got[0], &want[0]),
             "{op} on {n}: {:?} against {:?}",
@@ -203,10 +207,12 @@ fn a_frame_past_the_step_budget_keeps_its_stepped_form() {
         let graph = parse_graph(&long_loop(adds)).unwrap();
         let want = run_graph(&graph, args()).unwrap();
         let exec = Executor::new(&graph).unwrap();
-        let (compiled, total) = exec.compiled_frames();
+        let FrameCounts {
+            compiled, total, ..
+        } = exec.frame_counts();
         assert_eq!(compiled, total, "{adds} adds: compiled to buffers");
         let got = exec.run(args()).unwrap();
         assert!(same_bits(&got[0], &want[0]), "{adds} adds");
-        assert_eq!(exec.native_frames(), native, "{adds} adds");
+        assert_eq!(exec.frame_counts().native, native, "{adds} adds");
     }
 }
