@@ -11,7 +11,7 @@ use crate::tape::GradientFunction;
 use crate::tensor::Tensor;
 use crate::trace::gradients::{
     add_function, carries_cotangent, differentiate, function, is_differentiable, is_float_resource,
-    is_float_stack, Augment, Built, ControlGradient, Differentiate, ExtraInput,
+    is_float_stack, Augment, Built, ControlGradient, Differentiate, Differentiated, ExtraInput,
 };
 use crate::trace::{TracerRef, Val};
 use std::sync::Arc;
@@ -51,36 +51,7 @@ impl Augment for While {
         let body_fn = function(tracer, body)?;
         let cond_fn = function(tracer, cond)?;
         let n = body_fn.params.len();
-        let types = body_fn.params.clone();
-        let wanted = wanted_vars(&body_fn, needs);
-        // A variable carries a cotangent once one reaches it: from the node's outputs, or
-        // through the body from another (the fixpoint below). One that none reaches (a running
-        // sum read only by the condition) keeps no residuals for its own derivative.
-        let mut carried: Vec<usize> = (0..n)
-            .filter(|&i| {
-                wanted[i]
-                    && (is_float_resource(&types[i])
-                        || (carries_cotangent(&types[i])
-                            && grad_outputs.get(i).is_some_and(Option::is_some)))
-            })
-            .collect();
-        let float_vars: Vec<usize> = (0..n)
-            .filter(|&i| wanted[i] && (is_differentiable(&types[i]) || is_float_stack(&types[i])))
-            .collect();
-        let d = loop {
-            let d = differentiate(tracer, &body_fn, &carried, &float_vars)?;
-            let grown: Vec<usize> = float_vars
-                .iter()
-                .zip(&d.nonzero)
-                .filter(|(i, nz)| **nz && !carried.contains(i))
-                .map(|(&i, _)| i)
-                .collect();
-            if grown.is_empty() {
-                break d;
-            }
-            carried.extend(grown);
-            carried.sort_unstable();
-        };
+        let (carried, float_vars, d) = carried_vars(tracer, &body_fn, needs, grad_outputs)?;
         // the user's checkpoints bound the memory in states; fixed-size state asks for a size
         let residuals_allowed = checkpoints.is_none();
         let checkpoints =
@@ -107,107 +78,16 @@ impl Augment for While {
             }
             return checkpointed::augment(tracer, &lp, &d, c);
         }
-        // Which residuals are stacked, which are loop invariant.
-        let mut stacked: Vec<usize> = Vec::new();
-        let mut invariant: Vec<(usize, usize)> = Vec::new(); // (residual, var)
-        for (r, param) in d.residual_params.iter().enumerate() {
-            match param {
-                Some(i) if d.passthrough[*i] => invariant.push((r, *i)),
-                _ => stacked.push(r),
-            }
-        }
-        let i64_scalar = ValueType::tensor(DType::I64, &[]);
-        let stack_types: Vec<ValueType> = stacked
-            .iter()
-            .map(|&r| ValueType::Stack(d.residual_types[r].inner().clone()))
-            .collect();
-        let mut aug_params = types.clone();
-        aug_params.push(i64_scalar.clone());
-        aug_params.extend(stack_types.iter().cloned());
-
-        // Forward body: run the body, count, push the residuals.
-        let fwd = function(tracer, &d.forward)?;
-        let (mut b, args) = FunctionBuilder::new(format!("{body}_fwd"), aug_params.clone());
-        let (res, effects) = inline_into(&mut b, &fwd, &args[..n])?;
-        let one = b.add_const(Tensor::scalar(1i64));
-        let count = b.add_op1(binary::Add, &[args[n], one], None)?;
-        let mut results: Vec<Port> = res[..n].to_vec();
-        results.push(count);
-        for (k, &r) in stacked.iter().enumerate() {
-            let pushed = b.add_node(
-                NodeKind::Stack(StackOp::Push),
-                &[args[n + 1 + k], res[n + r]],
-                vec![stack_types[k].clone()],
-            )?;
-            results.push(pushed[0]);
-        }
-        let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
-        let (mut b, args) = FunctionBuilder::new(format!("{cond}_fwd"), aug_params);
-        let (res, _) = inline_into(&mut b, &cond_fn, &args[..n])?;
-        let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
-
-        // Backward loop vars: (cotangents, count, stacks, invariants).
-        let bwd = function(tracer, &d.backward)?;
-        let nc = carried.len();
-        let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
-        bparams.push(i64_scalar);
-        bparams.extend(stack_types.iter().cloned());
-        let inv_types: Vec<ValueType> = invariant
-            .iter()
-            .map(|&(r, _)| d.residual_types[r].clone())
-            .collect();
-        bparams.extend(inv_types.iter().cloned());
-        let (mut b, args) = FunctionBuilder::new(format!("{body}_grad"), bparams.clone());
-        let mut residual_ports: Vec<Option<Port>> = vec![None; d.residual_types.len()];
-        let mut stacks_out = Vec::new();
-        for (k, &r) in stacked.iter().enumerate() {
-            let popped = b.add_node(
-                NodeKind::Stack(StackOp::Pop),
-                &[args[nc + 1 + k]],
-                vec![
-                    stack_types[k].clone(),
-                    ValueType::Tensor(stack_types[k].inner().clone()),
-                ],
-            )?;
-            stacks_out.push(popped[0]);
-            residual_ports[r] = Some(popped[1]);
-        }
-        for (j, &(r, _)) in invariant.iter().enumerate() {
-            residual_ports[r] = Some(args[nc + 1 + stacked.len() + j]);
-        }
-        let mut bargs: Vec<Port> = args[..nc].to_vec();
-        bargs.extend(
-            residual_ports
-                .into_iter()
-                .map(|p| p.expect("every residual is bound")),
-        );
-        let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
-        // `grads` follow `float_vars`; the new cotangents follow `carried`.
-        let mut results: Vec<Port> = carried
-            .iter()
-            .map(|i| {
-                grads[float_vars
-                    .iter()
-                    .position(|v| v == i)
-                    .expect("carried vars are float")]
-            })
-            .collect();
-        let one = b.add_const(Tensor::scalar(1i64));
-        results.push(b.add_op1(binary::Sub, &[args[nc], one], None)?);
-        results.extend(stacks_out);
-        results.extend((0..invariant.len()).map(|j| args[nc + 1 + stacked.len() + j]));
-        let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
-        let (mut b, args) = FunctionBuilder::new(format!("{cond}_grad"), bparams);
-        let zero = b.add_const(Tensor::scalar(0i64));
-        let more = b.add_op1(binary::Greater, &[args[nc], zero], None)?;
-        let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
-
+        let residuals = Residuals::of(&d);
+        let (fwd_cond, fwd_body) =
+            self.stacked_forward(tracer, &body_fn, &cond_fn, &d, &residuals)?;
+        let (grad_cond, grad_body) =
+            self.stacked_backward(tracer, &d, &residuals, &carried, &float_vars)?;
         let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
         forward_extra.extend(
-            stack_types
-                .iter()
-                .map(|t| ExtraInput::EmptyStack(t.inner().clone())),
+            (residuals.stack_types.iter()).map(|t| ExtraInput::EmptyStack(t.inner().clone())),
         );
+        let (stacked, invariant) = (&residuals.stacked, &residuals.invariant);
         Ok(Built {
             forward: While::stacked(
                 fwd_cond,
@@ -222,6 +102,170 @@ impl Augment for While {
             cotangents: carried.clone(),
             differentiable: carried,
         })
+    }
+}
+
+/// The variables the backward loop carries a cotangent for, the float variables, and the
+/// body differentiated with those. A variable carries a cotangent once one reaches it: from
+/// the node's outputs, or through the body from another (a fixed point). One that none
+/// reaches (a running sum read only by the condition) keeps no residuals for its own
+/// derivative.
+fn carried_vars(
+    tracer: &TracerRef,
+    body_fn: &Function,
+    needs: &[bool],
+    grad_outputs: &[Option<Val>],
+) -> Result<(Vec<usize>, Vec<usize>, Differentiated)> {
+    let n = body_fn.params.len();
+    let types = &body_fn.params;
+    let wanted = wanted_vars(body_fn, needs);
+    let mut carried: Vec<usize> = (0..n)
+        .filter(|&i| {
+            wanted[i]
+                && (is_float_resource(&types[i])
+                    || (carries_cotangent(&types[i])
+                        && grad_outputs.get(i).is_some_and(Option::is_some)))
+        })
+        .collect();
+    let float_vars: Vec<usize> = (0..n)
+        .filter(|&i| wanted[i] && (is_differentiable(&types[i]) || is_float_stack(&types[i])))
+        .collect();
+    loop {
+        let d = differentiate(tracer, body_fn, &carried, &float_vars)?;
+        let grown: Vec<usize> = (float_vars.iter().zip(&d.nonzero))
+            .filter(|(i, nz)| **nz && !carried.contains(i))
+            .map(|(&i, _)| i)
+            .collect();
+        if grown.is_empty() {
+            return Ok((carried, float_vars, d));
+        }
+        carried.extend(grown);
+        carried.sort_unstable();
+    }
+}
+
+/// Which residuals of the body are stacked (one stack each, of these types) and which are
+/// loop invariant (a variable the body passes through: `(residual, var)`).
+struct Residuals {
+    stacked: Vec<usize>,
+    stack_types: Vec<ValueType>,
+    invariant: Vec<(usize, usize)>,
+}
+
+impl Residuals {
+    fn of(d: &Differentiated) -> Residuals {
+        let mut stacked: Vec<usize> = Vec::new();
+        let mut invariant: Vec<(usize, usize)> = Vec::new();
+        for (r, param) in d.residual_params.iter().enumerate() {
+            match param {
+                Some(i) if d.passthrough[*i] => invariant.push((r, *i)),
+                _ => stacked.push(r),
+            }
+        }
+        let stack_types = (stacked.iter())
+            .map(|&r| ValueType::Stack(d.residual_types[r].inner().clone()))
+            .collect();
+        Residuals {
+            stacked,
+            stack_types,
+            invariant,
+        }
+    }
+}
+
+impl While {
+    /// The forward loop's condition and body: loop variables, a trip count and a stack per
+    /// stacked residual; the body runs the body, counts, and pushes the residuals.
+    fn stacked_forward(
+        &self,
+        tracer: &TracerRef,
+        body_fn: &Function,
+        cond_fn: &Function,
+        d: &Differentiated,
+        residuals: &Residuals,
+    ) -> Result<(String, String)> {
+        let (body, cond) = (&self.body, &self.cond);
+        let n = body_fn.params.len();
+        let mut aug_params = body_fn.params.clone();
+        aug_params.push(ValueType::tensor(DType::I64, &[]));
+        aug_params.extend(residuals.stack_types.iter().cloned());
+        let fwd = function(tracer, &d.forward)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{body}_fwd"), aug_params.clone());
+        let (res, effects) = inline_into(&mut b, &fwd, &args[..n])?;
+        let one = b.add_const(Tensor::scalar(1i64));
+        let count = b.add_op1(binary::Add, &[args[n], one], None)?;
+        let mut results: Vec<Port> = res[..n].to_vec();
+        results.push(count);
+        for (k, &r) in residuals.stacked.iter().enumerate() {
+            let pushed = b.add_node(
+                NodeKind::Stack(StackOp::Push),
+                &[args[n + 1 + k], res[n + r]],
+                vec![residuals.stack_types[k].clone()],
+            )?;
+            results.push(pushed[0]);
+        }
+        let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{cond}_fwd"), aug_params);
+        let (res, _) = inline_into(&mut b, cond_fn, &args[..n])?;
+        let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+        Ok((fwd_cond, fwd_body))
+    }
+
+    /// The backward loop's condition and body, over (cotangents of `carried`, count, stacks,
+    /// invariants): the body pops the residuals, runs the body's backward function and counts
+    /// down; the loop runs while the count is above zero.
+    fn stacked_backward(
+        &self,
+        tracer: &TracerRef,
+        d: &Differentiated,
+        residuals: &Residuals,
+        carried: &[usize],
+        float_vars: &[usize],
+    ) -> Result<(String, String)> {
+        let (body, cond) = (&self.body, &self.cond);
+        let Residuals {
+            stacked,
+            stack_types,
+            invariant,
+        } = residuals;
+        let bwd = function(tracer, &d.backward)?;
+        let nc = carried.len();
+        let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
+        bparams.push(ValueType::tensor(DType::I64, &[]));
+        bparams.extend(stack_types.iter().cloned());
+        bparams.extend(invariant.iter().map(|&(r, _)| d.residual_types[r].clone()));
+        let (mut b, args) = FunctionBuilder::new(format!("{body}_grad"), bparams.clone());
+        let mut residual_ports: Vec<Option<Port>> = vec![None; d.residual_types.len()];
+        let mut stacks_out = Vec::new();
+        for (k, &r) in stacked.iter().enumerate() {
+            let item = ValueType::Tensor(stack_types[k].inner().clone());
+            let types = vec![stack_types[k].clone(), item];
+            let popped = b.add_node(NodeKind::Stack(StackOp::Pop), &[args[nc + 1 + k]], types)?;
+            stacks_out.push(popped[0]);
+            residual_ports[r] = Some(popped[1]);
+        }
+        let invariants = &args[nc + 1 + stacked.len()..];
+        for (j, &(r, _)) in invariant.iter().enumerate() {
+            residual_ports[r] = Some(invariants[j]);
+        }
+        let mut bargs: Vec<Port> = args[..nc].to_vec();
+        bargs.extend((residual_ports.into_iter()).map(|p| p.expect("every residual is bound")));
+        let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
+        // `grads` follow `float_vars`; the new cotangents follow `carried`.
+        let position = |i: &usize| float_vars.iter().position(|v| v == i);
+        let mut results: Vec<Port> = (carried.iter())
+            .map(|i| grads[position(i).expect("carried vars are float")])
+            .collect();
+        let one = b.add_const(Tensor::scalar(1i64));
+        results.push(b.add_op1(binary::Sub, &[args[nc], one], None)?);
+        results.extend(stacks_out);
+        results.extend(invariants.iter().take(invariant.len()).copied());
+        let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{cond}_grad"), bparams);
+        let zero = b.add_const(Tensor::scalar(0i64));
+        let more = b.add_op1(binary::Greater, &[args[nc], zero], None)?;
+        let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
+        Ok((grad_cond, grad_body))
     }
 }
 
