@@ -37,10 +37,11 @@ dev: $(STAMP)
 test: test-rust test-python
 
 # The executor's tests run in check mode (every compiled frame against its register program),
-# then again as production runs them (compiled frames alone).
+# then again as production runs them (compiled frames alone); `--workspace` both times, so
+# that features resolve alike and the second run reuses the first one's build.
 test-rust:
 	cargo test --workspace --profile suite --quiet
-	GRADLOOP_COMPILED_FRAMES=on cargo test -p gradloop --profile suite --quiet --lib executor::
+	GRADLOOP_COMPILED_FRAMES=on cargo test --workspace --profile suite --quiet executor::
 	cargo run --profile suite --quiet --example loop_gradient > /dev/null
 
 dev-suite: $(STAMP)
