@@ -71,53 +71,102 @@ pub(super) fn augment(
     c: u32,
 ) -> Result<Built> {
     let n = lp.body.params.len();
-    let types = &lp.body.params;
-    let kept: Vec<usize> = (0..n).filter(|&i| !d.passthrough[i]).collect();
-    let kept_types = kept
-        .iter()
-        .map(|&i| match &types[i] {
-            ValueType::Tensor(t) if !t.shape.contains(&DYN) => Ok(t.clone()),
-            other => Err(Error::new(
-                ErrorKind::ControlFlow,
-                "while_loop",
-                format!(
-                    "checkpoints={c} keeps snapshots of the loop variables the body changes, \
-                     which must be tensors of static shape; loop variable {i} is {other}"
-                ),
-            )),
-        })
-        .collect::<Result<Vec<TensorType>>>()?;
-    let invariant: Vec<usize> = (0..n).filter(|&i| d.passthrough[i]).collect();
-    let c = c as usize;
-    let schedule = Schedule::new(c);
-    let buffer_types: Vec<ValueType> = kept_types
-        .iter()
-        .map(|t| {
-            let mut shape = vec![c + 1];
-            shape.extend_from_slice(&t.shape);
-            ValueType::tensor(t.dtype, &shape)
-        })
-        .collect();
-    let nk = kept.len();
+    let s = Snapshots::of(lp, d, c)?;
+    let (fwd_cond, fwd_body) = forward_loop(tracer, lp, &s)?;
+    let (grad_cond, grad_body) = backward_loop(tracer, lp, d, &s)?;
+    let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
+    forward_extra.extend((s.buffer_types.iter()).map(|t| ExtraInput::Fill(t.inner().clone(), 0.0)));
+    forward_extra.push(ExtraInput::Fill(TensorType::new(DType::I64, &[s.c]), -1.0));
+    forward_extra.extend(Placement::initial(s.c));
+    Ok(Built {
+        forward: While::stacked(
+            fwd_cond,
+            fwd_body,
+            lp.maximum_iterations,
+            lp.parallel_iterations,
+        ),
+        forward_extra,
+        backward: While::stacked(grad_cond, grad_body, None, lp.parallel_iterations),
+        backward_outputs: (n..n + 2 + s.kept.len()).collect(),
+        backward_inputs: s.invariant,
+        cotangents: lp.carried.to_vec(),
+        differentiable: lp.carried.to_vec(),
+    })
+}
 
-    // Forward loop variables: (vars, step, bufs, steps, placement).
-    let mut fparams = types.clone();
+/// What the checkpointed loop keeps: the loop variables the body changes (snapshots of static
+/// shape, in `[c + 1, ...]` buffers) and those it passes through, and the schedule of `c`
+/// slots.
+struct Snapshots {
+    c: usize,
+    schedule: Schedule,
+    kept: Vec<usize>,
+    kept_types: Vec<TensorType>,
+    buffer_types: Vec<ValueType>,
+    invariant: Vec<usize>,
+}
+
+impl Snapshots {
+    fn of(lp: &Loop<'_>, d: &Differentiated, c: u32) -> Result<Snapshots> {
+        let n = lp.body.params.len();
+        let types = &lp.body.params;
+        let kept: Vec<usize> = (0..n).filter(|&i| !d.passthrough[i]).collect();
+        let kept_types = kept
+            .iter()
+            .map(|&i| match &types[i] {
+                ValueType::Tensor(t) if !t.shape.contains(&DYN) => Ok(t.clone()),
+                other => Err(Error::new(
+                    ErrorKind::ControlFlow,
+                    "while_loop",
+                    format!(
+                        "checkpoints={c} keeps snapshots of the loop variables the body \
+                         changes, which must be tensors of static shape; loop variable {i} is \
+                         {other}"
+                    ),
+                )),
+            })
+            .collect::<Result<Vec<TensorType>>>()?;
+        let c = c as usize;
+        let buffer_types = (kept_types.iter())
+            .map(|t| {
+                let mut shape = vec![c + 1];
+                shape.extend_from_slice(&t.shape);
+                ValueType::tensor(t.dtype, &shape)
+            })
+            .collect();
+        Ok(Snapshots {
+            c,
+            schedule: Schedule::new(c),
+            kept,
+            kept_types,
+            buffer_types,
+            invariant: (0..n).filter(|&i| d.passthrough[i]).collect(),
+        })
+    }
+}
+
+/// The forward loop's condition and body over (vars, step, bufs, steps, placement): each trip
+/// places its state in a slot by the schedule, writes it there, and runs the body.
+fn forward_loop(tracer: &TracerRef, lp: &Loop<'_>, s: &Snapshots) -> Result<(String, String)> {
+    let n = lp.body.params.len();
+    let nk = s.kept.len();
+    let mut fparams = lp.body.params.clone();
     fparams.push(i64_type(&[]));
-    fparams.extend(buffer_types.iter().cloned());
-    fparams.push(i64_type(&[c]));
-    fparams.extend(Placement::types(c));
+    fparams.extend(s.buffer_types.iter().cloned());
+    fparams.push(i64_type(&[s.c]));
+    fparams.extend(Placement::types(s.c));
     let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_fwd", lp.body.name), fparams.clone());
     let step = args[n];
     let (bufs, steps) = (&args[n + 1..n + 1 + nk], args[n + 1 + nk]);
     let placement = Placement::from_ports(&args[n + 2 + nk..]);
     let mut ir = Ir { b: &mut b };
-    let (slot, placement) = schedule.place(&mut ir, step, steps, &placement)?;
-    let row = schedule.row(&mut ir, slot)?;
+    let (slot, placement) = s.schedule.place(&mut ir, step, steps, &placement)?;
+    let row = s.schedule.row(&mut ir, slot)?;
     let mut results_after: Vec<Port> = Vec::new();
-    for (k, &i) in kept.iter().enumerate() {
-        results_after.push(ir.write_row(bufs[k], args[i], row, &kept_types[k])?);
+    for (k, &i) in s.kept.iter().enumerate() {
+        results_after.push(ir.write_row(bufs[k], args[i], row, &s.kept_types[k])?);
     }
-    let steps = schedule.record(&mut ir, steps, slot, step)?;
+    let steps = s.schedule.record(&mut ir, steps, slot, step)?;
     let next = ir.add(step, 1)?;
     let (res, effects) = inline_into(&mut b, lp.body, &args[..n])?;
     let mut results: Vec<Port> = res[..n].to_vec();
@@ -129,33 +178,53 @@ pub(super) fn augment(
     let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_fwd", lp.cond.name), fparams);
     let (res, _) = inline_into(&mut b, lp.cond, &args[..n])?;
     let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+    Ok((fwd_cond, fwd_body))
+}
 
-    // Backward loop variables: (cotangents, trips left, bufs, steps, invariant vars).
+/// The backward loop's condition and body over (cotangents, trips left, bufs, steps,
+/// invariant vars): each trip reads the latest snapshot below the trip to reverse, advances
+/// from it (keeping snapshots on the way: `advance_loop`), replays that trip and runs its
+/// backward function.
+fn backward_loop(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    s: &Snapshots,
+) -> Result<(String, String)> {
+    let n = lp.body.params.len();
+    let nk = s.kept.len();
     let bwd = function(tracer, &d.backward)?;
     let fwd = function(tracer, &d.forward)?;
     let nc = lp.carried.len();
     let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
     bparams.push(i64_type(&[]));
-    bparams.extend(buffer_types.iter().cloned());
-    bparams.push(i64_type(&[c]));
-    bparams.extend(invariant.iter().map(|&i| types[i].clone()));
-    let advance = advance_loop(tracer, lp, &schedule, &kept, &kept_types, &buffer_types)?;
+    bparams.extend(s.buffer_types.iter().cloned());
+    bparams.push(i64_type(&[s.c]));
+    bparams.extend(s.invariant.iter().map(|&i| lp.body.params[i].clone()));
+    let advance = advance_loop(
+        tracer,
+        lp,
+        &s.schedule,
+        &s.kept,
+        &s.kept_types,
+        &s.buffer_types,
+    )?;
     let (mut b, args) =
         FunctionBuilder::new(format!("{}_ckpt_grad", lp.body.name), bparams.clone());
     let trips = args[nc];
     let (bufs, steps) = (&args[nc + 1..nc + 1 + nk], args[nc + 1 + nk]);
     let invariants = &args[nc + 2 + nk..];
     let mut ir = Ir { b: &mut b };
-    let (at, slot) = schedule.latest_below(&mut ir, steps, trips)?;
+    let (at, slot) = s.schedule.latest_below(&mut ir, steps, trips)?;
     let mut state: Vec<Option<Port>> = vec![None; n];
-    for (k, &i) in kept.iter().enumerate() {
-        state[i] = Some(ir.read_row(bufs[k], slot, &kept_types[k])?);
+    for (k, &i) in s.kept.iter().enumerate() {
+        state[i] = Some(ir.read_row(bufs[k], slot, &s.kept_types[k])?);
     }
-    for (j, &i) in invariant.iter().enumerate() {
+    for (j, &i) in s.invariant.iter().enumerate() {
         state[i] = Some(invariants[j]);
     }
-    let free = schedule.free(&mut ir, steps)?;
-    let target = schedule.next_keep(&mut ir, at, trips, free)?;
+    let free = s.schedule.free(&mut ir, steps)?;
+    let target = s.schedule.next_keep(&mut ir, at, trips, free)?;
     let mut adv_inputs: Vec<Port> = state.into_iter().flatten().collect();
     adv_inputs.extend([at, target, free, trips]);
     adv_inputs.extend_from_slice(bufs);
@@ -175,7 +244,7 @@ pub(super) fn augment(
     let mut results = lp.carried_gradients(&grads)?;
     let mut ir = Ir { b: &mut b };
     let left = ir.add(trips, -1)?;
-    let steps = schedule.free_from(&mut ir, steps, left)?;
+    let steps = s.schedule.free_from(&mut ir, steps, left)?;
     results.push(left);
     results.extend_from_slice(bufs);
     results.push(steps);
@@ -184,29 +253,7 @@ pub(super) fn augment(
     let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_grad", lp.cond.name), bparams);
     let more = Ir { b: &mut b }.cmp(binary::Greater, args[nc], 0)?;
     let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
-
-    let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
-    forward_extra.extend(
-        buffer_types
-            .iter()
-            .map(|t| ExtraInput::Fill(t.inner().clone(), 0.0)),
-    );
-    forward_extra.push(ExtraInput::Fill(TensorType::new(DType::I64, &[c]), -1.0));
-    forward_extra.extend(Placement::initial(c));
-    Ok(Built {
-        forward: While::stacked(
-            fwd_cond,
-            fwd_body,
-            lp.maximum_iterations,
-            lp.parallel_iterations,
-        ),
-        forward_extra,
-        backward: While::stacked(grad_cond, grad_body, None, lp.parallel_iterations),
-        backward_outputs: (n..n + 2 + nk).collect(),
-        backward_inputs: invariant,
-        cotangents: lp.carried.to_vec(),
-        differentiable: lp.carried.to_vec(),
-    })
+    Ok((grad_cond, grad_body))
 }
 
 struct Advance {

@@ -24,7 +24,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::{inline_into, FunctionBuilder, Port, ValueType, While};
+use crate::graph::{inline_into, Function, FunctionBuilder, Port, ValueType, While};
 use crate::ops::concat::Concatenate;
 use crate::ops::slicing::Slice;
 use crate::ops::{binary, layout};
@@ -201,42 +201,80 @@ pub(super) fn augment(
     residuals_allowed: bool,
 ) -> Result<Built> {
     let n = lp.body.params.len();
-    let types = &lp.body.params;
-    let invariant: Vec<usize> = (0..n).filter(|&i| d.passthrough[i]).collect();
     let kept = kept_rows(lp, d, residuals_allowed)?;
     // a row even for a loop of no trips: the buffers' shapes stay valid for their writes
     let rows = rows.max(1);
     let packs = Pack::of(kept.types());
-    let buffer_types: Vec<ValueType> = packs
-        .iter()
+    let buffer_types: Vec<ValueType> = (packs.iter())
         .map(|p| ValueType::tensor(p.row.dtype, &[rows, p.row.shape[0]]))
         .collect();
-    let nk = buffer_types.len();
+    let dense = Dense {
+        invariant: (0..n).filter(|&i| d.passthrough[i]).collect(),
+        kept,
+        packs,
+        buffer_types,
+    };
     let bwd = function(tracer, &d.backward)?;
     let fwd = function(tracer, &d.forward)?;
+    let (fwd_cond, fwd_body) = forward_loop(tracer, lp, &fwd, &dense)?;
+    let (grad_cond, grad_body) = backward_loop(tracer, lp, d, &fwd, &bwd, &dense)?;
+    let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
+    forward_extra
+        .extend((dense.buffer_types.iter()).map(|t| ExtraInput::Fill(t.inner().clone(), 0.0)));
+    Ok(Built {
+        forward: While::stacked(
+            fwd_cond,
+            fwd_body,
+            lp.maximum_iterations,
+            lp.parallel_iterations,
+        ),
+        forward_extra,
+        backward: While::stacked(grad_cond, grad_body, None, lp.parallel_iterations),
+        backward_outputs: (n..n + 1 + dense.buffer_types.len()).collect(),
+        backward_inputs: dense.invariant,
+        cotangents: lp.carried.to_vec(),
+        differentiable: lp.carried.to_vec(),
+    })
+}
 
-    // Forward loop variables: (vars, step, bufs).
-    let mut fparams = types.clone();
+/// What a dense loop gradient keeps: each trip's row (`Rows`), packed into buffers of a row
+/// per trip, and the loop variables the body passes through.
+struct Dense {
+    kept: Rows,
+    packs: Vec<Pack>,
+    buffer_types: Vec<ValueType>,
+    invariant: Vec<usize>,
+}
+
+/// The forward loop's condition and body over (vars, step, bufs): each trip runs the body (its
+/// forward function where rows keep residuals) and writes its row at `step`.
+fn forward_loop(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    fwd: &Function,
+    dense: &Dense,
+) -> Result<(String, String)> {
+    let n = lp.body.params.len();
+    let nk = dense.buffer_types.len();
+    let mut fparams = lp.body.params.clone();
     fparams.push(i64_type(&[]));
-    fparams.extend(buffer_types.iter().cloned());
+    fparams.extend(dense.buffer_types.iter().cloned());
     let (mut b, args) =
         FunctionBuilder::new(format!("{}_dense_fwd", lp.body.name), fparams.clone());
     let (step, bufs) = (args[n], &args[n + 1..n + 1 + nk]);
-    let (res, effects) = match &kept {
-        Rows::Residuals(_) => inline_into(&mut b, &fwd, &args[..n])?,
+    let (res, effects) = match &dense.kept {
+        Rows::Residuals(_) => inline_into(&mut b, fwd, &args[..n])?,
         Rows::States(_) => inline_into(&mut b, lp.body, &args[..n])?,
     };
     let mut ir = Ir { b: &mut b };
-    let values: Vec<Port> = kept
-        .types()
-        .iter()
-        .map(|(j, _)| match &kept {
+    let values: Vec<Port> = (dense.kept.types().iter())
+        .map(|(j, _)| match &dense.kept {
             Rows::Residuals(_) => res[n + j],
             Rows::States(_) => args[*j],
         })
         .collect();
     let mut written: Vec<Port> = Vec::with_capacity(nk);
-    for (g, pack) in packs.iter().enumerate() {
+    for (g, pack) in dense.packs.iter().enumerate() {
         let row = pack.pack(&mut ir, &values)?;
         written.push(ir.write_row(bufs[g], row, step, &pack.row)?);
     }
@@ -248,52 +286,87 @@ pub(super) fn augment(
     let (mut b, args) = FunctionBuilder::new(format!("{}_dense_fwd", lp.cond.name), fparams);
     let (res, _) = inline_into(&mut b, lp.cond, &args[..n])?;
     let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+    Ok((fwd_cond, fwd_body))
+}
 
-    // Backward loop variables: (cotangents, trips left, bufs, invariant vars).
+/// The backward loop's condition and body over (cotangents, trips left, bufs, invariant vars):
+/// each trip reads its row back (replaying the trip from its state where rows keep states) and
+/// runs the body's backward function.
+fn backward_loop(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    fwd: &Function,
+    bwd: &Function,
+    dense: &Dense,
+) -> Result<(String, String)> {
+    let nk = dense.buffer_types.len();
     let nc = lp.carried.len();
     let mut bparams: Vec<ValueType> = bwd.params[..nc].to_vec();
     bparams.push(i64_type(&[]));
-    bparams.extend(buffer_types.iter().cloned());
-    bparams.extend(invariant.iter().map(|&i| types[i].clone()));
+    bparams.extend(dense.buffer_types.iter().cloned());
+    bparams.extend(dense.invariant.iter().map(|&i| lp.body.params[i].clone()));
     let (mut b, args) =
         FunctionBuilder::new(format!("{}_dense_grad", lp.body.name), bparams.clone());
     let trips = args[nc];
     let bufs = &args[nc + 1..nc + 1 + nk];
     let invariants = &args[nc + 1 + nk..];
-    let of_invariant = |i: usize| {
-        invariant
-            .iter()
-            .position(|&v| v == i)
-            .map(|j| invariants[j])
-    };
     let mut ir = Ir { b: &mut b };
     let left = ir.add(trips, -1)?;
-    let mut read: Vec<Option<Port>> = vec![None; kept.types().len()];
-    for (g, pack) in packs.iter().enumerate() {
+    let mut read: Vec<Option<Port>> = vec![None; dense.kept.types().len()];
+    for (g, pack) in dense.packs.iter().enumerate() {
         let row = ir.read_row(bufs[g], left, &pack.row)?;
         pack.unpack(&mut ir, row, &mut read)?;
     }
-    let read: Vec<Port> = read
-        .into_iter()
-        .collect::<Option<_>>()
+    let read: Vec<Port> = (read.into_iter().collect::<Option<_>>())
         .ok_or_else(|| Error::internal("while_loop", "a kept value is in no row"))?;
     let mut bargs: Vec<Port> = args[..nc].to_vec();
-    match &kept {
-        Rows::Residuals(_) => {
-            // the kept residuals are the others, in order
-            let mut rows = read.into_iter();
-            for r in 0..d.residual_types.len() {
+    bargs.extend(backward_inputs(
+        &mut b, lp, d, fwd, dense, read, invariants,
+    )?);
+    let (grads, _) = inline_into(&mut b, bwd, &bargs)?;
+    let mut results = lp.carried_gradients(&grads)?;
+    results.push(left);
+    results.extend_from_slice(bufs);
+    results.extend_from_slice(invariants);
+    let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
+    let (mut b, args) = FunctionBuilder::new(format!("{}_dense_grad", lp.cond.name), bparams);
+    let more = Ir { b: &mut b }.cmp(binary::Greater, args[nc], 0)?;
+    let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
+    Ok((grad_cond, grad_body))
+}
+
+/// The backward function's residuals, from the values `read` from a trip's row and the
+/// `invariants`: the kept residuals and the invariant ones in order, or the trip replayed from
+/// its state.
+fn backward_inputs(
+    b: &mut FunctionBuilder,
+    lp: &Loop<'_>,
+    d: &Differentiated,
+    fwd: &Function,
+    dense: &Dense,
+    read: Vec<Port>,
+    invariants: &[Port],
+) -> Result<Vec<Port>> {
+    let n = lp.body.params.len();
+    let of_invariant = |i: usize| {
+        let j = dense.invariant.iter().position(|&v| v == i);
+        j.map(|j| invariants[j])
+    };
+    let mut rows = read.into_iter();
+    match &dense.kept {
+        Rows::Residuals(_) => (0..d.residual_types.len())
+            .map(|r| {
                 let port = match d.residual_params[r] {
                     Some(i) if d.passthrough[i] => of_invariant(i),
                     _ => rows.next(),
                 };
-                bargs.push(port.ok_or_else(|| {
+                port.ok_or_else(|| {
                     Error::internal("while_loop", "a residual is neither kept nor invariant")
-                })?);
-            }
-        }
+                })
+            })
+            .collect(),
         Rows::States(kept) => {
-            let mut rows = read.into_iter();
             let x = (0..n)
                 .map(|i| match kept.iter().any(|&(j, _)| j == i) {
                     true => rows.next(),
@@ -303,38 +376,8 @@ pub(super) fn augment(
                 .ok_or_else(|| {
                     Error::internal("while_loop", "a state is neither kept nor invariant")
                 })?;
-            let (replayed, _) = inline_into(&mut b, &fwd, &x)?;
-            bargs.extend_from_slice(&replayed[n..]);
+            let (replayed, _) = inline_into(b, fwd, &x)?;
+            Ok(replayed[n..].to_vec())
         }
     }
-    let (grads, _) = inline_into(&mut b, &bwd, &bargs)?;
-    let mut results = lp.carried_gradients(&grads)?;
-    results.push(left);
-    results.extend_from_slice(bufs);
-    results.extend_from_slice(invariants);
-    let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
-    let (mut b, args) = FunctionBuilder::new(format!("{}_dense_grad", lp.cond.name), bparams);
-    let more = Ir { b: &mut b }.cmp(binary::Greater, args[nc], 0)?;
-    let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
-
-    let mut forward_extra = vec![ExtraInput::Zero(DType::I64)];
-    forward_extra.extend(
-        buffer_types
-            .iter()
-            .map(|t| ExtraInput::Fill(t.inner().clone(), 0.0)),
-    );
-    Ok(Built {
-        forward: While::stacked(
-            fwd_cond,
-            fwd_body,
-            lp.maximum_iterations,
-            lp.parallel_iterations,
-        ),
-        forward_extra,
-        backward: While::stacked(grad_cond, grad_body, None, lp.parallel_iterations),
-        backward_outputs: (n..n + 1 + nk).collect(),
-        backward_inputs: invariant,
-        cotangents: lp.carried.to_vec(),
-        differentiable: lp.carried.to_vec(),
-    })
 }

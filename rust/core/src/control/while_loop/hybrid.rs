@@ -121,35 +121,14 @@ pub(super) fn augment(
     let (b, args) = FunctionBuilder::new(format!("{name}_rows_grad"), branch_params.clone());
     let then_branch = add_function(tracer, b.finish(&args[..nc], &[])?)?;
 
-    let (mut b, args) = FunctionBuilder::new(format!("{name}_ckpt_grad_from_start"), branch_params);
-    let cotangents = &args[nc..2 * nc];
-    let x0 = &args[2 * nc..];
-    let mut inputs: Vec<Port> = x0.to_vec();
-    let mut ir = Ir { b: &mut b };
-    for extra in &ckpt.forward_extra {
-        let (dtype, shape, value) = match extra {
-            ExtraInput::Zero(dtype) => (*dtype, vec![], 0.0),
-            ExtraInput::Fill(t, value) => (t.dtype, t.shape.to_vec(), *value),
-            ExtraInput::EmptyStack(_) => {
-                return Err(Error::internal(
-                    "while_loop",
-                    "a checkpointed loop with stacks",
-                ))
-            }
-        };
-        let fill = creation::Fill {
-            dtype,
-            shape: shape.into(),
-            value,
-        };
-        inputs.push(ir.op(fill, &[])?);
-    }
-    let forward = b.add_node(ckpt.forward.clone(), &inputs, ckpt_fwd_types)?;
-    let mut inputs: Vec<Port> = cotangents.to_vec();
-    inputs.extend(ckpt.backward_outputs.iter().map(|&i| forward[i]));
-    inputs.extend(ckpt.backward_inputs.iter().map(|&i| x0[i]));
-    let out = b.add_node(ckpt.backward.clone(), &inputs, ckpt_bwd_types)?;
-    let else_branch = add_function(tracer, b.finish(&out[..nc], &[])?)?;
+    let else_branch = from_start(
+        tracer,
+        lp,
+        &ckpt,
+        branch_params,
+        ckpt_fwd_types,
+        ckpt_bwd_types,
+    )?;
 
     let mut params: Vec<ValueType> = gradient_types.clone();
     params.extend(saved_types);
@@ -189,4 +168,47 @@ pub(super) fn augment(
         cotangents: dense.cotangents,
         differentiable: dense.differentiable,
     })
+}
+
+/// The branch that recomputes the gradients from x0 with checkpoints: over (the rows'
+/// gradients, cotangents, x0), the checkpointed forward loop from x0, then its backward loop.
+fn from_start(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    ckpt: &Built,
+    branch_params: Vec<ValueType>,
+    ckpt_fwd_types: Vec<ValueType>,
+    ckpt_bwd_types: Vec<ValueType>,
+) -> Result<String> {
+    let name = &lp.body.name;
+    let nc = lp.carried.len();
+    let (mut b, args) = FunctionBuilder::new(format!("{name}_ckpt_grad_from_start"), branch_params);
+    let cotangents = &args[nc..2 * nc];
+    let x0 = &args[2 * nc..];
+    let mut inputs: Vec<Port> = x0.to_vec();
+    let mut ir = Ir { b: &mut b };
+    for extra in &ckpt.forward_extra {
+        let (dtype, shape, value) = match extra {
+            ExtraInput::Zero(dtype) => (*dtype, vec![], 0.0),
+            ExtraInput::Fill(t, value) => (t.dtype, t.shape.to_vec(), *value),
+            ExtraInput::EmptyStack(_) => {
+                return Err(Error::internal(
+                    "while_loop",
+                    "a checkpointed loop with stacks",
+                ))
+            }
+        };
+        let fill = creation::Fill {
+            dtype,
+            shape: shape.into(),
+            value,
+        };
+        inputs.push(ir.op(fill, &[])?);
+    }
+    let forward = b.add_node(ckpt.forward.clone(), &inputs, ckpt_fwd_types)?;
+    let mut inputs: Vec<Port> = cotangents.to_vec();
+    inputs.extend(ckpt.backward_outputs.iter().map(|&i| forward[i]));
+    inputs.extend(ckpt.backward_inputs.iter().map(|&i| x0[i]));
+    let out = b.add_node(ckpt.backward.clone(), &inputs, ckpt_bwd_types)?;
+    add_function(tracer, b.finish(&out[..nc], &[])?)
 }
