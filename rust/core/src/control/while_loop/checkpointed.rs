@@ -48,6 +48,34 @@ pub(super) struct Loop<'a> {
 }
 
 impl Loop<'_> {
+    /// The forward loop's condition `{cond}_{suffix}`: the loop's own, on the loop variables
+    /// first among `params`.
+    pub(super) fn forward_cond(
+        &self,
+        tracer: &TracerRef,
+        suffix: &str,
+        params: Vec<ValueType>,
+    ) -> Result<String> {
+        let n = self.body.params.len();
+        let (mut b, args) = FunctionBuilder::new(format!("{}_{suffix}", self.cond.name), params);
+        let (res, _) = inline_into(&mut b, self.cond, &args[..n])?;
+        add_function(tracer, b.finish(&res, &[])?)
+    }
+
+    /// The backward loop's condition `{cond}_{suffix}`: trips are left (`params[count]`, the
+    /// trips left, is above zero).
+    pub(super) fn countdown_cond(
+        &self,
+        tracer: &TracerRef,
+        suffix: &str,
+        params: Vec<ValueType>,
+        count: usize,
+    ) -> Result<String> {
+        let (mut b, args) = FunctionBuilder::new(format!("{}_{suffix}", self.cond.name), params);
+        let more = Ir { b: &mut b }.cmp(binary::Greater, args[count], 0)?;
+        add_function(tracer, b.finish(&[more], &[])?)
+    }
+
     /// The gradients of the carried loop variables among `grads` (the body's backward
     /// function's results, one per float variable).
     pub(super) fn carried_gradients(&self, grads: &[Port]) -> Result<Vec<Port>> {
@@ -175,9 +203,7 @@ fn forward_loop(tracer: &TracerRef, lp: &Loop<'_>, s: &Snapshots) -> Result<(Str
     results.push(steps);
     results.extend(placement.ports());
     let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
-    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_fwd", lp.cond.name), fparams);
-    let (res, _) = inline_into(&mut b, lp.cond, &args[..n])?;
-    let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+    let fwd_cond = lp.forward_cond(tracer, "ckpt_fwd", fparams)?;
     Ok((fwd_cond, fwd_body))
 }
 
@@ -250,9 +276,7 @@ fn backward_loop(
     results.push(steps);
     results.extend_from_slice(invariants);
     let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
-    let (mut b, args) = FunctionBuilder::new(format!("{}_ckpt_grad", lp.cond.name), bparams);
-    let more = Ir { b: &mut b }.cmp(binary::Greater, args[nc], 0)?;
-    let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
+    let grad_cond = lp.countdown_cond(tracer, "ckpt_grad", bparams, nc)?;
     Ok((grad_cond, grad_body))
 }
 

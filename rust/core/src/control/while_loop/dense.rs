@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::graph::{inline_into, Function, FunctionBuilder, Port, ValueType, While};
 use crate::ops::concat::Concatenate;
 use crate::ops::slicing::Slice;
-use crate::ops::{binary, layout};
+use crate::ops::layout;
 use crate::shape::{TensorType, DYN};
 use crate::trace::gradients::{add_function, function, Built, Differentiated, ExtraInput};
 use crate::trace::TracerRef;
@@ -283,9 +283,7 @@ fn forward_loop(
     results.push(next);
     results.extend(written);
     let fwd_body = add_function(tracer, b.finish(&results, &effects)?)?;
-    let (mut b, args) = FunctionBuilder::new(format!("{}_dense_fwd", lp.cond.name), fparams);
-    let (res, _) = inline_into(&mut b, lp.cond, &args[..n])?;
-    let fwd_cond = add_function(tracer, b.finish(&res, &[])?)?;
+    let fwd_cond = lp.forward_cond(tracer, "dense_fwd", fparams)?;
     Ok((fwd_cond, fwd_body))
 }
 
@@ -330,9 +328,7 @@ fn backward_loop(
     results.extend_from_slice(bufs);
     results.extend_from_slice(invariants);
     let grad_body = add_function(tracer, b.finish(&results, &[])?)?;
-    let (mut b, args) = FunctionBuilder::new(format!("{}_dense_grad", lp.cond.name), bparams);
-    let more = Ir { b: &mut b }.cmp(binary::Greater, args[nc], 0)?;
-    let grad_cond = add_function(tracer, b.finish(&[more], &[])?)?;
+    let grad_cond = lp.countdown_cond(tracer, "dense_grad", bparams, nc)?;
     Ok((grad_cond, grad_body))
 }
 
