@@ -69,6 +69,31 @@ def test_a_cycle_within_a_layer_is_found(tmp_path: pathlib.Path) -> None:
     assert module_graph.cycles_within_layers(graph, LAYERS) == [["mid_a", "mid_b", "mid_a"]]
 
 
+def test_the_executor_s_files_form_no_cycle() -> None:
+    graph = module_graph.submodule_edges("executor")
+    assert "executor/frame/steps" in graph and "executor/frame/native/emit" in graph
+    assert module_graph.cycles(graph) == []
+    # the tiers in order: each knows only what it is compiled from and what it runs below it
+    assert "executor/frame" not in graph["executor/frame/registers"]
+    assert "executor/frame/buffers" not in graph["executor/frame/steps"]
+    assert "executor/frame/native" not in graph["executor/frame/native/emit"]
+
+
+def test_a_child_reaching_into_its_parent_is_a_cycle(tmp_path: pathlib.Path) -> None:
+    files = {
+        "ex/mod.rs": "mod frame;\nmod leaf;\nuse frame::Loop;\npub(crate) fn count() {}\n",
+        "ex/leaf.rs": "pub struct Leaf;\n",
+        "ex/frame/mod.rs": "mod steps;\nuse steps::{Step, more::X};\npub struct Loop;\n",
+        "ex/frame/steps.rs": "use crate::ex::leaf::Leaf;\nfn f() { super::super::count() }\n",
+    }
+    src = plant(tmp_path, files)
+    graph = module_graph.submodule_edges("ex", src)
+    assert graph["ex"] == {"ex/frame"}
+    assert graph["ex/frame"] == {"ex/frame/steps"}
+    assert graph["ex/frame/steps"] == {"ex/leaf", "ex"}
+    assert module_graph.cycles(graph) == [["ex", "ex/frame", "ex/frame/steps", "ex"]]
+
+
 def test_tests_comments_and_strings_are_no_edges(tmp_path: pathlib.Path) -> None:
     text = (
         "// crate::high in a comment\n"

@@ -11,6 +11,10 @@ What counts as a dependency: a path `crate::a...`, a group `crate::{a, b::c}`, o
 lines), with comments and string literals blanked first. Items under `#[cfg(test)]` (test
 modules, test helpers, a test function), wherever they sit in a file, and files only tests
 declare are skipped: tests may use anything.
+
+Inside the modules of `ACYCLIC_WITHIN` the same holds file by file: `--within executor` draws
+the graph of the executor's files (a folder's `mod.rs` stands for the folder), and `--check`
+fails on any cycle among them, a parent that a child reaches back into included.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ LAYERS: list[set[str]] = [
 
 #: Edges that point up the layers today: debts, each to be removed, never added to.
 KNOWN_UPWARD: set[tuple[str, str]] = set()
+
+#: Top-level modules whose own files form no cycle.
+ACYCLIC_WITHIN = ("executor",)
 
 
 def modules(src: pathlib.Path = SRC) -> list[str]:
@@ -195,6 +202,89 @@ def cycles_within_layers(
     return found
 
 
+def _module_path(f: pathlib.Path, root: pathlib.Path) -> tuple[str, ...]:
+    """`f`'s module path below `root` (`frame/mod.rs` is `("frame",)`; `root/mod.rs` is `()`)."""
+    parts = f.relative_to(root).with_suffix("").parts
+    return parts[:-1] if parts[-1] == "mod" else parts
+
+
+_SUB_PATH = re.compile(r"\b((?:super::)+|self::|crate::([a-z_][a-z0-9_]*)::|([a-z_][a-z0-9_]*)::)")
+_SEGMENTS = re.compile(r"\s*(\{|[a-z_][a-z0-9_]*)(?:\s*::\s*)?")
+_CHILD_MOD = re.compile(r"\bmod\s+([a-z_][a-z0-9_]*)\s*;")
+
+
+def _paths_at(code: str, k: int) -> list[list[str]]:
+    """The module-like paths that start at `k` (after a prefix): a group's each, up to three
+    segments."""
+    out: list[list[str]] = []
+    segments: list[str] = []
+    while len(segments) < 3:
+        m = _SEGMENTS.match(code, k)
+        if not m:
+            break
+        if m.group(1) == "{":
+            depth, start = 0, m.end() - 1
+            for j in range(start, len(code)):
+                depth += (code[j] == "{") - (code[j] == "}")
+                if (code[j] == "," and depth == 1) or depth == 0:
+                    for tail in _paths_at(code[:j] + ";", start + 1) or [[]]:
+                        out.append(segments + tail)
+                    start = j
+                    if depth == 0:
+                        break
+            return out
+        segments.append(m.group(1))
+        k = m.end()
+        if not code[m.start() : m.end()].rstrip().endswith("::"):
+            break
+    return [segments]
+
+
+def submodule_edges(module: str, src: pathlib.Path = SRC) -> dict[str, set[str]]:
+    """The graph of `module`'s own files: each file (a folder's `mod.rs` named for the folder)
+    to those whose items it names."""
+    root = src / module
+    files = [f for f in sorted(root.rglob("*.rs")) if not _is_test(f)]
+    known = {_module_path(f, root) for f in files}
+    name = lambda path: "/".join((module, *path))  # noqa: E731
+    graph: dict[str, set[str]] = {name(p): set() for p in known}
+
+    def resolve(path: tuple[str, ...]) -> tuple[str, ...] | None:
+        for n in range(len(path), -1, -1):
+            if path[:n] in known:
+                return path[:n]
+        return None
+
+    for f in files:
+        own = _module_path(f, root)
+        code = strip_tests(f.read_text())
+        children = set(_CHILD_MOD.findall(code))
+        for m in _SUB_PATH.finditer(code):
+            prefix, crate_head, bare = m.group(1), m.group(2), m.group(3)
+            if prefix.startswith("super"):
+                base = own[: max(len(own) - prefix.count("super"), 0)]
+            elif prefix == "self::":
+                base = own
+            elif crate_head is not None:
+                if crate_head != module:
+                    continue
+                base = ()
+            elif bare in children:
+                base = (*own, bare)
+            else:
+                continue
+            for tail in _paths_at(code, m.end()) or [[]]:
+                target = resolve((*base, *tail))
+                if target is not None and target != own:
+                    graph[name(own)].add(name(target))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle of `graph`, as a path that returns to its first node."""
+    return cycles_within_layers(graph, [set(graph)])
+
+
 def problems(src: pathlib.Path = SRC, layers: list[set[str]] = LAYERS) -> list[str]:
     """What `--check` reports: new upward edges, paid debts still listed, same-layer cycles."""
     graph = edges(src)
@@ -206,6 +296,11 @@ def problems(src: pathlib.Path = SRC, layers: list[set[str]] = LAYERS) -> list[s
     gone = sorted(KNOWN_UPWARD - up)
     out += [f"{m} -> {d} is gone: delete it from KNOWN_UPWARD" for m, d in gone]
     out += [f"cycle within a layer: {' -> '.join(c)}" for c in cycles_within_layers(graph, layers)]
+    for module in ACYCLIC_WITHIN:
+        out += [
+            f"cycle among {module}'s files: {' -> '.join(c)}"
+            for c in cycles(submodule_edges(module, src))
+        ]
     return out
 
 
@@ -215,6 +310,14 @@ def main(argv: list[str]) -> int:
         for line in found:
             print(f"module_graph: {line}")
         return 1 if found else 0
+    if "--within" in argv:
+        module = argv[argv.index("--within") + 1]
+        graph = submodule_edges(module)
+        for m in sorted(graph):
+            print(f"{m:32} -> {', '.join(sorted(graph[m])) or '-'}")
+        for c in cycles(graph):
+            print(f"cycle: {' -> '.join(c)}")
+        return 0
     graph = edges()
     up = upward(graph)
     print("layers (leaves first):", " <- ".join("/".join(sorted(s)) for s in LAYERS))

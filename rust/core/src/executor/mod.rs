@@ -20,26 +20,31 @@
 //!
 //! Threads: `GRADLOOP_NUM_THREADS` when set, else rayon's pool size (the machine's cores).
 
-mod compiled_frame;
-mod in_place;
+mod checked;
+mod failure;
+mod frame;
 mod kernel;
-mod native;
+mod node;
 mod plan;
-mod program;
-mod rank_one;
 mod state;
+mod switch;
+mod tiers;
 
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use failure::Failure;
+use frame::{FusedLoop, FusedLoops};
 pub use kernel::{input_reader, Kernel};
-use kernel::{is_cheap, run_node, Failure};
+use node::{is_cheap, run_node, Outcome, Prepared};
 use plan::Plan;
-use program::Program;
-use state::{locate, Prepared, RunState, Task};
+use state::{locate, RunState, Task};
+pub use tiers::{
+    compiled_frames, frame_statistics, set_compiled_frames, CompiledFrames, FrameCounts,
+    FrameStatistics,
+};
 
 use crate::dataflow::{fuse_frames, fuse_root, lower, DataflowGraph, DfKind};
 use crate::error::Result;
@@ -60,130 +65,6 @@ pub fn default_threads() -> usize {
     })
 }
 
-/// How fused frames run: compiled to kernel calls on buffers, as machine code, where they can
-/// be (`On`, the default), always as register programs (`Off`), or both with their outcomes
-/// compared (`Check`: a difference is an internal error; the crate's tests' default).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CompiledFrames {
-    On,
-    /// Compiled to kernel calls on buffers, the steps run one by one (no machine code).
-    Buffers,
-    Off,
-    Check,
-}
-
-impl CompiledFrames {
-    const ALL: [CompiledFrames; 4] = [Self::On, Self::Off, Self::Check, Self::Buffers];
-
-    /// Its name: "on", "buffers", "off" or "check".
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::On => "on",
-            Self::Buffers => "buffers",
-            Self::Off => "off",
-            Self::Check => "check",
-        }
-    }
-
-    /// The mode of that name.
-    pub fn from_name(name: &str) -> Option<CompiledFrames> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    fn code(self) -> u8 {
-        Self::ALL.iter().position(|&m| m == self).unwrap_or(0) as u8
-    }
-}
-
-/// `CompiledFrames`' code, or `UNSET` before the first read (`GRADLOOP_COMPILED_FRAMES`, else
-/// `On`, or `Check` in the crate's tests, is read then).
-static COMPILED_FRAMES: AtomicU8 = AtomicU8::new(UNSET);
-const UNSET: u8 = u8::MAX;
-
-/// Sets how fused frames run, for the whole process.
-pub fn set_compiled_frames(mode: CompiledFrames) {
-    COMPILED_FRAMES.store(mode.code(), Ordering::Relaxed);
-}
-
-/// How fused frames run now.
-pub fn compiled_frames() -> CompiledFrames {
-    let code = COMPILED_FRAMES.load(Ordering::Relaxed);
-    if let Some(&mode) = CompiledFrames::ALL.get(usize::from(code)) {
-        return mode;
-    }
-    let default = if cfg!(test) {
-        CompiledFrames::Check
-    } else {
-        CompiledFrames::On
-    };
-    let mode = std::env::var("GRADLOOP_COMPILED_FRAMES")
-        .ok()
-        .and_then(|name| CompiledFrames::from_name(name.trim()))
-        .unwrap_or(default);
-    // A concurrent `set_compiled_frames` wins over the default.
-    let _ =
-        COMPILED_FRAMES.compare_exchange(UNSET, mode.code(), Ordering::Relaxed, Ordering::Relaxed);
-    CompiledFrames::ALL[usize::from(COMPILED_FRAMES.load(Ordering::Relaxed)).min(3)]
-}
-
-/// How many fused frames an executor has, how many are compiled to kernels on buffers, and how
-/// many of those have run as machine code.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FrameCounts {
-    pub total: usize,
-    pub compiled: usize,
-    pub native: usize,
-}
-
-/// What the process's fused frames have done since it started: how many were compiled to each
-/// tier, and how many runs each tier made (a run of a loop is all its trips). Tools and tests
-/// read it to see which tier ran.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FrameStatistics {
-    pub programs_compiled: u64,
-    pub buffer_frames_compiled: u64,
-    pub native_frames_compiled: u64,
-    pub program_runs: u64,
-    pub buffer_runs: u64,
-    pub native_runs: u64,
-}
-
-/// The process's counts, one per field of `FrameStatistics`, in its order.
-static STATISTICS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
-
-/// A count of `FrameStatistics`.
-#[derive(Clone, Copy)]
-pub(crate) enum Statistic {
-    ProgramsCompiled,
-    BufferFramesCompiled,
-    NativeFramesCompiled,
-    ProgramRuns,
-    BufferRuns,
-    NativeRuns,
-}
-
-pub(crate) fn count(statistic: Statistic) {
-    STATISTICS[statistic as usize].fetch_add(1, Ordering::Relaxed);
-}
-
-/// The process's frame statistics now.
-pub fn frame_statistics() -> FrameStatistics {
-    let read = |s: Statistic| STATISTICS[s as usize].load(Ordering::Relaxed);
-    FrameStatistics {
-        programs_compiled: read(Statistic::ProgramsCompiled),
-        buffer_frames_compiled: read(Statistic::BufferFramesCompiled),
-        native_frames_compiled: read(Statistic::NativeFramesCompiled),
-        program_runs: read(Statistic::ProgramRuns),
-        buffer_runs: read(Statistic::BufferRuns),
-        native_runs: read(Statistic::NativeRuns),
-    }
-}
-
-/// Whether compiled frames run as machine code (`On` and `Check`; not `Buffers`).
-fn native_frames() -> bool {
-    compiled_frames() != CompiledFrames::Buffers
-}
-
 /// The passes a graph goes through before it is lowered: constants folded (an op that would
 /// fail is left to fail only if it runs), branches on constants replaced by calls, repeated
 /// pure nodes merged. Each keeps the lazy semantics and is verified.
@@ -197,9 +78,9 @@ pub fn optimize(graph: &Graph) -> Result<Graph> {
 #[derive(Debug)]
 pub struct Executor {
     plan: Plan,
-    /// The whole graph as one program, when every node it needs is cheap (fused loops
+    /// The whole graph as one fused frame, when every node it needs is cheap (fused loops
     /// included): a run is one pass on the calling thread.
-    root: Option<Program>,
+    root: Option<FusedLoop>,
     threads: usize,
 }
 
@@ -225,13 +106,16 @@ impl Executor {
         match loops {
             Loops::Fused => {
                 let fused = fuse_frames(&lowered, is_cheap)?;
+                // The root and the plan share each loop: compiled once.
+                let mut loops = FusedLoops::default();
                 let root = match fuse_root(&fused, is_cheap) {
-                    Some(frame) => Some(Program::compile(&Arc::new(frame))?),
+                    Some(frame) => Some(FusedLoop::compile(&Arc::new(frame), &mut loops)?),
                     None => None,
                 };
                 Ok(Executor {
+                    plan: Plan::build(fused, &mut loops)?,
                     root,
-                    ..Executor::from_dataflow(fused)?
+                    threads: default_threads(),
                 })
             }
             Loops::Frames => Executor::from_dataflow(lowered),
@@ -241,7 +125,7 @@ impl Executor {
     /// Plans an already lowered graph (run with tokens: nothing more is fused).
     pub fn from_dataflow(graph: DataflowGraph) -> Result<Executor> {
         Ok(Executor {
-            plan: Plan::build(graph)?,
+            plan: Plan::build(graph, &mut FusedLoops::default())?,
             root: None,
             threads: default_threads(),
         })
@@ -252,12 +136,12 @@ impl Executor {
         self.root.is_some()
     }
 
-    /// Its fused frames' programs: the root's, else the fused loops' (a root's program holds
-    /// the loops the plan's nodes also hold).
-    pub(super) fn programs(&self) -> Box<dyn Iterator<Item = &Program> + '_> {
+    /// Its fused frames: the root, else the fused loops (the root holds the loops the plan's
+    /// nodes also hold).
+    pub(super) fn fused_loops(&self) -> Box<dyn Iterator<Item = &FusedLoop> + '_> {
         match &self.root {
             Some(root) => Box::new(std::iter::once(root)),
-            None => Box::new(self.plan.nodes.iter().filter_map(|n| n.program.as_deref())),
+            None => Box::new(self.plan.nodes.iter().filter_map(|n| n.fused.as_deref())),
         }
     }
 
@@ -265,19 +149,9 @@ impl Executor {
     /// how many of them are compiled to kernels on buffers, and how many of those have run as
     /// machine code (made at a frame's first run).
     pub fn frame_counts(&self) -> FrameCounts {
-        let counts = self.programs().map(|p| {
-            let (compiled, total) = p.frames();
-            FrameCounts {
-                total,
-                compiled,
-                native: p.native_frames(),
-            }
-        });
-        counts.fold(FrameCounts::default(), |a, b| FrameCounts {
-            total: a.total + b.total,
-            compiled: a.compiled + b.compiled,
-            native: a.native + b.native,
-        })
+        self.fused_loops()
+            .map(FusedLoop::frame_counts)
+            .fold(FrameCounts::default(), FrameCounts::add)
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).
@@ -362,7 +236,7 @@ fn drain(state: &mut RunState<'_>) {
     }
 }
 
-fn settle(state: &mut RunState<'_>, task: Task, outcome: Result<state::Outcome, Failure>) {
+fn settle(state: &mut RunState<'_>, task: Task, outcome: Result<Outcome, Failure>) {
     match outcome {
         Ok(outcome) => state.complete(task, outcome),
         Err(e) => state.fail(task, e),

@@ -7,13 +7,11 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::program::Program;
+use super::checked::{checked_types, CheckedTypes};
+use super::frame::{FusedLoop, FusedLoops};
 
 use crate::dataflow::{DataflowGraph, DfKind, DfNode};
 use crate::error::{Error, Result};
-use crate::graph::{NodeId, ValueType};
-use crate::ops::Types;
-use crate::shape::{TensorType, DYN};
 
 /// Where one output goes: an input slot of a node (in the frame the output is delivered to),
 /// or a result of the run.
@@ -42,15 +40,8 @@ pub(crate) struct NodePlan {
     /// these types passed the op's rule when the graph was built, so the kernel runs without
     /// checking it again.
     pub checked: Option<Box<CheckedTypes>>,
-    /// For a fused loop: its compiled program.
-    pub program: Option<Arc<Program>>,
-}
-
-/// An op's static input and output types (see `NodePlan::checked`).
-#[derive(Clone, Debug)]
-pub(crate) struct CheckedTypes {
-    pub inputs: Vec<TensorType>,
-    pub outputs: Types,
+    /// For a fused loop: the loop, compiled.
+    pub fused: Option<Arc<FusedLoop>>,
 }
 
 /// What a run needs about one frame.
@@ -78,7 +69,9 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub fn build(graph: DataflowGraph) -> Result<Plan> {
+    /// Plans `graph`; its fused loops come from `loops` (compiled there once, shared with
+    /// whoever else runs them).
+    pub fn build(graph: DataflowGraph, loops: &mut FusedLoops) -> Result<Plan> {
         let needed = graph.needed();
         let mut frames: Vec<FramePlan> = graph
             .frames
@@ -117,8 +110,8 @@ impl Plan {
                 control_out: SmallVec::new(),
                 forward: forwards(node),
                 checked: checked_types(&graph.nodes, id),
-                program: match &node.kind {
-                    DfKind::Loop(fused) => Some(Arc::new(Program::compile(fused)?)),
+                fused: match &node.kind {
+                    DfKind::Loop(fused) => Some(loops.compile(fused)?),
                     _ => None,
                 },
             };
@@ -153,22 +146,6 @@ impl Plan {
             sources,
         })
     }
-}
-
-/// The static types of op node `id` (`None` for other nodes, or any unknown dimension).
-pub(crate) fn checked_types(nodes: &[DfNode], id: NodeId) -> Option<Box<CheckedTypes>> {
-    let node = &nodes[id];
-    if !matches!(node.kind, DfKind::Op(_)) {
-        return None;
-    }
-    let tensor = |ty: &ValueType| ty.as_tensor().filter(|t| !t.shape.contains(&DYN)).cloned();
-    let inputs = node
-        .inputs
-        .iter()
-        .map(|p| nodes.get(p.node)?.outputs.get(p.output).and_then(tensor))
-        .collect::<Option<Vec<_>>>()?;
-    let outputs = node.outputs.iter().map(tensor).collect::<Option<Types>>()?;
-    Some(Box::new(CheckedTypes { inputs, outputs }))
 }
 
 /// Whether `node` only passes its single input on (see `NodePlan::forward`).

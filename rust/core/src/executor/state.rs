@@ -19,8 +19,10 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::kernel::{is_heavy, run_node, selector_output, take_tensors, Failure};
+use super::failure::Failure;
+use super::node::{is_heavy, run_node, take_tensors, Outcome, Prepared};
 use super::plan::{Plan, Target};
+use super::switch::selector_output;
 use crate::dataflow::{DfKind, FrameId, Origin};
 use crate::error::{Error, Result};
 use crate::ops::execute;
@@ -36,21 +38,6 @@ pub(crate) struct Task {
     pub node: u32,
     pub frame: u32,
     pub iter: i64,
-}
-
-/// A ready node with its inputs taken out of the state.
-pub(crate) struct Prepared {
-    pub inputs: SmallVec<[RtValue; 4]>,
-}
-
-/// What running a node produced.
-pub(crate) enum Outcome {
-    /// Every output dead.
-    Dead,
-    /// One value per output.
-    Values(SmallVec<[RtValue; 2]>),
-    /// A switch: `value` on output `output`, every other output dead.
-    Routed { output: usize, value: RtValue },
 }
 
 struct IterState {

@@ -1,8 +1,7 @@
 //! The executor against the reference interpreter (values, variables, errors), and the lazy
 //! semantics only the executor has.
 
-use super::compiled_frame::{BufferAction, BufferStep, CompiledFrame};
-use super::program::{Program, RegisterAction};
+use super::frame::{same_bits, BufferAction, BufferStep, FusedLoop, Steps};
 use super::{Executor, FrameCounts, Loops};
 use crate::dataflow::lower;
 use crate::dataflow::DfKind;
@@ -755,17 +754,14 @@ fn frames_of_static_types_compile_and_agree_with_their_programs_bit_for_bit() {
         "machine code is made at a frame's first run"
     );
     let got = exec.run(args()).unwrap();
-    assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
+    assert!(same_bits(&got[0], &want[0]));
     assert_eq!(
         exec.frame_counts().native,
         1,
         "the loop ran as machine code"
     );
     // Run again on the kept buffers, and with inputs of another shape (the program runs them).
-    assert!(super::compiled_frame::same_bits(
-        &exec.run(args()).unwrap()[0],
-        &want[0]
-    ));
+    assert!(same_bits(&exec.run(args()).unwrap()[0], &want[0]));
     let mut mismatched = args();
     mismatched[1] = RtValue::from(Tensor::from_vec(vec![3i32], &[1]).unwrap());
     assert!(
@@ -816,7 +812,6 @@ fn frames_with_stacks_or_unknown_shapes_keep_their_programs() {
 
 #[test]
 fn check_mode_reports_a_compiled_frame_that_parts_from_its_program() {
-    use super::compiled_frame::same_bits;
     let one = RtValue::from(Tensor::scalar(1.0f32));
     let nan = |bits: u32| RtValue::from(Tensor::scalar(f32::from_bits(bits)));
     assert!(same_bits(&one, &one.clone()));
@@ -877,7 +872,7 @@ fn runs_bit_for_bit(exec: &Executor, graph: &Graph, args: impl Fn() -> Vec<RtVal
     for _ in 0..2 {
         let got = exec.run(args()).unwrap();
         for (g, w) in got.iter().zip(&want) {
-            assert!(super::compiled_frame::same_bits(g, w), "{g:?} != {w:?}");
+            assert!(same_bits(g, w), "{g:?} != {w:?}");
         }
     }
 }
@@ -1086,7 +1081,7 @@ fn ops_without_destination_kernels_and_with_several_outputs_run_in_machine_code(
     let want = run_graph(&graph, args()).unwrap();
     for _ in 0..2 {
         let got = exec.run(args()).unwrap();
-        assert!(super::compiled_frame::same_bits(&got[0], &want[0]));
+        assert!(same_bits(&got[0], &want[0]));
     }
     assert_eq!(
         exec.frame_counts().native,
@@ -1095,38 +1090,27 @@ fn ops_without_destination_kernels_and_with_several_outputs_run_in_machine_code(
     );
 }
 
-/// Each step of the compiled frames of `exec`'s fused frames (and of the loops nested in them),
-/// with the frame it is in: what the tests below count.
-fn compiled_steps(exec: &Executor) -> Vec<(&CompiledFrame, &BufferStep)> {
-    fn of_frame<'a>(frame: &'a CompiledFrame, out: &mut Vec<(&'a CompiledFrame, &'a BufferStep)>) {
-        for step in &frame.steps {
-            out.push((frame, step));
-            if let BufferAction::Loop(inner, _) = &step.action {
-                of_frame(inner, out);
-            }
+/// Each step of the buffer frames of `exec`'s fused loops (and of the loops nested in them,
+/// each once), with the steps it is in: what the tests below count.
+fn compiled_steps(exec: &Executor) -> Vec<(&Steps, &BufferStep)> {
+    fn of_loop<'a>(fused: &'a FusedLoop, out: &mut Vec<(&'a Steps, &'a BufferStep)>) {
+        if let Some(frame) = fused.buffers() {
+            let steps = frame.steps();
+            out.extend(steps.steps.iter().map(|step| (steps, step)));
         }
-    }
-    fn of_program<'a>(program: &'a Program, out: &mut Vec<(&'a CompiledFrame, &'a BufferStep)>) {
-        match &program.compiled {
-            Some(frame) => of_frame(frame, out),
-            None => {
-                for step in program.steps() {
-                    if let RegisterAction::Loop(inner) = &step.action {
-                        of_program(inner, out);
-                    }
-                }
-            }
+        for inner in fused.nested() {
+            of_loop(inner, out);
         }
     }
     let mut out = Vec::new();
-    for program in exec.programs() {
-        of_program(program, &mut out);
+    for fused in exec.fused_loops() {
+        of_loop(fused, &mut out);
     }
     out
 }
 
-fn is_add(frame: &CompiledFrame, step: &BufferStep) -> bool {
-    matches!(&frame.fused.nodes[step.node].kind, DfKind::Op(op) if op.name() == "add")
+fn is_add(steps: &Steps, step: &BufferStep) -> bool {
+    matches!(&steps.fused.nodes[step.node].kind, DfKind::Op(op) if op.name() == "add")
 }
 
 /// How many rank-one updates `exec`'s compiled frames run (`rank_one`), and how many of them

@@ -14,14 +14,14 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 
-use super::elementwise::{apply, value_type, Elementwise};
-use super::{
-    call_kernel, clear_value, copy_bytes, pop_in_place, push_in_place, run_step, share_value,
-    stack_step, Ctx, Entry, NativeCode,
+use super::calls::{
+    address_of_elements, call_kernel, clear_value, copy_bytes, pop_in_place, push_in_place,
+    run_step, share_value, stack_step, Ctx, Entry,
 };
+use super::elementwise::{apply, value_type, Elementwise};
 use crate::dtype::{DType, Storage};
-use crate::executor::compiled_frame::{BufferAction, BufferStep, CompiledFrame, Slot};
-use crate::executor::program::Read;
+use crate::executor::frame::registers::Read;
+use crate::executor::frame::steps::{BufferAction, BufferStep, Slot, Steps};
 use crate::graph::ValueType;
 use crate::shape::numel;
 
@@ -44,8 +44,8 @@ fn isa() -> Option<OwnedTargetIsa> {
     .clone()
 }
 
-/// The frame's function, or `None` where it stays interpreted.
-pub(super) fn compile(frame: &CompiledFrame) -> Option<NativeCode> {
+/// The frame's function and the module holding it, or `None` where it stays interpreted.
+pub(super) fn compile(frame: &Steps) -> Option<(Entry, JITModule)> {
     let generic = |s: &BufferStep| needs_step(s);
     if frame.steps.len() > MAX_STEPS || frame.steps.iter().all(generic) {
         return None;
@@ -61,13 +61,10 @@ pub(super) fn compile(frame: &CompiledFrame) -> Option<NativeCode> {
     // SAFETY: the function was declared with `Entry`'s signature (one pointer in, a u32 out,
     // the platform's C convention).
     let entry = unsafe { std::mem::transmute::<*const u8, Entry>(code) };
-    Some(NativeCode {
-        entry,
-        module: Some(module),
-    })
+    Some((entry, module))
 }
 
-fn define(module: &mut JITModule, frame: &CompiledFrame) -> Option<cranelift_module::FuncId> {
+fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::FuncId> {
     let ptr = module.target_config().pointer_type();
     let mut context = module.make_context();
     context.func.signature.params.push(AbiParam::new(ptr));
@@ -188,7 +185,7 @@ fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// Whether a step runs through `CompiledFrame::step` rather than inline or as a kernel call.
+/// Whether a step runs through the interpreter's step rather than inline or as a kernel call.
 fn needs_step(step: &BufferStep) -> bool {
     match &step.action {
         BufferAction::Pass | BufferAction::Merge | BufferAction::NoOp | BufferAction::Const(_) => {
@@ -206,7 +203,7 @@ fn needs_step(step: &BufferStep) -> bool {
 
 struct Emitter<'a, 'f> {
     b: FunctionBuilder<'f>,
-    frame: &'a CompiledFrame,
+    frame: &'a Steps,
     ptr: Type,
     ctx: Value,
     live: Value,
@@ -394,7 +391,7 @@ impl Emitter<'_, '_> {
             }
             BufferAction::Const(storage) => {
                 let bytes = storage.len() * storage.dtype().size();
-                let src = self.address_of(super::address_of_elements(storage));
+                let src = self.address_of(address_of_elements(storage));
                 let dst = self.address(out);
                 self.copy(dst, src, bytes);
                 self.set_live(out, true);
@@ -489,7 +486,8 @@ impl Emitter<'_, '_> {
             let v = self.b.ins().load(types::I8, flags(), address, 0);
             self.b.ins().uextend(types::I32, v)
         } else {
-            // An index out of range (negative included) picks the last output.
+            // The switch's rule (`executor::switch`): an index out of range, negative
+            // included, picks the last output.
             let v = self.b.ins().load(types::I32, flags(), address, 0);
             let last = self.b.ins().iconst(types::I32, n as i64 - 1);
             let inside = self

@@ -7,7 +7,7 @@
 //! quarter of a checkpointed RNN gradient's time in graph mode. The elements written are the
 //! kernel's own (`ops::index::update_slice_in_place`), so check mode still agrees bit for bit.
 
-use super::compiled_frame::{BufferAction, BufferStep, Slot};
+use super::steps::{BufferAction, BufferStep, Slot};
 use crate::dataflow::{DfKind, DfNode};
 use crate::ops::{index, Op};
 use crate::shape::TensorType;

@@ -19,22 +19,23 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::compiled_frame::{same_bits, CompiledFrame};
-use super::kernel::{selector_output, Failure, Kernel};
-use super::plan::{checked_types, CheckedTypes};
-use super::{count, CompiledFrames, Statistic};
 use crate::dataflow::{DfKind, DfNode, FusedFrame};
 use crate::error::{Error, Result};
+use crate::executor::checked::{checked_types, CheckedTypes};
+use crate::executor::failure::Failure;
+use crate::executor::kernel::Kernel;
+use crate::executor::switch::selector_output;
+use crate::executor::tiers::{count, Statistic};
 use crate::ops::{execute, Op};
 use crate::runtime_values::RtValue;
 use crate::shape::DYN;
 use crate::tensor::Tensor;
 
-pub(super) type Reg = u32;
+pub(crate) type Reg = u32;
 
 /// One input of a step: the register, and whether this is its last read in an iteration.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Read {
+pub(crate) struct Read {
     pub reg: Reg,
     pub take: bool,
 }
@@ -59,7 +60,12 @@ pub(super) enum RegisterAction {
     /// A node run through `Kernel` (variables and stacks).
     Kernel,
     NoOp,
-    Loop(Arc<Program>),
+    Loop(Arc<dyn NestedLoop>),
+}
+
+/// A loop nested in a frame, run whole by one step (a `FusedLoop`, which picks its own tier).
+pub(crate) trait NestedLoop: Send + Sync + std::fmt::Debug {
+    fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure>;
 }
 
 #[derive(Debug)]
@@ -87,14 +93,14 @@ pub(crate) struct Program {
     carried: Vec<Reg>,
     /// The registers of the results (a loop's exits), one per output.
     results: Vec<Reg>,
-    /// The same frame compiled to kernel calls on buffers, where every value has a static
-    /// type and every op a destination kernel.
-    pub(super) compiled: Option<CompiledFrame>,
 }
 
+/// Compiles the loops nested in a frame (each once: see `FusedLoops`).
+pub(super) type CompileNested<'a> = dyn FnMut(&Arc<FusedFrame>) -> Result<Arc<dyn NestedLoop>> + 'a;
+
 impl Program {
-    /// Compiles `fused` (nested loops too).
-    pub fn compile(fused: &Arc<FusedFrame>) -> Result<Program> {
+    /// Compiles `fused`; its nested loops come from `nested`.
+    pub fn compile(fused: &Arc<FusedFrame>, nested: &mut CompileNested<'_>) -> Result<Program> {
         let nodes = &fused.nodes;
         let mut first = Vec::with_capacity(nodes.len());
         let mut registers = 0u32;
@@ -119,7 +125,7 @@ impl Program {
                 },
                 DfKind::Variable(_) | DfKind::Stack(_) => RegisterAction::Kernel,
                 DfKind::NoOp => RegisterAction::NoOp,
-                DfKind::Loop(inner) => RegisterAction::Loop(Arc::new(Program::compile(inner)?)),
+                DfKind::Loop(inner) => RegisterAction::Loop(nested(inner)?),
                 DfKind::Arg(_) | DfKind::Enter { .. } => {
                     let msg = format!("a fused loop holds {} %{id}", node.kind.name());
                     return Err(Error::internal("executor", msg));
@@ -166,18 +172,15 @@ impl Program {
                 .collect()
         };
         let carried = of_kind(|k| matches!(k, DfKind::NextIteration));
-        let mut program = Program {
+        count(Statistic::ProgramsCompiled);
+        Ok(Program {
             fused: fused.clone(),
             steps,
             registers: registers as usize,
             inputs: (0..args).map(|k| (first[k], fused.invariant[k])).collect(),
             carried,
             results,
-            compiled: None,
-        };
-        program.compiled = CompiledFrame::compile(&program);
-        count(Statistic::ProgramsCompiled);
-        Ok(program)
+        })
     }
 
     pub(super) fn fused(&self) -> &Arc<FusedFrame> {
@@ -200,57 +203,8 @@ impl Program {
         &self.results
     }
 
-    /// How many of this frame and the loops nested in it are compiled, and how many there are.
-    pub fn frames(&self) -> (usize, usize) {
-        let own = (usize::from(self.compiled.is_some()), 1);
-        self.steps
-            .iter()
-            .fold(own, |(c, t), step| match &step.action {
-                RegisterAction::Loop(inner) => {
-                    let (ic, it) = inner.frames();
-                    (c + ic, t + it)
-                }
-                _ => (c, t),
-            })
-    }
-
-    /// How many of this frame and the loops nested in it have machine code (those of its
-    /// compiled frame where it has one, else of its nested programs').
-    pub fn native_frames(&self) -> usize {
-        if let Some(compiled) = &self.compiled {
-            return compiled.native_frames();
-        }
-        let nested = self.steps.iter().map(|step| match &step.action {
-            RegisterAction::Loop(inner) => inner.native_frames(),
-            _ => 0,
-        });
-        nested.sum()
-    }
-
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
-    /// The compiled frame runs them when there is one and they have its types (in check mode
-    /// the program runs them too, and any difference is an internal error).
     pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
-        let mode = super::compiled_frames();
-        if let Some(compiled) = self
-            .compiled
-            .as_ref()
-            .filter(|_| mode != CompiledFrames::Off)
-        {
-            if compiled.accepts(&inputs) {
-                if mode != CompiledFrames::Check {
-                    return compiled.run(inputs);
-                }
-                let outcome = compiled.run(inputs.clone());
-                let want = self.interpret(inputs);
-                return agree(&self.fused, outcome, want);
-            }
-        }
-        self.interpret(inputs)
-    }
-
-    /// Runs the register program.
-    fn interpret(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
         count(Statistic::ProgramRuns);
         // Trusted steps rely on the inputs having their static types.
         let trust = self
@@ -468,47 +422,4 @@ fn trust(steps: &mut [RegisterStep], nodes: &[DfNode], registers: usize, args: u
 
 fn missing(op: &'static str) -> Error {
     Error::internal(op, "an input is missing")
-}
-
-/// The check mode's verdict: the program's outcome when the compiled frame's is the same (equal
-/// bits, or the same error at the same place), else an internal error saying where they part.
-fn agree(
-    fused: &FusedFrame,
-    compiled: Result<SmallVec<[RtValue; 2]>, Failure>,
-    program: Result<SmallVec<[RtValue; 2]>, Failure>,
-) -> Result<SmallVec<[RtValue; 2]>, Failure> {
-    let place = |f: &Failure| {
-        f.inner.as_ref().map(|i| {
-            (
-                i.origin.as_ref().map(|o| o.site.clone()),
-                i.iterations.clone(),
-            )
-        })
-    };
-    let differs = match (&compiled, &program) {
-        (Ok(a), Ok(b)) => (a.len() != b.len() || !a.iter().zip(b).all(|(x, y)| same_bits(x, y)))
-            .then(|| "results".to_string()),
-        (Err(a), Err(b)) => (a.error.kind != b.error.kind
-            || a.error.to_string() != b.error.to_string()
-            || place(a) != place(b))
-        .then(|| format!("errors ({} against {})", a.error, b.error)),
-        (Ok(_), Err(b)) => Some(format!(
-            "outcomes (it succeeded, the program failed: {})",
-            b.error
-        )),
-        (Err(a), Ok(_)) => Some(format!(
-            "outcomes (it failed: {}, the program succeeded)",
-            a.error
-        )),
-    };
-    match differs {
-        None => program,
-        Some(what) => {
-            let msg = format!(
-                "frame {}: the compiled frame and its program differ in {what}",
-                fused.frame
-            );
-            Err(Error::internal("executor", msg).into())
-        }
-    }
 }

@@ -10,7 +10,7 @@ use crate::interpret::{run_graph, RtValue};
 use crate::ops::attrs::dtype_short_name;
 use crate::tensor::Tensor;
 
-use super::super::compiled_frame::same_bits;
+use crate::executor::frame::steps::same_bits;
 
 const FLOATS: [f64; 9] = [
     f64::NAN,

@@ -17,8 +17,8 @@
 //! elements at the add. A read of a or b between that was its last becomes a copy, and the
 //! add's read takes instead.
 
-use super::compiled_frame::{BufferAction, BufferStep, Slot};
-use super::program::{Read, Reg};
+use super::registers::{Read, Reg};
+use super::steps::{BufferAction, BufferStep, Slot};
 use crate::dataflow::{DfKind, DfNode};
 use crate::ops::{matmul, Op, OpKind};
 
