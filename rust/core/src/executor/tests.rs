@@ -1,6 +1,8 @@
 //! The executor against the reference interpreter (values, variables, errors), and the lazy
 //! semantics only the executor has.
 
+use std::sync::Arc;
+
 use super::frame::{same_bits, BufferAction, BufferStep, FusedLoop, Steps};
 use super::{Executor, FrameCounts, Loops};
 use crate::dataflow::lower;
@@ -1037,6 +1039,34 @@ fn nested_loops_move_their_buffers_and_update_rows_in_place_bit_for_bit() {
     };
     runs_bit_for_bit(&exec, &graph, args);
     check_against_interpreter("row writes", &graph);
+}
+
+#[test]
+fn a_loop_is_compiled_once_and_shared_by_whoever_runs_it() {
+    let graph = parse_graph(ROW_WRITES).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    let root = exec.root.as_ref().expect("every node is cheap: one pass");
+    // The plan's loop nodes hold the root's own nested loops, not copies.
+    let planned: Vec<&Arc<FusedLoop>> = exec.plan.nodes.iter().flat_map(|n| &n.fused).collect();
+    assert_eq!(planned.len(), 1);
+    assert_eq!(root.nested().len(), 1);
+    assert!(Arc::ptr_eq(planned[0], &root.nested()[0]));
+    // A buffer frame runs its nested loops' own buffer frames: one per loop in all.
+    fn shares(fused: &FusedLoop) -> usize {
+        let frame = fused.buffers().expect("static types: compiled");
+        assert_eq!(frame.nested_frames().len(), fused.nested().len());
+        let pairs = frame.nested_frames().iter().zip(fused.nested());
+        for (frame, inner) in pairs {
+            assert!(Arc::ptr_eq(frame, inner.buffers().expect("compiled")));
+        }
+        1 + fused
+            .nested()
+            .iter()
+            .map(|inner| shares(inner))
+            .sum::<usize>()
+    }
+    assert_eq!(shares(root), 3, "the root, the loop, the loop inside it");
+    assert_eq!(exec.frame_counts().total, 3);
 }
 
 /// A loop whose body factors a matrix (`lu_factor`: three outputs, no destination kernel of its

@@ -106,7 +106,6 @@ pub(super) fn augment(
     let dense_saved = dense.backward_outputs.len();
     // the dense backward loop takes the forward's trip count and rows after the cotangents
     let saved_types: Vec<ValueType> = dense_bwd_types[nc..nc + dense_saved].to_vec();
-    let invariant = &dense.backward_inputs;
 
     // The call: (cotangents, trips, rows, x0) -> gradients. The rows' backward loop runs at
     // the top (none of its trips when the rows did not hold them): XLA runs a loop inside a
@@ -130,31 +129,16 @@ pub(super) fn augment(
         ckpt_bwd_types,
     )?;
 
-    let mut params: Vec<ValueType> = gradient_types.clone();
-    params.extend(saved_types);
-    params.extend(lp.body.params.iter().cloned());
-    let (mut b, args) = FunctionBuilder::new(format!("{name}_rows_or_ckpt_grad"), params);
-    let trips = args[nc];
-    let x0 = &args[nc + dense_saved..];
-    let mut ir = Ir { b: &mut b };
-    let fits = ir.cmp(binary::LessEqual, trips, rows as i64)?;
-    let none = ir.i64(0);
-    let row_trips = ir.select(fits, trips, none)?;
-    let mut inputs: Vec<Port> = args[..nc].to_vec();
-    inputs.push(row_trips);
-    inputs.extend_from_slice(&args[nc + 1..nc + dense_saved]);
-    inputs.extend(invariant.iter().map(|&i| x0[i]));
-    let rows_grads = b.add_node(dense.backward.clone(), &inputs, dense_bwd_types)?;
-    let mut inputs = vec![fits];
-    inputs.extend_from_slice(&rows_grads[..nc]);
-    inputs.extend_from_slice(&args[..nc]);
-    inputs.extend_from_slice(x0);
     let branches = NodeKind::If(If {
         then_branch,
         else_branch,
     });
-    let out = b.add_node(branches, &inputs, gradient_types)?;
-    let call = add_function(tracer, b.finish(&out, &[])?)?;
+    let types = LoopTypes {
+        gradients: gradient_types,
+        saved: saved_types,
+        dense_backward: dense_bwd_types,
+    };
+    let call = rows_or_checkpoints(tracer, lp, &dense, types, branches, rows)?;
 
     Ok(Built {
         forward: dense.forward,
@@ -211,4 +195,48 @@ fn from_start(
     inputs.extend(ckpt.backward_inputs.iter().map(|&i| x0[i]));
     let out = b.add_node(ckpt.backward.clone(), &inputs, ckpt_bwd_types)?;
     add_function(tracer, b.finish(&out[..nc], &[])?)
+}
+
+/// The types `rows_or_checkpoints` needs: the gradients', the rows' the forward loop saved, the
+/// dense backward loop's parameters.
+struct LoopTypes {
+    gradients: Vec<ValueType>,
+    saved: Vec<ValueType>,
+    dense_backward: Vec<ValueType>,
+}
+
+/// The gradient's call, (cotangents, trips, rows, x0) -> gradients: the rows' backward loop
+/// (none of its trips when the rows did not hold them), then `branches` on whether they did.
+fn rows_or_checkpoints(
+    tracer: &TracerRef,
+    lp: &Loop<'_>,
+    dense: &Built,
+    types: LoopTypes,
+    branches: NodeKind,
+    rows: usize,
+) -> Result<String> {
+    let nc = lp.carried.len();
+    let dense_saved = dense.backward_outputs.len();
+    let name = &lp.body.name;
+    let mut params: Vec<ValueType> = types.gradients.clone();
+    params.extend(types.saved);
+    params.extend(lp.body.params.iter().cloned());
+    let (mut b, args) = FunctionBuilder::new(format!("{name}_rows_or_ckpt_grad"), params);
+    let trips = args[nc];
+    let x0 = &args[nc + dense_saved..];
+    let mut ir = Ir { b: &mut b };
+    let fits = ir.cmp(binary::LessEqual, trips, rows as i64)?;
+    let none = ir.i64(0);
+    let row_trips = ir.select(fits, trips, none)?;
+    let mut inputs: Vec<Port> = args[..nc].to_vec();
+    inputs.push(row_trips);
+    inputs.extend_from_slice(&args[nc + 1..nc + dense_saved]);
+    inputs.extend(dense.backward_inputs.iter().map(|&i| x0[i]));
+    let rows_grads = b.add_node(dense.backward.clone(), &inputs, types.dense_backward)?;
+    let mut inputs = vec![fits];
+    inputs.extend_from_slice(&rows_grads[..nc]);
+    inputs.extend_from_slice(&args[..nc]);
+    inputs.extend_from_slice(x0);
+    let out = b.add_node(branches, &inputs, types.gradients)?;
+    add_function(tracer, b.finish(&out, &[])?)
 }

@@ -192,6 +192,12 @@ impl BufferFrame {
         &self.ir
     }
 
+    /// The frames of its nested loops.
+    #[cfg(test)]
+    pub fn nested_frames(&self) -> &[Arc<BufferFrame>] {
+        &self.nested
+    }
+
     /// A state with a buffer per slot, its nested loops' too.
     fn fresh_state(&self) -> Result<State> {
         let nested = self

@@ -124,8 +124,8 @@ impl FusedLoop {
 
     /// Its buffer frame, where it has one.
     #[cfg(test)]
-    pub fn buffers(&self) -> Option<&BufferFrame> {
-        self.buffers.as_deref()
+    pub fn buffers(&self) -> Option<&Arc<BufferFrame>> {
+        self.buffers.as_ref()
     }
 
     /// The loops nested in it.
