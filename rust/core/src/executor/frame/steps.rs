@@ -173,6 +173,7 @@ impl State {
     }
 
     /// After buffer `b` may have been replaced: its address, where machine code reads it.
+    #[inline]
     fn refresh(&mut self, b: usize) {
         if let Some(at) = self.data.get_mut(b) {
             *at = address(&mut self.buffers[b]);
@@ -193,6 +194,7 @@ impl State {
     }
 
     /// `t`'s elements into register `r`'s buffer.
+    #[inline]
     pub fn load(&mut self, r: usize, t: &Tensor) -> Result<()> {
         let b = self.phys[r] as usize;
         crate::with_dtype!(t.dtype(), T, {
@@ -215,11 +217,13 @@ impl State {
     }
 
     /// `src`'s elements into register `r`'s buffer.
+    #[inline]
     pub fn copy_in(&mut self, r: usize, src: &Storage) -> Result<()> {
         copy(&mut self.buffers[self.phys[r] as usize], src)
     }
 
     /// Register `from`'s elements into register `to`'s buffer (distinct buffers).
+    #[inline]
     pub fn copy_register(&mut self, from: usize, to: usize) -> Result<()> {
         let (src, dst) = (self.phys[from] as usize, self.phys[to] as usize);
         let (src, dst) = if src < dst {
@@ -234,6 +238,7 @@ impl State {
 
     /// Register `r`'s buffer exchanged with register `other_r`'s of another state (a nested
     /// loop's), both addresses refreshed.
+    #[inline]
     pub fn exchange(&mut self, r: usize, other: &mut State, other_r: usize) {
         let (b, other_b) = (self.phys[r] as usize, other.phys[other_r] as usize);
         std::mem::swap(&mut self.buffers[b], &mut other.buffers[other_b]);
@@ -242,6 +247,7 @@ impl State {
     }
 
     /// Register `other_r`'s elements in another state into register `r`'s buffer.
+    #[inline]
     pub fn copy_from(&mut self, r: usize, other: &State, other_r: usize) -> Result<()> {
         copy(
             &mut self.buffers[self.phys[r] as usize],
@@ -251,6 +257,7 @@ impl State {
 
     /// `kernel` on the buffers of registers `data` into those of `out..out + count` (distinct
     /// from the inputs': registers map to distinct buffers).
+    #[inline]
     pub fn run_kernel(
         &mut self,
         kernel: &DestKernel,
@@ -335,6 +342,7 @@ pub(crate) fn address(buffer: &mut Storage) -> usize {
 
 /// `src`'s elements into `dst`, which holds as many of the same dtype (a frame's registers
 /// have static types, so anything else is a compiler bug: no buffer is reallocated here).
+#[inline]
 fn copy(dst: &mut Storage, src: &Storage) -> Result<()> {
     match (dst, src) {
         (Storage::F32(d), Storage::F32(s)) if d.len() == s.len() => d.copy_from_slice(s),
@@ -342,18 +350,22 @@ fn copy(dst: &mut Storage, src: &Storage) -> Result<()> {
         (Storage::I32(d), Storage::I32(s)) if d.len() == s.len() => d.copy_from_slice(s),
         (Storage::I64(d), Storage::I64(s)) if d.len() == s.len() => d.copy_from_slice(s),
         (Storage::Bool(d), Storage::Bool(s)) if d.len() == s.len() => d.copy_from_slice(s),
-        (d, s) => {
-            let msg = format!(
-                "a copy of {} {} elements into a buffer of {} {}",
-                s.len(),
-                s.dtype(),
-                d.len(),
-                d.dtype()
-            );
-            return Err(Error::internal("executor", msg));
-        }
+        (d, s) => return Err(mismatched_copy(d, s)),
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn mismatched_copy(dst: &Storage, src: &Storage) -> Error {
+    let msg = format!(
+        "a copy of {} {} elements into a buffer of {} {}",
+        src.len(),
+        src.dtype(),
+        dst.len(),
+        dst.dtype()
+    );
+    Error::internal("executor", msg)
 }
 
 fn unload(buffer: &Storage, ty: &TensorType) -> Result<Tensor> {
