@@ -62,29 +62,59 @@ def check_grads(
     assert out.dtype == gl.float64, f"fn must return a float64 tensor, got {out.dtype}"
     loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
     expected = numerical_gradient(lambda *a: _scalar(loss(*_tensors(a))), xs, eps)
-    for mode, run, rtol_forward in (
-        ("graph", gl.function, 1e-12),
-        # IREE's f64 kernels (vectorised polynomials, fused multiply-adds) round differently.
-        ("compiled", gl.jit, 1e-10),
-    ):
+    vs = [rng.standard_normal(x.shape) for x in xs] if order == 2 else None
+    # Under `gl.jit` the forward pass, the gradient and the Hessian-vector product are one
+    # module (one IREE compile, the costly part), each output checked as the others modes' are.
+    compiled = _compiled_derivatives(fn, loss, xs, vs) if "compiled" in modes else None
+    forwards = {"graph": lambda: gl.function(fn)(*_tensors(xs))}
+    if compiled is not None:
+        forwards["compiled"] = lambda: compiled[0]
+    # IREE's f64 kernels (vectorised polynomials, fused multiply-adds) round differently.
+    for mode, rtol_forward in (("graph", 1e-12), ("compiled", 1e-10)):
         if mode in modes:
             np.testing.assert_allclose(
-                np.asarray(run(fn)(*_tensors(xs))),
+                np.asarray(forwards[mode]()),
                 np.asarray(out),
                 rtol=rtol_forward,
                 atol=1e-12,
                 err_msg=f"{mode} mode forward != eager forward",
             )
     for mode in modes:
-        got = _first_order(loss, xs, mode)
+        got = compiled[1] if mode == "compiled" else _first_order(loss, xs, mode)
         _compare(got, expected, xs, f"order 1 ({mode})", atol, rtol)
-    if order == 1:
+    if vs is None:
         return
-    vs = [rng.standard_normal(x.shape) for x in xs]
     expected_hvp = _directional_difference(lambda *a: _first_order(loss, a, "tape"), xs, vs, eps)
     for mode in modes:
-        got = _hvp(loss, xs, vs, mode)
+        got = compiled[2] if mode == "compiled" else _hvp(loss, xs, vs, mode)
         _compare(got, expected_hvp, xs, f"order 2 ({mode})", atol, rtol)
+
+
+def _compiled_derivatives(
+    fn: Fn, loss: Fn, xs: Sequence[np.ndarray], vs: Sequence[np.ndarray] | None
+) -> tuple[gl.Tensor, list[np.ndarray], list[np.ndarray] | None]:
+    """`fn`'s output, `loss`'s gradient and (given directions `vs`) its Hessian-vector product,
+    computed by one `gl.jit` function."""
+    ts = _tensors(xs)
+    argnums = tuple(range(len(ts)))
+    vts = _tensors(vs) if vs is not None else None
+
+    def directional(*args: gl.Tensor) -> gl.Tensor:
+        return _inner(gl.grad(loss, argnums=argnums)(*args), vts)
+
+    def everything(*args: gl.Tensor) -> tuple[gl.Tensor, ...]:
+        gs = tuple(gl.grad(loss, argnums=argnums)(*args))
+        hs = tuple(gl.grad(directional, argnums=argnums)(*args)) if vts is not None else ()
+        return (fn(*args), *gs, *hs)
+
+    results = gl.jit(everything)(*ts)
+    n = len(ts)
+    assert len(results) == 1 + n * (2 if vts is not None else 1)
+    gs = [_to_numpy(g, x) for g, x in zip(results[1 : 1 + n], xs, strict=True)]
+    if vts is None:
+        return results[0], gs, None
+    hs = [_to_numpy(h, x) for h, x in zip(results[1 + n :], xs, strict=True)]
+    return results[0], gs, hs
 
 
 def numerical_gradient(
