@@ -151,7 +151,7 @@ impl Executor {
     pub fn frame_counts(&self) -> FrameCounts {
         self.fused_loops()
             .map(FusedLoop::frame_counts)
-            .fold(FrameCounts::default(), FrameCounts::add)
+            .fold(FrameCounts::default(), |a, b| a + b)
     }
 
     /// The same executor running on at most `threads` threads (1: on the calling thread).

@@ -78,9 +78,11 @@ pub struct FrameCounts {
     pub native: usize,
 }
 
-impl FrameCounts {
-    /// The counts of two sets of frames together.
-    pub fn add(self, other: FrameCounts) -> FrameCounts {
+/// The counts of two sets of frames together.
+impl std::ops::Add for FrameCounts {
+    type Output = FrameCounts;
+
+    fn add(self, other: FrameCounts) -> FrameCounts {
         FrameCounts {
             total: self.total + other.total,
             compiled: self.compiled + other.compiled,

@@ -119,7 +119,7 @@ impl FusedLoop {
         self.nested
             .iter()
             .map(|inner| inner.frame_counts())
-            .fold(own, FrameCounts::add)
+            .fold(own, |a, b| a + b)
     }
 
     /// Its buffer frame, where it has one.
