@@ -283,13 +283,8 @@ impl BufferFrame {
             Slot::Value(_) => {
                 // A register returned twice is cloned for all but its last use.
                 let last = self.ir.results.iter().filter(|&&x| x as usize == r).count() == 1;
-                let value = if last {
-                    state.value(r).take()
-                } else {
-                    state.value(r).clone()
-                };
-                value
-                    .map(|v| *v)
+                state
+                    .read_value(r, last)
                     .ok_or_else(|| Error::internal("executor", "a result is empty"))
             }
         }

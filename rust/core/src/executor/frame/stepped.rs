@@ -247,16 +247,9 @@ impl BufferFrame {
         let reg = r.reg as usize;
         match &self.ir.slots[reg] {
             Slot::Buffer(ty) => Ok(RtValue::Tensor(state.unload(data as usize, ty)?)),
-            Slot::Value(_) => {
-                let value = if r.take {
-                    state.value(reg).take()
-                } else {
-                    state.value(reg).clone()
-                };
-                value
-                    .map(|v| *v)
-                    .ok_or_else(|| Error::internal("executor", "an input is missing"))
-            }
+            Slot::Value(_) => state
+                .read_value(reg, r.take)
+                .ok_or_else(|| Error::internal("executor", "an input is missing")),
         }
     }
 

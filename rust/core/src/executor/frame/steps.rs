@@ -122,13 +122,17 @@ pub(crate) struct State {
     pub nested: Vec<State>,
 }
 
-/// What machine code is handed of a `State`: its arrays, as raw pointers.
+/// What machine code is handed of a `State`: its arrays, as raw pointers (`#[repr(C)]`: the
+/// code reads the fields at their offsets).
+#[repr(C)]
 pub(crate) struct RawState {
     pub live: *mut bool,
     pub dead: *mut bool,
     pub phys: *mut u32,
+    /// Per buffer, the address of its first element.
     pub data: *const usize,
     pub buffers: *mut Storage,
+    /// Per slot, `Option<Box<RtValue>>`: a pointer, null when empty.
     pub values: *mut Option<Box<RtValue>>,
 }
 
@@ -191,6 +195,13 @@ impl State {
     #[inline]
     pub fn value(&mut self, r: usize) -> &mut Option<Box<RtValue>> {
         &mut self.values[self.phys[r] as usize]
+    }
+
+    /// The value register `r` holds: moved out (`take`, its last read) or cloned.
+    pub fn read_value(&mut self, r: usize, take: bool) -> Option<RtValue> {
+        let slot = self.value(r);
+        let value = if take { slot.take() } else { slot.clone() };
+        value.map(|v| *v)
     }
 
     /// `t`'s elements into register `r`'s buffer.

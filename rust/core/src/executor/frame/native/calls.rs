@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::dtype::Storage;
 use crate::error::{Error, Result};
 use crate::executor::failure::Failure;
-use crate::executor::frame::steps::{address, BufferAction, State, Steps};
+use crate::executor::frame::steps::{address, BufferAction, RawState, State, Steps};
 use crate::runtime_values::RtValue;
 
 /// What runs the steps machine code calls back for (the stepped interpreter, on the same
@@ -27,14 +27,7 @@ pub(crate) trait Interpreter {
 /// reads the fields at their offsets).
 #[repr(C)]
 pub(crate) struct Ctx<'a> {
-    pub live: *mut bool,
-    pub dead: *mut bool,
-    pub phys: *mut u32,
-    /// Per buffer, the address of its first element.
-    pub data: *const usize,
-    pub buffers: *mut Storage,
-    /// Per slot, `Option<Box<RtValue>>`: a pointer, null when empty.
-    pub values: *mut Option<Box<RtValue>>,
+    pub raw: RawState,
     pub steps: *const Steps,
     pub interpreter: &'a dyn Interpreter,
     pub state: *mut State,

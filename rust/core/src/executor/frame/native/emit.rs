@@ -21,7 +21,7 @@ use super::calls::{
 use super::elementwise::{apply, value_type, Elementwise};
 use crate::dtype::{DType, Storage};
 use crate::executor::frame::registers::Read;
-use crate::executor::frame::steps::{BufferAction, BufferStep, Slot, Steps};
+use crate::executor::frame::steps::{BufferAction, BufferStep, RawState, Slot, Steps};
 use crate::graph::ValueType;
 use crate::shape::numel;
 
@@ -99,12 +99,12 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
     let ctx = b.block_params(entry)[0];
     let field =
         |b: &mut FunctionBuilder, offset: usize| b.ins().load(ptr, flags(), ctx, offset as i32);
-    let live = field(&mut b, offset_of!(Ctx, live));
-    let dead = field(&mut b, offset_of!(Ctx, dead));
-    let phys = field(&mut b, offset_of!(Ctx, phys));
-    let data = field(&mut b, offset_of!(Ctx, data));
-    let buffers = field(&mut b, offset_of!(Ctx, buffers));
-    let values = field(&mut b, offset_of!(Ctx, values));
+    let live = field(&mut b, offset_of!(Ctx, raw) + offset_of!(RawState, live));
+    let dead = field(&mut b, offset_of!(Ctx, raw) + offset_of!(RawState, dead));
+    let phys = field(&mut b, offset_of!(Ctx, raw) + offset_of!(RawState, phys));
+    let data = field(&mut b, offset_of!(Ctx, raw) + offset_of!(RawState, data));
+    let buffers = field(&mut b, offset_of!(Ctx, raw) + offset_of!(RawState, buffers));
+    let values = field(&mut b, offset_of!(Ctx, raw) + offset_of!(RawState, values));
     let iteration = b.declare_var(types::I64);
     let failed = b.declare_var(types::I32);
     let zero = b.ins().iconst(types::I64, 0);

@@ -81,16 +81,9 @@ impl NativeCode {
         interpreter: &dyn Interpreter,
         state: &mut State,
     ) -> Result<(), Failure> {
-        // Addresses are refreshed each run, without allocating: a buffer's address is stable
-        // while it is not replaced, and every replacement refreshes it (`State`).
-        let raw = state.raw();
+        // Every buffer's address, refreshed (a buffer replaced between runs moved).
         let mut ctx = Ctx {
-            live: raw.live,
-            dead: raw.dead,
-            phys: raw.phys,
-            data: raw.data,
-            buffers: raw.buffers,
-            values: raw.values,
+            raw: state.raw(),
             steps,
             interpreter,
             state,
