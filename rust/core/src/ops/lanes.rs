@@ -119,30 +119,41 @@ macro_rules! lanes {
                     b.iter_mut().for_each(|x| *x = scalar(*x));
                 }
             };
-            let run = |xs: &mut [$T]| {
-                let (blocks, rest) = xs.as_chunks_mut::<$N>();
-                blocks.iter_mut().for_each(block);
+            // From a source, each block is read from it and written once: no copy first.
+            let block_from = |(b, from): (&mut [$T; $N], &[$T; $N])| {
+                let v = $V::from(*from);
+                if serves(v) {
+                    *b = vector(v).to_array();
+                } else {
+                    b.iter_mut().zip(from).for_each(|(x, &f)| *x = scalar(f));
+                }
+            };
+            // The last partial block, padded with ones (read from `from`, else in place).
+            let tail = |rest: &mut [$T], from: Option<&[$T]>| {
                 if !rest.is_empty() {
                     let mut padded = [1.0; $N];
-                    padded[..rest.len()].copy_from_slice(rest);
+                    padded[..rest.len()].copy_from_slice(from.unwrap_or(rest));
                     block(&mut padded);
                     rest.copy_from_slice(&padded[..rest.len()]);
                 }
             };
-            // A source is copied a task at a time, so the map reads it from cache.
-            let copy_run = |(xs, from): (&mut [$T], &[$T])| {
-                xs.copy_from_slice(from);
-                run(xs);
+            let run = |xs: &mut [$T]| {
+                let (blocks, rest) = xs.as_chunks_mut::<$N>();
+                blocks.iter_mut().for_each(block);
+                tail(rest, None);
+            };
+            let run_from = |(xs, from): (&mut [$T], &[$T])| {
+                let (blocks, rest) = xs.as_chunks_mut::<$N>();
+                let (sources, rest_from) = from.as_chunks::<$N>();
+                blocks.iter_mut().zip(sources).for_each(block_from);
+                tail(rest, Some(rest_from));
             };
             match from {
                 Some(from) if xs.len() >= PARALLEL_THRESHOLD => xs
                     .par_chunks_mut(TASK)
                     .zip(from.par_chunks(TASK))
-                    .for_each(copy_run),
-                Some(from) => xs
-                    .chunks_mut(TASK)
-                    .zip(from.chunks(TASK))
-                    .for_each(copy_run),
+                    .for_each(run_from),
+                Some(from) => run_from((xs, from)),
                 None if xs.len() >= PARALLEL_THRESHOLD => xs.par_chunks_mut(TASK).for_each(run),
                 None => run(xs),
             }

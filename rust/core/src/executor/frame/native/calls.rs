@@ -43,6 +43,7 @@ pub(super) type Entry = unsafe extern "C" fn(*mut Ctx<'_>) -> u32;
 const _: () = assert!(std::mem::size_of::<Option<Box<RtValue>>>() == std::mem::size_of::<usize>());
 
 /// A step's outcome for the machine code: 0, or 1 with the failure kept in `ctx`.
+#[inline]
 fn report(ctx: &mut Ctx, outcome: std::thread::Result<Result<(), Failure>>) -> u32 {
     match outcome {
         Ok(Ok(())) => 0,
