@@ -1,15 +1,18 @@
 """The online checkpointing schedule (`gradloop._checkpoints`): simulated on integer states,
 every trip is reversed in order from the right state, never more than c states are kept, and
-the body evaluations stay within the documented bounds."""
+the body evaluations stay within the documented bounds. Every runner, eagerly and in graph
+mode, makes the trips this model counts."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gradloop as gl
 from gradloop import _checkpoints as ck
 
 
@@ -88,3 +91,51 @@ def test_every_slot_is_full_after_c_trips(c):
     for step in range(c):
         placement.keep(step)
     assert None not in placement.steps
+
+
+# Every runner runs a checkpointed loop's gradient as the same graph (the Rust schedule); the
+# trips its loops make are the forward trips, the backward pass's recomputations and the n
+# reversed trips, as the model counts them. In check mode a fused loop runs on two tiers, so
+# each runner here runs one.
+RUNNERS = [
+    ("interpreter", "check"),
+    ("frames", "check"),
+    ("executor", "off"),
+    ("executor", "buffers"),
+    ("executor", "on"),
+]
+
+
+def _trips_of(fn, *args) -> int:
+    before = gl._core.loop_trips()
+    fn(*args)
+    return gl._core.loop_trips() - before
+
+
+@pytest.mark.parametrize(("n", "c"), [(1, 1), (7, 1), (9, 2), (23, 3), (40, 4), (61, 10)])
+def test_every_runner_runs_the_schedule_the_model_counts(n: int, c: int) -> None:
+    w = gl.tensor(np.linspace(0.5, 0.9, 4))
+
+    def loss(x, trips):
+        def body(i, h):
+            return i + 1, gl.sin(h * w) + 0.1 * x
+
+        _, h = gl.while_loop(lambda i, h: i < trips, body, (gl.tensor(0), x), checkpoints=c)
+        return gl.sum(h * h)
+
+    untaped, taped = ck.evaluations(n, c)
+    x, trips = gl.tensor(np.full(4, 0.3)), gl.tensor(n)
+    graph = gl.function(gl.grad(loss))
+    graph(x, trips)  # traced
+    runner, frames = gl._core.graph_runner(), gl._core.compiled_frames()
+    try:
+        counts = {}
+        for name, mode in RUNNERS:
+            gl._core.set_graph_runner(name)
+            gl._core.set_compiled_frames(mode)
+            counts[name, mode] = (_trips_of(graph, x, trips), _trips_of(gl.grad(loss), x, trips))
+    finally:
+        gl._core.set_graph_runner(runner)
+        gl._core.set_compiled_frames(frames)
+    # Graph mode runs the gradient alone; eager mode also runs the loop for its value.
+    assert set(counts.values()) == {(untaped + taped, untaped + taped + n)}, counts

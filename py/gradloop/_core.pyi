@@ -376,6 +376,10 @@ def frame_statistics() -> dict[str, int]:
     `program_runs`, `buffer_runs`, `native_runs` (runs of each tier; a loop's run is all its
     trips)."""
 
+def loop_trips() -> int:
+    """The trips every `While` of the process has run, in the interpreter and in each of the
+    executor's tiers (in check mode a fused loop runs on two tiers and counts twice)."""
+
 def executor_threads() -> int:
     """Threads the frame executor uses (`GRADLOOP_NUM_THREADS`, else the machine's cores)."""
 

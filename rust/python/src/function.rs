@@ -223,6 +223,13 @@ pub fn frame_statistics() -> std::collections::BTreeMap<&'static str, u64> {
     ])
 }
 
+/// The trips every `While` of the process has run (`graph::While::trips_run`), whichever
+/// runner ran it.
+#[pyfunction]
+pub fn loop_trips() -> u64 {
+    gradloop::graph::While::trips_run()
+}
+
 /// Threads the executor runs on (`GRADLOOP_NUM_THREADS`, else the machine's cores).
 #[pyfunction]
 pub fn executor_threads() -> usize {

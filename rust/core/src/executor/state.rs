@@ -25,6 +25,7 @@ use super::plan::{Plan, Target};
 use super::switch::selector_output;
 use crate::dataflow::{DfKind, FrameId, Origin};
 use crate::error::{Error, Result};
+use crate::graph::While;
 use crate::ops::execute;
 use crate::runtime_values::RtValue;
 use crate::tensor::Tensor;
@@ -380,7 +381,9 @@ impl<'p> RunState<'p> {
         inst
     }
 
+    /// Starts the next iteration of a loop frame: the trip before it ran its body.
     fn start_iteration(&mut self, inst: u32) {
+        While::count_trips(1);
         let template = self.frame(inst).template;
         let it = self.fresh_iteration(template);
         let frame = self.frame(inst);

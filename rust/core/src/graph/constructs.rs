@@ -12,6 +12,7 @@ use super::library::Library;
 use super::parse_attrs::AttrReader;
 use crate::error::{Error, ErrorKind, Result};
 use crate::shape::{TensorType, DYN};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `(pred: bool[], operands...) -> results`: calls `then_branch(operands)` when pred is true,
 /// else `else_branch(operands)`.
@@ -40,6 +41,23 @@ pub struct While {
     /// With `Some(c)`, the gradient keeps c snapshots of the loop variables and recomputes
     /// trips from them (`control::while_loop::checkpointed`) instead of stacking residuals.
     pub checkpoints: Option<u32>,
+}
+
+/// The trips every `While` of the process has run, in the interpreter and in each of the
+/// executor's tiers (in check mode a fused loop runs on two tiers and counts twice).
+static WHILE_TRIPS: AtomicU64 = AtomicU64::new(0);
+
+impl While {
+    /// The trips every `While` of the process has run since it started. Tests read it to see
+    /// that every runner runs a loop gradient's checkpoint schedule alike.
+    pub fn trips_run() -> u64 {
+        WHILE_TRIPS.load(Ordering::Relaxed)
+    }
+
+    /// Adds `trips` to `trips_run`.
+    pub(crate) fn count_trips(trips: i64) {
+        WHILE_TRIPS.fetch_add(trips.max(0) as u64, Ordering::Relaxed);
+    }
 }
 
 /// `(operands...) -> function(operands...)`. With `gradient` (a `custom_gradient` traced in

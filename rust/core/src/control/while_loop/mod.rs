@@ -155,6 +155,7 @@ impl Interpret for While {
             check_results(&vars, run.outputs(), body_fn).map_err(|e| in_iteration(e, trip))?;
             trip += 1;
         }
+        While::count_trips(trip);
         Ok(run.store(vars))
     }
 }

@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::executor::failure::Failure;
 use crate::executor::tiers::{count, native_frames, Statistic};
 use crate::graph::constructs::StackOp;
+use crate::graph::While;
 use crate::runtime_values::RtValue;
 use crate::shape::TensorType;
 
@@ -294,7 +295,7 @@ impl BufferFrame {
     /// their registers (live, or an error).
     pub(super) fn run_in(&self, state: &mut State) -> Result<(), Failure> {
         state.dead.fill(false);
-        match self.native_code() {
+        let trips = match self.native_code() {
             Some(code) => {
                 count(Statistic::NativeRuns);
                 code.run(&self.ir, self, state)?
@@ -303,6 +304,9 @@ impl BufferFrame {
                 count(Statistic::BufferRuns);
                 self.run_steps(state)?
             }
+        };
+        if self.ir.fused.repeats {
+            While::count_trips(trips);
         }
         for (k, &r) in self.ir.results.iter().enumerate() {
             if !state.live[r as usize] {

@@ -26,6 +26,7 @@ use crate::executor::failure::Failure;
 use crate::executor::kernel::Kernel;
 use crate::executor::switch::selector_output;
 use crate::executor::tiers::{count, Statistic};
+use crate::graph::While;
 use crate::ops::{execute, Op};
 use crate::runtime_values::RtValue;
 use crate::shape::DYN;
@@ -235,6 +236,9 @@ impl Program {
                 break;
             }
             iteration += 1;
+        }
+        if self.fused.repeats {
+            While::count_trips(iteration);
         }
         // A register returned twice is cloned for all but its last use.
         let last = |k: usize| !self.results[k + 1..].contains(&self.results[k]);

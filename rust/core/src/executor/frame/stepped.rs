@@ -18,8 +18,8 @@ use crate::executor::switch::selected;
 use crate::runtime_values::{Popped, RtValue};
 
 impl BufferFrame {
-    /// The steps run one by one, iteration after iteration.
-    pub(super) fn run_steps(&self, state: &mut State) -> Result<(), Failure> {
+    /// The steps run one by one, iteration after iteration; returns the trips made.
+    pub(super) fn run_steps(&self, state: &mut State) -> Result<i64, Failure> {
         let mut iteration: i64 = 0;
         loop {
             for step in &self.ir.steps {
@@ -36,7 +36,7 @@ impl BufferFrame {
             }
             iteration += 1;
         }
-        Ok(())
+        Ok(iteration)
     }
 
     #[inline(always)]

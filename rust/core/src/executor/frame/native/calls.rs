@@ -31,7 +31,7 @@ pub(crate) struct Ctx<'a> {
     pub steps: *const Steps,
     pub interpreter: &'a dyn Interpreter,
     pub state: *mut State,
-    /// The iteration a failing step ran in.
+    /// The iteration a failing step ran in, or the trips made when the frame returns.
     pub iteration: i64,
     pub failure: Option<Failure>,
 }

@@ -162,6 +162,10 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
     e.b.def_var(iteration, i);
     e.b.ins().jump(head, &[]);
     e.b.switch_to_block(done);
+    // The trips made, for the caller's count.
+    let i = e.b.use_var(iteration);
+    e.b.ins()
+        .store(flags(), i, ctx, offset_of!(Ctx, iteration) as i32);
     let ok = e.b.ins().iconst(types::I32, 0);
     e.b.ins().return_(&[ok]);
     e.b.switch_to_block(fail);

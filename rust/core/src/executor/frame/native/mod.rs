@@ -80,7 +80,7 @@ impl NativeCode {
         steps: &Steps,
         interpreter: &dyn Interpreter,
         state: &mut State,
-    ) -> Result<(), Failure> {
+    ) -> Result<i64, Failure> {
         // Every buffer's address, refreshed (a buffer replaced between runs moved).
         let mut ctx = Ctx {
             raw: state.raw(),
@@ -95,7 +95,7 @@ impl NativeCode {
         // runs (steps only index them).
         let code = unsafe { (self.entry)(&mut ctx) };
         if code == 0 {
-            return Ok(());
+            return Ok(ctx.iteration);
         }
         let step = &steps.steps[code as usize - 1];
         let mut failure = ctx
