@@ -213,3 +213,24 @@ def test_signatures_read_from_the_header_agree_with_the_parsed_module() -> None:
         name = fn.__name__
         assert re.search(_xla._HEADER.format(name=name), text), text[:300]
         assert _xla._types(text, name) == _xla._parsed_types(text, name)
+
+
+def test_executables_are_cached_on_disk_and_a_torn_entry_is_compiled_again(
+    tmp_path, monkeypatch
+) -> None:
+    # As IREE's modules are: the next process reads what this one compiled.
+    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path))
+    x = f64(0.3, 0.7, 1.1)
+    want = np.asarray(gl.function(gl.grad(lambda x: gl.sum(orbit(x, gl.tensor(4)))))(x))
+
+    def compiled():
+        return np.asarray(xla(gl.grad(lambda x: gl.sum(orbit(x, gl.tensor(4)))))(x))
+
+    np.testing.assert_allclose(compiled(), want, rtol=1e-12)
+    (entry,) = tmp_path.glob("*.xla")
+    written = entry.stat().st_ino
+    np.testing.assert_allclose(compiled(), want, rtol=1e-12)
+    assert entry.stat().st_ino == written, "read from the cache, not compiled and written again"
+    entry.write_bytes(b"not an executable")
+    np.testing.assert_allclose(compiled(), want, rtol=1e-12)
+    assert entry.read_bytes() != b"not an executable", "a torn entry is compiled and replaced"

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
-import pathlib
 from typing import Any, NamedTuple
 
-from . import _compiler, _validate, _vm_repair, _workarounds, errors
+from . import _compiler, _disk_cache, _validate, _vm_repair, _workarounds, errors
 
 #: Compiler target -> the IREE runtime driver `jit` runs it on by default (`driver` chooses per
 #: module on llvm-cpu).
@@ -108,13 +106,6 @@ def _compiler_version() -> str:
     return importlib.metadata.version("iree-base-compiler")
 
 
-def _cache_dir() -> pathlib.Path:
-    root = os.environ.get("GRADLOOP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gradloop"
-    )
-    return pathlib.Path(root)
-
-
 _memory_cache: dict[str, bytes] = {}
 
 #: Part of the cache key: modules compiled before the VM repairs (`_vm_repair.py`) are compiled
@@ -152,7 +143,7 @@ def compile_mlir(
     found = _memory_cache.get(key)
     if found is not None:
         return found
-    path = _cache_dir() / f"{key}.vmfb"
+    path = _disk_cache.directory() / f"{key}.vmfb"
     failed = path.with_suffix(".error")
     if path.exists():
         vmfb = path.read_bytes()
@@ -164,21 +155,11 @@ def compile_mlir(
         except errors.CompileTimeoutError:
             raise  # not cached: a later compile, with more time, may finish
         except errors.CompileError as e:
-            _write_atomic(failed, str(e).encode())
+            _disk_cache.write_atomic(failed, str(e).encode())
             raise
-        _write_atomic(path, vmfb)
+        _disk_cache.write_atomic(path, vmfb)
     _memory_cache[key] = vmfb
     return vmfb
-
-
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)  # atomic: concurrent processes never read half a file
-    except OSError:
-        pass  # a read-only cache directory only costs a recompile
 
 
 class Form(NamedTuple):

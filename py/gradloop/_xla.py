@@ -14,14 +14,16 @@ Neither route changes the caller's JAX configuration.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from . import _core, _notice, _stablehlo, _validate, errors
+from . import _core, _disk_cache, _notice, _stablehlo, _validate, errors
 
 #: `gl.jit`'s targets on this backend, and the platform JAX names each.
 PLATFORMS = {"llvm-cpu": "cpu", "cuda": "cuda"}
@@ -167,8 +169,8 @@ class _ClientExecutable:
         self._avals = [jax.core.ShapedArray(t.shape, t.dtype) for t in ins]
         self._put = put
         try:
-            self._run = self._device.client.compile_and_load(
-                main.encode(), devices((self._device,)), get_compile_options(1, 1)
+            self._run = _load_or_compile(
+                self._device, main, devices((self._device,)), get_compile_options(1, 1)
             ).execute
         except Exception as e:  # XLA's failures are jaxlib's own types
             raise errors.CompileError(
@@ -196,6 +198,30 @@ class _ClientExecutable:
                 )
             )
         return [np.asarray(r) for r in self._run(buffers)]
+
+
+def _load_or_compile(device: Any, main: str, devices: Any, options: Any) -> Any:
+    """`main` compiled by `device`'s client, or its executable from the disk cache (keyed by
+    the module, the device and jaxlib's version), as IREE's modules are: a compile of a few
+    seconds becomes a read of a few milliseconds in the next process."""
+    import jaxlib
+
+    client = device.client
+    key = hashlib.sha256(
+        "\0".join(
+            [main, jaxlib.__version__, client.platform, client.platform_version, device.device_kind]
+        ).encode()
+    ).hexdigest()
+    path = _disk_cache.directory() / f"{key}.xla"
+    if path.exists():
+        # a torn or foreign entry is compiled again
+        with contextlib.suppress(Exception):
+            return client.deserialize_executable(path.read_bytes(), devices, options)
+    executable = client.compile_and_load(main.encode(), devices, options)
+    # a backend that cannot serialize runs uncached
+    with contextlib.suppress(Exception):
+        _disk_cache.write_atomic(path, client.serialize_executable(executable))
+    return executable
 
 
 def _exported_executable(
