@@ -25,6 +25,7 @@ read as zeros.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,22 @@ STAGED: dict[str, Callable[[Fn], Fn]] = {"graph": gl.function, "compiled": gl.ji
 MODES = ("tape", "grad", "graph", "compiled")
 
 
+@dataclass(frozen=True)
+class Program:
+    """What a check runs under `gl.jit`: `fn` on `inputs` returns a flat tuple of tensors, and
+    `read` turns those results into what the check compares. A suite may run many programs as
+    one module (`run_compiled`): IREE's cost is mostly per module."""
+
+    fn: Callable[..., tuple[gl.Tensor, ...]]
+    inputs: list[gl.Tensor]
+    read: Callable[[Sequence[gl.Tensor]], Any]
+
+
+def run_alone(program: Program) -> Any:
+    """`program` compiled as its own module and run."""
+    return program.read(gl.jit(program.fn)(*program.inputs))
+
+
 def check_grads(
     fn: Fn,
     args: Sequence[np.ndarray | gl.Tensor],
@@ -47,25 +64,24 @@ def check_grads(
     eps: float = 1e-6,
     seed: int = 0,
     modes: Sequence[str] = MODES,
+    run_compiled: Callable[[Program], Any] = run_alone,
 ) -> None:
     """Asserts that gradloop's gradients of `fn` at `args` match finite differences.
 
     `order` is 1 (gradients) or 2 (also Hessian-vector products); `modes` picks the
     differentiation APIs checked: "tape" (`gl.GradientTape`), "grad" (`gl.grad`), "graph"
-    (`gl.grad` inside `gl.function`) and "compiled" (`gl.grad` under `gl.jit`).
+    (`gl.grad` inside `gl.function`) and "compiled" (`gl.grad` under `gl.jit`, the program
+    `gradient_program` makes, run by `run_compiled`).
     """
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order}")
     xs = [_as_float64_array(a) for a in args]
-    rng = np.random.default_rng(seed)
-    out = fn(*_tensors(xs))
-    assert out.dtype == gl.float64, f"fn must return a float64 tensor, got {out.dtype}"
-    loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
+    out, loss, vs = _gradient_setup(fn, xs, order, seed)
     expected = numerical_gradient(lambda *a: _scalar(loss(*_tensors(a))), xs, eps)
-    vs = [rng.standard_normal(x.shape) for x in xs] if order == 2 else None
     # Under `gl.jit` the forward pass, the gradient and the Hessian-vector product are one
-    # module (one IREE compile, the costly part), each output checked as the others modes' are.
-    compiled = _compiled_derivatives(fn, loss, xs, vs) if "compiled" in modes else None
+    # program (IREE compiles per module, the costly part), each output checked as the other
+    # modes' are.
+    compiled = run_compiled(_derivatives(fn, loss, xs, vs)) if "compiled" in modes else None
     forwards = {"graph": lambda: gl.function(fn)(*_tensors(xs))}
     if compiled is not None:
         forwards["compiled"] = lambda: compiled[0]
@@ -90,13 +106,36 @@ def check_grads(
         _compare(got, expected_hvp, xs, f"order 2 ({mode})", atol, rtol)
 
 
-def _compiled_derivatives(
+def _gradient_setup(
+    fn: Fn, xs: Sequence[np.ndarray], order: int, seed: int
+) -> tuple[gl.Tensor, Fn, list[np.ndarray] | None]:
+    """`fn`'s eager output, the loss with its random cotangent and (second order) the random
+    directions: drawn from `seed`, the same for the check and for its compiled program."""
+    rng = np.random.default_rng(seed)
+    out = fn(*_tensors(xs))
+    assert out.dtype == gl.float64, f"fn must return a float64 tensor, got {out.dtype}"
+    loss = _loss(fn, gl.tensor(rng.standard_normal(out.shape)))
+    vs = [rng.standard_normal(x.shape) for x in xs] if order == 2 else None
+    return out, loss, vs
+
+
+def gradient_program(
+    fn: Fn, args: Sequence[np.ndarray | gl.Tensor], order: int = 2, *, seed: int = 0
+) -> Program:
+    """The program `check_grads(fn, args, order, seed=seed)` runs under `gl.jit`."""
+    xs = [_as_float64_array(a) for a in args]
+    _, loss, vs = _gradient_setup(fn, xs, order, seed)
+    return _derivatives(fn, loss, xs, vs)
+
+
+def _derivatives(
     fn: Fn, loss: Fn, xs: Sequence[np.ndarray], vs: Sequence[np.ndarray] | None
-) -> tuple[gl.Tensor, list[np.ndarray], list[np.ndarray] | None]:
+) -> Program:
     """`fn`'s output, `loss`'s gradient and (given directions `vs`) its Hessian-vector product,
-    computed by one `gl.jit` function."""
+    computed by one program."""
     ts = _tensors(xs)
-    argnums = tuple(range(len(ts)))
+    n = len(ts)
+    argnums = tuple(range(n))
     vts = _tensors(vs) if vs is not None else None
 
     def directional(*args: gl.Tensor) -> gl.Tensor:
@@ -107,14 +146,15 @@ def _compiled_derivatives(
         hs = tuple(gl.grad(directional, argnums=argnums)(*args)) if vts is not None else ()
         return (fn(*args), *gs, *hs)
 
-    results = gl.jit(everything)(*ts)
-    n = len(ts)
-    assert len(results) == 1 + n * (2 if vts is not None else 1)
-    gs = [_to_numpy(g, x) for g, x in zip(results[1 : 1 + n], xs, strict=True)]
-    if vts is None:
-        return results[0], gs, None
-    hs = [_to_numpy(h, x) for h, x in zip(results[1 + n :], xs, strict=True)]
-    return results[0], gs, hs
+    def read(results: Sequence[gl.Tensor]) -> Any:
+        assert len(results) == 1 + n * (2 if vts is not None else 1)
+        gs = [_to_numpy(g, x) for g, x in zip(results[1 : 1 + n], xs, strict=True)]
+        if vts is None:
+            return results[0], gs, None
+        hs = [_to_numpy(h, x) for h, x in zip(results[1 + n :], xs, strict=True)]
+        return results[0], gs, hs
+
+    return Program(everything, ts, read)
 
 
 def numerical_gradient(
@@ -277,6 +317,7 @@ def check_tangents(
     seed: int = 0,
     modes: Sequence[str] = TANGENT_MODES,
     second_order_modes: Sequence[str] = ("eager", "graph"),
+    run_compiled: Callable[[Program], Any] = run_alone,
 ) -> None:
     """Asserts that gradloop's forward-mode derivatives of `fn` at `args` match finite
     differences, the way `check_grads` does for gradients.
@@ -292,7 +333,7 @@ def check_tangents(
     """
     xs = [_as_float64_array(a) for a in args]
     rng = np.random.default_rng(seed)
-    vs = [rng.standard_normal(x.shape) for x in xs]
+    vs = [rng.standard_normal(x.shape) for x in xs]  # tangent_program's
     out = np.asarray(fn(*_tensors(xs)))
 
     def tangent(mode: str, *points: np.ndarray) -> np.ndarray:
@@ -300,7 +341,10 @@ def check_tangents(
 
     expected = _directional_difference(lambda *a: [np.asarray(fn(*_tensors(a)))], xs, vs, eps)[0]
     for mode in modes:
-        primal, got = _jvp(fn, xs, vs, mode)
+        if mode == "compiled":
+            primal, got = run_compiled(_jvp_program(fn, xs, vs))
+        else:
+            primal, got = _jvp(fn, xs, vs, mode)
         np.testing.assert_allclose(
             primal, out, rtol=1e-10, atol=1e-12, err_msg=f"jvp primal ({mode})"
         )
@@ -339,6 +383,37 @@ def check_tangents(
             atol,
             rtol,
         )
+
+
+def tangent_program(fn: Fn, args: Sequence[np.ndarray | gl.Tensor], *, seed: int = 0) -> Program:
+    """The program `check_tangents(fn, args, seed=seed)` runs under `gl.jit`."""
+    xs = [_as_float64_array(a) for a in args]
+    rng = np.random.default_rng(seed)
+    return _jvp_program(fn, xs, [rng.standard_normal(x.shape) for x in xs])
+
+
+def _jvp_program(fn: Fn, xs: Sequence[np.ndarray], vs: Sequence[np.ndarray]) -> Program:
+    """`gl.jvp(fn, xs, vs)` as a program: its primal and tangent outputs, flat."""
+    n = len(xs)
+    shape: list[bool] = []  # whether each part (primal, tangent) is a tuple, and its length
+
+    def run(*args: gl.Tensor) -> tuple[gl.Tensor, ...]:
+        parts = gl.jvp(fn, args[:n], args[n:])
+        flat: list[gl.Tensor] = []
+        shape.clear()
+        for part in parts:
+            many = not isinstance(part, gl.Tensor)
+            shape.append(many)
+            flat.extend(part if many else (part,))
+        return tuple(flat)
+
+    def read(results: Sequence[gl.Tensor]) -> tuple[Any, Any]:
+        (primal_many, tangent_many) = shape
+        k = (len(results) // 2) if primal_many else 1
+        as_np = lambda ts, many: tuple(np.asarray(t) for t in ts) if many else np.asarray(ts[0])  # noqa: E731
+        return as_np(results[:k], primal_many), as_np(results[k:], tangent_many)
+
+    return Program(run, [*_tensors(xs), *_tensors(vs)], read)
 
 
 def _jvp(fn: Fn, xs: Sequence[np.ndarray], vs: Sequence[np.ndarray], mode: str) -> tuple[Any, Any]:
