@@ -67,6 +67,12 @@ def graph_runner(request: pytest.FixtureRequest) -> str:
     gl._core.set_compiled_frames("on")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The longest tests first, the rest in their order: pytest-xdist hands tests out in order,
+    # and a long one handed out last keeps one process busy while the others have finished.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     # A module may define `failure_diagnostics(item) -> str`: what it returns joins the report

@@ -347,6 +347,7 @@ def peak_growth_mb(mode: str, checkpoints: str, trips: int) -> tuple[float, floa
 # gl.jit at 1.2 * 10^5 trips: IREE's cost per trip (about 20 µs a body evaluation) makes 10^6
 # minutes of a 2-core machine; the bound is the same at any trip count, and the stacks' 12 MB
 # there still stand well clear of the checkpoints' 5.
+@pytest.mark.long
 @pytest.mark.parametrize(("mode", "trips"), [("graph", 1_000_000), ("jit", 120_000)])
 @pytest.mark.timeout(1200)
 def test_a_long_loop_in_bounded_memory(mode, trips):

@@ -198,6 +198,7 @@ def test_jvp_and_vjp_agree_on_random_programs_in_graph_mode() -> None:
     check()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(1200)  # 150-180 s on a 2-core VM, one module of up to 45,000 lines
 def test_jvp_and_vjp_agree_on_random_programs_compiled() -> None:
     @seed(FUZZ_SEED + 1)
@@ -209,6 +210,7 @@ def test_jvp_and_vjp_agree_on_random_programs_compiled() -> None:
     check()
 
 
+@pytest.mark.long
 def test_jvp_and_vjp_agree_on_random_programs_on_xla() -> None:
     pytest.importorskip("jax", reason="backend='xla' runs on jaxlib (gradloop[jax])")
 

@@ -170,6 +170,7 @@ def all_modes(spec, width: int) -> None:
     check(spec, width=width)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(BUDGET_S)
 def test_modes_agree_on_random_programs() -> None:
     # a vector state of N elements is held as host scalars in compiled mode, one of 2N on the
@@ -179,6 +180,7 @@ def test_modes_agree_on_random_programs() -> None:
     seed(SEED)(_settings(EXAMPLES)(given(spec=specs, width=widths)(all_modes)))()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(BUDGET_S)
 def test_graph_mode_agrees_on_many_random_programs() -> None:
     def graph_only(spec) -> None:

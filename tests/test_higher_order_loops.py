@@ -70,6 +70,7 @@ def test_third_order_gradient_through_a_loop_indexed_by_its_counter(mode, fn, x)
     np.testing.assert_allclose(got, eager, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("lists", [True, False], ids=["lists", "buffers"])
 def test_third_order_runs_right_in_every_form_iree_compiles(lists) -> None:
     # Each form of the module, not only the first that runs: IREE 3.13 miscompiled an earlier

@@ -159,6 +159,7 @@ def total(a, b, spd):
     )
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_compiled_gradients_match_finite_differences() -> None:
     check_grads(total, [A, B, SPD], order=1, modes=("compiled",))

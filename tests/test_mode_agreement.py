@@ -400,6 +400,7 @@ def test_class1_a_bad_custom_gradient_in_a_traced_body_is_a_clear_error() -> Non
 # the tester does: values, first- and second-order gradients, the assigned Variable.
 
 
+@pytest.mark.long
 def test_fuzz_found_a_variable_read_in_a_loop_inside_a_branch() -> None:
     # The branch's residual was the Variable's resource: it cannot be mirrored by the branch
     # not taken, so it now goes to the gradient node from outside the branch.
@@ -411,6 +412,7 @@ def test_fuzz_found_a_loop_stack_yielded_by_a_branch_to_second_order() -> None:
     check(("cond", 0.0, (("leaf", "x"), ("while", ("leaf", "x"), 0, None, "passthrough", True))))
 
 
+@pytest.mark.long
 def test_fuzz_found_an_assignment_in_a_nested_loop_is_an_error_not_run_twice() -> None:
     # The gradient of a loop nested in another loop reran the inner loop, assignments
     # included: the Variable was incremented twice. It is a clear error instead.
@@ -547,6 +549,7 @@ _LOOP = ("while", ("leaf", "square"), 3, 2, "overwritten", "v")
 ONE_BUFFER_PASSED_TWICE = ("mul", (_SWITCH, ("cond", -0.838163042084838, (_LOOP, ("leaf", "x")))))
 
 
+@pytest.mark.long
 def test_fuzz_found_a_loop_entry_passing_one_buffer_twice() -> None:
     check(ONE_BUFFER_PASSED_TWICE)
 
@@ -593,6 +596,7 @@ def test_fuzz_found_a_predicate_overwritten_by_a_64_bit_move() -> None:
     check(SWITCHES_OF_CONDS)
 
 
+@pytest.mark.long
 def test_fuzz_found_a_checkpointed_loop_closing_over_the_loops_input() -> None:
     # Eagerly, a checkpointed loop's body closing over a differentiated scalar (made where the
     # loop is called) gave it no gradient: the loop is now staged with what it closes over as
@@ -605,6 +609,7 @@ def test_fuzz_found_recompute_grad_closing_over_a_differentiated_value() -> None
     check(("leaf", "recompute_outer"))
 
 
+@pytest.mark.long
 def test_fuzz_found_a_variable_assigned_after_a_checkpointed_loop_read_it() -> None:
     # Eagerly, the checkpointed loop's gradient read the Variable when the gradient ran, after
     # the second loop had assigned it; it now reads the value the loop ran with.

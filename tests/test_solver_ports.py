@@ -207,6 +207,7 @@ def test_a_stiff_implicit_solver_matches_radau_and_differentiates() -> None:
     np.testing.assert_allclose(g, (ends[0] - ends[1]) / (2 * eps), rtol=1e-5)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
 def test_an_adaptive_rosenbrock_solver_matches_radau_and_differentiates(mode) -> None:
     """Rodas4 (`gradloop.examples.stiff`): linearly implicit stages with one LU factor a step, an

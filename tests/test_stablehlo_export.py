@@ -213,6 +213,7 @@ def assert_close_to_differences(f, x: np.ndarray, got: np.ndarray, h: float = 1e
         np.testing.assert_allclose(got[k], diff, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.long
 def test_nested_loops_second_order_and_explicit_checkpoints() -> None:
     def nested(x):
         def outer(j, y):

@@ -138,6 +138,7 @@ def test_nested_vmap_of_random_programs_is_each_pair_of_lanes_run_alone(spec: An
         np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{mode}: {spec}")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["xla", "iree"])
 def test_vmap_of_random_programs_compiled_is_each_lane_run_alone(backend: str) -> None:

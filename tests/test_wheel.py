@@ -59,6 +59,7 @@ def run(args: list[str], env: dict[str, str], cwd: pathlib.Path) -> str:
     return done.stdout
 
 
+@pytest.mark.long
 def test_the_wheel_installs_and_runs_without_a_rust_toolchain(tmp_path: pathlib.Path) -> None:
     maturin = pathlib.Path(sys.executable).with_name("maturin")
     dist = tmp_path / "dist"
