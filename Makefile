@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: test-fast all dev dev-suite test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel
+.PHONY: test-fast all dev dev-suite test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel docs
 
 all: dev
 
@@ -84,6 +84,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check py tests benches examples tools
 	$(PY) tools/module_graph.py --check
 	$(PY) tools/python_imports.py --check
+
+# The documentation site (MkDocs, Material, mkdocstrings) into target/site; strict: a warning
+# fails it. `tests/test_docs_site.py` builds it too, and `tests/test_docs_examples.py` runs
+# every example on its pages.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 fmt: $(STAMP)
 	cargo fmt --all

@@ -35,10 +35,11 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> 
 
     Args:
         pred: a scalar bool tensor or a Python bool.
-        true_fn, false_fn: functions of no arguments (they close over tensors) returning a tensor
-            or a nested tuple/list/dict of tensors; both must return the same structure, dtypes
-            and shapes (checked when both are traced; eagerly only the branch taken runs, so its
-            side effects, such as Variable assignments, happen only then).
+        true_fn: a function of no arguments (it closes over tensors) returning a tensor or a
+            nested tuple/list/dict of tensors, run when `pred` is true.
+        false_fn: the same, run when `pred` is false. Both must return the same structure,
+            dtypes and shapes (checked when both are traced; eagerly only the branch taken runs,
+            so its side effects, such as Variable assignments, happen only then).
 
     Returns:
         The taken branch's outputs, with Python scalars and numpy arrays converted to tensors.
