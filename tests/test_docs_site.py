@@ -1,6 +1,6 @@
 """`make docs`: the documentation site builds in strict mode (a broken link, a page left out of
 the navigation or a docstring that does not parse fails it), and its API reference documents
-every public name of `gradloop`."""
+every public name of `gradloop` (the ops' docstrings come from the extension's stub)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,5 @@ def test_the_api_reference_documents_the_public_names(site: pathlib.Path) -> Non
     html = (site / "api" / "index.html").read_text()
     documented = set(re.findall(r'id="gradloop\.(\w+)"', html))
     undocumented = [name for name in gl.__all__ if name not in documented]
-    # The ops defined in the extension have no docstrings in its stub yet: listed, so that the
-    # list only shrinks.
-    assert len(undocumented) <= 76, undocumented
+    # `gradloop.function` is also a submodule's name, which the reference documents instead.
+    assert undocumented == ["function"], undocumented

@@ -76,3 +76,16 @@ def test_stub_signatures_name_the_bindings_parameters():
         checked += 1
         assert _stub_parameters(node) == real, f"{name}: stub {_stub_parameters(node)}"
     assert checked > 150, f"only {checked} signatures compared"
+
+
+def test_every_public_function_of_the_stub_has_a_docstring():
+    # The API reference is generated from them; `tools/stub_docs.py` copies the bindings' own.
+    tree = ast.parse(STUB.read_text())
+    bare = [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and not node.name.startswith("_")
+        and ast.get_docstring(node) is None
+    ]
+    assert bare == [], "run tools/stub_docs.py"

@@ -128,105 +128,266 @@ def tensor_like(data: Any, like: Tensor) -> Tensor:
     """`data` as a tensor, a Python scalar taking `like`'s dtype where it adapts to it (ints to
     numeric dtypes, floats to float dtypes, bools to bool) and its own default otherwise."""
 
-def tensor(data: TensorLike, dtype: DType | str | type | None = None) -> Tensor: ...
-def as_dtype(dtype: DType | str | type | np.dtype[Any]) -> DType: ...
+def tensor(data: TensorLike, dtype: DType | str | type | None = None) -> Tensor:
+    """`gl.tensor(data, dtype=None)`: from Python scalars, nested lists, numpy arrays or tensors."""
+
+def as_dtype(dtype: DType | str | type | np.dtype[Any]) -> DType:
+    """`as_dtype(x)`: the gradloop dtype for any dtype spelling."""
+
 def user_location() -> str:
     """`file:line` of the innermost stack frame outside the gradloop package."""
 
 # ops (numpy names; broadcasting; Python scalars adapt to the other operand's dtype)
-def add(a: TensorLike, b: TensorLike) -> Tensor: ...
-def sub(a: TensorLike, b: TensorLike) -> Tensor: ...
-def mul(a: TensorLike, b: TensorLike) -> Tensor: ...
-def div(a: TensorLike, b: TensorLike) -> Tensor: ...
-def pow(a: TensorLike, b: TensorLike) -> Tensor: ...
-def maximum(a: TensorLike, b: TensorLike) -> Tensor: ...
-def minimum(a: TensorLike, b: TensorLike) -> Tensor: ...
-def equal(a: TensorLike, b: TensorLike) -> Tensor: ...
-def not_equal(a: TensorLike, b: TensorLike) -> Tensor: ...
-def less(a: TensorLike, b: TensorLike) -> Tensor: ...
-def less_equal(a: TensorLike, b: TensorLike) -> Tensor: ...
-def greater(a: TensorLike, b: TensorLike) -> Tensor: ...
-def greater_equal(a: TensorLike, b: TensorLike) -> Tensor: ...
-def logical_and(a: TensorLike, b: TensorLike) -> Tensor: ...
-def bitwise_and(a: TensorLike, b: TensorLike) -> Tensor: ...
-def bitwise_or(a: TensorLike, b: TensorLike) -> Tensor: ...
-def bitwise_xor(a: TensorLike, b: TensorLike) -> Tensor: ...
-def logical_or(a: TensorLike, b: TensorLike) -> Tensor: ...
-def logical_not(x: TensorLike) -> Tensor: ...
-def neg(x: TensorLike) -> Tensor: ...
-def exp(x: TensorLike) -> Tensor: ...
-def log(x: TensorLike) -> Tensor: ...
-def sin(x: TensorLike) -> Tensor: ...
-def cos(x: TensorLike) -> Tensor: ...
-def tanh(x: TensorLike) -> Tensor: ...
-def sigmoid(x: TensorLike) -> Tensor: ...
-def relu(x: TensorLike) -> Tensor: ...
-def sqrt(x: TensorLike) -> Tensor: ...
-def abs(x: TensorLike) -> Tensor: ...
-def sign(x: TensorLike) -> Tensor: ...
-def floor(x: TensorLike) -> Tensor: ...
-def ceil(x: TensorLike) -> Tensor: ...
-def round(x: TensorLike) -> Tensor: ...
-def tan(x: TensorLike) -> Tensor: ...
-def arcsin(x: TensorLike) -> Tensor: ...
-def arccos(x: TensorLike) -> Tensor: ...
-def arctan(x: TensorLike) -> Tensor: ...
-def sinh(x: TensorLike) -> Tensor: ...
-def cosh(x: TensorLike) -> Tensor: ...
-def arcsinh(x: TensorLike) -> Tensor: ...
-def arccosh(x: TensorLike) -> Tensor: ...
-def arctanh(x: TensorLike) -> Tensor: ...
-def erf(x: TensorLike) -> Tensor: ...
-def log1p(x: TensorLike) -> Tensor: ...
-def expm1(x: TensorLike) -> Tensor: ...
-def arctan2(a: TensorLike, b: TensorLike) -> Tensor: ...
-def scatter_add(updates: TensorLike, indices: TensorLike, axis: int, dim_size: int) -> Tensor: ...
-def dynamic_slice(x: TensorLike, starts: Sequence[TensorLike], sizes: Sequence[int]) -> Tensor: ...
-def dynamic_update_slice(
-    x: TensorLike, update: TensorLike, starts: Sequence[TensorLike]
-) -> Tensor: ...
-def rem(a: TensorLike, b: TensorLike) -> Tensor: ...
-def quotient(a: TensorLike, b: TensorLike) -> Tensor: ...
-def where(cond: TensorLike, x: TensorLike, y: TensorLike) -> Tensor: ...
-def matmul(a: TensorLike, b: TensorLike) -> Tensor: ...
-def sum(
-    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False
-) -> Tensor: ...
-def mean(
-    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False
-) -> Tensor: ...
-def max(
-    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False
-) -> Tensor: ...
-def min(
-    x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False
-) -> Tensor: ...
-def reshape(x: TensorLike, shape: Sequence[int]) -> Tensor: ...
-def transpose(x: TensorLike, axes: Sequence[int] | None = None) -> Tensor: ...
-def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor: ...
-def concatenate(xs: Sequence[TensorLike], axis: int = 0) -> Tensor: ...
-def stack(xs: Sequence[TensorLike], axis: int = 0) -> Tensor: ...
-def expand_dims(x: TensorLike, axis: int) -> Tensor: ...
-def squeeze(x: TensorLike, axis: int | Sequence[int] | None = None) -> Tensor: ...
-def zeros(shape: int | Sequence[int], dtype: DType | str | type = ...) -> Tensor: ...
-def ones(shape: int | Sequence[int], dtype: DType | str | type = ...) -> Tensor: ...
+def add(a: TensorLike, b: TensorLike) -> Tensor:
+    """`add(a, b)`: a + b, elementwise, with numpy's broadcasting; Python scalars adapt to the
+    tensor's dtype."""
+
+def sub(a: TensorLike, b: TensorLike) -> Tensor:
+    """`sub(a, b)`: a - b, elementwise, with numpy's broadcasting; Python scalars adapt to the
+    tensor's dtype."""
+
+def mul(a: TensorLike, b: TensorLike) -> Tensor:
+    """`mul(a, b)`: a * b, elementwise, with numpy's broadcasting; Python scalars adapt to the
+    tensor's dtype."""
+
+def div(a: TensorLike, b: TensorLike) -> Tensor:
+    """`div(a, b)`: a / b, elementwise (true division), with numpy's broadcasting; Python scalars
+    adapt to the tensor's dtype."""
+
+def pow(a: TensorLike, b: TensorLike) -> Tensor:
+    """`pow(a, b)`: a to the power b, elementwise, with numpy's broadcasting; Python scalars adapt
+    to the tensor's dtype."""
+
+def maximum(a: TensorLike, b: TensorLike) -> Tensor:
+    """`maximum(a, b)`: the larger of a and b, elementwise, with numpy's broadcasting; Python
+    scalars adapt to the tensor's dtype."""
+
+def minimum(a: TensorLike, b: TensorLike) -> Tensor:
+    """`minimum(a, b)`: the smaller of a and b, elementwise, with numpy's broadcasting; Python
+    scalars adapt to the tensor's dtype."""
+
+def equal(a: TensorLike, b: TensorLike) -> Tensor:
+    """`equal(a, b)`: a == b, elementwise, with numpy's broadcasting; Python scalars adapt to the
+    tensor's dtype."""
+
+def not_equal(a: TensorLike, b: TensorLike) -> Tensor:
+    """`not_equal(a, b)`: a != b, elementwise, with numpy's broadcasting; Python scalars adapt to
+    the tensor's dtype."""
+
+def less(a: TensorLike, b: TensorLike) -> Tensor:
+    """`less(a, b)`: a < b, elementwise, with numpy's broadcasting; Python scalars adapt to the
+    tensor's dtype."""
+
+def less_equal(a: TensorLike, b: TensorLike) -> Tensor:
+    """`less_equal(a, b)`: a <= b, elementwise, with numpy's broadcasting; Python scalars adapt to
+    the tensor's dtype."""
+
+def greater(a: TensorLike, b: TensorLike) -> Tensor:
+    """`greater(a, b)`: a > b, elementwise, with numpy's broadcasting; Python scalars adapt to the
+    tensor's dtype."""
+
+def greater_equal(a: TensorLike, b: TensorLike) -> Tensor:
+    """`greater_equal(a, b)`: a >= b, elementwise, with numpy's broadcasting; Python scalars adapt
+    to the tensor's dtype."""
+
+def logical_and(a: TensorLike, b: TensorLike) -> Tensor:
+    """`logical_and(a, b)`: a and b, on bools, elementwise, with numpy's broadcasting; Python
+    scalars adapt to the tensor's dtype."""
+
+def bitwise_and(a: TensorLike, b: TensorLike) -> Tensor:
+    """`bitwise_and(a, b)`: a & b, on integers and bools, elementwise, with numpy's broadcasting;
+    Python scalars adapt to the tensor's dtype."""
+
+def bitwise_or(a: TensorLike, b: TensorLike) -> Tensor:
+    """`bitwise_or(a, b)`: a | b, on integers and bools, elementwise, with numpy's broadcasting;
+    Python scalars adapt to the tensor's dtype."""
+
+def bitwise_xor(a: TensorLike, b: TensorLike) -> Tensor:
+    """`bitwise_xor(a, b)`: a ^ b, on integers and bools, elementwise, with numpy's broadcasting;
+    Python scalars adapt to the tensor's dtype."""
+
+def logical_or(a: TensorLike, b: TensorLike) -> Tensor:
+    """`logical_or(a, b)`: a or b, on bools, elementwise, with numpy's broadcasting; Python scalars
+    adapt to the tensor's dtype."""
+
+def logical_not(x: TensorLike) -> Tensor:
+    """`logical_not(x)`: not x, on bools, elementwise."""
+
+def neg(x: TensorLike) -> Tensor:
+    """`neg(x)`: -x, elementwise."""
+
+def exp(x: TensorLike) -> Tensor:
+    """`exp(x)`: e to the x, elementwise."""
+
+def log(x: TensorLike) -> Tensor:
+    """`log(x)`: the natural logarithm, elementwise."""
+
+def sin(x: TensorLike) -> Tensor:
+    """`sin(x)`: the sine, elementwise."""
+
+def cos(x: TensorLike) -> Tensor:
+    """`cos(x)`: the cosine, elementwise."""
+
+def tanh(x: TensorLike) -> Tensor:
+    """`tanh(x)`: the hyperbolic tangent, elementwise."""
+
+def sigmoid(x: TensorLike) -> Tensor:
+    """`sigmoid(x)`: the logistic function 1 / (1 + e^-x), elementwise."""
+
+def relu(x: TensorLike) -> Tensor:
+    """`relu(x)`: max(x, 0), elementwise."""
+
+def sqrt(x: TensorLike) -> Tensor:
+    """`sqrt(x)`: the square root, elementwise."""
+
+def abs(x: TensorLike) -> Tensor:
+    """`abs(x)`: the absolute value, elementwise."""
+
+def sign(x: TensorLike) -> Tensor:
+    """`sign(x)`: -1, 0 or 1 by the sign of x (its gradient is zero), elementwise."""
+
+def floor(x: TensorLike) -> Tensor:
+    """`floor(x)`: the largest integer not above x, elementwise."""
+
+def ceil(x: TensorLike) -> Tensor:
+    """`ceil(x)`: the smallest integer not below x, elementwise."""
+
+def round(x: TensorLike) -> Tensor:
+    """`round(x)`: x rounded to the nearest integer, halves to even, elementwise."""
+
+def tan(x: TensorLike) -> Tensor:
+    """`tan(x)`: the tangent, elementwise."""
+
+def arcsin(x: TensorLike) -> Tensor:
+    """`arcsin(x)`: the inverse sine, elementwise."""
+
+def arccos(x: TensorLike) -> Tensor:
+    """`arccos(x)`: the inverse cosine, elementwise."""
+
+def arctan(x: TensorLike) -> Tensor:
+    """`arctan(x)`: the inverse tangent, elementwise."""
+
+def sinh(x: TensorLike) -> Tensor:
+    """`sinh(x)`: the hyperbolic sine, elementwise."""
+
+def cosh(x: TensorLike) -> Tensor:
+    """`cosh(x)`: the hyperbolic cosine, elementwise."""
+
+def arcsinh(x: TensorLike) -> Tensor:
+    """`arcsinh(x)`: the inverse hyperbolic sine, elementwise."""
+
+def arccosh(x: TensorLike) -> Tensor:
+    """`arccosh(x)`: the inverse hyperbolic cosine, elementwise."""
+
+def arctanh(x: TensorLike) -> Tensor:
+    """`arctanh(x)`: the inverse hyperbolic tangent, elementwise."""
+
+def erf(x: TensorLike) -> Tensor:
+    """`erf(x)`: the error function, elementwise."""
+
+def log1p(x: TensorLike) -> Tensor:
+    """`log1p(x)`: log(1 + x), accurate for small x, elementwise."""
+
+def expm1(x: TensorLike) -> Tensor:
+    """`expm1(x)`: e^x - 1, accurate for small x, elementwise."""
+
+def arctan2(a: TensorLike, b: TensorLike) -> Tensor:
+    """`arctan2(a, b)`: the angle of the point (b, a), elementwise, with numpy's broadcasting;
+    Python scalars adapt to the tensor's dtype."""
+
+def scatter_add(updates: TensorLike, indices: TensorLike, axis: int, dim_size: int) -> Tensor:
+    """Zeros with `dim_size` along `axis`, `updates` summed in at `indices` (repeats accumulate)."""
+
+def dynamic_slice(x: TensorLike, starts: Sequence[TensorLike], sizes: Sequence[int]) -> Tensor:
+    """The window of `sizes` at `starts` (scalar integer tensors, clamped so the window fits)."""
+
+def dynamic_update_slice(x: TensorLike, update: TensorLike, starts: Sequence[TensorLike]) -> Tensor:
+    """`x` with `update` written at `starts` (scalar integer tensors, clamped so it fits)."""
+
+def rem(a: TensorLike, b: TensorLike) -> Tensor:
+    """`rem(a, b)`: the remainder of a / b truncated toward zero (the sign of a, as C's `%`),
+    elementwise, with numpy's broadcasting; Python scalars adapt to the tensor's dtype."""
+
+def quotient(a: TensorLike, b: TensorLike) -> Tensor:
+    """`quotient(a, b)`: a / b truncated toward zero, elementwise, with numpy's broadcasting; Python
+    scalars adapt to the tensor's dtype."""
+
+def where(cond: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
+    """`where(cond, x, y)`: x where cond is true, else y (broadcasting)."""
+
+def matmul(a: TensorLike, b: TensorLike) -> Tensor:
+    """`matmul(a, b)`: the matrix product, as numpy's `matmul` (leading dimensions are a batch),
+    with numpy's broadcasting; Python scalars adapt to the tensor's dtype."""
+
+def sum(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """`sum` over `axis` (None: all axes; an int or a tuple of ints)."""
+
+def mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """`mean` over `axis` (None: all axes; an int or a tuple of ints)."""
+
+def max(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """`max` over `axis` (None: all axes; an int or a tuple of ints)."""
+
+def min(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """`min` over `axis` (None: all axes; an int or a tuple of ints)."""
+
+def reshape(x: TensorLike, shape: Sequence[int]) -> Tensor:
+    """Same elements in a new shape (one dimension may be -1)."""
+
+def transpose(x: TensorLike, axes: Sequence[int] | None = None) -> Tensor:
+    """Permutes axes (reverses them when `axes` is None)."""
+
+def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
+    """numpy's broadcast_to."""
+
+def concatenate(xs: Sequence[TensorLike], axis: int = 0) -> Tensor:
+    """Joins tensors along an existing axis."""
+
+def stack(xs: Sequence[TensorLike], axis: int = 0) -> Tensor:
+    """Joins tensors along a new axis."""
+
+def expand_dims(x: TensorLike, axis: int) -> Tensor:
+    """Inserts a size-1 axis at `axis`."""
+
+def squeeze(x: TensorLike, axis: int | Sequence[int] | None = None) -> Tensor:
+    """Removes size-1 axes (all of them when `axis` is None)."""
+
+def zeros(shape: int | Sequence[int], dtype: DType | str | type = ...) -> Tensor:
+    """A tensor of `shape` filled with zeros."""
+
+def ones(shape: int | Sequence[int], dtype: DType | str | type = ...) -> Tensor:
+    """A tensor of `shape` filled with ones."""
+
 def full(
     shape: int | Sequence[int], value: float, dtype: DType | str | type | None = None
-) -> Tensor: ...
-def zeros_like(x: TensorLike, dtype: DType | str | type | None = None) -> Tensor: ...
-def ones_like(x: TensorLike, dtype: DType | str | type | None = None) -> Tensor: ...
+) -> Tensor:
+    """A tensor of `shape` filled with `value` (dtype from the value when not given)."""
+
+def zeros_like(x: TensorLike, dtype: DType | str | type | None = None) -> Tensor:
+    """Zeros shaped like `x` (its dtype unless `dtype` is given)."""
+
+def ones_like(x: TensorLike, dtype: DType | str | type | None = None) -> Tensor:
+    """Ones shaped like `x` (its dtype unless `dtype` is given)."""
+
 def arange(
     start: float,
     stop: float | None = None,
     step: float = 1,
     dtype: DType | str | type | None = None,
-) -> Tensor: ...
-def cast(x: TensorLike, dtype: DType | str | type) -> Tensor: ...
+) -> Tensor:
+    """numpy's arange: `arange(stop)` or `arange(start, stop, step)`; int32 when all are ints."""
+
+def cast(x: TensorLike, dtype: DType | str | type) -> Tensor:
+    """Converts elements to `dtype`."""
+
 def bitcast_convert(x: TensorLike, dtype: DType | str | type) -> Tensor:
     """The same bits read as `dtype` of the same width (JAX's `lax.bitcast_convert_type`)."""
 
-def take(x: TensorLike, indices: TensorLike, axis: int | None = None) -> Tensor: ...
-def stop_gradient(x: TensorLike) -> Tensor: ...
+def take(x: TensorLike, indices: TensorLike, axis: int | None = None) -> Tensor:
+    """numpy's take: elements of `x` at `indices` along `axis` (flattened x when None)."""
+
+def stop_gradient(x: TensorLike) -> Tensor:
+    """`stop_gradient(x)`: x itself, through which no gradient flows, elementwise."""
 
 # the tape (Rust); the Python API in gradloop.autodiff wraps it
 class Tape:
@@ -273,7 +434,9 @@ def active_accumulators() -> list[ForwardAccumulator]:
 def watch_on_active_tapes(t: Tensor) -> None:
     """Watches `t` on every active tape (how a Variable read is seen by tapes)."""
 
-def any_tape_active() -> bool: ...
+def any_tape_active() -> bool:
+    """Whether a tape is recording on this thread."""
+
 def any_tape_records(inputs: Sequence[Tensor]) -> bool:
     """Whether an active tape would record an op on `inputs` (one is watched, or computed from
     a watched value)."""
@@ -289,7 +452,9 @@ def pause_recording(above_level: int | None = None) -> int:
     """Stops recording on all active tapes of this thread (with `above_level`, on those pushed
     after the tape or accumulator of that level); returns a token for resume_recording."""
 
-def resume_recording(token: int) -> None: ...
+def resume_recording(token: int) -> None:
+    """Records again on the tapes that `pause_recording` set aside (its `token`)."""
+
 def record_custom_gradient(
     name: str,
     inputs: Sequence[Tensor],

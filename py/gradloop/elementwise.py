@@ -55,6 +55,7 @@ def remainder(a: Any, b: Any) -> Tensor:
 
 
 mod = remainder
+"""numpy's other name for `remainder`: the remainder of floor division, with the sign of `b`."""
 
 
 def floor_divide(a: Any, b: Any) -> Tensor:

@@ -16,7 +16,7 @@ use crate::runtime::{numel, run, run_op, work};
 use crate::tensor::PyTensor;
 
 macro_rules! unary_fns {
-    ($($name:ident => $builder:path;)*) => {
+    ($($name:ident => $builder:path, $what:literal;)*) => {
         $(
             pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
                 let x = input(x)?;
@@ -27,7 +27,7 @@ macro_rules! unary_fns {
             use pyo3::prelude::*;
             use crate::tensor::PyTensor;
             $(
-                #[doc = concat!("`", stringify!($name), "(x)` elementwise.")]
+                #[doc = concat!("`", stringify!($name), "(x)`: ", $what, ", elementwise.")]
                 #[pyfunction]
                 pub fn $name(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
                     super::$name(py, x)
@@ -42,7 +42,7 @@ macro_rules! unary_fns {
 }
 
 macro_rules! binary_fns {
-    ($($name:ident => $builder:path;)*) => {
+    ($($name:ident => $builder:path, $what:literal;)*) => {
         $(
             pub fn $name(py: Python<'_>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
                 let [a, b] = binary_operands(py, stringify!($name), a, b)?;
@@ -53,7 +53,7 @@ macro_rules! binary_fns {
             use pyo3::prelude::*;
             use crate::tensor::PyTensor;
             $(
-                #[doc = concat!("`", stringify!($name), "(a, b)` elementwise with broadcasting; Python scalars adapt to the tensor's dtype.")]
+                #[doc = concat!("`", stringify!($name), "(a, b)`: ", $what, ", with numpy's broadcasting; Python scalars adapt to the tensor's dtype.")]
                 #[pyfunction]
                 pub fn $name(py: Python<'_>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
                     super::$name(py, a, b)
@@ -68,60 +68,60 @@ macro_rules! binary_fns {
 }
 
 unary_fns! {
-    neg => build::neg;
-    exp => build::exp;
-    log => build::log;
-    sin => build::sin;
-    cos => build::cos;
-    tanh => build::tanh;
-    sigmoid => build::sigmoid;
-    relu => build::relu;
-    sqrt => build::sqrt;
-    abs => build::abs;
-    sign => build::sign;
-    floor => build::floor;
-    ceil => build::ceil;
-    round => build::round;
-    logical_not => build::logical_not;
-    tan => build::tan;
-    arcsin => build::arcsin;
-    arccos => build::arccos;
-    arctan => build::arctan;
-    sinh => build::sinh;
-    cosh => build::cosh;
-    arcsinh => build::arcsinh;
-    arccosh => build::arccosh;
-    arctanh => build::arctanh;
-    log1p => build::log1p;
-    expm1 => build::expm1;
-    erf => build::erf;
-    stop_gradient => build::stop_gradient;
-    identity => build::identity;
+    neg => build::neg, "-x";
+    exp => build::exp, "e to the x";
+    log => build::log, "the natural logarithm";
+    sin => build::sin, "the sine";
+    cos => build::cos, "the cosine";
+    tanh => build::tanh, "the hyperbolic tangent";
+    sigmoid => build::sigmoid, "the logistic function 1 / (1 + e^-x)";
+    relu => build::relu, "max(x, 0)";
+    sqrt => build::sqrt, "the square root";
+    abs => build::abs, "the absolute value";
+    sign => build::sign, "-1, 0 or 1 by the sign of x (its gradient is zero)";
+    floor => build::floor, "the largest integer not above x";
+    ceil => build::ceil, "the smallest integer not below x";
+    round => build::round, "x rounded to the nearest integer, halves to even";
+    logical_not => build::logical_not, "not x, on bools";
+    tan => build::tan, "the tangent";
+    arcsin => build::arcsin, "the inverse sine";
+    arccos => build::arccos, "the inverse cosine";
+    arctan => build::arctan, "the inverse tangent";
+    sinh => build::sinh, "the hyperbolic sine";
+    cosh => build::cosh, "the hyperbolic cosine";
+    arcsinh => build::arcsinh, "the inverse hyperbolic sine";
+    arccosh => build::arccosh, "the inverse hyperbolic cosine";
+    arctanh => build::arctanh, "the inverse hyperbolic tangent";
+    log1p => build::log1p, "log(1 + x), accurate for small x";
+    expm1 => build::expm1, "e^x - 1, accurate for small x";
+    erf => build::erf, "the error function";
+    stop_gradient => build::stop_gradient, "x itself, through which no gradient flows";
+    identity => build::identity, "x itself";
 }
 
 binary_fns! {
-    add => build::add;
-    sub => build::sub;
-    mul => build::mul;
-    div => build::div;
-    pow => build::pow;
-    maximum => build::maximum;
-    minimum => build::minimum;
-    equal => build::equal;
-    not_equal => build::not_equal;
-    less => build::less;
-    less_equal => build::less_equal;
-    greater => build::greater;
-    greater_equal => build::greater_equal;
-    logical_and => build::logical_and;
-    bitwise_and => build::bitwise_and;
-    bitwise_or => build::bitwise_or;
-    bitwise_xor => build::bitwise_xor;
-    logical_or => build::logical_or;
-    matmul => build::matmul;
-    arctan2 => build::arctan2;
-    rem => build::rem;
-    quotient => build::quotient;
+    add => build::add, "a + b, elementwise";
+    sub => build::sub, "a - b, elementwise";
+    mul => build::mul, "a * b, elementwise";
+    div => build::div, "a / b, elementwise (true division)";
+    pow => build::pow, "a to the power b, elementwise";
+    maximum => build::maximum, "the larger of a and b, elementwise";
+    minimum => build::minimum, "the smaller of a and b, elementwise";
+    equal => build::equal, "a == b, elementwise";
+    not_equal => build::not_equal, "a != b, elementwise";
+    less => build::less, "a < b, elementwise";
+    less_equal => build::less_equal, "a <= b, elementwise";
+    greater => build::greater, "a > b, elementwise";
+    greater_equal => build::greater_equal, "a >= b, elementwise";
+    logical_and => build::logical_and, "a and b, on bools, elementwise";
+    bitwise_and => build::bitwise_and, "a & b, on integers and bools, elementwise";
+    bitwise_or => build::bitwise_or, "a | b, on integers and bools, elementwise";
+    bitwise_xor => build::bitwise_xor, "a ^ b, on integers and bools, elementwise";
+    logical_or => build::logical_or, "a or b, on bools, elementwise";
+    matmul => build::matmul, "the matrix product, as numpy's `matmul` (leading dimensions are a batch)";
+    arctan2 => build::arctan2, "the angle of the point (b, a), elementwise";
+    rem => build::rem, "the remainder of a / b truncated toward zero (the sign of a, as C's `%`), elementwise";
+    quotient => build::quotient, "a / b truncated toward zero, elementwise";
 }
 
 /// `axis` as None, an int or a sequence of ints, made absolute for rank `ndim`.

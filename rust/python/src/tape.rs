@@ -226,6 +226,7 @@ pub fn mode() -> &'static str {
     runtime::phase().name()
 }
 
+/// Whether a tape is recording on this thread.
 #[pyfunction]
 pub fn any_tape_active() -> bool {
     !runtime::active_tapes().is_empty()
@@ -252,6 +253,7 @@ pub fn pause_recording(above_level: Option<u64>) -> usize {
     }
 }
 
+/// Records again on the tapes that `pause_recording` set aside (its `token`).
 #[pyfunction]
 pub fn resume_recording(py: Python<'_>, token: usize) -> PyResult<()> {
     runtime::resume(token).py(py)
