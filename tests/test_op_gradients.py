@@ -409,13 +409,13 @@ def _group(k: int) -> dict[tuple[int, str], tuple[Program, Sequence[gl.Tensor]]]
         programs[index, "gradient"] = gradient_program(ROWS[index].fn, args, order=2)
         programs[index, "tangent"] = tangent_program(ROWS[index].fn, args)
     sizes: list[int] = []
+    starts = [0, *itertools.accumulate(len(p.inputs) for p in programs.values())]
 
     def everything(*flat: gl.Tensor) -> tuple[gl.Tensor, ...]:
         results: list[gl.Tensor] = []
         sizes.clear()
-        for program in programs.values():
-            start = sum(len(p.inputs) for p in list(programs.values())[: len(sizes)])
-            out = program.fn(*flat[start : start + len(program.inputs)])
+        for program, start, end in zip(programs.values(), starts[:-1], starts[1:], strict=True):
+            out = program.fn(*flat[start:end])
             sizes.append(len(out))
             results.extend(out)
         return tuple(results)
