@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.deps-installed
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: test-fast all dev dev-suite test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel docs
+.PHONY: test-fast all dev dev-suite test test-rust test-python vulkan-driver lint fmt demo bench clean fuzz wheel docs gallery
 
 all: dev
 
@@ -34,7 +34,10 @@ dev: $(STAMP)
 # `make test` builds once, in the `suite` profile (Cargo.toml): the Rust tests, the example and
 # the extension the Python tests load share every artifact. The workspace's tests resolve
 # features as the extension's build does, which is what lets them share.
-test: test-rust test-python
+# On a fresh machine the Python packages download while the Rust build runs.
+test:
+	$(MAKE) --no-print-directory -j2 $(STAMP) test-rust
+	$(MAKE) --no-print-directory test-python
 
 # The executor's tests run in check mode (every compiled frame against its register program),
 # then again as production runs them (compiled frames alone); `--workspace` both times, so
@@ -104,6 +107,16 @@ fuzz: dev
 
 demo: dev
 	$(PY) examples/projectile.py
+
+# The gallery's figures (docs/gallery.md shows them), drawn again by each example at full size.
+GALLERY := docs/gallery
+gallery: dev
+	$(PY) -m gradloop demo --plot $(GALLERY)/projectile.png
+	$(PY) examples/bouncing_ball.py --plot $(GALLERY)/bouncing_ball.png
+	$(PY) examples/newton_bfgs.py --plot $(GALLERY)/newton_bfgs.png
+	$(PY) examples/rnn_stop.py --plot $(GALLERY)/rnn_stop.png
+	$(PY) examples/checkpointed_sim.py --plot $(GALLERY)/checkpointed_sim.png
+	$(PY) examples/ensemble_ray.py --plot $(GALLERY)/ensemble_ray.png
 
 bench: dev
 	$(PY) benches/run.py

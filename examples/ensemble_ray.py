@@ -4,7 +4,7 @@ Each target is the flagship example's fit (`gradloop.examples.projectile`): a pr
 by a data-dependent `gl.while_loop` until it lands, its squared miss differentiated in reverse
 mode. Every gradient step maps the compiled `value_and_grad` over all the targets with
 `gl.distributed.map`: flights of different lengths (60 to 450 loop trips) go to whichever worker
-is free. It prints the fitted angles (and plots them where matplotlib is installed).
+is free. It prints the fitted angles, and `--plot` draws the flights (the plot extra).
 
     python examples/ensemble_ray.py [--targets 16] [--steps 40] [--address auto] [--plot out.png]
 
@@ -54,6 +54,25 @@ def fit_all(
     return thetas, losses, trips
 
 
+def plot(targets: np.ndarray, thetas: np.ndarray, filename: str) -> None:
+    """Each target's fitted flight, and the fitted angle against the target."""
+    pyplot = projectile._pyplot()
+    figure, (flights, angles) = pyplot.subplots(1, 2, figsize=(11, 4), width_ratios=(2, 1))
+    colours = pyplot.get_cmap("viridis")
+    for k, (target, theta) in enumerate(zip(targets, thetas, strict=True)):
+        xy = projectile.path(theta)
+        colour = colours(k / max(len(targets) - 1, 1))
+        flights.plot(xy[:, 0], xy[:, 1], color=colour, linewidth=1)
+        flights.plot([target], [0.0], marker="v", color=colour, markersize=6)
+    flights.set(xlabel="x (m)", ylabel="height (m)", title="each target's fitted flight")
+    flights.set_ylim(bottom=0.0)
+    angles.plot(targets, np.degrees(thetas), "o-", markersize=4)
+    angles.set(xlabel="target (m)", ylabel="launch angle (deg)", title="fitted on Ray workers")
+    figure.tight_layout()
+    figure.savefig(filename)
+    pyplot.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", type=int, default=16)
@@ -69,19 +88,8 @@ def main() -> None:
         angle = math.degrees(theta)
         print(f"{target:10.2f}  {angle:11.4f}  {float(landing):12.4f}  {int(trips):5}")
     if args.plot:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is not installed: no plot")
-        else:
-            plt.plot(targets, np.degrees(thetas), "o-")
-            plt.xlabel("target (m)")
-            plt.ylabel("fitted launch angle (deg)")
-            plt.savefig(args.plot)
-            print(f"plot: {args.plot}")
+        plot(targets, thetas, args.plot)
+        print(f"plot: {args.plot}")
     gl.distributed.shutdown()
 
 

@@ -215,7 +215,7 @@ def test_jvp_and_vjp_agree_on_random_programs_on_xla() -> None:
     pytest.importorskip("jax", reason="backend='xla' runs on jaxlib (gradloop[jax])")
 
     @seed(FUZZ_SEED + 2)
-    @_settings(20)
+    @_settings(10)
     @given(spec=programs(max_leaves=5, heavy=False).filter(forward_ok))
     def check(spec) -> None:
         _check_program(spec, ("xla",))
