@@ -34,9 +34,12 @@ dev: $(STAMP)
 # `make test` builds once, in the `suite` profile (Cargo.toml): the Rust tests, the example and
 # the extension the Python tests load share every artifact. The workspace's tests resolve
 # features as the extension's build does, which is what lets them share.
-# On a fresh machine the Python packages download while the Rust build runs.
+# On a fresh machine the Python packages download while the Rust build runs (two plain
+# sub-makes, not -j: cargo keeps its own jobserver).
 test:
-	$(MAKE) --no-print-directory -j2 $(STAMP) test-rust
+	@$(MAKE) --no-print-directory $(STAMP) & setup=$$!; \
+	$(MAKE) --no-print-directory test-rust; rust=$$?; \
+	wait $$setup && test $$rust -eq 0
 	$(MAKE) --no-print-directory test-python
 
 # The executor's tests run in check mode (every compiled frame against its register program),

@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> list[Run]:
     parser.add_argument("--plot", default=None, help="write the figure here (PNG, SVG or PDF)")
     parser.add_argument("--quick", action="store_true", help="a short run (the test suite's)")
     args = parser.parse_args(argv)
-    trips = 20_000 if args.quick else args.trips
+    trips = 5_000 if args.quick else args.trips
     theta0 = 0.3 * np.exp(-0.5 * ((np.arange(PENDULUMS) - 8.0) / 3.0) ** 2)
     runs = [measure(c, theta0, trips, repeats=1 if args.quick else 3) for c in CHECKPOINTS]
     stacks = next(r.gradient for r in runs if r.checkpoints is None)

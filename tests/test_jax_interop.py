@@ -118,6 +118,22 @@ def test_jax_refuses_and_gradloop_differentiates_halving() -> None:
     np.testing.assert_allclose(got, own, rtol=1e-12)
 
 
+def test_each_gradient_call_reuses_one_vjp_module(monkeypatch) -> None:
+    # JAX asks for the VJP at every backward pass and compiles each new module it calls: a VJP
+    # built per call cost an XLA compile per gradient (about a second) in a training loop.
+    built = []
+    original = gj._vjp
+    monkeypatch.setattr(gj, "_vjp", lambda *a: built.append(1) or original(*a))
+    grad = jax.grad(gj.differentiable(halving))
+    x = np.array([0.9, -0.4, 0.7])
+    first = np.asarray(grad(x))
+    for scale in (1.1, 0.8):
+        got = np.asarray(grad(scale * x))
+        np.testing.assert_allclose(got, central(lambda v: float(halving(v)), scale * x), rtol=1e-6)
+    assert len(built) == 1
+    np.testing.assert_array_equal(np.asarray(grad(x)), first)
+
+
 @pytest.mark.parametrize(
     ("fn", "x"), [(newton, 2.3), (projectile, 0.7)], ids=["newton", "projectile"]
 )

@@ -23,7 +23,7 @@ from program_fuzz import N, Program, assigns, programs
 
 EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "200"))
 # compiled, each program is a compile (`make fuzz` draws more)
-COMPILED_EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_COMPILED_EXAMPLES", "10"))
+COMPILED_EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_COMPILED_EXAMPLES", "6"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261206"))
 LANES = 4
 

@@ -51,7 +51,16 @@ def with_vjp(exported: jax.export.Exported, *, checkpoints: int | None = None) -
                 f"{exported.uses_global_constants})"
             )
         )
-    return dataclasses.replace(exported, _get_vjp=lambda e: _vjp(e, checkpoints))
+    built: list[jax.export.Exported] = []
+
+    def get_vjp(e: jax.export.Exported) -> jax.export.Exported:
+        # JAX asks for the VJP at every backward pass, and compiles each new `Exported` it
+        # calls: one VJP per module, so that JAX's cache of compiled calls finds it again.
+        if not built:
+            built.append(_vjp(e, checkpoints))
+        return built[0]
+
+    return dataclasses.replace(exported, _get_vjp=get_vjp)
 
 
 def differentiable(f: Callable[..., Any] | None = None, *, checkpoints: int | None = None) -> Any:
