@@ -304,3 +304,22 @@ def test_numpy_s_methods_are_the_functions() -> None:
         np.testing.assert_allclose(
             np.asarray(got), getattr(M, name)(*args, **kwargs), err_msg=name, rtol=1e-12
         )
+
+
+def test_numpy_s_reductions_call_the_tensor_s_methods() -> None:
+    # np.sum(x), np.mean(x, dtype=...), np.max(x) and np.min(x) call the methods with numpy's
+    # keywords (dtype, out): they give numpy's answers, and out= is a clear error.
+    data = np.array([[1.5, -2.0, 4.0], [0.5, 3.0, -1.0]])
+    x = gl.tensor(data)
+    for name in ("sum", "mean", "max", "min"):
+        for axis in (None, 0, 1):
+            got = getattr(np, name)(x, axis=axis)
+            want = getattr(np, name)(data, axis=axis)
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15)
+    counts = gl.tensor(np.array([[1, 2], [3, 4]], dtype=np.int32))
+    mean = np.mean(counts, dtype=np.float32)
+    assert isinstance(mean, gl.Tensor) and mean.dtype == gl.float32 and float(mean) == 2.5
+    assert np.sum(counts, dtype=np.float64).dtype == gl.float64
+    assert counts.sum(axis=0, keepdims=True).shape == (1, 2)
+    with pytest.raises(gl.errors.InvalidArgumentError, match="out= is not supported"):
+        np.sum(x, out=np.zeros(()))

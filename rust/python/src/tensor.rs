@@ -485,40 +485,55 @@ impl PyTensor {
         numpy_method(slf, "arrays", "repeat", args, kwargs)
     }
 
-    #[pyo3(signature = (axis=None, keepdims=false))]
+    /// The sum over `axis`, in `dtype` when one is given (numpy's method: `np.sum(x)` calls
+    /// it with `dtype` and `out`).
+    #[pyo3(signature = (axis=None, dtype=None, out=None, keepdims=false))]
     fn sum(
         slf: &Bound<'_, Self>,
         axis: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
         keepdims: bool,
     ) -> PyResult<PyTensor> {
-        ops::sum(slf.py(), slf.as_any(), axis, keepdims)
+        let x = numpy_reduction_input(slf, "sum", dtype, out)?;
+        ops::sum(slf.py(), &x, axis, keepdims)
     }
 
-    #[pyo3(signature = (axis=None, keepdims=false))]
+    /// The mean over `axis`, in `dtype` when one is given (numpy's method, as `sum`).
+    #[pyo3(signature = (axis=None, dtype=None, out=None, keepdims=false))]
     fn mean(
         slf: &Bound<'_, Self>,
         axis: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
         keepdims: bool,
     ) -> PyResult<PyTensor> {
-        ops::mean(slf.py(), slf.as_any(), axis, keepdims)
+        let x = numpy_reduction_input(slf, "mean", dtype, out)?;
+        ops::mean(slf.py(), &x, axis, keepdims)
     }
 
-    #[pyo3(signature = (axis=None, keepdims=false))]
+    /// The maximum over `axis` (numpy's method: `np.max(x)` calls it with `out`).
+    #[pyo3(signature = (axis=None, out=None, keepdims=false))]
     fn max(
         slf: &Bound<'_, Self>,
         axis: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
         keepdims: bool,
     ) -> PyResult<PyTensor> {
-        ops::max(slf.py(), slf.as_any(), axis, keepdims)
+        let x = numpy_reduction_input(slf, "max", None, out)?;
+        ops::max(slf.py(), &x, axis, keepdims)
     }
 
-    #[pyo3(signature = (axis=None, keepdims=false))]
+    /// The minimum over `axis` (numpy's method, as `max`).
+    #[pyo3(signature = (axis=None, out=None, keepdims=false))]
     fn min(
         slf: &Bound<'_, Self>,
         axis: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
         keepdims: bool,
     ) -> PyResult<PyTensor> {
-        ops::min(slf.py(), slf.as_any(), axis, keepdims)
+        let x = numpy_reduction_input(slf, "min", None, out)?;
+        ops::min(slf.py(), &x, axis, keepdims)
     }
 
     fn astype(slf: &Bound<'_, Self>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
@@ -542,6 +557,29 @@ impl PyTensor {
             ));
         }
         numpy_view(slf, what)?.call_method0("item")
+    }
+}
+
+/// What a reduction method reduces: the tensor, cast to `dtype` when one is given. `out` (which
+/// numpy's functions pass to the methods) must be None: tensors are immutable.
+fn numpy_reduction_input<'py>(
+    slf: &Bound<'py, PyTensor>,
+    op: &'static str,
+    dtype: Option<&Bound<'py, PyAny>>,
+    out: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = slf.py();
+    if out.is_some_and(|o| !o.is_none()) {
+        return Err(new_err(
+            py,
+            ErrorKind::InvalidArgument,
+            op,
+            "out= is not supported: gradloop tensors are immutable, use the returned tensor",
+        ));
+    }
+    match dtype.filter(|d| !d.is_none()) {
+        Some(dtype) => Ok(Bound::new(py, ops::cast(py, slf.as_any(), dtype)?)?.into_any()),
+        None => Ok(slf.as_any().clone()),
     }
 }
 
