@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gradloop as gl
+from gradloop.examples import figures
 
 GRAVITY = 9.81  # m/s^2
 DRAG = 0.05  # quadratic drag per unit mass, 1/m: the deceleration is DRAG * |v| * v
@@ -147,27 +148,11 @@ def restitution_derivative(speed: float, restitution: float = RESTITUTION) -> tu
 
 
 def plot(result: Fit, mark: float, filename: str) -> None:
-    from gradloop.examples.projectile import _pyplot
-
-    pyplot = _pyplot()
-    figure, (flights, losses) = pyplot.subplots(1, 2, figsize=(11, 4), width_ratios=(2, 1))
-    colours = pyplot.get_cmap("viridis")
-    for k, (_, speed, _) in enumerate(result.history):
-        xy = path(speed)
-        colour = colours(k / max(len(result.history) - 1, 1))
-        flights.plot(xy[:, 0], xy[:, 1], color=colour, linewidth=1)
-    xy = path(result.speed)
-    flights.plot(xy[:, 0], xy[:, 1], color="crimson", linewidth=2, label="fitted")
-    flights.plot([mark], [0.0], marker="v", color="crimson", markersize=10, label="mark")
-    flights.set(xlabel="x (m)", ylabel="height (m)", title="each step's throw")
-    flights.set_ylim(bottom=0.0)
-    flights.legend()
-    misses = [max(loss, 1e-30) for loss, _, _ in result.history]
-    losses.semilogy(misses, marker="o", markersize=3)
-    losses.set(xlabel="gradient step", ylabel="loss (m²)", title="squared miss")
-    figure.tight_layout()
-    figure.savefig(filename)
-    pyplot.close(figure)
+    paths = [path(speed) for _, speed, _ in result.history]
+    losses = [loss for loss, _, _ in result.history]
+    figures.draw_fit(
+        paths, path(result.speed), mark, losses, filename, what="throw", target_label="mark"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> Fit:

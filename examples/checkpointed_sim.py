@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import gradloop as gl
+from gradloop.examples import figures
 
 PENDULUMS = 32
 DT = 1e-4  # s: 200,000 trips are 20 s of swinging
@@ -98,9 +99,7 @@ def measure(checkpoints, theta0: np.ndarray, trips: int, repeats: int = 3) -> Ru
 
 
 def plot(runs: list[Run], theta0: np.ndarray, trips: int, filename: str) -> None:
-    from gradloop.examples.projectile import _pyplot
-
-    pyplot = _pyplot()
+    pyplot = figures.pyplot()
     figure, (costs, gradient) = pyplot.subplots(1, 2, figsize=(11, 4))
     labels = ["stacks" if r.checkpoints is None else f"c = {r.checkpoints}" for r in runs]
     positions = np.arange(len(runs))

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 import gradloop as gl
-from gradloop.examples import projectile
+from gradloop.examples import figures, projectile
 
 LEARNING_RATE = 8e-5  # rad/m^2, as the flagship example's
 
@@ -56,7 +56,7 @@ def fit_all(
 
 def plot(targets: np.ndarray, thetas: np.ndarray, filename: str) -> None:
     """Each target's fitted flight, and the fitted angle against the target."""
-    pyplot = projectile._pyplot()
+    pyplot = figures.pyplot()
     figure, (flights, angles) = pyplot.subplots(1, 2, figsize=(11, 4), width_ratios=(2, 1))
     colours = pyplot.get_cmap("viridis")
     for k, (target, theta) in enumerate(zip(targets, thetas, strict=True)):

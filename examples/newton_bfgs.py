@@ -25,6 +25,7 @@ import numpy as np
 
 import gradloop as gl
 import gradloop.linalg as L
+from gradloop.examples import figures
 
 TOLERANCE = 1e-12  # Newton's, on |f(x)|
 GRADIENT_TOLERANCE = 1e-9  # BFGS's, on |grad|: about where rounding stops the descent
@@ -194,9 +195,7 @@ def hypergradient_check(data: Data, log_lam: float) -> tuple[float, float]:
 
 
 def plot(data: Data, result: Fit, filename: str) -> None:
-    from gradloop.examples.projectile import _pyplot
-
-    pyplot = _pyplot()
+    pyplot = figures.pyplot()
     figure, (kepler, outer) = pyplot.subplots(1, 2, figsize=(11, 4))
     m = np.linspace(0.0, 2 * np.pi, 121)
     for e in (0.2, 0.6, 0.9):

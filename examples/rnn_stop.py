@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gradloop as gl
+from gradloop.examples import figures
 
 HIDDEN = 16
 LENGTH = 32
@@ -121,9 +122,7 @@ def per_example_gradient_check(params: dict[str, np.ndarray]) -> tuple[float, fl
 
 
 def plot(result: Training, filename: str) -> None:
-    from gradloop.examples.projectile import _pyplot
-
-    pyplot = _pyplot()
+    pyplot = figures.pyplot()
     figure, (losses, fit) = pyplot.subplots(1, 2, figsize=(11, 4))
     values = np.array([v for v, _ in result.history])
     losses.semilogy(values, linewidth=0.8, color="steelblue", label="batch loss")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import gradloop as gl
+from gradloop.examples import figures
 
 GRAVITY = 9.81  # m/s^2
 DRAG = 0.02  # quadratic drag coefficient divided by mass, 1/m: the deceleration is DRAG * |v| * v
@@ -63,41 +64,12 @@ def path(theta: float, dt: float = DT) -> np.ndarray:
     return np.array(points)
 
 
-def _pyplot() -> Any:
-    """matplotlib's pyplot, drawing into files; an error that says what to install."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
-    except ImportError:
-        raise gl.errors.InvalidArgumentError(
-            "gradloop demo --plot needs matplotlib: pip install 'gradloop[plot]'"
-        ) from None
-    return pyplot
-
-
 def plot(result: Fit, target: float, filename: str | os.PathLike[str]) -> None:
     """Draws the fit into `filename` (PNG, SVG or PDF, by its suffix): each step's flight,
     converging onto the target, and the loss per step. Needs matplotlib (`gradloop[plot]`)."""
-    pyplot = _pyplot()
-    figure, (flights, losses) = pyplot.subplots(1, 2, figsize=(11, 4), width_ratios=(2, 1))
-    colours = pyplot.get_cmap("viridis")
-    steps = len(result.history)
-    for k, (_, theta, _) in enumerate(result.history):
-        xy = path(theta)
-        flights.plot(xy[:, 0], xy[:, 1], color=colours(k / max(steps - 1, 1)), linewidth=1)
-    xy = path(result.theta)
-    flights.plot(xy[:, 0], xy[:, 1], color="crimson", linewidth=2, label="fitted")
-    flights.plot([target], [0.0], marker="v", color="crimson", markersize=10, label="target")
-    flights.set(xlabel="x (m)", ylabel="height (m)", title="each step's flight")
-    flights.set_ylim(bottom=0.0)
-    flights.legend()
-    losses.semilogy([loss for loss, _, _ in result.history], marker="o", markersize=3)
-    losses.set(xlabel="gradient step", ylabel="loss (m²)", title="squared miss")
-    figure.tight_layout()
-    figure.savefig(filename)
-    pyplot.close(figure)
+    paths = [path(theta) for _, theta, _ in result.history]
+    losses = [loss for loss, _, _ in result.history]
+    figures.draw_fit(paths, path(result.theta), target, losses, filename)
 
 
 def simulate(theta: gl.Tensor, dt: float = DT) -> tuple[gl.Tensor, gl.Tensor]:
@@ -209,7 +181,7 @@ def main(
     (into `export_dir`, else a temporary directory) that `iree-run-module` runs. With
     `plot_to`, the fit's flights and losses are drawn into that file (`plot`)."""
     if plot_to is not None:
-        _pyplot()  # before the work: a missing matplotlib is said at once
+        figures.pyplot()  # before the work: a missing matplotlib is said at once
     print(
         f"Fitting the launch angle of a projectile (speed {SPEED} m/s, drag {DRAG} 1/m,\n"
         f"launch height {HEIGHT} m, time step {DT} s) so that it lands at {target} m.\n"
