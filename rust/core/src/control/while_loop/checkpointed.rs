@@ -188,7 +188,11 @@ fn forward_loop(tracer: &TracerRef, lp: &Loop<'_>, s: &Snapshots) -> Result<(Str
     let (bufs, steps) = (&args[n + 1..n + 1 + nk], args[n + 1 + nk]);
     let placement = Placement::from_ports(&args[n + 2 + nk..]);
     let mut ir = Ir { b: &mut b };
-    let (slot, placement) = s.schedule.place(&mut ir, step, steps, &placement)?;
+    let name = format!("{}_ckpt", lp.body.name);
+    let mut add = |f| add_function(tracer, f);
+    let (slot, placement) = s
+        .schedule
+        .place(&mut ir, step, steps, &placement, &name, &mut add)?;
     let row = s.schedule.row(&mut ir, slot)?;
     let mut results_after: Vec<Port> = Vec::new();
     for (k, &i) in s.kept.iter().enumerate() {

@@ -5,7 +5,7 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::graph::{FunctionBuilder, Port, ValueType};
+use crate::graph::{Function, FunctionBuilder, If, NodeKind, Port, ValueType};
 use crate::ops::{binary, creation, index, layout, reduce, unary, Op};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -228,12 +228,16 @@ impl Schedule {
 
     /// The slot that keeps the state before trip `step` (-1 for none), and the placement's
     /// next state. As `_checkpoints.Placement.keep`.
+    /// `add` adds a function to the graph's library and returns its name (the dynamic
+    /// placement's branches, named after `name`).
     pub(super) fn place(
         &self,
         ir: &mut Ir<'_>,
         step: Port,
         steps: Port,
         p: &Placement,
+        name: &str,
+        add: &mut dyn FnMut(Function) -> Result<String>,
     ) -> Result<(Port, Placement)> {
         let c = self.c as i64;
         let last_binomial = (c + 1) * (c + 2) / 2 - 1;
@@ -257,37 +261,30 @@ impl Schedule {
         let next = ir.select(at_pivot, left, next)?;
         let any_left = ir.cmp(binary::Greater, left, 0)?;
         let saving = ir.select(at_pivot, any_left, saving)?;
-        // Wang, Moin and Iaccarino: a new state takes an empty slot, else the latest
-        // dispensable one, else the latest one, one level up (the lower ones become
-        // dispensable). Slot 0 keeps x_0 for good.
-        // Past the binomial trips every slot is full (Algorithm I fills them by trip c - 1),
-        // and the latest state is the last one kept: its slot and level are carried.
+        // Past the binomial trips, Wang, Moin and Iaccarino's placement (`dynamic`), in a
+        // branch: its work is over the c slots, and a loop of fewer trips never needs it.
         let zero = ir.i64(0);
         let (slot_wm, level_wm, levels, dispensable) = if self.c == 1 {
             (none, zero, p.levels, p.dispensable)
         } else {
-            let slots = self.slots(ir)?;
-            let d_steps = ir.select(p.dispensable, steps, none)?;
-            let best = ir.max(d_steps)?;
-            let reuse = ir.cmp(binary::GreaterEqual, best, 0)?;
-            let is_best = ir.op(binary::Equal, &[steps, best])?;
-            let d_slots = ir.select(is_best, slots, none)?;
-            let slot_d = ir.max(d_slots)?;
-            let slot = ir.select(reuse, slot_d, p.last_slot)?;
-            let lower = ir.op(binary::Less, &[p.levels, p.last_level])?;
-            let not_first = self.not_first(ir)?;
-            let lower = ir.and(lower, not_first)?;
-            let grown = ir.op(binary::LogicalOr, &[p.dispensable, lower])?;
-            let dispensable = ir.select(reuse, p.dispensable, grown)?;
-            let hit = ir.op(binary::Equal, &[slots, slot])?;
-            let kept = ir.op(unary::LogicalNot, &[hit])?;
-            let dispensable = ir.and(dispensable, kept)?;
-            let up = ir.add(p.last_level, 1)?;
-            let new_level = ir.select(reuse, zero, up)?;
-            let levels = ir.select(hit, new_level, p.levels)?;
-            let levels = ir.select(binomial, p.levels, levels)?;
-            let dispensable = ir.select(binomial, p.dispensable, dispensable)?;
-            (slot, new_level, levels, dispensable)
+            let past = ir.cmp(binary::GreaterEqual, step, last_binomial)?;
+            let branches = self.dynamic_branches(name, add)?;
+            let inputs = [
+                past,
+                steps,
+                p.levels,
+                p.dispensable,
+                p.last_slot,
+                p.last_level,
+            ];
+            let types = vec![
+                i64_type(&[]),
+                i64_type(&[]),
+                i64_type(&[self.c]),
+                ValueType::tensor(DType::Bool, &[self.c]),
+            ];
+            let out = ir.b.add_node(NodeKind::If(branches), &inputs, types)?;
+            (out[0], out[1], out[2], out[3])
         };
         let slot = ir.select(binomial, slot_sw, slot_wm)?;
         let stored = ir.cmp(binary::GreaterEqual, slot, 0)?;
@@ -307,6 +304,62 @@ impl Schedule {
                 dispensable,
             },
         ))
+    }
+
+    /// The branches of the dynamic placement, `(steps, levels, dispensable, last slot, last
+    /// level) -> (slot, level, levels, dispensable)`: Wang, Moin and Iaccarino's (a new state
+    /// takes an empty slot, else the latest dispensable one, else the latest one, one level
+    /// up, which makes the lower ones dispensable; slot 0 keeps x_0 for good), and, within the
+    /// binomial trips, nothing. Past them every slot is full (Algorithm I fills them by trip
+    /// c - 1), and the latest state is the last one kept: its slot and level are carried.
+    fn dynamic_branches(
+        &self,
+        name: &str,
+        add: &mut dyn FnMut(Function) -> Result<String>,
+    ) -> Result<If> {
+        let c = self.c;
+        let params = vec![
+            i64_type(&[c]),
+            i64_type(&[c]),
+            ValueType::tensor(DType::Bool, &[c]),
+            i64_type(&[]),
+            i64_type(&[]),
+        ];
+        let (mut b, args) = FunctionBuilder::new(format!("{name}_place_dynamic"), params.clone());
+        let (steps, levels, dispensable, last_slot, last_level) =
+            (args[0], args[1], args[2], args[3], args[4]);
+        let mut ir = Ir { b: &mut b };
+        let none = ir.i64(-1);
+        let zero = ir.i64(0);
+        let slots = self.slots(&mut ir)?;
+        let d_steps = ir.select(dispensable, steps, none)?;
+        let best = ir.max(d_steps)?;
+        let reuse = ir.cmp(binary::GreaterEqual, best, 0)?;
+        let is_best = ir.op(binary::Equal, &[steps, best])?;
+        let d_slots = ir.select(is_best, slots, none)?;
+        let slot_d = ir.max(d_slots)?;
+        let slot = ir.select(reuse, slot_d, last_slot)?;
+        let lower = ir.op(binary::Less, &[levels, last_level])?;
+        let not_first = self.not_first(&mut ir)?;
+        let lower = ir.and(lower, not_first)?;
+        let grown = ir.op(binary::LogicalOr, &[dispensable, lower])?;
+        let dispensable = ir.select(reuse, dispensable, grown)?;
+        let hit = ir.op(binary::Equal, &[slots, slot])?;
+        let kept = ir.op(unary::LogicalNot, &[hit])?;
+        let dispensable = ir.and(dispensable, kept)?;
+        let up = ir.add(last_level, 1)?;
+        let new_level = ir.select(reuse, zero, up)?;
+        let levels = ir.select(hit, new_level, levels)?;
+        let then_branch = add(b.finish(&[slot, new_level, levels, dispensable], &[])?)?;
+        let (mut b, args) = FunctionBuilder::new(format!("{name}_place_binomial"), params);
+        let mut ir = Ir { b: &mut b };
+        let none = ir.i64(-1);
+        let zero = ir.i64(0);
+        let else_branch = add(b.finish(&[none, zero, args[1], args[2]], &[])?)?;
+        Ok(If {
+            then_branch,
+            else_branch,
+        })
     }
 
     /// `[c]` bools: every slot but 0 (x_0's, never given up).
@@ -447,8 +500,14 @@ mod tests {
         let (mut b, args) = FunctionBuilder::new("body", params.clone());
         let placement = Placement::from_ports(&args[3..]);
         let mut ir = Ir { b: &mut b };
+        let mut branches = Vec::new();
+        let mut add = |f: Function| {
+            let name = f.name.clone();
+            branches.push(f);
+            Ok(name)
+        };
         let (slot, placement) = schedule
-            .place(&mut ir, args[0], args[2], &placement)
+            .place(&mut ir, args[0], args[2], &placement, "place", &mut add)
             .unwrap();
         let steps = schedule.record(&mut ir, args[2], slot, args[0]).unwrap();
         let next = ir.add(args[0], 1).unwrap();
@@ -465,7 +524,7 @@ mod tests {
             .unwrap();
         let main = b.finish(&[out[2]], &[]).unwrap();
         let mut library = Library::new();
-        for f in [body, cond, main] {
+        for f in [body, cond, main].into_iter().chain(branches) {
             library.add(f).unwrap();
         }
         let graph = Graph::new(library, "main").unwrap();
