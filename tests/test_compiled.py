@@ -41,16 +41,21 @@ def leaves(x: object) -> list[np.ndarray]:
     return programs.leaves(x)
 
 
-def assert_compiled_matches_eager(fn, *args, rtol: float = 1e-10) -> None:
+def assert_compiled_matches_eager(fn, *args, rtol: float = 1e-10, jitted=None) -> None:
+    """`gl.jit(fn)` (or `jitted`, the one a test already read the MLIR of: a second `gl.jit`
+    traces from another line, and the module's locations make it a second compile) against
+    eager mode."""
     eager = fn(*args)
-    compiled = gl.jit(fn)(*args)
+    compiled = (jitted or gl.jit(fn))(*args)
     for e, c in zip(leaves(eager), leaves(compiled), strict=True):
         assert e.dtype == c.dtype and e.shape == c.shape
         np.testing.assert_allclose(c, e, rtol=rtol, atol=1e-12)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def private_cache(tmp_path, monkeypatch) -> None:
+    """A compile cache of the test's own, for the tests that count its entries (the others share
+    the suite's: a module compiled by one test is read back by the next)."""
     monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
 
 
@@ -234,6 +239,7 @@ def double_sin(x):
     return gl.sin(x) * 2.0
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_compiled_once_per_signature_and_cached_on_disk(tmp_path, monkeypatch) -> None:
 
     f = gl.jit(double_sin)
@@ -250,6 +256,7 @@ def test_compiled_once_per_signature_and_cached_on_disk(tmp_path, monkeypatch) -
     assert len(list(cache.glob("*.vmfb"))) == 2
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_a_failed_compile_is_cached_too(tmp_path, monkeypatch) -> None:
 
     bad = "module { func.func @f() { %0 = stablehlo.no_such_op : tensor<f32> return } }"
@@ -261,6 +268,7 @@ def test_a_failed_compile_is_cached_too(tmp_path, monkeypatch) -> None:
         _iree_build.compile_mlir(bad)
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_an_iree_compile_failure_is_a_compile_error_naming_function_and_line(
     monkeypatch,
 ) -> None:
@@ -642,8 +650,9 @@ def test_gradient_loops_unroll_exactly_across_trip_boundaries(n) -> None:
     as it was pushed, for any remainder."""
     x, w, steps = f64(0.3, -0.5, 0.8), f64(0.9, 1.1, -0.7), gl.tensor(n)
     grad = gl.grad(recurrence, argnums=(0, 1))
-    assert "arith.cmpi sge" in gl.jit(grad).mlir(x, w, steps)  # the countdown, unrolled
-    assert_compiled_matches_eager(grad, x, w, steps)
+    jitted = gl.jit(grad)
+    assert "arith.cmpi sge" in jitted.mlir(x, w, steps)  # the countdown, unrolled
+    assert_compiled_matches_eager(grad, x, w, steps, jitted=jitted)
     # The second order: the gradient of the gradient loop, itself a loop with stacks.
     hess = gl.grad(lambda x, w, m: gl.sum(grad(x, w, m)[0] * w), argnums=1)
     assert_compiled_matches_eager(hess, x, w, steps)
@@ -666,8 +675,9 @@ def test_countdowns_of_ops_with_a_running_sum_match_eager(n) -> None:
     """Unrolled 8 iterations a trip, then one a trip for the rest: values as eager mode's for
     any remainder, and the gradient through both loops."""
     x, steps = f64(0.3, -0.5, 0.8), gl.tensor(n)
-    assert "arith.cmpi sge" in gl.jit(countdown_with_a_running_sum).mlir(x, steps)
-    assert_compiled_matches_eager(countdown_with_a_running_sum, x, steps)
+    jitted = gl.jit(countdown_with_a_running_sum)
+    assert "arith.cmpi sge" in jitted.mlir(x, steps)
+    assert_compiled_matches_eager(countdown_with_a_running_sum, x, steps, jitted=jitted)
     grad = gl.grad(lambda x, m: gl.sum(countdown_with_a_running_sum(x, m)[0]))
     assert_compiled_matches_eager(grad, x, steps)
 
@@ -687,9 +697,10 @@ def test_forward_loops_with_pushes_unroll_keeping_only_the_iterations_run(n, bou
     trip."""
     x, w, steps = f64_wide(0.3, -0.5), f64_wide(0.9, -0.7), gl.tensor(n)
     grad = gl.grad(lambda x, w, m: bounded_recurrence(x, w, m, bound), argnums=(0, 1))
-    mlir = gl.jit(grad).mlir(x, w, steps)
+    jitted = gl.jit(grad)
+    mlir = jitted.mlir(x, w, steps)
     assert "stablehlo.select" in mlir and "hal.tensor.export" in mlir  # predicated, pushing
-    assert_compiled_matches_eager(grad, x, w, steps)
+    assert_compiled_matches_eager(grad, x, w, steps, jitted=jitted)
     value = lambda x, w, m: bounded_recurrence(x, w, m, bound)  # noqa: E731
     assert_compiled_matches_eager(value, x, w, steps)
 
@@ -721,8 +732,9 @@ def test_loops_the_device_decides_unroll_reading_back_once_a_trip(limit, bound) 
     x, w = f64_wide(0.3, -0.5), f64_wide(0.9, -0.7)
     limit = gl.tensor(np.float64(limit))
     grad = gl.grad(lambda x, w, c: energy_loop(x, w, c, bound), argnums=(0, 1))
-    assert "stablehlo.select" in gl.jit(grad).mlir(x, w, limit)  # predicated
-    assert_compiled_matches_eager(grad, x, w, limit)
+    jitted = gl.jit(grad)
+    assert "stablehlo.select" in jitted.mlir(x, w, limit)  # predicated
+    assert_compiled_matches_eager(grad, x, w, limit, jitted=jitted)
     value = lambda x, w, c: energy_loop(x, w, c, bound)  # noqa: E731
     assert_compiled_matches_eager(value, x, w, limit)
 
@@ -748,11 +760,12 @@ def test_loops_the_device_decides_index_on_the_host() -> None:
     grad = gl.grad(reading, argnums=(0, 1))
     for limit in (0.5, 5.0, 1e9):
         args = (f64_wide(0.3, -0.5), f64_wide(0.9, -0.7), gl.tensor(np.float64(limit)))
-        mlir = gl.jit(grad).mlir(*args)
+        jitted = gl.jit(grad)
+        mlir = jitted.mlir(*args)
         assert "stablehlo.select" in mlir  # predicated, state on the device
         device_index = [line for line in mlir.splitlines() if "stablehlo.compare LT" in line]
         assert not [line for line in device_index if "tensor<i32>" in line], device_index[:1]
-        assert_compiled_matches_eager(grad, *args)
+        assert_compiled_matches_eager(grad, *args, jitted=jitted)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -770,14 +783,15 @@ def test_rounding_of_a_loop_scalar_runs_on_the_host(name, dtype) -> None:
         return gl.while_loop(lambda i, s: i < 6, body, (gl.tensor(0), x))[1]
 
     x = gl.tensor(np.array(1.5, dtype=dtype))
-    mlir = gl.jit(rounded).mlir(x)
+    jitted = gl.jit(rounded)
+    mlir = jitted.mlir(x)
     mnemonic = {"floor": "math.floor", "ceil": "math.ceil", "round": "math.roundeven"}[name]
     assert mnemonic in mlir and "stablehlo.round" not in mlir and f"stablehlo.{name}" not in mlir
     want, rule = np.array(1.5, dtype=dtype), getattr(np, name)
     for i in range(6):
         want = want + rule(want * np.asarray(0.25, dtype) + np.asarray(i + 0.5, dtype))
-    assert np.asarray(gl.jit(rounded)(x)) == want
-    assert_compiled_matches_eager(rounded, x)
+    assert np.asarray(jitted(x)) == want
+    assert_compiled_matches_eager(rounded, x, jitted=jitted)
 
 
 def test_results_stay_the_callers_after_later_calls() -> None:
@@ -880,6 +894,7 @@ def test_a_loop_over_many_mixed_dtype_variables_compiles_and_agrees() -> None:
     assert_compiled_matches_eager(grad, args[2], args[0], args[1], *args[3:])
 
 
+@pytest.mark.usefixtures("private_cache")
 def test_a_compile_past_its_time_limit_is_stopped_and_not_cached(tmp_path, monkeypatch) -> None:
     from gradloop import _compiler
 
@@ -1064,13 +1079,14 @@ def test_small_vectors_in_loops_are_host_scalars_and_agree_with_eager() -> None:
     gradient agree with eager mode."""
     damping = gl.tensor(np.float64(0.3))
     grad = gl.value_and_grad(adaptive_pendulum)
-    mlir = gl.jit(grad).mlir(damping)
+    jitted = gl.jit(grad)
+    mlir = jitted.mlir(damping)
     loops = [line for line in mlir.splitlines() if "scf.while" in line]
     assert len(loops) == 2, loops  # the solve and its gradient
     for loop in loops:  # float64 values and stacks alike on the host
         assert not re.search(r"tensor<[^>]*f64>", loop.split("->")[-1]), loop[:300]
     assert "math.sin" in mlir and "stablehlo.sine" not in mlir
-    assert_compiled_matches_eager(grad, damping, rtol=1e-11)
+    assert_compiled_matches_eager(grad, damping, rtol=1e-11, jitted=jitted)
     for value in (0.0, 0.7):
         assert_compiled_matches_eager(adaptive_pendulum, gl.tensor(np.float64(value)), rtol=1e-11)
 

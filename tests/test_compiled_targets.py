@@ -24,11 +24,6 @@ pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compi
 F32 = {"rtol": 2e-5, "atol": 2e-6}
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def f32(*values: float) -> gl.Tensor:
     return gl.tensor(np.array(values, dtype=np.float32))
 

@@ -23,11 +23,6 @@ pytest.importorskip("iree.compiler", reason="compiled mode needs iree-base-compi
 MODES = ("eager", "graph", "jit")
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def f64(*values: float) -> gl.Tensor:
     return gl.tensor(np.array(values, dtype=np.float64))
 

@@ -28,11 +28,6 @@ def fixture(name: str) -> str:
     return (FIXTURES / f"{name}.mlir").read_text()
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
-
-
 class Compiled:
     """A module compiled for llvm-cpu, its functions called on numpy arrays (local-sync: the
     loops run thousands of host-side iterations, where local-task's per-dispatch cost shows)."""

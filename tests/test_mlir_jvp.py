@@ -16,11 +16,6 @@ pytest.importorskip("iree.compiler", reason="MLIR import needs iree-base-compile
 pytest.importorskip("iree.runtime", reason="running modules needs iree-base-runtime")
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("GRADLOOP_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def directional(module: Compiled, args, wrt, tangents, steps) -> list[np.ndarray]:
     """Central differences of `@main` along `tangents` (one per `wrt` argument)."""
 

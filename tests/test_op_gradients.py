@@ -445,14 +445,23 @@ def _run_grouped(row: Row, kind: str) -> Callable[[Program], Any]:
     return run
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.label) for r in ROWS])
+def _grouped_rows() -> list[Any]:
+    """`ROWS` as parameters, each group's on one test process (`--dist loadgroup`): a group's
+    module is compiled once, not once by each process that runs one of its rows."""
+    return [
+        pytest.param(r, id=r.label, marks=pytest.mark.xdist_group(f"op-rows-{k // GROUP}"))
+        for k, r in enumerate(ROWS)
+    ]
+
+
+@pytest.mark.parametrize("row", _grouped_rows())
 def test_gradient(row: Row) -> None:
     atol, rtol, eps = row.tol
     run = _run_grouped(row, "gradient")
     check_grads(row.fn, _args(row), order=2, atol=atol, rtol=rtol, eps=eps, run_compiled=run)
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.label) for r in ROWS])
+@pytest.mark.parametrize("row", _grouped_rows())
 def test_tangent(row: Row) -> None:
     # each op's own tangent rule, to first and second order, eagerly, traced and compiled
     atol, rtol, eps = row.tol
