@@ -3,7 +3,8 @@
 # FUZZ_PARALLEL at a time (one per core by default; each program is one IREE compile on one core).
 # Shard k runs FUZZ_EXAMPLES/FUZZ_JOBS programs from seed SEED+k, so the whole run is reproducible
 # from SEED. With FUZZ_LOGS=DIR, each shard's log lives in DIR and a shard whose log says it passed
-# is not run again: a run of thousands of programs can be stopped and resumed.
+# is not run again: a run of thousands of programs can be stopped and resumed. FUZZ_SHARDS="12 16-39"
+# runs those shards alone (a run resumed on another machine, from the shards' numbers).
 set -u
 examples=${FUZZ_EXAMPLES:-1000}
 parallel=${FUZZ_PARALLEL:-$(nproc)}
@@ -59,7 +60,17 @@ reap() {
 		fi
 	done
 }
-for k in $(seq 0 $((jobs - 1))); do
+shards() {
+	if [ -z "${FUZZ_SHARDS:-}" ]; then
+		seq 0 $((jobs - 1))
+		return
+	fi
+	local range
+	for range in $FUZZ_SHARDS; do
+		seq "${range%-*}" "${range#*-}"
+	done
+}
+for k in $(shards); do
 	if passed "$k"; then
 		echo "shard $k (GRADLOOP_FUZZ_SEED=$((seed + k))): passed before: $(tail -n 1 "$logs/job$k.log")"
 		continue
@@ -75,6 +86,7 @@ while [ "${#running[@]}" -gt 0 ]; do
 	sleep 2
 	reap
 done
-echo "$((per_job * jobs)) programs in every mode, $((10 * per_job * jobs)) in graph mode alone," \
+count=$(shards | wc -l)
+echo "$((per_job * count)) programs in every mode, $((10 * per_job * count)) in graph mode alone," \
 	"$(($(date +%s) - start)) s this invocation"
 exit $failed
