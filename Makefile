@@ -36,16 +36,33 @@ dev: $(STAMP)
 # features as the extension's build does, which is what lets them share.
 # On a fresh machine the Python packages download while the Rust build runs (two plain
 # sub-makes, not -j: cargo keeps its own jobserver).
-test:
+test: | $(PY)
 	@$(MAKE) --no-print-directory $(STAMP) & setup=$$!; \
 	$(MAKE) --no-print-directory test-rust; rust=$$?; \
 	wait $$setup && test $$rust -eq 0
 	$(MAKE) --no-print-directory test-python
 
+# maturin builds the extension with PyO3 told about the interpreter by a config file and these
+# variables. The Rust phase builds the extension's crates under the same ones, beside the tests,
+# so that maturin finds them built: PyO3's chain (build config, macros, pyo3, numpy, then the
+# bindings) compiles one crate after another, a core idle, when maturin builds it alone. Where a
+# maturin release says otherwise, its build compiles them again: slower, not wrong.
+PY_VERSION := $(shell python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+HOST := $(shell rustc -vV | sed -n 's/^host: //p')
+PYO3_CONFIG := $(abspath target/maturin/pyo3-config-$(HOST)-$(PY_VERSION)-abi3.txt)
+PYO3_ENV := PYO3_CONFIG_FILE=$(PYO3_CONFIG) PYO3_ENVIRONMENT_SIGNATURE=cpython-$(PY_VERSION)-64bit \
+	PYO3_PYTHON=$(abspath $(PY)) PYTHON_SYS_EXECUTABLE=$(abspath $(PY)) PYO3_BUILD_EXTENSION_MODULE=1
+
+# What maturin writes there for the abi3 wheel (CPython >= 3.10).
+$(PYO3_CONFIG):
+	mkdir -p $(dir $@)
+	printf 'implementation=CPython\nversion=3.10\ntarget_abi=CPython-abi3-3.10\nshared=true\nbuild_flags=\nsuppress_build_script_link_lines=false' > $@
+
 # The executor's tests run in check mode (every compiled frame against its register program),
 # then again as production runs them (compiled frames alone); `--workspace` both times, so
 # that features resolve alike and the second run reuses the first one's build.
-test-rust:
+test-rust: $(PYO3_CONFIG) | $(PY)
+	$(PYO3_ENV) cargo build --workspace --profile suite --quiet --lib --tests --examples
 	cargo test --workspace --profile suite --quiet
 	GRADLOOP_COMPILED_FRAMES=on cargo test --workspace --profile suite --quiet executor::
 	cargo run --profile suite --quiet --example loop_gradient > /dev/null
