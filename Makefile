@@ -43,10 +43,11 @@ test: | $(PY)
 	$(MAKE) --no-print-directory test-python
 
 # maturin builds the extension with PyO3 told about the interpreter by a config file and these
-# variables. The Rust phase builds the extension's crates under the same ones, beside the tests,
-# so that maturin finds them built: PyO3's chain (build config, macros, pyo3, numpy, then the
-# bindings) compiles one crate after another, a core idle, when maturin builds it alone. Where a
-# maturin release says otherwise, its build compiles them again: slower, not wrong.
+# variables. The Rust phase builds the extension's crates under the same ones, beside the tests
+# (every cargo command: one without them builds PyO3 again for itself), so that maturin finds
+# them built: PyO3's chain (build config, macros, pyo3, numpy, then the bindings) compiles one
+# crate after another, a core idle, when maturin builds it alone. Where a maturin release
+# configures PyO3 otherwise, its build compiles them again: slower, not wrong.
 PY_VERSION := $(shell python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 HOST := $(shell rustc -vV | sed -n 's/^host: //p')
 PYO3_CONFIG := $(abspath target/maturin/pyo3-config-$(HOST)-$(PY_VERSION)-abi3.txt)
@@ -63,9 +64,9 @@ $(PYO3_CONFIG):
 # that features resolve alike and the second run reuses the first one's build.
 test-rust: $(PYO3_CONFIG) | $(PY)
 	$(PYO3_ENV) cargo build --workspace --profile suite --quiet --lib --tests --examples
-	cargo test --workspace --profile suite --quiet
-	GRADLOOP_COMPILED_FRAMES=on cargo test --workspace --profile suite --quiet executor::
-	cargo run --profile suite --quiet --example loop_gradient > /dev/null
+	$(PYO3_ENV) cargo test --workspace --profile suite --quiet
+	$(PYO3_ENV) GRADLOOP_COMPILED_FRAMES=on cargo test --workspace --profile suite --quiet executor::
+	$(PYO3_ENV) cargo run --profile suite --quiet --example loop_gradient > /dev/null
 
 dev-suite: $(STAMP)
 	$(VENV)/bin/maturin develop --profile suite --quiet
