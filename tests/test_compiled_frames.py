@@ -132,3 +132,35 @@ def test_statistics_count_each_frame_compiled_to_machine_code_once(frames_mode):
     compiled = ("programs_compiled", "buffer_frames_compiled", "native_frames_compiled")
     assert all(ran[k] == 0 for k in compiled), ran
     assert ran["native_runs"] >= 3 and ran["buffer_runs"] == 0 and ran["program_runs"] == 0, ran
+
+
+def newton_with_a_branch(a):
+    """Newton's iteration for x^3 = a, a lane-dependent step size chosen by a `cond` in the
+    body: batched over many lanes, its body is the chains of elementwise ops that machine code
+    runs as passes over the lanes (one per branch and phase)."""
+
+    def body(x, k):
+        r = x * x * x - a
+        step = gl.cond(k < 2, lambda: 0.5 * r / (3.0 * x * x), lambda: r / (3.0 * x * x))
+        return x - step, k + 1
+
+    more = lambda x, k: gl.abs(x * x * x - a) > 1e-12 * a  # noqa: E731
+    return gl.while_loop(more, body, (a, gl.tensor(0)))
+
+
+def test_batched_loops_over_many_lanes_give_the_same_bits_compiled_and_interpreted(frames_mode):
+    a = gl.tensor(10.0 ** np.random.default_rng(5).uniform(-2.0, 3.0, 301))
+    value = gl.vmap(newton_with_a_branch)
+    grad = gl.vmap(gl.grad(lambda a: newton_with_a_branch(a)[0]))
+    for fn in (value, grad):
+        on, off = each_way(gl.function(fn), a)
+        for x, y in zip(on, off, strict=True):
+            np.testing.assert_array_equal(x, y)
+    # Each lane as the loop run alone: its trips exactly, its root and derivative.
+    roots, trips = (np.asarray(v) for v in gl.function(value)(a))
+    slopes = np.asarray(gl.function(grad)(a))
+    for lane in (0, 7, 150, 300):
+        x, k = newton_with_a_branch(gl.tensor(np.asarray(a)[lane]))
+        assert int(np.asarray(k)) == trips[lane]
+        np.testing.assert_allclose(roots[lane], np.asarray(x), rtol=1e-14)
+        np.testing.assert_allclose(slopes[lane], 1.0 / (3.0 * roots[lane] ** 2), rtol=1e-9)

@@ -1122,7 +1122,7 @@ fn ops_without_destination_kernels_and_with_several_outputs_run_in_machine_code(
 
 /// Each step of the buffer frames of `exec`'s fused loops (and of the loops nested in them,
 /// each once), with the steps it is in: what the tests below count.
-fn compiled_steps(exec: &Executor) -> Vec<(&Steps, &BufferStep)> {
+pub(crate) fn compiled_steps(exec: &Executor) -> Vec<(&Steps, &BufferStep)> {
     fn of_loop<'a>(fused: &'a FusedLoop, out: &mut Vec<(&'a Steps, &'a BufferStep)>) {
         if let Some(frame) = fused.buffers() {
             let steps = frame.steps();

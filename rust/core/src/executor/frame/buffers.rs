@@ -157,6 +157,7 @@ impl BufferFrame {
                 outputs: step.outputs,
                 in_place: 0,
                 inline,
+                domain: step.domain,
             });
         }
         rank_one::fuse(&mut steps, &fused.nodes, &slots, program.results());

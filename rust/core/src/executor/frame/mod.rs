@@ -3,17 +3,21 @@
 //!
 //! ```text
 //!   FusedLoop    picks the tier per run; check mode runs two and compares them (`agree`)
-//!     registers  a register program: every value a register, any type (`Program`)
+//!     registers  a register program: every value a register, any type (`Program`), its
+//!                steps ordered so that elementwise ops over the same lanes sit together
+//!                (`cluster`)
 //!     buffers    compiled from it where every value has a static type: kernels writing
 //!                into preallocated buffers, run step by step (`BufferFrame`)
 //!       steps    the step IR both of the below read, and the run's `State`
-//!       native   the same steps as machine code (Cranelift), at the frame's first runs
+//!       native   the same steps as machine code (Cranelift), at the frame's first runs;
+//!                a run of elementwise ops over many lanes is one loop over them (`fused`)
 //! ```
 //!
 //! A loop nested in a frame is a `FusedLoop` of its own, compiled once (`FusedLoops`): the
 //! outer program runs it as a step, and the outer buffer frame holds its buffer frame.
 
 mod buffers;
+mod cluster;
 mod in_place;
 mod native;
 mod rank_one;

@@ -80,6 +80,8 @@ pub(super) struct RegisterStep {
     /// First output register; the node's outputs are consecutive.
     pub out: Reg,
     pub outputs: u32,
+    /// Steps of one domain are live together when their inputs are (`cluster`).
+    pub domain: u32,
 }
 
 /// A compiled fused loop, shared by every run of the plan.
@@ -146,8 +148,10 @@ impl Program {
                 controls: node.control_inputs.iter().map(|&c| c as u32).collect(),
                 out: first[id],
                 outputs: node.outputs.len() as u32,
+                domain: 0,
             });
         }
+        super::cluster::cluster(&mut steps, nodes);
         let results: Vec<Reg> = fused.results.iter().map(reg).collect();
         // The last read of a register in an iteration takes it; an invariant's is kept, and
         // so is a result's (read once the pass is over).

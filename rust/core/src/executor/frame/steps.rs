@@ -62,6 +62,8 @@ pub(crate) struct BufferStep {
     pub in_place: u32,
     /// An op whose native code computes it in place of a kernel call (`native::Elementwise`).
     pub inline: Option<Elementwise>,
+    /// Steps of one domain are live together when their inputs are (`cluster`).
+    pub domain: u32,
 }
 
 /// What a register holds: a tensor of a static type in a buffer, or another value (a stack,

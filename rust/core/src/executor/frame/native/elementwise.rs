@@ -1,7 +1,8 @@
 //! Elementwise ops that native code computes itself: those whose scalar form (`OpDef::scalar`,
 //! declared beside each op's kernel with exactly its semantics) is one or a few machine
-//! instructions, on small tensors of static types read as they are or broadcast from one
-//! element. Larger tensors and other ops call their kernels (vectorised and threaded there).
+//! instructions, on tensors of static types read as they are or broadcast from one element.
+//! Small tensors are computed unrolled, op by op; larger ones in runs of ops over the same
+//! lanes (`fused`), and a larger op alone calls its kernel.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
@@ -14,8 +15,9 @@ use crate::ops::dest::Source;
 use crate::ops::Op;
 use crate::shape::{numel, TensorType};
 
-/// Above this many elements an op calls its kernel: the call costs little beside the work.
-const MAX_ELEMENTS: usize = 64;
+/// Above this many elements an op runs in a fused run of its neighbours (`fused`) or calls its
+/// kernel: unrolled lane by lane, its code would grow with its lanes.
+pub(super) const MAX_ELEMENTS: usize = 64;
 
 /// An op computed inline: its form, operand and result dtypes, elements, and per operand
 /// whether it is one element broadcast to all.
@@ -32,7 +34,7 @@ impl Elementwise {
     /// `op` on `inputs` giving `output`, when native code computes it inline.
     pub fn of(op: &Op, inputs: &[TensorType], output: &TensorType) -> Option<Elementwise> {
         let elements = numel(&output.shape);
-        if inputs.is_empty() || elements == 0 || elements > MAX_ELEMENTS {
+        if inputs.is_empty() || elements == 0 {
             return None;
         }
         // `where`'s form is declared on its value operands' dtype.
@@ -54,6 +56,11 @@ impl Elementwise {
             broadcast,
         };
         e.lowers().then_some(e)
+    }
+
+    /// Whether it runs inline on its own, unrolled (else in a fused run, or as a kernel call).
+    pub fn small(&self) -> bool {
+        self.elements <= MAX_ELEMENTS
     }
 
     /// Whether `apply` has this form for these dtypes.

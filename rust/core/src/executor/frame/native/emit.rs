@@ -19,6 +19,7 @@ use super::calls::{
     run_step, share_value, stack_step, Ctx, Entry,
 };
 use super::elementwise::{apply, value_type, Elementwise};
+use super::fused;
 use crate::dtype::{DType, Storage};
 use crate::executor::frame::registers::Read;
 use crate::executor::frame::steps::{BufferAction, BufferStep, RawState, Slot, Steps};
@@ -141,10 +142,21 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
         stack_sig,
         in_place_sig,
         controlled,
+        readers: fused::readers(frame),
     };
-    for (k, step) in frame.steps.iter().enumerate() {
+    let mut k = 0;
+    while k < frame.steps.len() {
         let next = e.b.create_block();
-        e.step(k, step, next)?;
+        match fused::run_at(&frame.steps, k) {
+            Some(end) => {
+                e.fused_run(k..end, next)?;
+                k = end;
+            }
+            None => {
+                e.step(k, &frame.steps[k], next)?;
+                k += 1;
+            }
+        }
         e.b.switch_to_block(next);
     }
     // Another iteration while a value is carried (a root's one pass carries none).
@@ -185,7 +197,7 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
     Some(id)
 }
 
-fn flags() -> MemFlagsData {
+pub(super) fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
@@ -205,12 +217,12 @@ fn needs_step(step: &BufferStep) -> bool {
     }
 }
 
-struct Emitter<'a, 'f> {
-    b: FunctionBuilder<'f>,
-    frame: &'a Steps,
-    ptr: Type,
+pub(super) struct Emitter<'a, 'f> {
+    pub(super) b: FunctionBuilder<'f>,
+    pub(super) frame: &'a Steps,
+    pub(super) ptr: Type,
     ctx: Value,
-    live: Value,
+    pub(super) live: Value,
     dead: Value,
     phys: Value,
     data: Value,
@@ -228,10 +240,12 @@ struct Emitter<'a, 'f> {
     in_place_sig: SigRef,
     /// Per node, whether a step reads its dead bit (only those are written).
     controlled: Vec<bool>,
+    /// Per register, the steps that read it (`fused::readers`).
+    pub(super) readers: Vec<u32>,
 }
 
 impl Emitter<'_, '_> {
-    fn step(&mut self, k: usize, step: &BufferStep, next: Block) -> Option<()> {
+    pub(super) fn step(&mut self, k: usize, step: &BufferStep, next: Block) -> Option<()> {
         if needs_step(step) {
             let i = self.b.use_var(self.iteration);
             let index = self.b.ins().iconst(types::I32, k as i64);
@@ -277,7 +291,7 @@ impl Emitter<'_, '_> {
         self.b.ins().brif(code, self.fail, &[], next, &[]);
     }
 
-    fn load_byte(&mut self, base: Value, index: usize) -> Value {
+    pub(super) fn load_byte(&mut self, base: Value, index: usize) -> Value {
         self.b.ins().load(types::I8, flags(), base, index as i32)
     }
 
@@ -286,11 +300,11 @@ impl Emitter<'_, '_> {
         self.b.ins().store(flags(), v, base, index as i32);
     }
 
-    fn set_live(&mut self, reg: usize, live: bool) {
+    pub(super) fn set_live(&mut self, reg: usize, live: bool) {
         self.store_byte(self.live, reg, u8::from(live));
     }
 
-    fn set_dead(&mut self, node: usize, dead: bool) {
+    pub(super) fn set_dead(&mut self, node: usize, dead: bool) {
         if self.controlled[node] {
             self.store_byte(self.dead, node, u8::from(dead));
         }
@@ -307,7 +321,7 @@ impl Emitter<'_, '_> {
     }
 
     /// 1 when a control input of `step` is dead.
-    fn control_dead(&mut self, step: &BufferStep) -> Value {
+    pub(super) fn control_dead(&mut self, step: &BufferStep) -> Value {
         let mut dead = self.b.ins().iconst(types::I8, 0);
         for &c in &step.controls {
             let d = self.load_byte(self.dead, c as usize);
@@ -382,8 +396,8 @@ impl Emitter<'_, '_> {
                     self.transfer(step.reads[0], out);
                 }
                 match &step.inline {
-                    Some(e) => self.elementwise(step, e)?,
-                    None => {
+                    Some(e) if e.small() => self.elementwise(step, e)?,
+                    _ => {
                         let code = self.call_kernel(k, step);
                         let cont = self.b.create_block();
                         self.check(k, code, cont);
@@ -526,7 +540,7 @@ impl Emitter<'_, '_> {
     }
 
     /// Registers read for the last time are not live afterwards (a value's reference dropped).
-    fn release(&mut self, reads: &[Read]) {
+    pub(super) fn release(&mut self, reads: &[Read]) {
         for r in reads.iter().filter(|r| r.take) {
             self.set_live(r.reg as usize, false);
             if self.frame.holds_value[r.reg as usize] {
@@ -565,7 +579,7 @@ impl Emitter<'_, '_> {
     }
 
     /// The address of register `reg`'s first element.
-    fn address(&mut self, reg: usize) -> Value {
+    pub(super) fn address(&mut self, reg: usize) -> Value {
         let p = self.buffer_index(reg);
         let offset = self.b.ins().ishl_imm_u(p, 3);
         let at = self.b.ins().iadd(self.data, offset);

@@ -29,6 +29,7 @@
 mod calls;
 pub(super) mod elementwise;
 mod emit;
+mod fused;
 #[cfg(test)]
 mod tests;
 

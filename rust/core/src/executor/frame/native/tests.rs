@@ -10,7 +10,8 @@ use crate::interpret::{run_graph, RtValue};
 use crate::ops::attrs::dtype_short_name;
 use crate::tensor::Tensor;
 
-use crate::executor::frame::steps::same_bits;
+use crate::executor::frame::steps::{same_bits, Steps};
+use crate::executor::tests::compiled_steps;
 
 const FLOATS: [f64; 9] = [
     f64::NAN,
@@ -38,7 +39,8 @@ fn values(dtype: DType, n: usize, shift: usize) -> Tensor {
     .unwrap()
 }
 
-/// A loop of three trips whose carried result is `op` of its (unchanging) operands.
+/// A loop of three trips whose carried result is `op` of its (unchanging) operands, passed
+/// through an op that returns it unchanged (so that over many lanes the two form a run).
 fn graph_of(op: &str, operands: &[(DType, bool)], result: DType, n: usize) -> String {
     let ty = |d: DType, scalar: bool| {
         if scalar {
@@ -73,19 +75,26 @@ func @step(%0: i32[], %1: {result_ty}, {params}) -> ({loop_tys}) {{
   %{c} = const() {{value=[1]}} : i32[]
   %{d} = add(%0, %{c}) : i32[]
   %{e} = {op}({body}) : {result_ty}
-  return %{d}, %{e}, {args}
+  %{f} = {same}(%{e}, %{e}) : {result_ty}
+  return %{d}, %{f}, {args}
 }}"#,
         params = params.join(", "),
         args = args.join(", "),
         c = count,
         d = count + 1,
         e = count + 2,
+        f = count + 3,
+        same = if result == DType::Bool {
+            "logical_and"
+        } else {
+            "maximum"
+        },
         body = body_operands.join(", "),
     )
 }
 
 fn check(op: &str, operands: &[(DType, bool)], result: DType) {
-    for n in [1, 5, 9] {
+    for n in [1, 5, 9, 67, 130] {
         let text = graph_of(op, operands, result, n);
         let graph = parse_graph(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let mut args = vec![
@@ -108,6 +117,7 @@ fn check(op: &str, operands: &[(DType, bool)], result: DType) {
             1,
             "{op} on {n} ran as machine code"
         );
+        assert_eq!(fused_runs(&exec), usize::from(n > 64), "{op} on {n}: runs");
         assert!(
             same_bits(&got[0], &want[0]),
             "{op} on {n}: {:?} against {:?}",
@@ -166,6 +176,153 @@ fn inline_comparisons_and_logic_agree_with_the_kernels() {
         );
     }
     check("logical_not", &[(DType::Bool, false)], DType::Bool);
+}
+
+/// How many runs of steps native code computes as one pass (`fused::run_at`).
+fn fused_runs(exec: &Executor) -> usize {
+    let mut frames: Vec<&Steps> = compiled_steps(exec).into_iter().map(|(f, _)| f).collect();
+    frames.dedup_by(|a, b| std::ptr::eq(*a, *b));
+    let mut runs = 0;
+    for frame in frames {
+        let mut k = 0;
+        while k < frame.steps.len() {
+            match super::fused::run_at(&frame.steps, k) {
+                Some(end) => {
+                    runs += 1;
+                    k = end;
+                }
+                None => k += 1,
+            }
+        }
+    }
+    runs
+}
+
+/// Newton's iteration for x^3 = a over `n` lanes, as a batched loop runs it: each lane's
+/// update kept where it is live, its trips counted per lane, its own stop (f64, i32 and bool
+/// lanes, a broadcast tolerance, constants, a scalar trip count beside them).
+fn newton_lanes(n: usize) -> String {
+    format!(
+        r#"graph @main
+func @main(%0: f64[{n}], %1: f64[]) -> (f64[{n}], i32[{n}], bool[{n}]) {{
+  %2 = const() {{value=[0]}} : i32[]
+  %3 = fill() {{dtype=i32, shape=[{n}], value=0.0}} : i32[{n}]
+  %4 = fill() {{dtype=bool, shape=[{n}], value=1.0}} : bool[{n}]
+  %5 = while(%2, %0, %3, %4, %0, %1) {{cond=@more, body=@step, parallel_iterations=10}} : (i32[], f64[{n}], i32[{n}], bool[{n}], f64[{n}], f64[])
+  return %5#1, %5#2, %5#3
+}}
+func @more(%0: i32[], %1: f64[{n}], %2: i32[{n}], %3: bool[{n}], %4: f64[{n}], %5: f64[]) -> (bool[]) {{
+  %6 = const() {{value=[40]}} : i32[]
+  %7 = less(%0, %6) : bool[]
+  return %7
+}}
+func @step(%0: i32[], %1: f64[{n}], %2: i32[{n}], %3: bool[{n}], %4: f64[{n}], %5: f64[]) -> (i32[], f64[{n}], i32[{n}], bool[{n}], f64[{n}], f64[]) {{
+  %6 = const() {{value=[1]}} : i32[]
+  %7 = add(%0, %6) : i32[]
+  %8 = mul(%1, %1) : f64[{n}]
+  %9 = mul(%8, %1) : f64[{n}]
+  %10 = sub(%9, %4) : f64[{n}]
+  %11 = const() {{value=[3.0]}} : f64[]
+  %12 = mul(%11, %8) : f64[{n}]
+  %13 = div(%10, %12) : f64[{n}]
+  %14 = sub(%1, %13) : f64[{n}]
+  %15 = where(%3, %14, %1) : f64[{n}]
+  %16 = add(%2, %6) : i32[{n}]
+  %17 = where(%3, %16, %2) : i32[{n}]
+  %18 = mul(%15, %15) : f64[{n}]
+  %19 = mul(%18, %15) : f64[{n}]
+  %20 = sub(%19, %4) : f64[{n}]
+  %21 = abs(%20) : f64[{n}]
+  %22 = mul(%5, %4) : f64[{n}]
+  %23 = greater(%21, %22) : bool[{n}]
+  %24 = logical_and(%3, %23) : bool[{n}]
+  return %7, %15, %17, %24, %4, %5
+}}"#
+    )
+}
+
+#[test]
+fn a_batched_loop_body_runs_as_one_pass_over_its_lanes_bit_for_bit() {
+    for n in [130, 1001] {
+        let graph = parse_graph(&newton_lanes(n)).unwrap();
+        let a: Vec<f64> = (0..n)
+            .map(|k| 10f64.powf(-2.0 + 4.0 * k as f64 / n as f64))
+            .collect();
+        let args = || {
+            vec![
+                RtValue::from(Tensor::from_vec(a.clone(), &[n]).unwrap()),
+                RtValue::from(Tensor::scalar(1e-12f64)),
+            ]
+        };
+        let want = run_graph(&graph, args()).unwrap();
+        let exec = Executor::new(&graph).unwrap();
+        let got = exec.run(args()).unwrap();
+        assert_eq!(exec.frame_counts().native, 1, "{n} lanes: machine code");
+        assert_eq!(fused_runs(&exec), 1, "{n} lanes: one run");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                same_bits(g, w),
+                "{n} lanes, result {k}: {g:?} against {w:?}"
+            );
+        }
+    }
+}
+
+/// A loop that takes one branch for two trips and the other for three, each a chain of ops over `n` lanes: the
+/// untaken branch's run has dead inputs and takes the step-by-step path.
+fn alternating_branches(n: usize) -> String {
+    format!(
+        r#"graph @main
+func @main(%0: f64[{n}]) -> (f64[{n}]) {{
+  %1 = const() {{value=[0]}} : i32[]
+  %2 = while(%1, %0) {{cond=@more, body=@step, parallel_iterations=10}} : (i32[], f64[{n}])
+  return %2#1
+}}
+func @more(%0: i32[], %1: f64[{n}]) -> (bool[]) {{
+  %2 = const() {{value=[5]}} : i32[]
+  %3 = less(%0, %2) : bool[]
+  return %3
+}}
+func @step(%0: i32[], %1: f64[{n}]) -> (i32[], f64[{n}]) {{
+  %2 = const() {{value=[2]}} : i32[]
+  %5 = less(%0, %2) : bool[]
+  %6 = if(%5, %1) {{then=@halve, else=@square}} : f64[{n}]
+  %7 = const() {{value=[1]}} : i32[]
+  %8 = add(%0, %7) : i32[]
+  return %8, %6
+}}
+func @halve(%0: f64[{n}]) -> (f64[{n}]) {{
+  %1 = const() {{value=[0.5]}} : f64[]
+  %2 = mul(%0, %1) : f64[{n}]
+  %3 = add(%2, %1) : f64[{n}]
+  return %3
+}}
+func @square(%0: f64[{n}]) -> (f64[{n}]) {{
+  %1 = mul(%0, %0) : f64[{n}]
+  %2 = neg(%1) : f64[{n}]
+  %3 = sqrt(%1) : f64[{n}]
+  %4 = sub(%3, %2) : f64[{n}]
+  return %4
+}}"#
+    )
+}
+
+#[test]
+fn a_run_in_an_untaken_branch_stays_dead() {
+    let n = 99;
+    let graph = parse_graph(&alternating_branches(n)).unwrap();
+    let args = || vec![RtValue::from(values(DType::F64, n, 5))];
+    let want = run_graph(&graph, args()).unwrap();
+    let exec = Executor::new(&graph).unwrap();
+    let got = exec.run(args()).unwrap();
+    assert_eq!(exec.frame_counts().native, 1, "machine code");
+    assert_eq!(fused_runs(&exec), 2, "a run per branch");
+    assert!(
+        same_bits(&got[0], &want[0]),
+        "{:?} against {:?}",
+        got[0],
+        want[0]
+    );
 }
 
 /// A loop whose body is a chain of `adds` scalar additions.
