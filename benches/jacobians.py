@@ -7,7 +7,7 @@ V4: `f: R^n -> R^n` (n = 64 by default) iterates `v <- 0.9 sin(v) + 0.05 v^2 + 0
 by `jacrev` (n rows) and `jacfwd` (n columns); Hessian of `sum(f(x)^2)`. JAX's figures are its
 `jit(jacrev)`, `jit(jacfwd)` and `jit(hessian)` of the same loop written with `lax.while_loop`
 (its reverse mode refuses the loop, so only `jacfwd` runs there). Each figure is the median over
-`--repeats` calls after a warm-up call; ratios are per row against the one-at-a-time loop
+`--repeats` calls after three warm-up calls; ratios are per row against the one-at-a-time loop
 measured in the same run. Every result is checked against the one-at-a-time loop's.
 
 Usage: python benches/jacobians.py [--quick] [--n N] [--repeats R]

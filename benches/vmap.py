@@ -5,7 +5,7 @@ V1: 1,024 Newton solves of x^3 = a to a relative tolerance, whose trip counts di
 root, 5% far away). Value = the roots; gradient = dx*/da per lane (`vmap(grad)`). Peers: JAX's
 `jit(vmap)` of `lax.while_loop` (values only: `jax.vmap(jax.grad)` refuses the loop) and
 Equinox's checkpointed `while_loop` under `jit(vmap(grad))`. Each figure is the median over
-`--repeats` calls after a warm-up call (tracing, compiling); ratios are against JAX's value and
+`--repeats` calls after three warm-up calls (tracing, compiling); ratios are against JAX's value and
 Equinox's gradient measured in the same run. Lane utilisation: the mean trips per lane over the
 trips of the slowest lane (what a masked batch pays for).
 

@@ -40,7 +40,7 @@ fn values(dtype: DType, n: usize, shift: usize) -> Tensor {
 }
 
 /// A loop of three trips whose carried result is `op` of its (unchanging) operands, passed
-/// through an op that returns it unchanged (so that over many lanes the two form a run).
+/// through three ops that return it unchanged (so that over many lanes the four form a run).
 fn graph_of(op: &str, operands: &[(DType, bool)], result: DType, n: usize) -> String {
     let ty = |d: DType, scalar: bool| {
         if scalar {
@@ -76,7 +76,9 @@ func @step(%0: i32[], %1: {result_ty}, {params}) -> ({loop_tys}) {{
   %{d} = add(%0, %{c}) : i32[]
   %{e} = {op}({body}) : {result_ty}
   %{f} = {same}(%{e}, %{e}) : {result_ty}
-  return %{d}, %{f}, {args}
+  %{g} = {same}(%{f}, %{e}) : {result_ty}
+  %{h} = {same}(%{g}, %{f}) : {result_ty}
+  return %{d}, %{h}, {args}
 }}"#,
         params = params.join(", "),
         args = args.join(", "),
@@ -84,6 +86,8 @@ func @step(%0: i32[], %1: {result_ty}, {params}) -> ({loop_tys}) {{
         d = count + 1,
         e = count + 2,
         f = count + 3,
+        g = count + 4,
+        h = count + 5,
         same = if result == DType::Bool {
             "logical_and"
         } else {
@@ -295,7 +299,9 @@ func @halve(%0: f64[{n}]) -> (f64[{n}]) {{
   %1 = const() {{value=[0.5]}} : f64[]
   %2 = mul(%0, %1) : f64[{n}]
   %3 = add(%2, %1) : f64[{n}]
-  return %3
+  %4 = mul(%3, %3) : f64[{n}]
+  %5 = sub(%4, %2) : f64[{n}]
+  return %5
 }}
 func @square(%0: f64[{n}]) -> (f64[{n}]) {{
   %1 = mul(%0, %0) : f64[{n}]
