@@ -17,18 +17,46 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use super::registers::{RegisterAction, RegisterStep};
+use smallvec::SmallVec;
+
 use crate::dataflow::DfNode;
 use crate::ops::dest::Source;
+use crate::ops::Op;
 use crate::shape::{numel, DYN};
 
 /// Elementwise ops over at most this many lanes run inline one by one (`Elementwise`).
 const FUSED_FROM: usize = 65;
 
-/// Sets each step's domain and reorders `steps` (in a valid order for `nodes`) as the module
-/// says.
-pub(super) fn cluster(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
-    assign_domains(steps);
+/// What the order needs of a step.
+pub(super) struct Step {
+    pub node: u32,
+    pub role: Role,
+    /// Its input registers, and the nodes it reads as controls.
+    pub reads: SmallVec<[u32; 4]>,
+    pub controls: SmallVec<[u32; 2]>,
+    /// Its output registers: `out..out + outputs`.
+    pub out: u32,
+    pub outputs: u32,
+    /// Its lanes, when it may join a pass (`fused_lanes`).
+    pub lanes: Option<usize>,
+}
+
+/// What kind of step it is, for the order and the domains.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// An op or a constant: no effect, free to move.
+    Pure,
+    LoopMerge,
+    Merge,
+    Switch,
+    /// Anything else: kept in order with the other effects.
+    Effect,
+}
+
+/// Each step's domain, and the order to run `steps` in (indices; `steps` are in a valid order),
+/// as the module says.
+pub(super) fn cluster(steps: &[Step]) -> (Vec<u32>, Vec<usize>) {
+    let domain = domains(steps);
     let n = steps.len();
     let mut producer = HashMap::new();
     let mut step_of_node = HashMap::new();
@@ -36,7 +64,7 @@ pub(super) fn cluster(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
         for r in s.out..s.out + s.outputs {
             producer.insert(r, k);
         }
-        step_of_node.insert(s.node as u32, k);
+        step_of_node.insert(s.node, k);
     }
     let mut waiting = vec![0usize; n];
     let mut unblocks: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -45,7 +73,7 @@ pub(super) fn cluster(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
         let mut before: Vec<usize> = s
             .reads
             .iter()
-            .filter_map(|r| producer.get(&r.reg).copied())
+            .filter_map(|r| producer.get(r).copied())
             .chain(
                 s.controls
                     .iter()
@@ -53,10 +81,7 @@ pub(super) fn cluster(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
             )
             .filter(|&q| q < k)
             .collect();
-        if !matches!(
-            s.action,
-            RegisterAction::Op { .. } | RegisterAction::Const(_)
-        ) {
+        if s.role != Role::Pure {
             before.extend(last_effect.replace(k));
         }
         before.sort_unstable();
@@ -66,14 +91,14 @@ pub(super) fn cluster(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
             unblocks[q].push(k);
         }
     }
-    let lanes: Vec<Option<usize>> = steps.iter().map(|s| fused_lanes(s, nodes)).collect();
+    let lanes: Vec<Option<usize>> = steps.iter().map(|s| s.lanes).collect();
     let mut other: BinaryHeap<Reverse<usize>> = BinaryHeap::new();
     let mut fusable: BinaryHeap<Reverse<(u32, usize, usize)>> = BinaryHeap::new();
     let push = |k: usize,
                 other: &mut BinaryHeap<Reverse<usize>>,
                 fusable: &mut BinaryHeap<Reverse<(u32, usize, usize)>>| {
         match lanes[k] {
-            Some(l) => fusable.push(Reverse((steps[k].domain, l, k))),
+            Some(l) => fusable.push(Reverse((domain[k], l, k))),
             None => other.push(Reverse(k)),
         }
     };
@@ -109,30 +134,26 @@ pub(super) fn cluster(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
             }
         }
     }
-    if order.len() != n || order.iter().enumerate().all(|(i, &k)| i == k) {
-        return; // a cycle cannot happen in a valid order; keep it as it is if it did
+    if order.len() != n {
+        order = (0..n).collect(); // a cycle cannot happen in a valid order; keep it if it did
     }
-    let mut taken: Vec<Option<RegisterStep>> = steps.drain(..).map(Some).collect();
-    steps.extend(order.into_iter().filter_map(|k| taken[k].take()));
+    (domain, order)
 }
 
 /// Each step's domain, numbered: the switch outputs above it (each a selector and an output),
 /// as a path from the frame's own domain (0). A switch's outputs each open a domain below its
 /// inputs'; a merge is in the domain its inputs share; any other step is in the deepest of its
 /// inputs'.
-fn assign_domains(steps: &mut [RegisterStep]) {
+fn domains(steps: &[Step]) -> Vec<u32> {
     type Path = Vec<(u32, u32)>;
     let mut of_reg: HashMap<u32, Path> = HashMap::new();
     let mut ids: HashMap<Path, u32> = HashMap::from([(Vec::new(), 0)]);
-    for step in steps.iter_mut() {
-        let inputs: Vec<&Path> = step
-            .reads
-            .iter()
-            .filter_map(|r| of_reg.get(&r.reg))
-            .collect();
-        let path: Path = match step.action {
-            RegisterAction::LoopMerge => Vec::new(),
-            RegisterAction::Merge => inputs
+    let mut domain = Vec::with_capacity(steps.len());
+    for step in steps {
+        let inputs: Vec<&Path> = step.reads.iter().filter_map(|r| of_reg.get(r)).collect();
+        let path: Path = match step.role {
+            Role::LoopMerge => Vec::new(),
+            Role::Merge => inputs
                 .split_first()
                 .map(|(first, rest)| {
                     let shared = rest.iter().fold(first.len(), |n, p| {
@@ -154,26 +175,23 @@ fn assign_domains(steps: &mut [RegisterStep]) {
                 .unwrap_or_default(),
         };
         let next = ids.len() as u32;
-        step.domain = *ids.entry(path.clone()).or_insert(next);
+        domain.push(*ids.entry(path.clone()).or_insert(next));
         for (o, r) in (step.out..step.out + step.outputs).enumerate() {
             let mut out = path.clone();
             // Switches on one selector route their values alike: a loop's, one per value.
-            if let (RegisterAction::Switch(_), Some(selector)) = (&step.action, step.reads.get(1)) {
-                out.push((selector.reg, o as u32));
+            if let (Role::Switch, Some(&selector)) = (step.role, step.reads.get(1)) {
+                out.push((selector, o as u32));
             }
             of_reg.insert(r, out);
         }
     }
+    domain
 }
 
-/// The lanes of `step` when it is an op that native code may run in a pass with its
-/// neighbours: one output of a static type over more lanes than run inline, a scalar form,
-/// and operands of the output's shape or of one element.
-fn fused_lanes(step: &RegisterStep, nodes: &[DfNode]) -> Option<usize> {
-    let RegisterAction::Op { op, .. } = &step.action else {
-        return None;
-    };
-    let node = &nodes[step.node];
+/// The lanes of `op` at `node` when native code may run it in a pass with its neighbours: one
+/// output of a static type over more lanes than run inline, a scalar form, and operands of the
+/// output's shape or of one element.
+pub(super) fn fused_lanes(op: &Op, node: &DfNode, nodes: &[DfNode]) -> Option<usize> {
     let [out] = node.outputs.as_slice() else {
         return None;
     };

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::cluster::{cluster, fused_lanes, Role, Step};
 use crate::dataflow::{DfKind, DfNode, FusedFrame};
 use crate::error::{Error, Result};
 use crate::executor::checked::{checked_types, CheckedTypes};
@@ -151,7 +152,7 @@ impl Program {
                 domain: 0,
             });
         }
-        super::cluster::cluster(&mut steps, nodes);
+        order_steps(&mut steps, nodes);
         let results: Vec<Reg> = fused.results.iter().map(reg).collect();
         // The last read of a register in an iteration takes it; an invariant's is kept, and
         // so is a result's (read once the pass is over).
@@ -426,6 +427,39 @@ fn trust(steps: &mut [RegisterStep], nodes: &[DfNode], registers: usize, args: u
             *trusted = inputs_trusted;
         }
     }
+}
+
+/// Puts `steps` in the order `cluster` gives, each with its domain.
+fn order_steps(steps: &mut Vec<RegisterStep>, nodes: &[DfNode]) {
+    let view: Vec<Step> = steps
+        .iter()
+        .map(|s| Step {
+            node: s.node as u32,
+            role: match &s.action {
+                RegisterAction::Op { .. } | RegisterAction::Const(_) => Role::Pure,
+                RegisterAction::LoopMerge => Role::LoopMerge,
+                RegisterAction::Merge => Role::Merge,
+                RegisterAction::Switch(_) => Role::Switch,
+                _ => Role::Effect,
+            },
+            reads: s.reads.iter().map(|r| r.reg).collect(),
+            controls: s.controls.clone(),
+            out: s.out,
+            outputs: s.outputs,
+            lanes: match &s.action {
+                RegisterAction::Op { op, .. } => fused_lanes(op, &nodes[s.node], nodes),
+                _ => None,
+            },
+        })
+        .collect();
+    let (domains, order) = cluster(&view);
+    let mut taken: Vec<Option<RegisterStep>> = steps.drain(..).map(Some).collect();
+    for (step, domain) in taken.iter_mut().zip(domains) {
+        if let Some(step) = step {
+            step.domain = domain;
+        }
+    }
+    steps.extend(order.into_iter().filter_map(|k| taken[k].take()));
 }
 
 fn missing(op: &'static str) -> Error {

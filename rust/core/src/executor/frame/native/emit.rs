@@ -19,7 +19,7 @@ use super::calls::{
     run_step, share_value, stack_step, Ctx, Entry,
 };
 use super::elementwise::{apply, value_type, Elementwise};
-use super::fused;
+use super::runs;
 use crate::dtype::{DType, Storage};
 use crate::executor::frame::registers::Read;
 use crate::executor::frame::steps::{BufferAction, BufferStep, RawState, Slot, Steps};
@@ -142,12 +142,12 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
         stack_sig,
         in_place_sig,
         controlled,
-        readers: fused::readers(frame),
+        readers: runs::readers(frame),
     };
     let mut k = 0;
     while k < frame.steps.len() {
         let next = e.b.create_block();
-        match fused::run_at(&frame.steps, k) {
+        match runs::run_at(&frame.steps, k) {
             Some(end) => {
                 e.fused_run(k..end, next)?;
                 k = end;
@@ -240,7 +240,7 @@ pub(super) struct Emitter<'a, 'f> {
     in_place_sig: SigRef,
     /// Per node, whether a step reads its dead bit (only those are written).
     controlled: Vec<bool>,
-    /// Per register, the steps that read it (`fused::readers`).
+    /// Per register, the steps that read it (`runs::readers`).
     pub(super) readers: Vec<u32>,
 }
 

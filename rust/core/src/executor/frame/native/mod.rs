@@ -30,6 +30,7 @@ mod calls;
 pub(super) mod elementwise;
 mod emit;
 mod fused;
+mod runs;
 #[cfg(test)]
 mod tests;
 

@@ -182,7 +182,7 @@ fn inline_comparisons_and_logic_agree_with_the_kernels() {
     check("logical_not", &[(DType::Bool, false)], DType::Bool);
 }
 
-/// How many runs of steps native code computes as one pass (`fused::run_at`).
+/// How many runs of steps native code computes as one pass (`runs::run_at`).
 fn fused_runs(exec: &Executor) -> usize {
     let mut frames: Vec<&Steps> = compiled_steps(exec).into_iter().map(|(f, _)| f).collect();
     frames.dedup_by(|a, b| std::ptr::eq(*a, *b));
@@ -190,7 +190,7 @@ fn fused_runs(exec: &Executor) -> usize {
     for frame in frames {
         let mut k = 0;
         while k < frame.steps.len() {
-            match super::fused::run_at(&frame.steps, k) {
+            match super::runs::run_at(&frame.steps, k) {
                 Some(end) => {
                     runs += 1;
                     k = end;
