@@ -15,6 +15,7 @@
 //! The forms are the ops' own scalar forms (`elementwise::apply`), so the bits are the
 //! kernels': check mode compares them.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -114,15 +115,13 @@ impl Emitter<'_, '_> {
                     continue;
                 }
                 if e.broadcast[j] {
-                    if !splat.contains_key(&d) {
+                    if let Entry::Vacant(slot) = splat.entry(d) {
                         let at = self.address(d as usize);
                         let ty = value_type(e.operands[j], 1);
-                        let x = self.b.ins().load(ty, flags(), at, 0);
-                        splat.insert(d, x);
+                        slot.insert(self.b.ins().load(ty, flags(), at, 0));
                     }
-                } else if !base.contains_key(&d) {
-                    let at = self.address(d as usize);
-                    base.insert(d, at);
+                } else if let Entry::Vacant(slot) = base.entry(d) {
+                    slot.insert(self.address(d as usize));
                 }
             }
             let store = self.readers[step.out as usize] > readers_inside(steps, step.out);
