@@ -152,10 +152,12 @@ def test_batched_loops_over_many_lanes_give_the_same_bits_compiled_and_interpret
     a = gl.tensor(10.0 ** np.random.default_rng(5).uniform(-2.0, 3.0, 301))
     value = gl.vmap(newton_with_a_branch)
     grad = gl.vmap(gl.grad(lambda a: newton_with_a_branch(a)[0]))
+    before = gl._core.frame_statistics()
     for fn in (value, grad):
         on, off = each_way(gl.function(fn), a)
         for x, y in zip(on, off, strict=True):
             np.testing.assert_array_equal(x, y)
+    assert runs_since(before)["fused_passes_compiled"] >= 2  # a branch's chain, value and grad
     # Each lane as the loop run alone: its trips exactly, its root and derivative.
     roots, trips = (np.asarray(v) for v in gl.function(value)(a))
     slopes = np.asarray(gl.function(grad)(a))
@@ -164,3 +166,25 @@ def test_batched_loops_over_many_lanes_give_the_same_bits_compiled_and_interpret
         assert int(np.asarray(k)) == trips[lane]
         np.testing.assert_allclose(roots[lane], np.asarray(x), rtol=1e-14)
         np.testing.assert_allclose(slopes[lane], 1.0 / (3.0 * roots[lane] ** 2), rtol=1e-9)
+
+
+def test_the_passes_thresholds_are_a_setting_that_checks_its_arguments():
+    saved = gl._core.fused_passes()
+    assert saved == (65, 4)
+    for bad in [(1, 4), (65, 1), (0, 0)]:
+        with pytest.raises(gl.errors.InvalidArgumentError, match="set_fused_passes"):
+            gl._core.set_fused_passes(*bad)
+        assert gl._core.fused_passes() == saved
+    a = gl.tensor(10.0 ** np.random.default_rng(6).uniform(-2.0, 3.0, 7))
+    fn = gl.function(gl.vmap(newton_with_a_branch))
+    before = gl._core.frame_statistics()
+    gl._core.set_fused_passes(2, 2)
+    try:
+        lowered = [np.asarray(v) for v in fn(a)]
+    finally:
+        gl._core.set_fused_passes(*saved)
+    assert runs_since(before)["fused_passes_compiled"] >= 1  # 7 lanes: 3 blocks and a tail
+    # the same bits as the same function compiled at the default thresholds
+    default = gl.function(gl.vmap(newton_with_a_branch))(a)
+    for got, want in zip(lowered, default, strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))

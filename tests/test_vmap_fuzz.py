@@ -90,26 +90,48 @@ def small_buckets() -> Iterator[None]:
         batching._BUCKET_MIN_LANES, batching._BUCKET_MIN, batching._BUCKET_RATIO = saved
 
 
-@seed(SEED + 3)
-@settings(
-    max_examples=max(1, EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    database=None,
-)
-@given(programs(max_leaves=6, heavy=False))
-def test_vmap_of_random_programs_in_buckets_is_each_lane_run_alone(spec: Any) -> None:
+@contextlib.contextmanager
+def small_passes() -> Iterator[None]:
+    """Machine code's passes over lanes (runs of elementwise ops computed as one loop) from 2
+    elements and 2 ops: the fuzzer's few lanes take the code that production gives only past 64
+    elements, with its vector blocks and odd tails. The tests run frames in check mode, so each
+    pass is compared bit for bit with the frame's register program."""
+    saved = gl._core.fused_passes()
+    gl._core.set_fused_passes(2, 2)
+    try:
+        yield
+    finally:
+        gl._core.set_fused_passes(*saved)
+
+
+def test_vmap_of_random_programs_in_buckets_is_each_lane_run_alone() -> None:
     # Traced constructs over fewer lanes than the batch (each branch in the smallest bucket
-    # that holds its lanes, a loop's live lanes gathered into smaller buckets as lanes finish).
-    program = Program(_batchable(spec))
-    xs = np.concatenate([_inputs(), _inputs()[::-1] * -0.7])
-    value = _per_lane(program, xs)
-    grad = _per_lane(gl.grad(program), xs)
-    with small_buckets():
-        got = np.asarray(gl.function(gl.vmap(program))(gl.tensor(xs)))
-        np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{spec}")
-        got = np.asarray(gl.function(gl.vmap(gl.grad(program)))(gl.tensor(xs)))
-        np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{spec}")
+    # that holds its lanes, a loop's live lanes gathered into smaller buckets as lanes finish),
+    # their elementwise ops in passes over the lanes (24, 12, 6 and 3 elements).
+    @seed(SEED + 3)
+    @settings(
+        max_examples=max(1, EXAMPLES // 2),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )
+    @given(programs(max_leaves=6, heavy=False))
+    def check(spec: Any) -> None:
+        program = Program(_batchable(spec))
+        xs = np.concatenate([_inputs(), _inputs()[::-1] * -0.7])
+        value = _per_lane(program, xs)
+        grad = _per_lane(gl.grad(program), xs)
+        with small_buckets(), small_passes():
+            got = np.asarray(gl.function(gl.vmap(program))(gl.tensor(xs)))
+            np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{spec}")
+            got = np.asarray(gl.function(gl.vmap(gl.grad(program)))(gl.tensor(xs)))
+            np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{spec}")
+
+    before = gl._core.frame_statistics()["fused_passes_compiled"]
+    check()
+    if EXAMPLES >= 20:
+        # the draws reach the passes (a batched loop body holds chains of elementwise ops)
+        assert gl._core.frame_statistics()["fused_passes_compiled"] > before
 
 
 @seed(SEED + 2)

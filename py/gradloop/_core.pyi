@@ -553,9 +553,18 @@ def compiled_frames() -> str:
 
 def frame_statistics() -> dict[str, int]:
     """What the process's fused frames have done since it started: `programs_compiled`,
-    `buffer_frames_compiled`, `native_frames_compiled` (each tier a frame was compiled to) and
-    `program_runs`, `buffer_runs`, `native_runs` (runs of each tier; a loop's run is all its
-    trips)."""
+    `buffer_frames_compiled`, `native_frames_compiled` (each tier a frame was compiled to),
+    `fused_passes_compiled` (runs of elementwise ops that machine code computes as one pass
+    over their lanes) and `program_runs`, `buffer_runs`, `native_runs` (runs of each tier; a
+    loop's run is all its trips)."""
+
+def set_fused_passes(from_elements: int, min_ops: int) -> None:
+    """When machine code runs elementwise ops as one pass over their lanes, for frames compiled
+    from now on: ops over `from_elements` or more elements (default 65), in runs of `min_ops`
+    or more (default 4); both at least 2. Tests lower them so that a few lanes take the pass."""
+
+def fused_passes() -> tuple[int, int]:
+    """`(from_elements, min_ops)` now (`set_fused_passes`)."""
 
 def loop_trips() -> int:
     """The trips every `While` of the process has run, in the interpreter and in each of the

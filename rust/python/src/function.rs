@@ -217,10 +217,41 @@ pub fn frame_statistics() -> std::collections::BTreeMap<&'static str, u64> {
         ("programs_compiled", s.programs_compiled),
         ("buffer_frames_compiled", s.buffer_frames_compiled),
         ("native_frames_compiled", s.native_frames_compiled),
+        ("fused_passes_compiled", s.fused_passes_compiled),
         ("program_runs", s.program_runs),
         ("buffer_runs", s.buffer_runs),
         ("native_runs", s.native_runs),
     ])
+}
+
+/// Sets when native code runs elementwise ops over many lanes as one pass, for frames compiled
+/// from now on: ops over `from_elements` or more elements, in runs of `min_ops` or more (both
+/// at least 2). Tests lower them so that a few lanes take the passes' code.
+#[pyfunction]
+pub fn set_fused_passes(py: Python<'_>, from_elements: usize, min_ops: usize) -> PyResult<()> {
+    if from_elements < 2 || min_ops < 2 {
+        let msg = format!(
+            "fused passes need at least 2 elements and 2 ops, not {from_elements} and {min_ops}"
+        );
+        return Err(new_err(
+            py,
+            ErrorKind::InvalidArgument,
+            "set_fused_passes",
+            msg,
+        ));
+    }
+    gradloop::executor::set_fused_passes(gradloop::executor::FusedPasses {
+        from_elements,
+        min_ops,
+    });
+    Ok(())
+}
+
+/// When native code runs elementwise ops as one pass now: `(from_elements, min_ops)`.
+#[pyfunction]
+pub fn fused_passes() -> (usize, usize) {
+    let p = gradloop::executor::fused_passes();
+    (p.from_elements, p.min_ops)
 }
 
 /// The trips every `While` of the process has run (`graph::While::trips_run`), whichever

@@ -43,6 +43,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(function::set_compiled_frames, m)?)?;
     m.add_function(wrap_pyfunction!(function::compiled_frames, m)?)?;
     m.add_function(wrap_pyfunction!(function::frame_statistics, m)?)?;
+    m.add_function(wrap_pyfunction!(function::set_fused_passes, m)?)?;
+    m.add_function(wrap_pyfunction!(function::fused_passes, m)?)?;
     m.add_function(wrap_pyfunction!(function::loop_trips, m)?)?;
     m.add_function(wrap_pyfunction!(function::executor_threads, m)?)?;
     m.add_class::<variable::PyVariableHandle>()?;

@@ -42,8 +42,8 @@ use node::{is_cheap, run_node, Outcome, Prepared};
 use plan::Plan;
 use state::{locate, RunState, Task};
 pub use tiers::{
-    compiled_frames, frame_statistics, set_compiled_frames, CompiledFrames, FrameCounts,
-    FrameStatistics,
+    compiled_frames, frame_statistics, fused_passes, set_compiled_frames, set_fused_passes,
+    CompiledFrames, FrameCounts, FrameStatistics, FusedPasses,
 };
 
 use crate::dataflow::{fuse_frames, fuse_root, lower, DataflowGraph, DfKind};

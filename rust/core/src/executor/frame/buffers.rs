@@ -170,7 +170,7 @@ impl BufferFrame {
         Self::pass_invariants(&mut steps, &slots, &invariant, program.results());
         rank_one::update_in_place(&mut steps, &fused.nodes);
         in_place::slice_updates(&mut steps, &fused.nodes, &slots);
-        count(Statistic::BufferFramesCompiled);
+        count(Statistic::BufferFramesCompiled, 1);
         Some(BufferFrame {
             ir: Steps {
                 fused: fused.clone(),
@@ -298,11 +298,11 @@ impl BufferFrame {
         state.dead.fill(false);
         let trips = match self.native_code() {
             Some(code) => {
-                count(Statistic::NativeRuns);
+                count(Statistic::NativeRuns, 1);
                 code.run(&self.ir, self, state)?
             }
             None => {
-                count(Statistic::BufferRuns);
+                count(Statistic::BufferRuns, 1);
                 self.run_steps(state)?
             }
         };
@@ -338,8 +338,9 @@ impl BufferFrame {
         self.native
             .get_or_init(|| {
                 let code = NativeCode::compile(&self.ir);
-                if code.is_some() {
-                    count(Statistic::NativeFramesCompiled);
+                if let Some(code) = &code {
+                    count(Statistic::NativeFramesCompiled, 1);
+                    count(Statistic::FusedPassesCompiled, code.passes as u64);
                 }
                 code
             })

@@ -20,12 +20,10 @@ use std::collections::{BinaryHeap, HashMap};
 use smallvec::SmallVec;
 
 use crate::dataflow::DfNode;
+use crate::executor::fused_passes;
 use crate::ops::dest::Source;
 use crate::ops::Op;
 use crate::shape::{numel, DYN};
-
-/// Elementwise ops over at most this many lanes run inline one by one (`Elementwise`).
-const FUSED_FROM: usize = 65;
 
 /// What the order needs of a step.
 pub(super) struct Step {
@@ -197,7 +195,7 @@ pub(super) fn fused_lanes(op: &Op, node: &DfNode, nodes: &[DfNode]) -> Option<us
     };
     let out = out.as_tensor()?;
     let lanes = numel(&out.shape);
-    if out.shape.contains(&DYN) || lanes < FUSED_FROM {
+    if out.shape.contains(&DYN) || lanes < fused_passes().from_elements {
         return None;
     }
     let inputs: Vec<_> = node

@@ -178,7 +178,7 @@ impl Program {
                 .collect()
         };
         let carried = of_kind(|k| matches!(k, DfKind::NextIteration));
-        count(Statistic::ProgramsCompiled);
+        count(Statistic::ProgramsCompiled, 1);
         Ok(Program {
             fused: fused.clone(),
             steps,
@@ -211,7 +211,7 @@ impl Program {
 
     /// Runs the loop (or the root's one pass) on `inputs` (all live); returns its results.
     pub fn run(&self, inputs: SmallVec<[RtValue; 4]>) -> Result<SmallVec<[RtValue; 2]>, Failure> {
-        count(Statistic::ProgramRuns);
+        count(Statistic::ProgramRuns, 1);
         // Trusted steps rely on the inputs having their static types.
         let trust = self
             .fused

@@ -11,13 +11,10 @@ use smallvec::SmallVec;
 
 use crate::dtype::DType;
 use crate::emit::ScalarForm;
+use crate::executor::fused_passes;
 use crate::ops::dest::Source;
 use crate::ops::Op;
 use crate::shape::{numel, TensorType};
-
-/// Above this many elements an op runs in a fused run of its neighbours (`fused`) or calls its
-/// kernel: unrolled lane by lane, its code would grow with its lanes.
-pub(super) const MAX_ELEMENTS: usize = 64;
 
 /// An op computed inline: its form, operand and result dtypes, elements, and per operand
 /// whether it is one element broadcast to all.
@@ -60,7 +57,7 @@ impl Elementwise {
 
     /// Whether it runs inline on its own, unrolled (else in a fused run, or as a kernel call).
     pub fn small(&self) -> bool {
-        self.elements <= MAX_ELEMENTS
+        self.elements < fused_passes().from_elements
     }
 
     /// Whether `apply` has this form for these dtypes.

@@ -48,6 +48,8 @@ use calls::{Ctx, Entry};
 pub(crate) struct NativeCode {
     entry: Entry,
     module: Option<JITModule>,
+    /// Runs of steps computed as one pass over their lanes (`fused`).
+    pub passes: usize,
 }
 
 // SAFETY: the code is immutable once finalised and reentrant (each run passes its own `Ctx`);
@@ -72,6 +74,7 @@ impl NativeCode {
         Some(NativeCode {
             entry,
             module: Some(module),
+            passes: runs::count(&steps.steps),
         })
     }
 

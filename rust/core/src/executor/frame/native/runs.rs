@@ -5,13 +5,9 @@
 use smallvec::SmallVec;
 
 use crate::executor::frame::steps::{BufferAction, BufferStep, Steps};
+use crate::executor::fused_passes;
 
-/// Fewer ops than this call their kernels: 16-byte vectors lose to the kernels' wider ones
-/// while the lanes of a few operands stay in the first-level cache (a loop of `x * c + d`
-/// over 1,024 float64 lanes: 0.60 µs a trip as one pass, 0.47 as two kernels).
-const MIN_RUN: usize = 4;
-
-/// The steps `k..end` when at least `MIN_RUN` from `k` form a run: kernels with one output
+/// The steps `k..end` when at least `FusedPasses::min_ops` from `k` form a run: kernels with one output
 /// and an inline form over the same lanes, more than run inline one by one, in one domain.
 pub(super) fn run_at(steps: &[BufferStep], k: usize) -> Option<usize> {
     let lanes = |s: &BufferStep| match (&s.action, &s.inline) {
@@ -25,7 +21,19 @@ pub(super) fn run_at(steps: &[BufferStep], k: usize) -> Option<usize> {
         .iter()
         .take_while(|s| lanes(s) == Some(n))
         .count();
-    (end - k >= MIN_RUN).then_some(end)
+    (end - k >= fused_passes().min_ops).then_some(end)
+}
+
+/// How many runs `steps` holds.
+pub(super) fn count(steps: &[BufferStep]) -> usize {
+    let (mut runs, mut k) = (0, 0);
+    while k < steps.len() {
+        match run_at(steps, k) {
+            Some(end) => (runs, k) = (runs + 1, end),
+            None => k += 1,
+        }
+    }
+    runs
 }
 
 /// Per register, how many steps read it (a read or a data register), and whether the frame

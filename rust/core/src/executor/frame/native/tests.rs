@@ -186,20 +186,7 @@ fn inline_comparisons_and_logic_agree_with_the_kernels() {
 fn fused_runs(exec: &Executor) -> usize {
     let mut frames: Vec<&Steps> = compiled_steps(exec).into_iter().map(|(f, _)| f).collect();
     frames.dedup_by(|a, b| std::ptr::eq(*a, *b));
-    let mut runs = 0;
-    for frame in frames {
-        let mut k = 0;
-        while k < frame.steps.len() {
-            match super::runs::run_at(&frame.steps, k) {
-                Some(end) => {
-                    runs += 1;
-                    k = end;
-                }
-                None => k += 1,
-            }
-        }
-    }
-    runs
+    frames.iter().map(|f| super::runs::count(&f.steps)).sum()
 }
 
 /// Newton's iteration for x^3 = a over `n` lanes, as a batched loop runs it: each lane's
