@@ -979,3 +979,59 @@ def test_nested_vmap_of_a_data_dependent_loop() -> None:
     got = gl.vmap(gl.vmap(fun, in_axes=(0, 0)), in_axes=(None, 0))(gl.tensor(ns), gl.tensor(xs))
     want = np.stack([xs[r] * 0.5**ns for r in range(2)])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("mode", ["graph", "jit", "xla"])
+def test_vmap_of_a_graph_or_compiled_function_batches_inside_it(mode: str) -> None:
+    # jax.vmap(jax.jit(f)): the function is compiled with the vmap inside it, so its loop
+    # batches as a traced one does (each lane its own trips), and runs as a graph or module.
+    if mode == "xla":
+        pytest.importorskip("jax")
+    a = np.array([1.0, 8.0, 27.0, 1000.0, 2.0, 0.001])
+    fn = staged(mode, newton)
+    before = gl._core.frame_statistics()
+    x, k = gl.vmap(fn)(gl.tensor(a))
+    ran = gl._core.frame_statistics()
+    want_x, want_k = lanewise(newton, [a])
+    np.testing.assert_array_equal(np.asarray(k), want_k)
+    np.testing.assert_allclose(np.asarray(x), want_x, rtol=1e-12)
+    if mode == "graph":  # on the executor, not run eagerly
+        runs = ("program_runs", "buffer_runs", "native_runs")
+        assert sum(ran[r] - before[r] for r in runs) >= 1
+    # Again, with other values: the same compiled function.
+    x, k = gl.vmap(fn)(gl.tensor(a[::-1].copy()))
+    np.testing.assert_array_equal(np.asarray(k), want_k[::-1])
+    assert len(fn._over_lanes) == 1
+    # Per-example gradients through it, and the gradient of the batch.
+    want = lanewise(gl.grad(lambda a: newton(a)[0]), [a])
+    per_lane = gl.vmap(gl.grad(lambda a: fn(a)[0]))(gl.tensor(a))
+    np.testing.assert_allclose(np.asarray(per_lane), want, rtol=1e-12)
+    total = gl.grad(lambda a: gl.sum(gl.vmap(fn)(a)[0]))(gl.tensor(a))
+    np.testing.assert_allclose(np.asarray(total), want, rtol=1e-12)
+
+
+def test_vmap_of_a_graph_function_with_unbatched_keyword_and_python_arguments() -> None:
+    @gl.function
+    def solve(a: Any, x0: Any, tol: float = 1e-12) -> Any:
+        def body(x: Any, k: Any) -> Any:
+            return x - (x * x * x - a) / (3.0 * x * x), k + 1
+
+        more = lambda x, k: gl.abs(x * x * x - a) > tol * a  # noqa: E731
+        return gl.while_loop(more, body, (x0, gl.tensor(0)))
+
+    def one(a: Any, x0: Any, tol: float = 1e-12) -> Any:
+        return solve._fn(a, x0, tol=tol)
+
+    a, x0 = np.array([1.0, 8.0, 27.0, 3.5]), gl.tensor(3.0, dtype=gl.float64)
+    for tol in (1e-12, 1e-4):
+        got = gl.vmap(lambda a, tol=tol: solve(a, x0=x0, tol=tol))(gl.tensor(a))
+        assert_lanes(got, lanewise(lambda a, tol=tol: one(a, x0, tol), [a]), exact=True)
+    got = gl.vmap(solve, in_axes=(0, None))(gl.tensor(a), x0)
+    assert_lanes(got, lanewise(lambda a: one(a, x0), [a]), exact=True)
+    # Lanes of two nested calls at once, and lanes the function closes over: run as eagerly.
+    grid = np.array([[1.0, 8.0], [27.0, 0.5]])
+    got = gl.vmap(gl.vmap(lambda a: solve(a, x0)))(gl.tensor(grid))
+    want = [lanewise(lambda a: one(a, x0), [row]) for row in grid]
+    assert_lanes(got, tuple(np.stack([w[i] for w in want]) for i in range(2)), exact=True)
+    got = gl.vmap(lambda a: gl.function(lambda y: solve(a, y))(x0))(gl.tensor(a))
+    assert_lanes(got, lanewise(lambda a: one(a, x0), [a]), exact=True)

@@ -296,6 +296,79 @@ def vmap(
     return batched
 
 
+def argument_levels(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+    """The active `vmap` levels some tensor among the arguments is lanes of, outermost first
+    (none, without a flatten, when no `vmap` is active)."""
+    active = _core.vmap_levels()
+    if not active:
+        return []
+    seen: set[int] = set()
+    for leaf in args if _tensors_only(args, kwargs) else nest.flatten((args, kwargs)):
+        if isinstance(leaf, _core.Tensor):
+            seen.update(_core.lanes_levels(leaf))
+    return [level for level in active if level in seen]
+
+
+def _tensors_only(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the arguments are tensors passed positionally (the common call, whose leaves
+    are the arguments themselves)."""
+    return not kwargs and all(isinstance(x, _core.Tensor) for x in args)
+
+
+def call_over_lanes(
+    fn: Callable[..., Any],
+    compile_fn: Callable[[Callable[..., Any]], Callable[..., Any]],
+    cache: dict[Any, Callable[..., Any] | None],
+    levels: list[int],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A graph function (`fn`'s Python, compiled by `compile_fn`: `gl.function` or `gl.jit`)
+    called eagerly on lanes of the `vmap` calls `levels`. Over one call's lanes it is compiled
+    with that call inside it, `compile_fn(vmap(fn))`, and run on the lanes' physical values, so
+    that its loops and branches batch as traced ones do (each lane its own trips); arguments
+    that are not lanes pass unbatched (`in_axes=None`). `cache` keeps one compiled function per
+    structure of the arguments and which of them are lanes. Over the lanes of nested calls at
+    once, or where `fn` closes over lanes, `fn` runs eagerly, as it does under a tape."""
+    tree = (tuple(args), dict(kwargs))
+    simple = _tensors_only(args, kwargs)
+    leaves = list(args) if simple else nest.flatten(tree)
+    batched = tuple(isinstance(x, _core.Tensor) and bool(_core.lanes_levels(x)) for x in leaves)
+    shape = len(args) if simple else nest.format_structure(tree, lambda _: "*")
+    key = (len(levels), batched, shape)
+    if len(levels) > 1 or cache.get(key, False) is None:
+        return fn(*args, **kwargs)
+    compiled = cache.get(key)
+    if compiled is None:
+
+        def one_lane(*flat: Any) -> Any:
+            lane_args, lane_kwargs = nest.pack_sequence_as(tree, list(flat))
+            return fn(*lane_args, **lane_kwargs)
+
+        mapped = vmap(one_lane, in_axes=tuple(0 if b else None for b in batched))
+        compiled = cache[key] = compile_fn(functools.wraps(fn)(mapped))
+    (level,) = levels
+    pairs = zip(leaves, batched, strict=True)
+    values = [_core.lanes_unwrap(x, level) if b else x for x, b in pairs]
+    try:
+        out = compiled(*values)
+    except errors.InvalidArgumentError as e:
+        if not closes_over_lanes(e):
+            raise
+        cache[key] = None
+        return fn(*args, **kwargs)
+    wrap = lambda y: _core.lanes_wrap(y, level) if isinstance(y, _core.Tensor) else y  # noqa: E731
+    if type(out) is tuple:
+        return tuple(map(wrap, out))
+    return nest.map_structure(wrap, out)
+
+
+def closes_over_lanes(error: errors.InvalidArgumentError) -> bool:
+    """Whether `error` is a trace's refusal of a lane view it cannot hold: a graph function
+    traced while `vmap` runs eagerly, whose Python closes over lanes."""
+    return "a batched value was used outside the vmap call" in str(error)
+
+
 # ---- control flow over lanes (eager) ------------------------------------------------------------
 #
 # A predicate or branch index that differs per lane splits the lanes: each branch runs on the

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _compiler, _core, _notice, _runtime, _stablehlo, _validate, _xla, errors
+from . import _compiler, _core, _notice, _runtime, _stablehlo, _validate, _xla, batching, errors
 from ._iree_build import Form, compile_concrete, driver, first_line, forms_for, target_flags
 from .function import Function
 
@@ -297,6 +297,8 @@ class Jit:
         self._tiered = tiered
         self._backend = backend
         self._compiled: dict[int, _Compiled | _Tiered | _xla.Compiled] = {}
+        # Itself with `vmap` calls inside, for calls on lanes (`batching.call_over_lanes`).
+        self._over_lanes: dict[Any, Any] = {}
         if backend == "xla":
             if tiered:
                 raise errors.InvalidArgumentError(
@@ -378,11 +380,22 @@ class Jit:
             # results would carry no gradient or tangent, so its Python runs inline, as
             # `gl.function` does.
             return self._function(*args, **kwargs)
-        if self._backend == "xla":
-            entry, leaves = self._signature(args, kwargs)
-            tensors = [x for x in leaves if isinstance(x, _core.Tensor)]
-        else:
-            entry, tensors = self._function._lookup(args, kwargs)
+        levels = batching.argument_levels(args, kwargs)
+        if levels:
+            again = lambda f: Jit(f, self._target, self._tiered, self._backend)  # noqa: E731
+            return batching.call_over_lanes(
+                self._function._fn, again, self._over_lanes, levels, args, kwargs
+            )
+        try:
+            if self._backend == "xla":
+                entry, leaves = self._signature(args, kwargs)
+                tensors = [x for x in leaves if isinstance(x, _core.Tensor)]
+            else:
+                entry, tensors = self._function._lookup(args, kwargs)
+        except errors.InvalidArgumentError as e:
+            if _core.vmap_levels() and batching.closes_over_lanes(e):
+                return self._function._fn(*args, **kwargs)  # as under a tape
+            raise
         return entry.outputs(self._module(entry.fn, self._tiered)(tensors))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _validate, errors, nest
+from . import _core, _validate, batching, errors, nest
 from . import variables as _variables
 
 __all__ = ["Function", "function", "inline", "lower", "prune"]
@@ -117,6 +117,8 @@ class Function:
         # The same traces, keyed by the signature of positional tensor arguments alone.
         self._by_positional: dict[tuple, _Concrete] = {}
         self._traces = 0
+        # Itself with `vmap` calls inside, for calls on lanes (`batching.call_over_lanes`).
+        self._over_lanes: dict[Any, Any] = {}
 
     @property
     def python_function(self) -> Callable[..., Any]:
@@ -196,7 +198,17 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _core.mode() != "eager":  # inside a trace, or recorded by tapes: inline
             return self._fn(*args, **kwargs)
-        concrete, inputs = self._lookup(args, kwargs)
+        levels = batching.argument_levels(args, kwargs)
+        if levels:
+            return batching.call_over_lanes(
+                self._fn, lambda f: Function(f, self._name), self._over_lanes, levels, args, kwargs
+            )
+        try:
+            concrete, inputs = self._lookup(args, kwargs)
+        except errors.InvalidArgumentError as e:
+            if _core.vmap_levels() and batching.closes_over_lanes(e):
+                return self._fn(*args, **kwargs)  # as under a tape
+            raise
         return concrete.outputs(concrete.fn(inputs))
 
     def _lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Concrete, list]:
