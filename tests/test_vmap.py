@@ -1035,3 +1035,25 @@ def test_vmap_of_a_graph_function_with_unbatched_keyword_and_python_arguments() 
     assert_lanes(got, tuple(np.stack([w[i] for w in want]) for i in range(2)), exact=True)
     got = gl.vmap(lambda a: gl.function(lambda y: solve(a, y))(x0))(gl.tensor(a))
     assert_lanes(got, lanewise(lambda a: one(a, x0), [a]), exact=True)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["solve", "grad_of_solve", "grad_of_scan", "jacrev", "hessian", "at_set"],
+)
+def test_vmap_of_a_graph_function_of_solver_numerics(name: str) -> None:
+    # The function's own vmap is the only one active inside it: gl.linalg's batch axes and
+    # transforms' lanes are the compiled function's, not the caller's.
+    a, b = f64(4, 3, 3) + 3.0 * np.eye(3), f64(4, 3)
+    scan = lambda x: gl.scan(lambda c, v: (c * v + 1.0, c), gl.tensor(1.0, dtype=gl.float64), x)  # noqa: E731
+    fns = {
+        "solve": (lambda a, b: gl.linalg.solve(a, b), [a, b]),
+        "grad_of_solve": (gl.grad(lambda a, b: gl.sum(gl.linalg.solve(a, b))), [a, b]),
+        "grad_of_scan": (gl.grad(lambda x: gl.sum(scan(x)[1])), [b]),
+        "jacrev": (gl.jacrev(lambda x: gl.sin(x) * x[0]), [b]),
+        "hessian": (gl.hessian(lambda x: gl.sum(gl.sin(x) * x[0])), [b]),
+        "at_set": (lambda x: x.at[1].set(x[0] * 2.0), [b]),
+    }
+    fn, args = fns[name]
+    got = gl.vmap(gl.function(fn))(*map(gl.tensor, args))
+    assert_lanes(got, lanewise(fn, args))

@@ -350,17 +350,26 @@ def call_over_lanes(
     (level,) = levels
     pairs = zip(leaves, batched, strict=True)
     values = [_core.lanes_unwrap(x, level) if b else x for x, b in pairs]
+    # The calls active here are set aside: the compiled function holds its own.
+    _core.vmap_suspend()
     try:
         out = compiled(*values)
     except errors.InvalidArgumentError as e:
         if not closes_over_lanes(e):
             raise
         cache[key] = None
+        out = _REFUSED
+    finally:
+        _core.vmap_resume()
+    if out is _REFUSED:
         return fn(*args, **kwargs)
     wrap = lambda y: _core.lanes_wrap(y, level) if isinstance(y, _core.Tensor) else y  # noqa: E731
     if type(out) is tuple:
         return tuple(map(wrap, out))
     return nest.map_structure(wrap, out)
+
+
+_REFUSED = object()
 
 
 def closes_over_lanes(error: errors.InvalidArgumentError) -> bool:
