@@ -200,13 +200,15 @@ OPS: list[tuple[str, Callable[..., Any], list[Any], Any, bool]] = [
 
 
 @pytest.mark.parametrize("name, fn, args, in_axes, exact", OPS, ids=[o[0] for o in OPS])
-@pytest.mark.parametrize("mode", ["eager", "graph"])
+@pytest.mark.parametrize("mode", ["eager", "graph", "vmap_of_graph"])
 def test_each_op_batched_is_the_op_on_each_lane(
     name: str, fn: Callable[..., Any], args: list[Any], in_axes: Any, exact: bool, mode: str
 ) -> None:
     batched = gl.vmap(fn, in_axes=in_axes)
     if mode == "graph":
         batched = gl.function(batched)
+    if mode == "vmap_of_graph":  # called on lanes, the function compiles with the vmap inside
+        batched = gl.vmap(gl.function(fn), in_axes=in_axes)
     got = batched(*[gl.tensor(a) for a in args])
     assert_lanes(got, lanewise(fn, args, in_axes), exact=exact)
 
