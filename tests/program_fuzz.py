@@ -66,6 +66,7 @@ LEAVES = (
     "cholesky",
     "arrays",
     "implicit",
+    "linear_solve",
 )
 
 #: Leaves whose derivative is not the code's (a custom rule that says otherwise, or none).
@@ -153,6 +154,15 @@ def implicit_root(t):
     derivatives do not go through)."""
     return gl.custom_root(
         lambda r: r**3 + r - t, gl.zeros_like(t), _newton, lambda g, y: y / g(gl.ones_like(y))
+    )
+
+
+def diagonal_solve(t):
+    """`t / (2 + sin t)` through `custom_linear_solve`: the operator closes over `t`, and the
+    derivatives go through its solves, not through the answer's arithmetic."""
+    scale = 2.0 + gl.sin(t)
+    return gl.custom_linear_solve(
+        lambda v: v * scale, t, lambda matvec, b: b / scale, symmetric=True
     )
 
 
@@ -427,6 +437,7 @@ class Program:
                 + gl.einsum("i,i,j->j", x, self.w, x) * 0.1
             ),
             "implicit": lambda: implicit_root(x),
+            "linear_solve": lambda: diagonal_solve(x),
         }
         return leaves[name]()
 

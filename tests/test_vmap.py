@@ -1059,3 +1059,38 @@ def test_vmap_of_a_graph_function_of_solver_numerics(name: str) -> None:
     fn, args = fns[name]
     got = gl.vmap(gl.function(fn))(*map(gl.tensor, args))
     assert_lanes(got, lanewise(fn, args))
+
+
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_per_example_gradients_through_a_custom_linear_solve(mode: str) -> None:
+    # Its inverse is a custom rule whose value is zeros, the same in every lane: each lane's
+    # cotangent is still its own (it was summed over the lanes, silently).
+    m = gl.tensor(np.array([[3.0, 1.0, 0.0], [1.0, 4.0, 1.0], [0.0, 1.0, 5.0]]))
+
+    def loss(b: Any) -> Any:
+        x = gl.custom_linear_solve(
+            lambda v: gl.matmul(m, v * (1.0 + b * b)),
+            b,
+            lambda mv, r: gl.linalg.solve(m, r) / (1.0 + b * b),
+            lambda vm, r: gl.linalg.solve(gl.transpose(m), r / (1.0 + b * b)),
+        )
+        return gl.sum(x * x * b)
+
+    bs = f64(4, 3)
+    got = staged(mode, gl.vmap(gl.grad(loss)))(gl.tensor(bs))
+    np.testing.assert_allclose(np.asarray(got), lanewise(gl.grad(loss), [bs]), rtol=1e-12)
+    for i in (0, 3):
+        check_grads(loss, [bs[i]], order=1, modes=("grad",))
+
+
+def test_a_custom_gradient_whose_output_is_the_same_in_every_lane() -> None:
+    @gl.custom_gradient
+    def flat(x: Any) -> Any:
+        return gl.zeros_like(x) + 1.0, lambda dy: dy * 2.0
+
+    def loss(x: Any) -> Any:
+        return gl.sum(flat(x) * x)
+
+    xs = f64(4, 3)
+    got = gl.vmap(gl.grad(loss))(gl.tensor(xs))
+    np.testing.assert_allclose(np.asarray(got), lanewise(gl.grad(loss), [xs]), rtol=1e-15)

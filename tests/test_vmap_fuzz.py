@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, seed, settings
 
 import gradloop as gl
 from gradloop import batching
-from program_fuzz import N, Program, assigns, programs
+from program_fuzz import N, Program, assigns, forward_ok, programs
 
 EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "200"))
 # compiled, each program is a compile (`make fuzz` draws more)
@@ -67,15 +67,29 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
     xs = _inputs()
     value = _per_lane(program, xs)
     grad = _per_lane(gl.grad(program), xs)
+    forward = forward_ok(spec)  # no custom_gradient leaf (it has no forward-mode rule)
+    tangent = _per_lane(_tangent(program), xs) if forward else None
     for mode in ["eager", "graph"]:
         batched_value = gl.vmap(program)
         batched_grad = gl.vmap(gl.grad(program))
+        batched_tangent = gl.vmap(_tangent(program))
         if mode == "graph":
             batched_value, batched_grad = gl.function(batched_value), gl.function(batched_grad)
+            batched_tangent = gl.function(batched_tangent)
         got = np.asarray(batched_value(gl.tensor(xs)))
         np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{mode}: {spec}")
         got = np.asarray(batched_grad(gl.tensor(xs)))
         np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{mode}: {spec}")
+        if forward:
+            got = np.asarray(batched_tangent(gl.tensor(xs)))
+            err = f"{mode}: {spec}"
+            np.testing.assert_allclose(got, tangent, rtol=1e-10, atol=1e-12, err_msg=err)
+
+
+def _tangent(program: Any) -> Any:
+    """The program's forward-mode derivative along a fixed direction."""
+    direction = np.linspace(-1.0, 1.0, N)
+    return lambda x: gl.jvp(program, (x,), (gl.tensor(direction),))[1]
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import _core, _validate, errors, nest
+from . import _core, _validate, batching, errors, nest
 from ._recording import paused, perturbed
 
 
@@ -39,7 +39,14 @@ def _run_forward(
                 _validate.at_user(f"{where}: the function must return (outputs, grad_fn)")
             )
         y, grad_fn = result
-        return y, fresh_outputs(y, where), grad_fn
+        outs = fresh_outputs(y, where)
+        levels = batching.argument_levels(tuple(inputs), {})
+        if levels:
+            # Inside vmap an output is lanes wherever an input is, though its value may be the
+            # same in every lane (a linear map's zeros): each lane's cotangent is its own, not
+            # the sum over lanes that a value shared by every lane receives.
+            outs = [batching.lanes_everywhere(t, levels) for t in outs]
+        return y, outs, grad_fn
 
 
 def _call_grad_fn(

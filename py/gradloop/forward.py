@@ -487,6 +487,9 @@ class custom_jvp:
                 _core.resume_recording(inner)
             if place is not None:
                 acc.push_at(place)
+        levels = batching.argument_levels(tuple(inputs), {})
+        if levels:  # lanes wherever an input is: each lane's cotangent its own (`custom_op`)
+            fresh = [batching.lanes_everywhere(v, levels) for v in fresh]
         outs = [v for v in fresh if isinstance(v, _core.Tensor)]
         if place is not None and outs and _core.any_tape_active():
             _core.record_custom_gradient(
@@ -500,7 +503,9 @@ class custom_jvp:
             if isinstance(v, _core.Tensor):
                 t = _tangent(t, v, where, f"{k} of the rule's outputs", errors.GradientTypeError)
                 if t is not None:
-                    acc.watch(v, t)
+                    # inside vmap, a primal and its tangent are lanes of the same calls
+                    fresh[k], t = batching.match_lanes(v, t)
+                    acc.watch(fresh[k], t)
         return nest.pack_sequence_as(y, fresh)
 
     def _check_primal(
