@@ -26,8 +26,30 @@ def _triple_jvp(primals, tangents):
     return triple(primals[0]), 2.0 * tangents[0]
 
 
+@gl.custom_jvp
+def triple_by_its_rule(x):
+    """`triple` whose rule computes the value itself rather than calling the function: traced
+    in a branch or loop body, only the call's node carries the rule to the construct's
+    tangent (the code's own derivative, 3t, came out)."""
+    return 3.0 * x
+
+
+@triple_by_its_rule.defjvp
+def _triple_by_its_rule_jvp(primals, tangents):
+    return 3.0 * primals[0], 2.0 * tangents[0]
+
+
 def in_loop(x):
     return gl.while_loop(lambda i, c: i < 1, lambda i, c: (i + 1, triple(c)), (0, x))[1]
+
+
+def its_rule_in_loop(x):
+    body = lambda i, c: (i + 1, triple_by_its_rule(c))  # noqa: E731
+    return gl.while_loop(lambda i, c: i < 1, body, (0, x))[1]
+
+
+def its_rule_in_branch(x):
+    return gl.cond(gl.sum(x) > 0.0, lambda: triple_by_its_rule(x), lambda: x)
 
 
 def in_branch(x):
@@ -70,8 +92,10 @@ T = np.array([1.0, -0.5])
         (in_branch, lambda x, t: (3 * x, 2 * t)),
         # d(3c * c) by the rule: 2t * c + 3c * t, twice
         (twice_in_loop, None),
+        (its_rule_in_loop, lambda x, t: (3 * x, 2 * t)),
+        (its_rule_in_branch, lambda x, t: (3 * x, 2 * t)),
     ],
-    ids=["loop", "branch", "two trips"],
+    ids=["loop", "branch", "two trips", "rule's own value, loop", "rule's own value, branch"],
 )
 def test_jvp_through_a_custom_jvp_inside_control_flow_uses_its_rule(mode, fn, want) -> None:
     x, t = gl.tensor(X), gl.tensor(T)

@@ -195,3 +195,32 @@ def test_a_solver_of_the_wrong_shape_is_refused() -> None:
     a = gl.tensor([8.0, 27.0], dtype=F64)
     with pytest.raises(gl.errors.InvalidArgumentError, match="custom_root"):
         gl.custom_root(lambda x: x**3 - a, gl.ones_like(a), lambda f, x: x[0], scalar_tangent_solve)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_a_linear_solve_s_second_derivatives_in_every_order(mode) -> None:
+    # Reverse over forward differentiates the operator held at zero as the solve it stands
+    # for (its value is zeros: as computed, it had no derivative), and jacrev's vmap over
+    # cotangents keeps each row's lanes through the custom op's gradient.
+    m, b = gl.tensor(A + np.eye(3)), np.array([0.3, -1.0, 0.8])
+
+    def loss(b):
+        return gl.sum(linear(m, b * b) * gl.sin(b))
+
+    grad = lambda b: np.asarray(gl.grad(loss)(gl.tensor(b)))  # noqa: E731
+    # the Hessian by central differences of the gradient, column by column
+    want = np.stack([(grad(b + 1e-6 * e) - grad(b - 1e-6 * e)) / 2e-6 for e in np.eye(3)], 1)
+    run = (lambda f: f) if mode == "eager" else gl.function
+    d = gl.tensor(np.array([1.0, -2.0, 0.5]))
+    for name, got in [
+        ("hessian", run(gl.hessian(loss))(gl.tensor(b))),
+        ("jacrev of jacfwd", run(gl.jacrev(gl.jacfwd(loss)))(gl.tensor(b))),
+        ("jacfwd of jacrev", run(gl.jacfwd(gl.jacrev(loss)))(gl.tensor(b))),
+    ]:
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-8, err_msg=name)
+    grad_of_jvp = run(gl.grad(lambda b: gl.jvp(loss, (b,), (d,))[1]))(gl.tensor(b))
+    np.testing.assert_allclose(np.asarray(grad_of_jvp), want @ np.asarray(d), rtol=1e-6)
+    jvp_of_jvp = run(lambda b: gl.jvp(lambda b: gl.jvp(loss, (b,), (d,))[1], (b,), (d,))[1])
+    np.testing.assert_allclose(
+        float(np.asarray(jvp_of_jvp(gl.tensor(b)))), np.asarray(d) @ want @ np.asarray(d), rtol=1e-6
+    )

@@ -1094,3 +1094,20 @@ def test_a_custom_gradient_whose_output_is_the_same_in_every_lane() -> None:
     xs = f64(4, 3)
     got = gl.vmap(gl.grad(loss))(gl.tensor(xs))
     np.testing.assert_allclose(np.asarray(got), lanewise(gl.grad(loss), [xs]), rtol=1e-15)
+
+
+def test_jacrev_of_a_function_that_vmaps_a_custom_gradient() -> None:
+    # jacrev's own vmap (over cotangents) runs the custom gradient, recorded under the inner
+    # vmap: each row keeps its lanes (they were summed into every row, silently).
+    @gl.custom_gradient
+    def tripled(x: Any) -> Any:
+        return x * 3.0, lambda dy: dy * 3.0
+
+    def rows(x: Any) -> Any:
+        return gl.vmap(lambda t: gl.sum(tripled(x * t) * gl.cos(x)))(gl.tensor(np.eye(3) + 0.5))
+
+    x = gl.tensor(np.array([0.5, -0.2, 0.9]))
+    want = np.stack([np.asarray(gl.grad(lambda x, i=i: rows(x)[i])(x)) for i in range(3)])
+    np.testing.assert_allclose(np.asarray(gl.jacrev(rows)(x)), want, rtol=1e-14)
+    plain = lambda x: gl.vmap(lambda t: gl.sum(x * t * 3.0 * gl.cos(x)))(gl.tensor(np.eye(3) + 0.5))  # noqa: E731
+    np.testing.assert_allclose(want, np.asarray(gl.jacrev(plain)(x)), rtol=1e-14)

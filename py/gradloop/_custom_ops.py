@@ -78,6 +78,9 @@ def custom_op(
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
+        if _core.trace_active() and tangent_fn is not None:
+            # a node: its tangent is `tangent_fn` traced, wherever its tangents are built
+            return _traced_custom_op(fn, inputs, kwargs, where, tangent_fn)
         if perturbed(inputs):
             if forward_fn is None:
                 raise errors.GradientError(

@@ -445,6 +445,12 @@ class custom_jvp:
         self._output_types: dict[Any, list[Any]] = {}
         functools.update_wrapper(self, fn)
 
+    #: Whether tapes outside an accumulator (reverse over forward) differentiate the value the
+    #: rule computes, as JAX does. A rule whose value only stands in (a linear map held at
+    #: zero: `custom_linear_solve`) sets it False: the value is then `f` as one op whose
+    #: gradient is the transposed rule.
+    value_from_rule = True
+
     def defjvp(self, rule: Callable[..., Any]) -> Callable[..., Any]:
         """Sets the forward-mode rule `rule(primals, tangents) -> (outputs, tangents)`."""
         self.rule = rule
@@ -454,7 +460,11 @@ class custom_jvp:
         where = f"custom_jvp({_name(self.fn)})"
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
         accs = perturbed(inputs)
-        if not accs and self.rule is not None and not getattr(self._transposing, "on", False):
+        # Traced, the call is a node whose tangent is the rule traced, even where its inputs
+        # have tangents now: a branch or loop body's tangents are built again from its nodes
+        # (the construct's tangent), and only the node carries the rule there.
+        staged = not accs or _core.trace_active()
+        if staged and self.rule is not None and not getattr(self._transposing, "on", False):
             return self._reverse(inputs, kwargs, where)
         if not accs:
             return self.fn(*inputs, **kwargs)
@@ -474,24 +484,31 @@ class custom_jvp:
         # ops: their gradient would run under the accumulator on intermediates it never saw.
         # They record `f` as one op whose gradient is the transposed rule, run under it.
         place = acc.pop()
-        inner = None if place is None else _core.pause_recording(place[1])
         try:
-            result = self.rule(tuple(inputs), tangents, **kwargs)
-            y, ty = _rule_pair(result, where)
-            y_flat = [_primal(leaf) for leaf in nest.flatten(y)]
-            t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
-            self._check_primal(inputs, kwargs, y_flat, where)
-            fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
+            # A value the rule only stands in for (`value_from_rule`) is `f` as one op on every
+            # tape, its gradient the transposed rule, before the rule runs for the tangents.
+            held = None if self.value_from_rule else self._reverse(inputs, kwargs, where)
+            inner = None if place is None else _core.pause_recording(place[1])
+            try:
+                result = self.rule(tuple(inputs), tangents, **kwargs)
+                y, ty = _rule_pair(result, where)
+                y_flat = [_primal(leaf) for leaf in nest.flatten(y)]
+                t_flat = _flatten_like(y, ty, f"{where}, the rule's tangents")
+                self._check_primal(inputs, kwargs, y_flat, where)
+                fresh = [_core.identity(v) if isinstance(v, _core.Tensor) else v for v in y_flat]
+            finally:
+                if inner is not None:
+                    _core.resume_recording(inner)
         finally:
-            if inner is not None:
-                _core.resume_recording(inner)
             if place is not None:
                 acc.push_at(place)
+        if held is not None:
+            fresh = list(nest.flatten(held))
         levels = batching.argument_levels(tuple(inputs), {})
         if levels:  # lanes wherever an input is: each lane's cotangent its own (`custom_op`)
             fresh = [batching.lanes_everywhere(v, levels) for v in fresh]
         outs = [v for v in fresh if isinstance(v, _core.Tensor)]
-        if place is not None and outs and _core.any_tape_active():
+        if held is None and place is not None and outs and _core.any_tape_active():
             _core.record_custom_gradient(
                 where,
                 inputs,
@@ -617,4 +634,5 @@ class custom_jvp:
             y, ty = self._rule(xs, ts, kwargs, where)
             return _flatten_like(y, ty, f"{where}, the rule's tangents")
 
-        return custom_op(forward, where, tangent_fn=tangents)(*inputs)
+        # under an outer accumulator (the value held for tapes, `value_from_rule`): the rule
+        return custom_op(forward, where, forward_fn=self, tangent_fn=tangents)(*inputs)

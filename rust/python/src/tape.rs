@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gradloop::batch::{dress, same_lanes, strip, LaneSet, Levels, Narrowing};
+use gradloop::batch::{dress, same_lanes, strip, strip_levels, LaneSet, Levels, Narrowing};
 use gradloop::ops::{build, Grads};
 use gradloop::tape::{compute_gradient, record_custom, Tape};
 use gradloop::trace::Val;
@@ -376,7 +376,9 @@ fn onto_lanes(
     lanes: &[Arc<LaneSet>],
     current: &[Arc<LaneSet>],
 ) -> gradloop::Result<Val> {
-    let (mut physical, g_lanes) = strip(g);
+    // Only the levels the op ran under: a `vmap` the gradient runs in now keeps its lanes.
+    let own: Vec<u64> = current.iter().chain(lanes).map(|s| s.level).collect();
+    let (mut physical, g_lanes) = strip_levels(g, &own);
     if same_lanes(&g_lanes, lanes) {
         return Ok(physical);
     }

@@ -181,6 +181,22 @@ pub fn strip(v: &Val) -> (Val, Levels) {
     (v.clone(), levels)
 }
 
+/// `v` with the lane views of the levels `of` taken off, from the outermost wrapper in, as
+/// far as they go: lanes of other levels under them stay (a gradient function run inside a
+/// later `vmap`, `jacrev`'s, keeps that call's lanes).
+pub fn strip_levels(v: &Val, of: &[u64]) -> (Val, Levels) {
+    let mut levels = Levels::new();
+    let mut v = v;
+    while let Val::Batched(lanes) = v {
+        if !of.contains(&lanes.set.level) {
+            break;
+        }
+        levels.push(lanes.set.clone());
+        v = &lanes.physical;
+    }
+    (v.clone(), levels)
+}
+
 /// Whether two values are wrapped in the same lane sets (as `strip` gives them).
 pub fn same_lanes(a: &[Arc<LaneSet>], b: &[Arc<LaneSet>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
