@@ -84,6 +84,13 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
             got = np.asarray(batched_tangent(gl.tensor(xs)))
             err = f"{mode}: {spec}"
             np.testing.assert_allclose(got, tangent, rtol=1e-10, atol=1e-12, err_msg=err)
+    # jacrev of a function that vmaps the program: jacrev's own vmap (over cotangents) runs
+    # the gradients recorded under the program's (custom rules' included)
+    scales = np.array([1.0, -0.7, 0.4, 1.3])[:LANES]
+    rows = lambda x: gl.vmap(program)(x[None, :] * gl.tensor(scales)[:, None])  # noqa: E731
+    want = _per_lane(gl.grad(program), xs[0] * scales[:, None]) * scales[:, None]
+    got = np.asarray(gl.jacrev(rows)(gl.tensor(xs[0])))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"jacrev: {spec}")
 
 
 def _tangent(program: Any) -> Any:
