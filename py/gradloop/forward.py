@@ -449,7 +449,7 @@ class custom_jvp:
     #: rule computes, as JAX does. A rule whose value only stands in (a linear map held at
     #: zero: `custom_linear_solve`) sets it False: the value is then `f` as one op whose
     #: gradient is the transposed rule.
-    value_from_rule = True
+    _value_from_rule = True
 
     def defjvp(self, rule: Callable[..., Any]) -> Callable[..., Any]:
         """Sets the forward-mode rule `rule(primals, tangents) -> (outputs, tangents)`."""
@@ -485,9 +485,9 @@ class custom_jvp:
         # They record `f` as one op whose gradient is the transposed rule, run under it.
         place = acc.pop()
         try:
-            # A value the rule only stands in for (`value_from_rule`) is `f` as one op on every
+            # A value the rule only stands in for (`_value_from_rule`) is `f` as one op on every
             # tape, its gradient the transposed rule, before the rule runs for the tangents.
-            held = None if self.value_from_rule else self._reverse(inputs, kwargs, where)
+            held = None if self._value_from_rule else self._reverse(inputs, kwargs, where)
             inner = None if place is None else _core.pause_recording(place[1])
             try:
                 result = self.rule(tuple(inputs), tangents, **kwargs)
@@ -634,5 +634,5 @@ class custom_jvp:
             y, ty = self._rule(xs, ts, kwargs, where)
             return _flatten_like(y, ty, f"{where}, the rule's tangents")
 
-        # under an outer accumulator (the value held for tapes, `value_from_rule`): the rule
+        # under an outer accumulator (the value held for tapes, `_value_from_rule`): the rule
         return custom_op(forward, where, forward_fn=self, tangent_fn=tangents)(*inputs)

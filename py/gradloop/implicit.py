@@ -199,7 +199,7 @@ class _Transposable(custom_jvp):
     """A `custom_jvp` of a linear function whose reverse mode is an explicit transpose, not
     the transposed rule."""
 
-    value_from_rule = False
+    _value_from_rule = False
 
     def __init__(self, fn: Callable[..., Any], transpose: Callable[[list[Any]], list[Any]]):
         super().__init__(fn)
