@@ -20,7 +20,7 @@ use std::collections::{BinaryHeap, HashMap};
 use smallvec::SmallVec;
 
 use crate::dataflow::DfNode;
-use crate::executor::fused_passes;
+use crate::executor::tiers::fused_passes;
 use crate::ops::dest::Source;
 use crate::ops::Op;
 use crate::shape::{numel, DYN};

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use crate::dtype::DType;
 use crate::emit::ScalarForm;
-use crate::executor::fused_passes;
+use crate::executor::tiers::fused_passes;
 use crate::ops::dest::Source;
 use crate::ops::Op;
 use crate::shape::{numel, TensorType};

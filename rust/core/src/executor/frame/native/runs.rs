@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use crate::executor::frame::steps::{BufferAction, BufferStep, Steps};
-use crate::executor::fused_passes;
+use crate::executor::tiers::fused_passes;
 
 /// The steps `k..end` when at least `FusedPasses::min_ops` from `k` form a run: kernels with one output
 /// and an inline form over the same lanes, more than run inline one by one, in one domain.
