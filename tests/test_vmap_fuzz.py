@@ -59,7 +59,7 @@ def _per_lane(fn: Any, xs: np.ndarray) -> np.ndarray:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     database=None,
 )
-@given(programs(max_leaves=6, heavy=False))
+@given(programs(max_leaves=6, heavy=True))
 def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
     spec = _batchable(spec)
     assert not assigns(spec)
@@ -136,7 +136,7 @@ def test_vmap_of_random_programs_in_buckets_is_each_lane_run_alone() -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         database=None,
     )
-    @given(programs(max_leaves=6, heavy=False))
+    @given(programs(max_leaves=6, heavy=True))
     def check(spec: Any) -> None:
         program = Program(_batchable(spec))
         xs = np.concatenate([_inputs(), _inputs()[::-1] * -0.7])
@@ -162,7 +162,7 @@ def test_vmap_of_random_programs_in_buckets_is_each_lane_run_alone() -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     database=None,
 )
-@given(programs(max_leaves=5, heavy=False))
+@given(programs(max_leaves=5, heavy=True))
 def test_nested_vmap_of_random_programs_is_each_pair_of_lanes_run_alone(spec: Any) -> None:
     # Two levels: every predicate differs over both at once (each pair of lanes its own
     # branches and trips).
