@@ -69,13 +69,17 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
     grad = _per_lane(gl.grad(program), xs)
     forward = forward_ok(spec)  # no custom_gradient leaf (it has no forward-mode rule)
     tangent = _per_lane(_tangent(program), xs) if forward else None
-    for mode in ["eager", "graph"]:
+    for mode in ["eager", "graph", "vmap_of_graph"]:
         batched_value = gl.vmap(program)
         batched_grad = gl.vmap(gl.grad(program))
         batched_tangent = gl.vmap(_tangent(program))
         if mode == "graph":
             batched_value, batched_grad = gl.function(batched_value), gl.function(batched_grad)
             batched_tangent = gl.function(batched_tangent)
+        if mode == "vmap_of_graph":  # each function compiled with the vmap inside it
+            batched_value = gl.vmap(gl.function(program))
+            batched_grad = gl.vmap(gl.function(gl.grad(program)))
+            batched_tangent = gl.vmap(gl.function(_tangent(program)))
         got = np.asarray(batched_value(gl.tensor(xs)))
         np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{mode}: {spec}")
         got = np.asarray(batched_grad(gl.tensor(xs)))
