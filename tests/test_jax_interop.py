@@ -303,3 +303,54 @@ def test_bitcast_convert_in_a_loop_s_times_is_read_and_differentiated() -> None:
     got = np.asarray(jax.grad(gj.differentiable(nudged_steps))(x))
     np.testing.assert_allclose(got, central(lambda v: float(nudged_steps(v)), x), rtol=1e-6)
     assert float(nextafter_up(1.0)) == 1.0 + np.finfo(np.float64).eps
+
+
+def cube_root(a, p):
+    """x^3 = a * scale by Newton's method, scaled by w: the trip count depends on a; the trip
+    count itself is an integer output."""
+
+    def body(s):
+        x, k = s
+        return x - (x**3 - a * p["scale"]) / (3 * x * x), k + 1
+
+    more = lambda s: jnp.abs(s[0] ** 3 - a * p["scale"]) > 1e-12 * a  # noqa: E731
+    x, k = lax.while_loop(more, body, (a + 1.0, 0))
+    return x * p["w"], k
+
+
+def test_vmap_of_the_function_and_of_its_gradients() -> None:
+    # jax.vmap(jax.grad(f)) through a loop whose trips differ per example: JAX cannot batch a
+    # call of an exported module, so the batched function is exported itself.
+    f = gj.differentiable(cube_root)
+    root = lambda a, p: f(a, p)[0]  # noqa: E731
+    a = jnp.array([1.0, 8.0, 27.0, 1000.0])
+    p = {"scale": jnp.array(2.0), "w": jnp.array(1.5)}
+    x, k = jax.vmap(f, in_axes=(0, None))(a, p)
+    for i in range(4):  # each example as run alone: its root and its own trip count
+        xi, ki = f(a[i], p)
+        assert int(k[i]) == int(ki)
+        np.testing.assert_allclose(float(x[i]), float(xi), rtol=1e-15)
+    per_example = jax.vmap(jax.grad(root), in_axes=(0, None))(a, p)
+    want = 1.5 * 2.0 / (3.0 * np.cbrt(2.0 * np.asarray(a)) ** 2)
+    np.testing.assert_allclose(np.asarray(per_example), want, rtol=1e-10)
+    jitted = jax.jit(jax.vmap(jax.grad(root), in_axes=(0, None)))(a, p)
+    np.testing.assert_allclose(np.asarray(jitted), want, rtol=1e-10)
+    of_params = jax.vmap(jax.grad(root, argnums=1), in_axes=(0, None))(a, p)
+    np.testing.assert_allclose(np.asarray(of_params["w"]), np.cbrt(2.0 * np.asarray(a)), rtol=1e-10)
+    summed = jax.grad(lambda a: jnp.sum(jax.vmap(root, in_axes=(0, None))(a, p)))(a)
+    np.testing.assert_allclose(np.asarray(summed), want, rtol=1e-10)
+    nested = jax.vmap(jax.vmap(jax.grad(root), in_axes=(0, None)), in_axes=(0, None))
+    got = nested(a.reshape(2, 2), p)
+    np.testing.assert_allclose(np.asarray(got), want.reshape(2, 2), rtol=1e-10)
+    second = jax.vmap(jax.grad(jax.grad(root)), in_axes=(0, None))(a, p)
+    want2 = 1.5 * 2.0 ** (1 / 3) * (-2 / 9) * np.asarray(a) ** (-5 / 3)
+    np.testing.assert_allclose(np.asarray(second), want2, rtol=1e-8)
+
+
+def test_second_order_of_a_function_with_an_integer_output() -> None:
+    # The VJP module of a VJP takes no argument for the integer output's float0 cotangent.
+    f = gj.differentiable(cube_root)
+    p = {"scale": jnp.array(2.0), "w": jnp.array(1.5)}
+    got = jax.grad(jax.grad(lambda a: f(a, p)[0]))(8.0)
+    want = 1.5 * 2.0 ** (1 / 3) * (-2 / 9) * 8.0 ** (-5 / 3)
+    np.testing.assert_allclose(float(got), want, rtol=1e-8)

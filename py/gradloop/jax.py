@@ -67,24 +67,119 @@ def differentiable(f: Callable[..., Any] | None = None, *, checkpoints: int | No
     """Decorator: `f` (a JAX function) exported once per input signature and called through
     `with_vjp`, so that `jax.grad`, `jax.value_and_grad` and `jax.vjp` work through its
     data-dependent `lax.while_loop`s. Usable as `@differentiable` or
-    `@differentiable(checkpoints=c)`."""
+    `@differentiable(checkpoints=c)`.
+
+    `jax.vmap` works on it too, and on its gradients (`jax.vmap(jax.grad(f))`: per-example
+    gradients through loops whose trip counts differ per example). JAX cannot batch a call
+    of an exported module, so under `vmap` the module is exported again from `jax.vmap(f)`,
+    every argument batched, and its VJP is that module's."""
     if f is None:
         return lambda g: differentiable(g, checkpoints=checkpoints)
-    cache: dict[Any, Any] = {}
+    source = _Function(f, checkpoints)
 
     @functools.wraps(f)
     def call(*args: Any) -> Any:
         leaves, tree = tree_util.tree_flatten(args)
-        specs = tuple(jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)) for x in leaves)
-        key = (tree, specs)
-        exported = cache.get(key)
-        if exported is None:
-            shaped = tree_util.tree_unflatten(tree, specs)
-            exported = with_vjp(jax.export.export(jax.jit(f))(*shaped), checkpoints=checkpoints)
-            cache[key] = exported
-        return exported.call(*args)
+        flat = _Function(lambda *xs: f(*tree_util.tree_unflatten(tree, xs)), checkpoints)
+        found = source.flats.setdefault(tree, flat)
+        out_tree: list[Any] = []
+        outs = _run(found, [jax.numpy.asarray(x) for x in leaves], out_tree)
+        return tree_util.tree_unflatten(out_tree[0], outs)
 
     return call
+
+
+class _Function:
+    """A JAX function of flat arrays whose calls run its exported module (`with_vjp`), with
+    the same function over a leading batch axis of every argument (`batched`) and its VJP
+    (`vjp`) built alike: what `_run` needs to batch and differentiate the calls."""
+
+    def __init__(self, fn: Callable[..., Any], checkpoints: int | None) -> None:
+        self.fn, self.checkpoints = fn, checkpoints
+        self.flats: dict[Any, _Function] = {}
+        self._exported: dict[Any, jax.export.Exported] = {}
+        self._batched: _Function | None = None
+        self._vjps: dict[int, _Vjp] = {}
+
+    def exported(self, args: list[Any]) -> jax.export.Exported:
+        return self.for_specs(tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in args))
+
+    def for_specs(self, specs: tuple[Any, ...]) -> jax.export.Exported:
+        found = self._exported.get(specs)
+        if found is None:
+            found = self._export(specs)
+            self._exported[specs] = found
+        return found
+
+    def _export(self, specs: tuple[Any, ...]) -> jax.export.Exported:
+        return with_vjp(jax.export.export(jax.jit(self.fn))(*specs), checkpoints=self.checkpoints)
+
+    def batched(self) -> _Function:
+        if self._batched is None:
+            self._batched = _Function(jax.vmap(self.fn), self.checkpoints)
+        return self._batched
+
+    def vjp(self, arity: int) -> _Vjp:
+        """The VJP of calls with `arity` arguments."""
+        found = self._vjps.get(arity)
+        if found is None:
+            found = self._vjps[arity] = _Vjp(self, arity)
+        return found
+
+
+class _Vjp(_Function):
+    """The VJP of `primal`'s calls with `arity` arguments (those arguments, then one cotangent
+    per output -> one cotangent per argument): the VJP module of `primal`'s module (built once
+    per module: `with_vjp`'s). Over a batch axis of every argument it is the VJP of `primal`
+    batched, each lane's own."""
+
+    def __init__(self, primal: _Function, arity: int) -> None:
+        super().__init__(primal.fn, primal.checkpoints)
+        self.primal, self.arity = primal, arity
+
+    def _export(self, specs: tuple[Any, ...]) -> jax.export.Exported:
+        module = self.primal.for_specs(specs[: self.arity])
+        return module._get_vjp(module)  # the VJP `with_vjp` gave it, built once
+
+    def batched(self) -> _Function:
+        if self._batched is None:
+            self._batched = self.primal.batched().vjp(self.arity)
+        return self._batched
+
+
+def _run(source: _Function, args: list[Any], out_tree: list[Any] | None = None) -> list[Any]:
+    """`source` called on `args` through its exported module: batched by exporting
+    `source.batched()` (`custom_vmap`), differentiated by `source.vjp()` (`custom_vjp`), each
+    of which is called the same way, to any depth."""
+    exported = source.exported(args)
+    if out_tree is not None:
+        out_tree.append(exported.out_tree)
+
+    @jax.custom_vjp
+    @jax.custom_batching.custom_vmap
+    def run(*xs: Any) -> Any:
+        return tuple(tree_util.tree_leaves(exported.call(*xs)))
+
+    @run.def_vmap
+    def run_over_lanes(axis_size: int, in_batched: list[bool], *xs: Any) -> Any:
+        lanes = [x if b else _broadcast(x, axis_size) for x, b in zip(xs, in_batched, strict=True)]
+        outs = tuple(_run(source.batched(), lanes))
+        return outs, (True,) * len(outs)
+
+    def forward(*xs: Any) -> Any:
+        return run(*xs), xs
+
+    def backward(xs: Any, cotangents: Any) -> Any:
+        return tuple(_run(source.vjp(len(xs)), [*xs, *cotangents]))
+
+    run.defvjp(forward, backward)
+    return list(run(*args))
+
+
+def _broadcast(x: Any, n: int) -> Any:
+    if x.dtype == jax.dtypes.float0:
+        return np.zeros((n, *np.shape(x)), jax.dtypes.float0)
+    return jax.numpy.broadcast_to(x, (n, *np.shape(x)))
 
 
 def _vjp(exported: jax.export.Exported, checkpoints: int | None) -> jax.export.Exported:
@@ -166,7 +261,8 @@ def _wrap(grad: str, ins: Any, outs: Any, kept: list[int], floats: list[int]) ->
     scalar_seed = len(outs) == 1 and outs[0].shape == () and _is_float(outs[0])
     params, grad_args, lines = [], [], []
     for k, a in enumerate(ins):
-        params.append(f"%p{k}: {_type(a)}")
+        if a.dtype != jax.dtypes.float0:  # JAX passes no float0 argument (`vjp_kept`)
+            params.append(f"%p{k}: {_type(a)}")
     grad_args += [f"%p{k}" for k in kept]
     cts = []
     for j, a in enumerate(outs):
