@@ -652,6 +652,9 @@ class ConcreteFunction:
         """Nodes of kind `kind_name` ("sin", "if", "while", "stack_push", ...) in all functions."""
     def explicit(self) -> ConcreteFunction:
         """The same function taking its captured inputs as arguments, after its own."""
+    def over_lanes(self, batched: Sequence[bool], lanes: int) -> ConcreteFunction:
+        """(Every input explicit.) This function on `lanes` lanes at once: argument k holds
+        every lane's value along axis 0 where `batched[k]`, and so does every result."""
     def vjp(self, wrt: Sequence[int]) -> ConcreteFunction:
         """(Every input explicit.) Arguments, then one cotangent per result -> the gradients
         of the arguments `wrt`."""

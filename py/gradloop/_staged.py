@@ -33,7 +33,7 @@ _cache: OrderedDict[str, Staged] = OrderedDict()
 class Staged:
     """A graph function taking every input as an argument, with its derivatives made once."""
 
-    __slots__ = ("_jvps", "_vjps", "fn", "name", "result_floats")
+    __slots__ = ("_jvps", "_lanes", "_vjps", "fn", "name", "result_floats")
 
     def __init__(self, fn: Any, name: str, result_floats: list[bool]) -> None:
         self.fn = fn
@@ -41,6 +41,19 @@ class Staged:
         self.result_floats = result_floats
         self._vjps: dict[tuple[int, ...], Staged] = {}
         self._jvps: dict[tuple[int, ...], Staged] = {}
+        self._lanes: dict[tuple[tuple[tuple[bool, ...], int], ...], Staged] = {}
+
+    def over_lanes(self, levels: tuple[tuple[tuple[bool, ...], int], ...]) -> Staged:
+        """This function over lanes of nested `vmap` levels, innermost first: each level's
+        (which arguments hold its lanes, how many lanes)."""
+        found = self._lanes.get(levels)
+        if found is None:
+            fn = self.fn
+            for batched, lanes in levels:
+                fn = fn.over_lanes(list(batched), lanes)
+            found = Staged(fn, f"{self.name}_lanes", self.result_floats)
+            self._lanes[levels] = found
+        return found
 
     def vjp(self, wrt: tuple[int, ...]) -> Staged:
         """Arguments, then one cotangent per result -> the gradients of arguments `wrt`."""
@@ -116,6 +129,9 @@ def call(staged: Staged, args: list[Any], linked: list[Any] | None = None) -> li
     for none): a Variable's value read now, by default."""
     if linked is None:
         linked = [_differentiable(a) for a in args]
+    levels = _lane_levels(args)
+    if levels:
+        return _over_lanes(staged, args, linked, levels)
     accumulators = _recording.perturbed([t for t in linked if t is not None])
     if accumulators:
         return _tangents(staged, args, linked, accumulators[-1])
@@ -148,6 +164,43 @@ def call(staged: Staged, args: list[Any], linked: list[Any] | None = None) -> li
         takes_needs=True,
     )
     return outputs
+
+
+def _lane_levels(args: list[Any]) -> list[int]:
+    """The active `vmap` levels (outermost first) that some tensor argument holds lanes of."""
+    active = _core.vmap_levels()
+    if not active:
+        return []
+    held: set[int] = set()
+    for a in args:
+        if isinstance(a, _core.Tensor):
+            held.update(_core.lanes_levels(a))
+    return [level for level in active if level in held]
+
+
+def _over_lanes(staged: Staged, args: list[Any], linked: list[Any], levels: list[int]) -> Any:
+    """`staged` called on arguments that hold lanes of `levels` (inside `vmap`, or a
+    derivative run inside a later one, `jacrev`'s): its function over those lanes runs once on
+    every lane's values, recorded as any staged call, and its results are lanes again. Each
+    lane makes its own trips (the loop's batching rule), so the checkpointed gradient keeps
+    its c snapshots for all lanes at once, not every trip."""
+    values, tied = list(args), list(linked)
+    plan = []
+    for level in reversed(levels):
+        held = [isinstance(a, _core.Tensor) and level in _core.lanes_levels(a) for a in values]
+        for i, h in enumerate(held):
+            if h:
+                same = tied[i] is values[i]
+                values[i] = _core.lanes_unwrap(values[i], level)
+                tied[i] = values[i] if same else tied[i]
+        plan.append((tuple(held), _core.vmap_lanes(level)))
+    outputs = call(staged.over_lanes(tuple(plan)), values, tied)
+    dressed = []
+    for t in outputs:
+        for level in levels:
+            t = _core.lanes_wrap(t, level)
+        dressed.append(t)
+    return dressed
 
 
 def _tangents(staged: Staged, args: list[Any], linked: list[Any], acc: Any) -> list[Any]:

@@ -200,7 +200,7 @@ def while_loop(
     call = _caller(isinstance(loop_vars, (tuple, list)))
     if _core.mode() == "tracing":
         return _graph_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
-    if checkpoints is not None and _core.any_tape_active() and not _core.vmap_levels():
+    if checkpoints is not None and _core.any_tape_active():
         return _staged_while(cond, body, loop_vars, call, limit, parallel_iterations, checkpoints)
     values, i = loop_vars, 0
     while limit is None or i < limit:
@@ -230,17 +230,27 @@ def _staged_while(
     checkpoints: int,
 ) -> Any:
     """A checkpointed loop run eagerly under a tape: traced with what it closes over as
-    inputs and run as one staged op, whose gradient is graph mode's (`_staged`)."""
+    inputs and run as one staged op, whose gradient is graph mode's (`_staged`).
+
+    Inside `vmap`, the trace takes every lane's values (lanes taken off its inputs, and off
+    what it closes over as it captures them) and traces the loop batched, as graph mode does:
+    each lane makes its own trips, and the gradient keeps c snapshots of all lanes, not every
+    trip."""
     flat = nest.flatten(loop_vars)
+    active = _core.vmap_levels()
+    held = [[level for level in active if level in _core.lanes_levels(t)] for t in flat]
 
     def build(symbols: list[Any]) -> list[Any]:
-        values = nest.pack_sequence_as(loop_vars, symbols)
+        lanes = [batching.dressed(s, h) for s, h in zip(symbols, held, strict=True)]
+        values = nest.pack_sequence_as(loop_vars, lanes)
         out = _graph_while(cond, body, values, call, limit, parallel_iterations, checkpoints)
-        return nest.flatten(out)
+        return [batching.physical(batching.lanes_everywhere(t)) for t in nest.flatten(out)]
 
-    specs = [(t.dtype, tuple(t.shape)) for t in flat]
+    physical = [batching.physical(t) for t in flat]
+    specs = [(t.dtype, tuple(t.shape)) for t in physical]
     staged, captured = _staged.trace("while_loop", specs, build)
-    return nest.pack_sequence_as(loop_vars, _staged.call(staged, flat + list(captured)))
+    outputs = _staged.call(staged, physical + list(captured))
+    return nest.pack_sequence_as(loop_vars, [batching.dressed(t) for t in outputs])
 
 
 # ---- graph mode ---------------------------------------------------------------------------------

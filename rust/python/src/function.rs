@@ -538,6 +538,20 @@ impl PyConcreteFunction {
         PyConcreteFunction::derived(self.graph.clone(), params)
     }
 
+    /// This function on `lanes` lanes at once (whose inputs must all be explicit): argument `k`
+    /// holds every lane's value along axis 0 where `batched[k]`, and every result holds every
+    /// lane's; each lane makes its own trips and takes its own branches.
+    fn over_lanes(
+        &self,
+        py: Python<'_>,
+        batched: Vec<bool>,
+        lanes: usize,
+    ) -> PyResult<PyConcreteFunction> {
+        self.derive(py, "lanes", |g, name| {
+            gradloop::batch::lanes_graph(g, &batched, lanes, name)
+        })
+    }
+
     /// The vector-Jacobian product of this function (whose inputs must all be explicit):
     /// arguments, then one cotangent per result; returns the gradients of the arguments `wrt`.
     fn vjp(&self, py: Python<'_>, wrt: Vec<usize>) -> PyResult<PyConcreteFunction> {

@@ -32,6 +32,9 @@ use crate::shape::TensorType;
 pub use crate::trace::lanes::{lanes_at, LaneSet, Lanes, Narrowing};
 pub use nodes::{select_lanes, stand_ins, BatchNode, LanesFunction, NodeBatch, StandIns, Want};
 
+pub use graph::lanes_graph;
+
+mod graph;
 mod nodes;
 use crate::trace::{escaped_lanes, TracerRef, Val};
 use crate::value::Value;

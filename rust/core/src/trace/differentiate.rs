@@ -217,7 +217,7 @@ pub fn jvp_graph(graph: &Graph, wrt: &[usize], name: &str) -> Result<Graph> {
 }
 
 /// Finishes a derived entry: tensors a rule made eagerly and captured become constants.
-fn finish_entry(tracer: &TracerRef, outs: &[Val], what: &'static str) -> Result<Graph> {
+pub fn finish_entry(tracer: &TracerRef, outs: &[Val], what: &'static str) -> Result<Graph> {
     let traced = lock(tracer).finish(outs)?;
     if traced.captured_inputs.is_empty() {
         return Ok(traced.graph);

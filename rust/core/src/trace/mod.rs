@@ -42,7 +42,7 @@ use lanes::Lanes;
 pub use crate::graph::join_types;
 pub use captures::{Branch, CustomRules, LoopFunctions};
 pub use differentiate::{
-    gradient_graph, gradient_graph_with, jvp_graph, takes_cotangents, vjp_graph,
+    finish_entry, gradient_graph, gradient_graph_with, jvp_graph, takes_cotangents, vjp_graph,
 };
 pub use gradients::{graph_registry, registry};
 pub use replay::replay;
