@@ -21,7 +21,8 @@ import gradloop as gl
 from gradloop import batching
 from program_fuzz import N, Program, assigns, forward_ok, programs
 
-EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "200"))
+# a smoke test of the generator in `make test`: `make fuzz` searches (thousands of programs)
+EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_EXAMPLES", "100"))
 # compiled, each program is a compile (`make fuzz` draws more)
 COMPILED_EXAMPLES = int(os.environ.get("GRADLOOP_VMAP_FUZZ_COMPILED_EXAMPLES", "6"))
 SEED = int(os.environ.get("GRADLOOP_FUZZ_SEED", "20261206"))
