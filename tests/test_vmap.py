@@ -544,6 +544,30 @@ def test_an_eager_checkpointed_loop_under_vmap_is_staged_over_its_lanes() -> Non
     check_grads(lambda r: gl.vmap(kept)(r, args[1], args[2]), [rs], modes=("tape", "grad"))
 
 
+@gl.recompute_grad
+def _rematerialized(x: Any, k: Any, w: Any) -> Any:
+    return gl.sin(x * w) * k + gl.cond(gl.sum(x) > 0, lambda: x * 2.0, lambda: gl.exp(x))
+
+
+def test_an_eager_recompute_grad_under_vmap_is_staged_over_its_lanes() -> None:
+    from gradloop import _staged
+
+    w = gl.tensor(positive(4))  # closed over by the layers' callers, passed unbatched
+
+    def f(x: Any, k: Any) -> Any:
+        return gl.sum(_rematerialized(_rematerialized(x, k, w), k, w))
+
+    xs, ks = f64(5, 4), np.linspace(0.1, 0.9, 5)
+    staged_before = len(_staged._cache)
+    got = gl.vmap(gl.grad(f, argnums=(0, 1)))(gl.tensor(xs), gl.tensor(ks))
+    assert len(_staged._cache) > staged_before
+    assert_lanes(got, lanewise(gl.grad(f, argnums=(0, 1)), [xs, ks]))
+    rows = gl.jacrev(lambda k: gl.vmap(f)(gl.tensor(xs), k))(gl.tensor(ks))
+    np.testing.assert_allclose(np.asarray(rows), np.diag(np.asarray(got[1])), rtol=1e-12)
+    hessians = gl.vmap(gl.hessian(lambda x, k: f(x, k), argnums=1))(gl.tensor(xs), gl.tensor(ks))
+    assert_lanes(hessians, lanewise(gl.hessian(f, argnums=1), [xs, ks]))
+
+
 EAGER_VMAP_MEMORY = """
 import sys
 import numpy as np

@@ -309,21 +309,19 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
     vector-Jacobian product, which runs `fn` again from those inputs (`_staged`), so gradients
     of any order reach closed-over values too. A function that cannot be traced (Python
     control flow on tensor values) runs as written, recorded op by op: the same gradients,
-    without the saving. Inside `@gl.function` and `gl.jit`, under forward mode alone, and
-    eagerly inside `gl.vmap`, `fn` runs as written and is differentiated as written.
+    without the saving. Inside `gl.vmap` the graph runs on every lane's values at once. Inside
+    `@gl.function` and `gl.jit`, and under forward mode alone, `fn` runs as written and is
+    differentiated as written.
     Positional arguments are the tensor inputs (as in `custom_gradient`); keyword arguments
     pass through undifferentiated.
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _core.mode() != "recording" or not _core.any_tape_active() or _core.vmap_levels():
-            # inside vmap, eagerly: the staged graph runs on whole tensors, not lanes
+        if _core.mode() != "recording" or not _core.any_tape_active():
             return fn(*args, **kwargs)
         where = f"recompute_grad({getattr(fn, '__name__', 'fn')})"
         inputs = [_validate.input_tensor(a, i, where) for i, a in enumerate(args)]
-        from . import _staged
-
         structure: list[Any] = []
 
         def build(symbols: list[Any]) -> list[Any]:
@@ -331,12 +329,10 @@ def recompute_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
             structure.append(out)
             return fresh_outputs(out, where)
 
-        specs = [(t.dtype, tuple(t.shape)) for t in inputs]
         try:
-            staged, captured = _staged.trace("recompute_grad", specs, build)
+            outputs = batching.staged_call("recompute_grad", inputs, build)
         except errors.ControlFlowError:
             return fn(*args, **kwargs)  # Python control flow on values: run as written
-        outputs = _staged.call(staged, inputs + list(captured))
         return nest.pack_sequence_as(structure[0], outputs)
 
     return wrapper

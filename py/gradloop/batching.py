@@ -127,6 +127,29 @@ def dressed(x: _core.Tensor, levels: list[int] | None = None) -> _core.Tensor:
     return x
 
 
+def staged_call(
+    name: str, inputs: list[_core.Tensor], build: Callable[[list[Any]], list[Any]]
+) -> list[_core.Tensor]:
+    """`build` (inputs in, flat tensors out) traced with what it closes over as inputs and run
+    as one staged op (`_staged`), whose derivatives are graph mode's. Inside `vmap` the trace
+    takes every lane's values: lanes come off `inputs` and off what `build` closes over as it
+    is captured, the graph is traced batched (each lane its own trips and branches), and its
+    results are lanes again."""
+    from . import _staged
+
+    active = _core.vmap_levels()
+    held = [[level for level in active if level in _core.lanes_levels(t)] for t in inputs]
+
+    def traced(symbols: list[Any]) -> list[Any]:
+        out = build([dressed(s, h) for s, h in zip(symbols, held, strict=True)])
+        return [physical(lanes_everywhere(t)) for t in out]
+
+    flat = [physical(t) for t in inputs]
+    specs = [(t.dtype, tuple(t.shape)) for t in flat]
+    staged, captured = _staged.trace(name, specs, traced)
+    return [dressed(t) for t in _staged.call(staged, flat + list(captured))]
+
+
 def over_leading_axes(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn`, whose array arguments may carry leading batch axes (as `gl.linalg`'s do), run
     once over the whole batch inside `vmap`: its batched arguments and the arrays batched with

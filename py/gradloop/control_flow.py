@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _staged, _validate, batching, nest
+from . import _core, _validate, batching, nest
 
 __all__ = ["cond", "switch_case", "while_loop"]
 
@@ -230,27 +230,17 @@ def _staged_while(
     checkpoints: int,
 ) -> Any:
     """A checkpointed loop run eagerly under a tape: traced with what it closes over as
-    inputs and run as one staged op, whose gradient is graph mode's (`_staged`).
+    inputs and run as one staged op, whose gradient is graph mode's (`batching.staged_call`:
+    inside `vmap`, over every lane's values, so the gradient keeps c snapshots of all lanes,
+    not every trip)."""
 
-    Inside `vmap`, the trace takes every lane's values (lanes taken off its inputs, and off
-    what it closes over as it captures them) and traces the loop batched, as graph mode does:
-    each lane makes its own trips, and the gradient keeps c snapshots of all lanes, not every
-    trip."""
-    flat = nest.flatten(loop_vars)
-    active = _core.vmap_levels()
-    held = [[level for level in active if level in _core.lanes_levels(t)] for t in flat]
+    def build(values: list[Any]) -> list[Any]:
+        start = nest.pack_sequence_as(loop_vars, values)
+        out = _graph_while(cond, body, start, call, limit, parallel_iterations, checkpoints)
+        return nest.flatten(out)
 
-    def build(symbols: list[Any]) -> list[Any]:
-        lanes = [batching.dressed(s, h) for s, h in zip(symbols, held, strict=True)]
-        values = nest.pack_sequence_as(loop_vars, lanes)
-        out = _graph_while(cond, body, values, call, limit, parallel_iterations, checkpoints)
-        return [batching.physical(batching.lanes_everywhere(t)) for t in nest.flatten(out)]
-
-    physical = [batching.physical(t) for t in flat]
-    specs = [(t.dtype, tuple(t.shape)) for t in physical]
-    staged, captured = _staged.trace("while_loop", specs, build)
-    outputs = _staged.call(staged, physical + list(captured))
-    return nest.pack_sequence_as(loop_vars, [batching.dressed(t) for t in outputs])
+    outputs = batching.staged_call("while_loop", nest.flatten(loop_vars), build)
+    return nest.pack_sequence_as(loop_vars, outputs)
 
 
 # ---- graph mode ---------------------------------------------------------------------------------
