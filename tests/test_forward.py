@@ -596,3 +596,36 @@ def test_nested_on_the_fly_custom_jvps_closing_over_each_other(mode: str, inner:
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
     got = staged(mode, gl.grad(lambda x: gl.sum(outer(x))))(gl.tensor(x))
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)  # the Jacobian is diagonal
+
+
+def _nested(x: Any, depth: int) -> Any:
+    """`depth` conds and loops nested in each other, each closing over `x`."""
+    if depth == 0:
+        return gl.sin(x) * x
+    inner = lambda: _nested(x * 0.9, depth - 1)  # noqa: E731
+    if depth % 2:
+        return gl.cond(gl.sum(x) > -10.0, inner, lambda: gl.cos(x))
+    body = lambda i, y: (i + 1, y + _nested(x, depth - 1) * 0.1)  # noqa: E731
+    return gl.while_loop(lambda i, y: i < 2, body, (gl.tensor(0), x))[1]
+
+
+def test_forward_mode_through_nested_constructs_grows_linearly_with_the_nesting() -> None:
+    # Each construct's tangent is built from its functions' nodes once. Tangents built inline
+    # while a branch or body was traced (by the accumulators outside it) were differentiated
+    # again by every enclosing construct: jvp of jvp of five nested constructs made 10^5 nodes.
+    v = gl.tensor(V)
+
+    def second(x: Any) -> Any:
+        first = lambda y: gl.jvp(lambda z: gl.sum(_nested(z, 5)), (y,), (v,))[1]  # noqa: E731
+        return gl.jvp(first, (x,), (v,))[1]
+
+    graph = gl.function(second).graph(gl.tensor(X))
+    nodes = sum(graph.num_nodes(f) for f in graph.function_names())
+    plain = gl.function(lambda x: gl.sum(_nested(x, 5))).graph(gl.tensor(X))
+    assert nodes < 12 * sum(plain.num_nodes(f) for f in plain.function_names()), nodes
+    # v H v against central differences of the gradient along v
+    eps = 1e-5
+    grad = lambda x: np.asarray(gl.grad(lambda z: gl.sum(_nested(z, 5)))(gl.tensor(x)))  # noqa: E731
+    numeric = np.dot(grad(X + eps * V) - grad(X - eps * V), V) / (2 * eps)
+    for got in (gl.function(second)(gl.tensor(X)), second(gl.tensor(X))):
+        np.testing.assert_allclose(float(got), numeric, rtol=1e-6)

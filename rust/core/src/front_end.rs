@@ -33,6 +33,12 @@ pub struct Runtime {
     /// pushed.
     accumulators: Arc<Vec<AccumulatorRef<Val>>>,
     accumulator_levels: Vec<u64>,
+    /// For each accumulator, the depth of the traced frame it was pushed in (None: pushed
+    /// outside a trace). Inside a deeper frame (a branch or loop body) it takes no tangents:
+    /// the construct's tangent rule differentiates that frame's function from its nodes, and
+    /// tangents built inline there would be differentiated again, once per enclosing construct
+    /// (`visible_accumulators`).
+    accumulator_frames: Vec<Option<usize>>,
     /// For each accumulator, how many of the tapes were pushed before it: those record its
     /// tangent ops (reverse over forward); the later ones do not (`ForwardContext`).
     tapes_below: Arc<Vec<usize>>,
@@ -145,11 +151,22 @@ impl Runtime {
         if all_concrete && self.phase() == Phase::Eager {
             return Mode::Eager;
         }
+        self.traced_mode(self.frame_depth())
+    }
+
+    /// How a node runs that closes the innermost traced frame and is emitted into the one
+    /// around it (a custom rule's call): the accumulators of that outer frame see it.
+    pub fn mode_closing_frame(&self) -> Mode {
+        self.traced_mode(self.frame_depth().map(|d| d.saturating_sub(1)))
+    }
+
+    fn traced_mode(&self, depth: Option<usize>) -> Mode {
+        let (accumulators, tapes_below) = self.visible_accumulators(depth);
         Mode::Traced {
             tracer: self.tracer.clone(),
             tapes: self.tapes.clone(),
-            accumulators: self.accumulators.clone(),
-            tapes_below: self.tapes_below.clone(),
+            accumulators,
+            tapes_below,
             batch_levels: self.batch_levels.clone(),
         }
     }
@@ -254,9 +271,36 @@ impl Runtime {
         );
     }
 
-    /// The active forward-mode accumulators, innermost last.
-    pub fn accumulators(&self) -> &[AccumulatorRef<Val>] {
-        &self.accumulators
+    /// The forward-mode accumulators that take tangents here, innermost last: the active ones
+    /// less those pushed in a traced frame outside the current one.
+    pub fn accumulators(&self) -> Arc<Vec<AccumulatorRef<Val>>> {
+        self.visible_accumulators(self.frame_depth()).0
+    }
+
+    /// The tracer's frame depth now (None outside a trace).
+    fn frame_depth(&self) -> Option<usize> {
+        self.tracer.as_ref().map(|t| crate::trace::lock(t).depth())
+    }
+
+    /// The accumulators that take tangents in a traced frame of `depth` (None: outside a
+    /// trace), with their `tapes_below`.
+    fn visible_accumulators(
+        &self,
+        depth: Option<usize>,
+    ) -> (Arc<Vec<AccumulatorRef<Val>>>, Arc<Vec<usize>>) {
+        let all = || (self.accumulators.clone(), self.tapes_below.clone());
+        let Some(shallowest) = self.accumulator_frames.iter().flatten().min() else {
+            return all(); // none was pushed while tracing
+        };
+        let depth = match depth {
+            Some(d) if *shallowest < d => d,
+            _ => return all(),
+        };
+        let keep = |k: &usize| self.accumulator_frames[*k].is_none_or(|f| f >= depth);
+        let ks: Vec<usize> = (0..self.accumulators.len()).filter(keep).collect();
+        let accumulators = ks.iter().map(|&k| self.accumulators[k].clone()).collect();
+        let below = ks.iter().map(|&k| self.tapes_below[k]).collect();
+        (Arc::new(accumulators), Arc::new(below))
     }
 
     /// Makes `acc` take tangents: innermost, or back where `pop_accumulator` took it from
@@ -268,6 +312,8 @@ impl Runtime {
         };
         Arc::make_mut(&mut self.accumulators).insert(at, acc);
         self.accumulator_levels.insert(at, level);
+        let frame = self.frame_depth();
+        self.accumulator_frames.insert(at, frame);
         self.relevel();
     }
 
@@ -279,6 +325,7 @@ impl Runtime {
             .iter()
             .rposition(|a| Arc::ptr_eq(a, acc))?;
         Arc::make_mut(&mut self.accumulators).remove(i);
+        self.accumulator_frames.remove(i);
         let level = self.accumulator_levels.remove(i);
         self.relevel();
         Some((i, level))

@@ -170,6 +170,25 @@ pub fn run<T: Send>(
     f: impl FnOnce(&mut dyn Context<Val>) -> gradloop::Result<T> + Send,
 ) -> PyResult<T> {
     let mode = RUNTIME.with(|r| r.borrow().mode(false));
+    run_in(py, size, mode, f)
+}
+
+/// `run` for a node that closes the innermost traced frame and joins the one around it
+/// (`Runtime::mode_closing_frame`).
+pub fn run_closing_frame<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(&mut dyn Context<Val>) -> gradloop::Result<T> + Send,
+) -> PyResult<T> {
+    let mode = RUNTIME.with(|r| r.borrow().mode_closing_frame());
+    run_in(py, 0, mode, f)
+}
+
+fn run_in<T: Send>(
+    py: Python<'_>,
+    size: usize,
+    mode: Mode,
+    f: impl FnOnce(&mut dyn Context<Val>) -> gradloop::Result<T> + Send,
+) -> PyResult<T> {
     if let Mode::Traced {
         tracer: Some(t), ..
     } = &mode

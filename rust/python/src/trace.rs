@@ -282,7 +282,7 @@ pub fn emit_custom_call(
         refused,
         kernel,
     };
-    run(py, 0, move |ctx| {
+    runtime::run_closing_frame(py, move |ctx| {
         gradloop::control::emit_custom_call(ctx, &inputs, &params, &results, &rules)
     })
     .map(py_tensors)

@@ -210,24 +210,35 @@ pub(crate) fn over_callees(
         .into_iter()
         .map(|c| function(&tracer, c))
         .collect::<Result<_>>()?;
-    // The results any callee's tangent reaches (a first pass returning no tangents), so that
-    // results no branch perturbs get no tangent at all rather than zeros.
+    // Every callee's tangent function with a tangent for each result that takes one; where no
+    // callee's tangent reaches a result, they are built again without it, so that a result no
+    // branch perturbs gets no tangent at all rather than zeros. (Built once in the common
+    // case: a construct nested d deep would otherwise be built 2^d times.)
+    let mut built = callees
+        .iter()
+        .map(|f| tangent_function(&tracer, f, &tangent_in, None))
+        .collect::<Result<Vec<_>>>()?;
     let mut wanted: Vec<bool> = Vec::new();
-    for f in &callees {
-        let none = vec![false; f.results.len()];
-        let probe = tangent_function(&tracer, f, &tangent_in, Some(&none))?;
-        wanted.resize(probe.reached.len(), false);
-        for (w, r) in wanted.iter_mut().zip(&probe.reached) {
+    for b in &built {
+        wanted.resize(b.reached.len(), false);
+        for (w, r) in wanted.iter_mut().zip(&b.reached) {
             *w |= *r;
         }
     }
-    let mut names = Vec::new();
-    let mut tangent_out = Vec::new();
-    for f in &callees {
-        let built = tangent_function(&tracer, f, &tangent_in, Some(&wanted))?;
-        names.push(built.name);
-        tangent_out = built.tangent_out;
+    let surplus = built
+        .first()
+        .is_some_and(|b| b.tangent_out.iter().zip(&wanted).any(|(&t, &w)| t && !w));
+    if surplus {
+        built = callees
+            .iter()
+            .map(|f| tangent_function(&tracer, f, &tangent_in, Some(&wanted)))
+            .collect::<Result<Vec<_>>>()?;
     }
+    let tangent_out = built
+        .last()
+        .map(|b| b.tangent_out.clone())
+        .unwrap_or_default();
+    let names: Vec<String> = built.into_iter().map(|b| b.name).collect();
     let node = construct.with_callees(names);
     let mut args = inputs.to_vec();
     args.extend(tangents[start..].iter().flatten().cloned());
