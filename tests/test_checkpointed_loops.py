@@ -324,19 +324,9 @@ print(status_kb("VmHWM") - before, float(np.abs(out).sum()))
 def peak_growth_mb(mode: str, checkpoints: str, trips: int) -> tuple[float, float]:
     """How far a fresh process's resident memory peaks above its size before the gradient of
     `trips` trips (after a warm-up of 100), and the gradient's magnitude."""
-    import subprocess
-    import sys
+    from peak_memory import peak_growth_mb as peak
 
-    out = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROGRAM, mode, checkpoints, str(trips)],
-        capture_output=True,
-        text=True,
-        timeout=1600,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    grown_kb, size = out.stdout.split()
-    return int(grown_kb) / 1024, float(size)
+    return peak(MEMORY_PROGRAM, mode, checkpoints, str(trips), timeout=1600)
 
 
 @pytest.mark.slow

@@ -605,23 +605,10 @@ print(status_kb("VmHWM") - before, float(np.abs(np.asarray(gw)).sum()))
 def test_an_eager_checkpointed_loop_under_vmap_keeps_c_snapshots_not_every_trip() -> None:
     # 16 lanes of float64[512], about 1,000 trips each: the stacks keep two residuals a trip
     # (about 128 MB), the checkpoints 100 snapshots of every lane (6.5 MB).
-    import subprocess
-    import sys
+    from peak_memory import peak_growth_mb
 
-    def peak_mb(checkpoints: str) -> tuple[float, float]:
-        out = subprocess.run(
-            [sys.executable, "-c", EAGER_VMAP_MEMORY, checkpoints],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        grown_kb, size = out.stdout.split()
-        return int(grown_kb) / 1024, float(size)
-
-    kept, g_kept = peak_mb("100")
-    stacked, g_stacked = peak_mb("stacks")
+    kept, g_kept = peak_growth_mb(EAGER_VMAP_MEMORY, "100", timeout=600)
+    stacked, g_stacked = peak_growth_mb(EAGER_VMAP_MEMORY, "stacks", timeout=600)
     assert kept < 40, f"checkpoints=100 under vmap grew the process by {kept:.1f} MB"
     assert stacked > 100, f"stacks grew the process by {stacked:.1f} MB"
     assert g_kept == pytest.approx(g_stacked, rel=1e-12)
