@@ -2,11 +2,11 @@
 //! than the Python that traced it (an eager construct staged as a graph and run on lanes, or
 //! its derivatives run inside a later `vmap`, `jacrev`'s).
 
+use super::nodes::lanes_type;
 use super::{lanes_at, new_level, over, BatchContext, LaneSet, Lanes};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, ValueType};
+use crate::graph::Graph;
 use crate::ops::batching::instantiate;
-use crate::shape::TensorType;
 use crate::trace::{finish_entry, replay, TraceContext, Tracer, Val};
 
 /// The graph whose entry `name` runs `graph`'s entry on `lanes` lanes at once: parameter `k`
@@ -36,17 +36,12 @@ pub fn lanes_graph(graph: &Graph, batched: &[bool], lanes: usize, name: &str) ->
         .params
         .iter()
         .zip(batched)
-        .map(|(t, &b)| match t {
-            ValueType::Tensor(t) if b => {
-                let mut shape = vec![lanes];
-                shape.extend_from_slice(&t.shape);
-                Ok(ValueType::Tensor(TensorType::new(t.dtype, &shape)))
+        .map(|(t, &b)| {
+            if b {
+                lanes_type(t, lanes)
+            } else {
+                Ok(t.clone())
             }
-            _ if b => Err(Error::invalid(
-                "vmap",
-                format!("a {t} cannot differ per lane"),
-            )),
-            _ => Ok(t.clone()),
         })
         .collect::<Result<Vec<_>>>()?;
     let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);

@@ -322,7 +322,7 @@ pub fn select_lanes(ctx: &mut dyn Context<Val>, mask: &Val, a: &Val, b: &Val) ->
 }
 
 /// `t` with the lanes' axis in front.
-fn lanes_type(t: &ValueType, count: usize) -> Result<ValueType> {
+pub(super) fn lanes_type(t: &ValueType, count: usize) -> Result<ValueType> {
     match t {
         ValueType::Tensor(t) => {
             let mut shape = vec![count];
