@@ -544,6 +544,28 @@ def test_an_eager_checkpointed_loop_under_vmap_is_staged_over_its_lanes() -> Non
     check_grads(lambda r: gl.vmap(kept)(r, args[1], args[2]), [rs], modes=("tape", "grad"))
 
 
+def test_a_staged_loop_keeps_a_bounded_number_of_functions_over_lanes() -> None:
+    # The same checkpointed loop, its gradient run under jacrev's vmap at 20 lane counts.
+    from gradloop import _staged
+
+    x0 = RNG.uniform(0.1, 0.4, 20)
+
+    def rows(x: Any, n: int, checkpoints: int | None) -> Any:
+        def body(i: Any, x: Any) -> Any:
+            return i + 1, 3.1 * x * (1.0 - x)
+
+        start = (gl.tensor(0), x)
+        _, x = gl.while_loop(lambda i, x: i < 4, body, start, checkpoints=checkpoints)
+        return x[:n]
+
+    for n in range(1, 21):
+        jac = gl.jacrev(lambda x, n=n: rows(x, n, 2))(gl.tensor(x0))
+        want = gl.jacrev(lambda x, n=n: rows(x, n, None))(gl.tensor(x0))
+        np.testing.assert_allclose(np.asarray(jac), np.asarray(want), rtol=1e-12)
+    kept = [len(s._lanes) for st in _staged._cache.values() for s in st._vjps.values()]
+    assert max(kept) == _staged.LANE_PATTERNS, kept
+
+
 @gl.recompute_grad
 def _rematerialized(x: Any, k: Any, w: Any) -> Any:
     return gl.sin(x * w) * k + gl.cond(gl.sum(x) > 0, lambda: x * 2.0, lambda: gl.exp(x))

@@ -27,6 +27,9 @@ __all__ = ["Staged", "call", "trace"]
 #: Staged functions kept, by graph text (least recently used dropped first).
 CACHE_SIZE = 64
 
+#: Functions over lanes each staged function keeps, by pattern of levels and lane counts.
+LANE_PATTERNS = 16
+
 _cache: OrderedDict[str, Staged] = OrderedDict()
 
 
@@ -41,11 +44,12 @@ class Staged:
         self.result_floats = result_floats
         self._vjps: dict[tuple[int, ...], Staged] = {}
         self._jvps: dict[tuple[int, ...], Staged] = {}
-        self._lanes: dict[tuple[tuple[tuple[bool, ...], int], ...], Staged] = {}
+        self._lanes: OrderedDict[tuple[tuple[tuple[bool, ...], int], ...], Staged] = OrderedDict()
 
     def over_lanes(self, levels: tuple[tuple[tuple[bool, ...], int], ...]) -> Staged:
         """This function over lanes of nested `vmap` levels, innermost first: each level's
-        (which arguments hold its lanes, how many lanes)."""
+        (which arguments hold its lanes, how many lanes). The `LANE_PATTERNS` last used are
+        kept (the lanes of a branch narrow to any count)."""
         found = self._lanes.get(levels)
         if found is None:
             fn = self.fn
@@ -53,6 +57,10 @@ class Staged:
                 fn = fn.over_lanes(list(batched), lanes)
             found = Staged(fn, f"{self.name}_lanes", self.result_floats)
             self._lanes[levels] = found
+            if len(self._lanes) > LANE_PATTERNS:
+                self._lanes.popitem(last=False)
+        else:
+            self._lanes.move_to_end(levels)
         return found
 
     def vjp(self, wrt: tuple[int, ...]) -> Staged:
