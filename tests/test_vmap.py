@@ -544,6 +544,25 @@ def test_an_eager_checkpointed_loop_under_vmap_is_staged_over_its_lanes() -> Non
     check_grads(lambda r: gl.vmap(kept)(r, args[1], args[2]), [rs], modes=("tape", "grad"))
 
 
+def test_jacfwd_of_an_eager_checkpointed_loop_batches_its_tangents() -> None:
+    # jacfwd's basis tangents are lanes of its vmap over a primal that is not: the staged
+    # loop's Jacobian-vector product runs over those lanes.
+    def f(x: Any, checkpoints: int | None) -> Any:
+        def body(i: Any, y: Any) -> Any:
+            return i + 1, 3.1 * y * (1.0 - y) + 0.01 * gl.sin(x)
+
+        start = (gl.tensor(0), x)
+        return gl.while_loop(lambda i, y: i < 4, body, start, checkpoints=checkpoints)[1]
+
+    x = gl.tensor(RNG.uniform(0.1, 0.4, 5))
+    for transform in (gl.jacfwd, gl.jacrev):
+        got = transform(lambda x: f(x, 2))(x)
+        np.testing.assert_allclose(got, transform(lambda x: f(x, None))(x), rtol=1e-12)
+    squared = lambda c: lambda x: gl.sum(f(x, c) ** 2)  # noqa: E731
+    got = gl.jacfwd(gl.jacrev(squared(2)))(x)
+    np.testing.assert_allclose(got, gl.hessian(squared(None))(x), rtol=1e-10, atol=1e-12)
+
+
 def test_a_staged_loop_keeps_a_bounded_number_of_functions_over_lanes() -> None:
     # The same checkpointed loop, its gradient run under jacrev's vmap at 20 lane counts.
     from gradloop import _staged
