@@ -74,16 +74,15 @@ def gradloop_runs(a: np.ndarray) -> dict[str, tuple[Callable[[], Any], Callable[
     if importlib.util.find_spec("jax") is not None:  # the XLA backend needs jaxlib
         xv, xg = gl.jit(value, backend="xla"), gl.jit(grad, backend="xla")
         runs["gradloop jit xla"] = (lambda: xv(t), lambda: xg(t))
-        # The same without buckets: one loop over every lane, finished lanes masked (what the
-        # buckets buy on XLA). Traced, and compiled, at the first call.
-        saved = batching._BUCKET_MIN_LANES
-        batching._BUCKET_MIN_LANES = 1 << 30
+        # The same with the loop in buckets, as graph mode runs it (XLA's default is one loop
+        # over every lane, finished lanes masked). Traced, and compiled, at the first call.
+        batching.XLA_LOOP_BUCKETS = True
         try:
-            mv, mg = gl.jit(value, backend="xla"), gl.jit(grad, backend="xla")
-            mv(t), mg(t)
+            bv, bg = gl.jit(value, backend="xla"), gl.jit(grad, backend="xla")
+            bv(t), bg(t)
         finally:
-            batching._BUCKET_MIN_LANES = saved
-        runs["gradloop jit xla, masked"] = (lambda: mv(t), lambda: mg(t))
+            batching.XLA_LOOP_BUCKETS = False
+        runs["gradloop jit xla, buckets"] = (lambda: bv(t), lambda: bg(t))
     return runs
 
 

@@ -163,10 +163,12 @@ def test_forward_mode_and_grad_of_vmap_through_buckets() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["iree", "xla"])
-def test_buckets_compile(backend: str) -> None:
-    if backend == "xla":
+@pytest.mark.parametrize("backend", ["iree", "xla", "xla_loop_buckets"])
+def test_buckets_compile(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend.startswith("xla"):
         pytest.importorskip("jax")
+    # XLA's loops run masked unless asked for buckets (its branches bucket either way)
+    monkeypatch.setattr(gl.batching, "XLA_LOOP_BUCKETS", backend == "xla_loop_buckets")
     a = heavy_tailed(64)
     index = (a > 2.0).astype(np.int32)
 
@@ -180,3 +182,15 @@ def test_buckets_compile(backend: str) -> None:
     grad = jit(gl.vmap(gl.grad(one, argnums=1)))(gl.tensor(index), gl.tensor(a))
     want = per_lane(gl.grad(one, argnums=1), index, a)
     np.testing.assert_allclose(np.asarray(grad), want, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_xla_runs_loops_over_lanes_masked_and_graph_mode_in_buckets() -> None:
+    pytest.importorskip("jax")
+    a = gl.tensor(heavy_tailed())
+    value = lambda a: newton(a)[1]  # noqa: E731
+    masked = gl.jit(gl.vmap(value), backend="xla")
+    # XLA fuses the trip (a multiply-add may round once): within an ulp of each lane alone
+    np.testing.assert_allclose(np.asarray(masked(a)), per_lane(value, np.asarray(a)), rtol=1e-15)
+    assert masked.mlir(a).count("stablehlo.while") == 1
+    assert while_sizes(gl.function(gl.vmap(value)).graph(a)) == [LANES, 100, 25]

@@ -11,9 +11,10 @@ mixes it with a batched one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -835,12 +836,30 @@ _BUCKET_MIN = 16
 _BUCKET_RATIO = 4
 _BUCKET_COUNT = 3
 
+#: Whether `gl.jit(backend="xla")` traces loops over lanes in buckets too. Off: XLA runs a
+#: masked trip of a small body as one fused pass, and in `benches/vmap.py` (V1) the masked
+#: loop's per-example gradient ran 1.1 to 2 times faster than the bucketed one, its values as
+#: fast or faster but on a heavy tail (buckets 14% faster there). Branches keep their buckets.
+XLA_LOOP_BUCKETS = False
+
 
 class _Bucketing(threading.local):
     """How many constructs this thread is tracing in buckets now (their inner constructs do
-    not bucket)."""
+    not bucket), and whether loops are traced masked, without buckets (`loops_masked`)."""
 
     depth = 0
+    masked_loops = False
+
+
+@contextlib.contextmanager
+def loops_masked(masked: bool = True) -> Iterator[None]:
+    """Within it, this thread traces loops over lanes masked, without buckets (`masked`)."""
+    saved = _BUCKETING.masked_loops
+    _BUCKETING.masked_loops = masked
+    try:
+        yield
+    finally:
+        _BUCKETING.masked_loops = saved
 
 
 _BUCKETING = _Bucketing()
@@ -1016,7 +1035,7 @@ def _traced_while(
     level, spans = layout.level, layout.spans
     leaves = nest.flatten(loop_vars)
     flat = [_physical(t, level, lanes, span) for t, span in zip(leaves, spans, strict=True)]
-    sizes = _buckets(lanes)
+    sizes = [] if _BUCKETING.masked_loops else _buckets(lanes)
     phase = _Phase(cond, body, loop_vars, call, limit, layout, options)
     live = phase.going(flat, lanes)
     trips = _core.tensor(0, dtype="int32")

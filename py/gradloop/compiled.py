@@ -339,9 +339,11 @@ class Jit:
 
     def _signature(self, args: Any, kwargs: Any) -> tuple[Any, list[Any]]:
         structure, leaves = self._function._flatten(args, kwargs)
-        # XLA runs pure StableHLO: loop gradients in fixed-size state
-        fixed = _stablehlo.DEFAULT_CHECKPOINTS if self._backend == "xla" else None
-        return self._function._concrete(structure, leaves, fixed), leaves
+        # XLA runs pure StableHLO: loop gradients in fixed-size state, loops over lanes masked
+        xla = self._backend == "xla"
+        fixed = _stablehlo.DEFAULT_CHECKPOINTS if xla else None
+        with batching.loops_masked(xla and not batching.XLA_LOOP_BUCKETS):
+            return self._function._concrete(structure, leaves, fixed), leaves
 
     def mlir(self, *args: Any, **kwargs: Any) -> str:
         """The MLIR this call signature compiles (compiling it if it was not yet; waiting for
