@@ -2,12 +2,11 @@
 //! than the Python that traced it (an eager construct staged as a graph and run on lanes, or
 //! its derivatives run inside a later `vmap`, `jacrev`'s).
 
-use super::nodes::lanes_type;
-use super::{lanes_at, new_level, over, BatchContext, LaneSet, Lanes};
+use super::nodes::{lanes_type, replay_over_lanes};
+use super::{new_level, LaneSet, Want};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
-use crate::ops::batching::instantiate;
-use crate::trace::{finish_entry, replay, TraceContext, Tracer, Val};
+use crate::trace::{finish_entry, Tracer};
 
 /// The graph whose entry `name` runs `graph`'s entry on `lanes` lanes at once: parameter `k`
 /// holds every lane's value along axis 0 where `batched[k]` (else one value for all lanes), and
@@ -45,33 +44,8 @@ pub fn lanes_graph(graph: &Graph, batched: &[bool], lanes: usize, name: &str) ->
         })
         .collect::<Result<Vec<_>>>()?;
     let (tracer, xs) = Tracer::with_library(graph.library.clone(), name, params);
-    let mut base = TraceContext::new(Some(tracer.clone()));
     let set = LaneSet::root(new_level(), lanes);
-    let args = xs
-        .iter()
-        .zip(batched)
-        .map(|(x, &b)| {
-            if b {
-                Lanes::wrap(x.clone(), &set)
-            } else {
-                Ok(x.clone())
-            }
-        })
-        .collect::<Result<Vec<Val>>>()?;
-    let results = {
-        let mut cx = BatchContext {
-            inner: &mut base,
-            set: &set,
-        };
-        replay(&mut cx, f, &args)?
-    };
-    let outs = results
-        .iter()
-        .map(|y| match lanes_at(y, set.level) {
-            Some(l) => over(&mut base, l, &set),
-            None => instantiate(&mut base, y, lanes),
-        })
-        .collect::<Result<Vec<Val>>>()?;
+    let (outs, _) = replay_over_lanes(&tracer, f, &xs, batched, &set, &|_| Want::Lanes)?;
     finish_entry(&tracer, &outs, "vmap")
 }
 

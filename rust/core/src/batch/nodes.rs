@@ -143,42 +143,7 @@ impl NodeBatch<'_> {
         batched: &[bool],
         want: &dyn Fn(usize) -> Want,
     ) -> Result<(Vec<Val>, Vec<bool>)> {
-        let set = self.set;
-        let mut base = TraceContext::new(Some(tracer.clone()));
-        let args = params
-            .iter()
-            .zip(batched)
-            .map(|(p, &b)| {
-                if b {
-                    Lanes::wrap(p.clone(), set)
-                } else {
-                    Ok(p.clone())
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let results = {
-            let mut lanes = BatchContext {
-                inner: &mut base,
-                set,
-            };
-            replay(&mut lanes, f, &args)?
-        };
-        let mut outs = Vec::with_capacity(results.len());
-        let mut flags = Vec::with_capacity(results.len());
-        for (k, r) in results.iter().enumerate() {
-            let (v, b) = match (lanes_at(r, set.level), want(k)) {
-                (Some(l), Want::Summed) => {
-                    let all = over(&mut base, l, set)?;
-                    (build::sum(&mut base, &all, &[0], false)?, false)
-                }
-                (Some(l), _) => (over(&mut base, l, set)?, true),
-                (None, Want::Lanes) => (instantiate(&mut base, r, set.count)?, true),
-                (None, _) => (r.clone(), false),
-            };
-            outs.push(v);
-            flags.push(b);
-        }
-        Ok((outs, flags))
+        replay_over_lanes(tracer, f, params, batched, self.set, want)
     }
 
     /// A function with the parameters of library function `name` whose results are zeros of
@@ -256,6 +221,54 @@ impl NodeBatch<'_> {
     pub fn stand_ins(&mut self, mask: &Val, what: &'static str) -> Result<(StandIns, Val)> {
         stand_ins(self.ctx, mask, self.set.count, what)
     }
+}
+
+/// `f` replayed into the tracer's current function on `params` over the lanes of `set` (those
+/// `batched` marks hold every lane's value along axis 0): each result as `want` says, and
+/// whether it is over lanes.
+pub(super) fn replay_over_lanes(
+    tracer: &TracerRef,
+    f: &Function,
+    params: &[Val],
+    batched: &[bool],
+    set: &Arc<LaneSet>,
+    want: &dyn Fn(usize) -> Want,
+) -> Result<(Vec<Val>, Vec<bool>)> {
+    let mut base = TraceContext::new(Some(tracer.clone()));
+    let args = params
+        .iter()
+        .zip(batched)
+        .map(|(p, &b)| {
+            if b {
+                Lanes::wrap(p.clone(), set)
+            } else {
+                Ok(p.clone())
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let results = {
+        let mut lanes = BatchContext {
+            inner: &mut base,
+            set,
+        };
+        replay(&mut lanes, f, &args)?
+    };
+    let mut outs = Vec::with_capacity(results.len());
+    let mut flags = Vec::with_capacity(results.len());
+    for (k, r) in results.iter().enumerate() {
+        let (v, b) = match (lanes_at(r, set.level), want(k)) {
+            (Some(l), Want::Summed) => {
+                let all = over(&mut base, l, set)?;
+                (build::sum(&mut base, &all, &[0], false)?, false)
+            }
+            (Some(l), _) => (over(&mut base, l, set)?, true),
+            (None, Want::Lanes) => (instantiate(&mut base, r, set.count)?, true),
+            (None, _) => (r.clone(), false),
+        };
+        outs.push(v);
+        flags.push(b);
+    }
+    Ok((outs, flags))
 }
 
 /// The lanes a branch or a trip runs on: each lane `mask` (bool over lanes) holds is itself,
