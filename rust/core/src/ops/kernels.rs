@@ -4,11 +4,11 @@
 use std::mem::MaybeUninit;
 
 use ndarray::{IxDyn, Zip};
-use rayon::prelude::*;
 
 use smallvec::SmallVec;
 
 use super::lanes::{Fun, Lanes};
+use super::parallel;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::shape::TensorType;
@@ -39,10 +39,10 @@ fn collect_parallel<U: Element>(
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync + Send,
 ) -> Vec<U> {
     let mut out = Vec::with_capacity(n);
-    let chunks = out.spare_capacity_mut()[..n].par_chunks_mut(PARALLEL_CHUNK);
-    chunks
-        .enumerate()
-        .for_each(|(k, chunk)| fill(k * PARALLEL_CHUNK, chunk));
+    let slots = &mut out.spare_capacity_mut()[..n];
+    parallel::chunks_mut(slots, PARALLEL_CHUNK, &|k, chunk| {
+        fill(k * PARALLEL_CHUNK, chunk)
+    });
     // SAFETY: the chunks cover `..n` and `fill` writes every element of each.
     unsafe { out.set_len(n) };
     out
@@ -146,7 +146,9 @@ pub fn map_into<T: Element>(
     let x = inputs.first_mut().filter(|x| x.ty() == out)?;
     let xs = x.unique_slice_mut::<T>()?;
     if xs.len() >= CHEAP_PARALLEL_THRESHOLD {
-        xs.par_iter_mut().for_each(|v| *v = f(*v));
+        parallel::chunks_mut(xs, PARALLEL_CHUNK, &|_, piece| {
+            piece.iter_mut().for_each(|v| *v = f(*v))
+        });
     } else {
         xs.iter_mut().for_each(|v| *v = f(*v));
     }
@@ -165,9 +167,10 @@ pub fn zip_into<T: Element>(
         if let &[y] = ys {
             xs.iter_mut().for_each(|x| *x = g(*x, y));
         } else if xs.len() >= CHEAP_PARALLEL_THRESHOLD {
-            xs.par_iter_mut()
-                .zip(ys.par_iter())
-                .for_each(|(x, &y)| *x = g(*x, y));
+            parallel::chunks_mut(xs, PARALLEL_CHUNK, &|k, piece| {
+                let ys = &ys[k * PARALLEL_CHUNK..];
+                piece.iter_mut().zip(ys).for_each(|(x, &y)| *x = g(*x, y))
+            });
         } else {
             xs.iter_mut().zip(ys).for_each(|(x, &y)| *x = g(*x, y));
         }

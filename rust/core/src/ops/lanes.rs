@@ -9,10 +9,10 @@
 //! element of a tensor goes through the same path whatever its size, so a scalar and an element
 //! of a large tensor give the same value.
 
-use rayon::prelude::*;
 use wide::{f32x8, f64x4};
 
 use super::kernels::PARALLEL_THRESHOLD;
+use super::parallel;
 
 /// A function `Lanes::map` vectorises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,11 +90,12 @@ macro_rules! lanes {
                 };
                 let task = TASK - TASK % $N;
                 if xs.len() >= PARALLEL_THRESHOLD && ys.len() == xs.len() {
-                    xs.par_chunks_mut(task)
-                        .zip(ys.par_chunks(task))
-                        .for_each(run);
+                    parallel::chunks_mut(xs, task, &|k, xs| {
+                        let n = xs.len();
+                        run((xs, &ys[k * task..][..n]))
+                    });
                 } else if xs.len() >= PARALLEL_THRESHOLD {
-                    xs.par_chunks_mut(task).for_each(|xs| run((xs, ys)));
+                    parallel::chunks_mut(xs, task, &|_, xs| run((xs, ys)));
                 } else {
                     run((xs, ys));
                 }
@@ -149,12 +150,16 @@ macro_rules! lanes {
                 tail(rest, Some(rest_from));
             };
             match from {
-                Some(from) if xs.len() >= PARALLEL_THRESHOLD => xs
-                    .par_chunks_mut(TASK)
-                    .zip(from.par_chunks(TASK))
-                    .for_each(run_from),
+                Some(from) if xs.len() >= PARALLEL_THRESHOLD => {
+                    parallel::chunks_mut(xs, TASK, &|k, xs| {
+                        let n = xs.len();
+                        run_from((xs, &from[k * TASK..][..n]))
+                    })
+                }
                 Some(from) => run_from((xs, from)),
-                None if xs.len() >= PARALLEL_THRESHOLD => xs.par_chunks_mut(TASK).for_each(run),
+                None if xs.len() >= PARALLEL_THRESHOLD => {
+                    parallel::chunks_mut(xs, TASK, &|_, xs| run(xs))
+                }
                 None => run(xs),
             }
         }

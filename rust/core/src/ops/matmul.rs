@@ -12,13 +12,13 @@
 //! Gradient (C = A'B' with A' = op_a(A), B' = op_b(B), g = dL/dC): dA' = g B'^T and
 //! dB' = A'^T g, each one MatMul with transpose flags, summed over broadcast batch dimensions.
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::attrs::op_attrs;
 use super::batching;
 use super::kernels::{Arith, PARALLEL_THRESHOLD};
 use super::matvec::MatVec;
+use super::parallel;
 use super::tiles::Tiled;
 use super::{build, dest, expect_arity, DestKernel, Grads, OpDef, Saved, Saves, Types, Values};
 use super::{tangents, Tangents};
@@ -297,8 +297,9 @@ fn gemm_product<T: MatVec + Tiled + 'static>(plan: &Plan, a: &[T], b: &[T], out:
     let big = flops >= GEMM_PARALLEL_FLOPS;
     let spread = batches > 1 && flops * batches >= GEMM_PARALLEL_FLOPS;
     if spread && (!big || batches >= rayon::current_num_threads()) {
-        let chunks = out.par_chunks_mut(m * n).zip(plan.offsets.par_iter());
-        chunks.for_each(|(dst, &o)| one(gemm::Parallelism::None, dst, o));
+        parallel::chunks_mut(out, m * n, &|b, dst| {
+            one(gemm::Parallelism::None, dst, plan.offsets[b])
+        });
     } else {
         let par = [gemm::Parallelism::None, gemm::Parallelism::Rayon(0)][usize::from(big)];
         let chunks = out.chunks_mut(m * n).zip(&plan.offsets);
@@ -327,39 +328,33 @@ fn gemm_split<T: 'static + Arith>(
     if m >= n && blocks(m) >= 2 {
         // Rows: each block's result rows are contiguous in `dst`.
         let rows = m.div_ceil(blocks(m));
-        dst[..m * drs]
-            .par_chunks_mut(rows * drs)
-            .enumerate()
-            .for_each(|(i, dst)| {
-                let r = (m - i * rows).min(rows);
-                let a = &lhs[i * rows * ars..];
-                gemm_into(
-                    none,
-                    [r, n, k],
-                    (dst, (drs, 1)),
-                    (a, (ars, acs)),
-                    (rhs, (brs, bcs)),
-                );
-            });
+        parallel::chunks_mut(&mut dst[..m * drs], rows * drs, &|i, dst| {
+            let r = (m - i * rows).min(rows);
+            let a = &lhs[i * rows * ars..];
+            gemm_into(
+                none,
+                [r, n, k],
+                (dst, (drs, 1)),
+                (a, (ars, acs)),
+                (rhs, (brs, bcs)),
+            );
+        });
     } else if blocks(n) >= 2 {
         // Columns: each block into a buffer of its own, then copied into its columns.
         let cols = n.div_ceil(blocks(n)).next_multiple_of(16);
-        let parts: Vec<(usize, Vec<T>)> = (0..n.div_ceil(cols))
-            .into_par_iter()
-            .map(|j| {
-                let c = (n - j * cols).min(cols);
-                let mut part = vec![T::zero(); m * c];
-                let b = &rhs[j * cols * bcs..];
-                gemm_into(
-                    none,
-                    [m, c, k],
-                    (&mut part, (c, 1)),
-                    (lhs, (ars, acs)),
-                    (b, (brs, bcs)),
-                );
-                (c, part)
-            })
-            .collect();
+        let parts = parallel::map_indices(n.div_ceil(cols), &|j| {
+            let c = (n - j * cols).min(cols);
+            let mut part = vec![T::zero(); m * c];
+            let b = &rhs[j * cols * bcs..];
+            gemm_into(
+                none,
+                [m, c, k],
+                (&mut part, (c, 1)),
+                (lhs, (ars, acs)),
+                (b, (brs, bcs)),
+            );
+            (c, part)
+        });
         for (j, (c, part)) in parts.iter().enumerate() {
             for (row, src) in dst.chunks_mut(drs).zip(part.chunks(*c)) {
                 row[j * cols..j * cols + c].copy_from_slice(src);
@@ -582,7 +577,7 @@ fn loop_product<T: Arith>(plan: &Plan, a: &[T], b: &[T], out: &mut [T]) {
         }
     };
     if out.len() * k >= PARALLEL_THRESHOLD {
-        out.par_chunks_mut(n).enumerate().for_each(row);
+        parallel::chunks_mut(out, n, &|i, dst| row((i, dst)));
     } else {
         out.chunks_mut(n).enumerate().for_each(row);
     }

@@ -42,6 +42,7 @@ pub mod layout;
 pub mod matmul;
 pub mod matvec;
 pub mod pack;
+pub mod parallel;
 pub mod permute;
 pub mod reduce;
 pub mod rules;

@@ -7,11 +7,11 @@
 //! MLIR: `stablehlo.reduce` with an `add`/`maximum`/`minimum` region from 0, the lowest or the
 //! highest value; keepdims reshapes the result.
 
-use rayon::prelude::*;
 use smallvec::{smallvec, SmallVec};
 
 use super::attrs::op_attrs;
 use super::kernels::{self, Arith, PARALLEL_THRESHOLD};
+use super::parallel;
 use super::rules::{check_dtype, Accepts};
 use super::{
     build, dest, expect_arity, tangents, DestKernel, Grads, OpDef, Saved, Saves, Tangents, Types,
@@ -150,9 +150,9 @@ fn fold_all<T: Copy + Send + Sync>(data: &[T], init: T, f: &(impl Fn(T, T) -> T 
     if data.len() < PARALLEL_ELEMENTS {
         return fold_run(data, init, f);
     }
-    data.par_chunks(TASK_ELEMENTS)
-        .map(|c| fold_run(c, init, f))
-        .reduce(|| init, f)
+    // The partial results combine in order: the same bits whatever the threads did.
+    let partials = parallel::map_chunks(data, TASK_ELEMENTS, &|c| fold_run(c, init, f));
+    partials.into_iter().fold(init, f)
 }
 
 /// Column folds of a row-major [r, k] block: `acc[j] = f(acc[j], x[i, j])` row after row.
@@ -175,7 +175,7 @@ fn fold_leading<T: Copy + Send + Sync>(
     if data.len() < PARALLEL_ELEMENTS {
         fold_rows_into(acc, data, f);
     } else if k >= 4096 {
-        acc.par_chunks_mut(1024).enumerate().for_each(|(c, block)| {
+        parallel::chunks_mut(acc, 1024, &|c, block| {
             let cols = c * 1024..c * 1024 + block.len();
             (0..r).for_each(|i| {
                 block
@@ -186,14 +186,11 @@ fn fold_leading<T: Copy + Send + Sync>(
         });
     } else {
         let rows_per_task = (TASK_ELEMENTS / k).max(1);
-        let partials: Vec<Vec<T>> = data
-            .par_chunks(rows_per_task * k)
-            .map(|rows| {
-                let mut part = vec![init; k];
-                fold_rows_into(&mut part, rows, f);
-                part
-            })
-            .collect();
+        let partials = parallel::map_chunks(data, rows_per_task * k, &|rows| {
+            let mut part = vec![init; k];
+            fold_rows_into(&mut part, rows, f);
+            part
+        });
         partials.iter().for_each(|p| fold_rows_into(acc, p, f));
     }
 }
@@ -260,7 +257,7 @@ fn fold_general<T: Copy + Send + Sync>(
             .enumerate()
             .for_each(|(u, d)| *d = fold_all(&data[base(u)..base(u) + inner], init, f));
     } else {
-        out.par_chunks_mut(unit).enumerate().for_each(work);
+        parallel::chunks_mut(out, unit, &|u, dst| work((u, dst)));
     }
 }
 
