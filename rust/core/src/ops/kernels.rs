@@ -3,7 +3,7 @@
 
 use std::mem::MaybeUninit;
 
-use ndarray::{IxDyn, Zip};
+use ndarray::{ArrayViewMut, Axis, IxDyn, Slice, Zip};
 
 use smallvec::SmallVec;
 
@@ -11,7 +11,7 @@ use super::lanes::{Fun, Lanes};
 use super::parallel;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::shape::TensorType;
+use crate::shape::{numel, TensorType};
 use crate::tensor::Tensor;
 
 /// Below this many elements a kernel of tens of instructions per element (the transcendentals,
@@ -30,22 +30,51 @@ const PARALLEL_CHUNK: usize = 1 << 14;
 /// A vector of `n` elements, chunk by chunk in parallel: `fill(start, chunk)` writes every
 /// element of `chunk`, those from `start` on. Each chunk is a plain loop over slices, which
 /// the compiler vectorises (a parallel iterator's `collect` writes one element at a time).
-#[allow(
-    unsafe_code,
-    reason = "writes the result in place, uninitialised before"
-)]
 fn collect_parallel<U: Element>(
     n: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync + Send,
 ) -> Vec<U> {
+    collect_chunks(n, PARALLEL_CHUNK, &fill)
+}
+
+/// `collect_parallel` in chunks of `chunk` elements.
+#[allow(
+    unsafe_code,
+    reason = "writes the result in place, uninitialised before"
+)]
+fn collect_chunks<U: Element>(
+    n: usize,
+    chunk: usize,
+    fill: &(dyn Fn(usize, &mut [MaybeUninit<U>]) + Sync),
+) -> Vec<U> {
     let mut out = Vec::with_capacity(n);
     let slots = &mut out.spare_capacity_mut()[..n];
-    parallel::chunks_mut(slots, PARALLEL_CHUNK, &|k, chunk| {
-        fill(k * PARALLEL_CHUNK, chunk)
-    });
+    parallel::chunks_mut(slots, chunk, &|k, piece| fill(k * chunk, piece));
     // SAFETY: the chunks cover `..n` and `fill` writes every element of each.
     unsafe { out.set_len(n) };
     out
+}
+
+/// The `out_shape` result of `f` on broadcast views, in blocks of whole rows of its leading
+/// axis in parallel (row-major, as `Tensor::from_vec` takes it): `f(rows, block)` writes the
+/// rows `rows` into `block`.
+fn collect_rows<U: Element>(
+    out_shape: &[usize],
+    f: &(dyn Fn(Slice, ArrayViewMut<'_, MaybeUninit<U>, IxDyn>) + Sync),
+) -> Vec<U> {
+    let row: usize = out_shape[1..].iter().product();
+    if row == 0 || out_shape[0] == 0 {
+        return Vec::new();
+    }
+    let rows_per_block = (PARALLEL_CHUNK / row).max(1);
+    collect_chunks(numel(out_shape), rows_per_block * row, &|start, block| {
+        let first = start / row;
+        let rows = first..first + block.len() / row;
+        let mut shape = out_shape.to_vec();
+        shape[0] = rows.len();
+        let dst = ArrayViewMut::from_shape(IxDyn(&shape), block).expect("whole rows");
+        f(Slice::from(rows), dst)
+    })
 }
 
 /// `f` applied to every element.
@@ -245,13 +274,16 @@ pub fn zip<T: Element, U: Element>(
         let bv = bv
             .broadcast(shape)
             .ok_or_else(|| broadcast_bug(b, out_shape))?;
-        let zipped = Zip::from(&av).and(&bv);
-        let out = if parallel {
-            zipped.par_map_collect(|&x, &y| f(x, y))
-        } else {
-            zipped.map_collect(|&x, &y| f(x, y))
-        };
-        return Ok(Tensor::from_array(out));
+        if !parallel || out_shape.is_empty() {
+            let out = Zip::from(&av).and(&bv).map_collect(|&x, &y| f(x, y));
+            return Ok(Tensor::from_array(out));
+        }
+        collect_rows(out_shape, &|rows, mut dst| {
+            let (a, b) = (av.slice_axis(Axis(0), rows), bv.slice_axis(Axis(0), rows));
+            Zip::from(&mut dst).and(&a).and(&b).for_each(|d, &x, &y| {
+                d.write(f(x, y));
+            });
+        })
     };
     Tensor::from_vec(data, out_shape)
 }
@@ -275,13 +307,25 @@ pub fn zip3<A: Element, B: Element, C: Element, U: Element>(
     let cv = cv
         .broadcast(shape)
         .ok_or_else(|| broadcast_bug(c, out_shape))?;
-    let zipped = Zip::from(&av).and(&bv).and(&cv);
-    let out = if av.len() >= CHEAP_PARALLEL_THRESHOLD {
-        zipped.par_map_collect(|&x, &y, &z| f(x, y, z))
-    } else {
-        zipped.map_collect(|&x, &y, &z| f(x, y, z))
-    };
-    Ok(Tensor::from_array(out))
+    if av.len() < CHEAP_PARALLEL_THRESHOLD || out_shape.is_empty() {
+        let out = Zip::from(&av)
+            .and(&bv)
+            .and(&cv)
+            .map_collect(|&x, &y, &z| f(x, y, z));
+        return Ok(Tensor::from_array(out));
+    }
+    let data = collect_rows(out_shape, &|rows, mut dst| {
+        let a = av.slice_axis(Axis(0), rows);
+        let (b, c) = (bv.slice_axis(Axis(0), rows), cv.slice_axis(Axis(0), rows));
+        Zip::from(&mut dst)
+            .and(&a)
+            .and(&b)
+            .and(&c)
+            .for_each(|d, &x, &y, &z| {
+                d.write(f(x, y, z));
+            });
+    });
+    Tensor::from_vec(data, out_shape)
 }
 
 fn broadcast_bug(t: &Tensor, out_shape: &[usize]) -> Error {
@@ -400,5 +444,41 @@ mod tests {
         let left = zip::<f64, f64>(&s, &b, &[N], f).unwrap();
         let want: Vec<f64> = ys.iter().map(|&y| f(-3.0, y)).collect();
         assert_eq!(left.as_slice::<f64>().unwrap(), &want[..]);
+    }
+
+    #[test]
+    fn parallel_broadcasts_write_whole_rows_in_order() {
+        // [rows, 1] against [1, cols] (an outer product past the threshold, the last block of
+        // rows shorter), and a select of three shapes.
+        let (rows, cols) = (1031, 509);
+        let column = Tensor::from_vec((0..rows).map(|i| i as f64).collect(), &[rows, 1]).unwrap();
+        let row = Tensor::from_vec((0..cols).map(|j| j as f64).collect(), &[1, cols]).unwrap();
+        let f = |x: f64, y: f64| x * 1000.0 + y;
+        let got = zip::<f64, f64>(&column, &row, &[rows, cols], f).unwrap();
+        let want: Vec<f64> = (0..rows * cols)
+            .map(|k| f((k / cols) as f64, (k % cols) as f64))
+            .collect();
+        assert_eq!(got.as_slice::<f64>().unwrap(), &want[..]);
+        let mask: Vec<bool> = (0..cols).map(|j| j % 3 == 0).collect();
+        let mask = Tensor::from_vec(mask, &[cols]).unwrap();
+        let picked = zip3::<bool, f64, f64, f64>(&mask, &column, &row, &[rows, cols], |m, x, y| {
+            if m {
+                x
+            } else {
+                -y
+            }
+        })
+        .unwrap();
+        let want: Vec<f64> = (0..rows * cols)
+            .map(|k| {
+                let (i, j) = (k / cols, k % cols);
+                if j % 3 == 0 {
+                    i as f64
+                } else {
+                    -(j as f64)
+                }
+            })
+            .collect();
+        assert_eq!(picked.as_slice::<f64>().unwrap(), &want[..]);
     }
 }
