@@ -55,12 +55,15 @@ fn collect_chunks<U: Element>(
     out
 }
 
+/// Rows of a result being written: a block of them, uninitialised.
+type RowsMut<'a, U> = ArrayViewMut<'a, MaybeUninit<U>, IxDyn>;
+
 /// The `out_shape` result of `f` on broadcast views, in blocks of whole rows of its leading
 /// axis in parallel (row-major, as `Tensor::from_vec` takes it): `f(rows, block)` writes the
 /// rows `rows` into `block`.
 fn collect_rows<U: Element>(
     out_shape: &[usize],
-    f: &(dyn Fn(Slice, ArrayViewMut<'_, MaybeUninit<U>, IxDyn>) + Sync),
+    f: &(dyn Fn(Slice, RowsMut<'_, U>) + Sync),
 ) -> Vec<U> {
     let row: usize = out_shape[1..].iter().product();
     if row == 0 || out_shape[0] == 0 {
