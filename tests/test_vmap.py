@@ -740,6 +740,49 @@ def test_a_predicate_batched_over_two_vmap_calls_at_once_holds_per_pair(mode: st
         check_grads(lambda a, b: gl.sum(pairwise(gap)(a, b)), [xs, ys], modes=("tape", "graph"))
 
 
+def branchy(i: Any, x: Any) -> Any:
+    """A cond, a switch and a loop whose predicates differ per lane, then a checkpointed loop."""
+    y = gl.cond(x > 0.0, lambda: gl.sqrt(x), lambda: -x)
+    z = gl.switch_case(i, [lambda: y + 1.0, lambda: y * 2.0])
+    root = newton(z * z + 1.0)[0]
+
+    def body(k: Any, v: Any) -> Any:
+        return k + 1, v * 1.5 + root  # root >= 1: it passes 8 within a few trips
+
+    _, w = gl.while_loop(lambda k, v: v < 8.0, body, (gl.tensor(0), root), checkpoints=2)
+    return w + z
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit", "xla"])
+def test_zero_lanes_run_no_trip_and_no_branch(mode: str) -> None:
+    # A batch of zero lanes (the last, empty batch of a dataset) gives empty results of the
+    # unbatched function's dtypes, values and per-example gradients alike, as in JAX.
+    value = staged(mode, gl.vmap(branchy))
+    grad = staged(mode, gl.vmap(gl.grad(branchy, argnums=1)))
+    for i, x in [
+        (np.array([0, 1, 1], dtype=np.int32), np.array([2.0, -0.5, 0.3])),
+        (np.zeros(0, dtype=np.int32), np.zeros(0)),
+    ]:
+        args = (gl.tensor(i), gl.tensor(x))
+        if x.size:
+            assert_lanes(value(*args), lanewise(branchy, [i, x]))
+            assert_lanes(grad(*args), lanewise(gl.grad(branchy, argnums=1), [i, x]))
+            continue
+        for got in (value(*args), grad(*args)):
+            got = np.asarray(got)
+            assert got.shape == (0,) and got.dtype == np.float64, (got.shape, got.dtype)
+    k = staged(mode, gl.vmap(newton))(gl.tensor(np.zeros(0)))[1]
+    assert np.asarray(k).shape == (0,) and np.asarray(k).dtype == np.int32
+
+
+def test_zero_outer_lanes_of_a_predicate_over_nested_levels_is_a_clear_error() -> None:
+    # Each outer lane runs the construct alone; with none, nothing gives its results' structure.
+    with pytest.raises(gl.errors.InvalidArgumentError, match="outer call has zero lanes"):
+        pairwise(gap)(gl.tensor(np.zeros(0)), gl.tensor(PAIRS[1]))
+    inner_empty = pairwise(gap)(gl.tensor(PAIRS[0]), gl.tensor(np.zeros(0)))
+    assert np.asarray(inner_empty).shape == (3, 0)
+
+
 @pytest.mark.parametrize("mode", NESTED_MODES)
 def test_loops_and_switches_batched_over_nested_levels_at_once(mode: str) -> None:
     a = positive(3, 4) * np.array([[1.0], [30.0], [1e4]])

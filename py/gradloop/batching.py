@@ -485,6 +485,16 @@ def over_outer_lanes(outer: int, run: Callable[[], Any]) -> Any:
                 "is the smaller, or run it eagerly"
             )
         )
+    if lanes == 0:
+        # Each outer lane runs the construct on its own; with none, nothing gives the results'
+        # structure (a single level of zero lanes runs its branches on none of them instead).
+        raise errors.InvalidArgumentError(
+            _validate.at_user(
+                "vmap: a predicate differs over the lanes of nested gl.vmap calls at once, and "
+                "the outer call has zero lanes: give it at least one, or batch the empty input "
+                "with one gl.vmap"
+            )
+        )
     parts = []
     for lane in range(lanes):
         _core.lanes_narrow(outer, _rows(np.array([lane])))
@@ -598,7 +608,9 @@ def branches(fn: str, level: int, choice: np.ndarray, named: list[tuple[str, Any
     parts = []
     for k, (name, branch) in enumerate(named):
         rows = np.flatnonzero(choice == k)
-        if rows.size == 0:
+        # Over zero lanes every branch runs on none of them: that computes nothing, and gives
+        # the results' structure, shapes and dtypes.
+        if rows.size == 0 and choice.size:
             continue
 
         def run(branch: Any = branch, name: str = name) -> Any:
@@ -655,6 +667,8 @@ def while_loop(
     finally:
         for _ in range(narrowed):
             _core.lanes_widen(level)
+    if not done:  # zero lanes: no trips
+        return values
     return nest.pack_sequence_as(values, _stitch(level, done))
 
 
@@ -720,7 +734,8 @@ def _on_stand_ins(
     its output, and its leaves with lanes along axis 0 (and each leaf's `spans`, as
     `_physical` takes them)."""
     lanes = mask.shape[0]
-    _core.lanes_stand_in(level, mask)
+    if lanes:  # over zero lanes there is nothing to stand in for
+        _core.lanes_stand_in(level, mask)
     try:
         out = run()
         flat = nest.flatten(out)
@@ -731,7 +746,8 @@ def _on_stand_ins(
         ]
         return out, leaves
     finally:
-        _core.lanes_widen(level)
+        if lanes:
+            _core.lanes_widen(level)
 
 
 def traced_branches(fn: str, level: int, choice: Any, named: list[tuple[str, Any]]) -> Any:
