@@ -775,6 +775,20 @@ def test_zero_lanes_run_no_trip_and_no_branch(mode: str) -> None:
     assert np.asarray(k).shape == (0,) and np.asarray(k).dtype == np.int32
 
 
+@pytest.mark.parametrize("mode", CONTROL_MODES)
+def test_per_lane_indices_over_zero_lanes(mode: str) -> None:
+    # A gather by per-lane index built one block start too many for zero lanes (a ShapeError).
+    def pick(x: Any) -> Any:
+        i = gl.cast(gl.abs(x[0]) * 2.0, gl.int32) % 3
+        return x.at[i].set(gl.tanh(x[i]) * 2.0) + x[i]
+
+    xs = np.array([[0.2, -1.0, 0.5], [1.4, 0.3, -0.2]])
+    assert_lanes(staged(mode, gl.vmap(pick))(gl.tensor(xs)), lanewise(pick, [xs]))
+    for fn in (pick, gl.grad(lambda x: gl.sum(pick(x)))):
+        got = np.asarray(staged(mode, gl.vmap(fn))(gl.tensor(np.zeros((0, 3)))))
+        assert got.shape == (0, 3) and got.dtype == np.float64
+
+
 def test_zero_outer_lanes_of_a_predicate_over_nested_levels_is_a_clear_error() -> None:
     # Each outer lane runs the construct alone; with none, nothing gives its results' structure.
     with pytest.raises(gl.errors.InvalidArgumentError, match="outer call has zero lanes"):

@@ -89,6 +89,16 @@ def test_vmap_of_random_programs_is_each_lane_run_alone(spec: Any) -> None:
             got = np.asarray(batched_tangent(gl.tensor(xs)))
             err = f"{mode}: {spec}"
             np.testing.assert_allclose(got, tangent, rtol=1e-10, atol=1e-12, err_msg=err)
+    # An empty batch: no trip and no branch run, and the results have the lanes' shapes and
+    # dtypes (eagerly, and traced for the value).
+    empty = gl.tensor(xs[:0])
+    for batched, want in [
+        (gl.vmap(program), value),
+        (gl.vmap(gl.grad(program)), grad),
+        (gl.function(gl.vmap(program)), value),
+    ]:
+        got = np.asarray(batched(empty))
+        assert got.shape == (0, *want.shape[1:]) and got.dtype == want.dtype, (got, spec)
     # jacrev of a function that vmaps the program: jacrev's own vmap (over cotangents) runs
     # the gradients recorded under the program's (custom rules' included)
     scales = np.array([1.0, -0.7, 0.4, 1.3])[:LANES]

@@ -40,7 +40,9 @@ fn into_blocks<V: Value>(ctx: &mut dyn Context<V>, idx: &V, size: usize) -> Resu
     let high = build::less(ctx, &wrapped, &n)?;
     let inside = build::logical_and(ctx, &low, &high)?;
     let total = (lanes * size) as f64;
-    let starts = build::arange(ctx, 0.0, total.max(1.0), size.max(1) as f64, dtype)?;
+    // Each lane's block start, one per lane however many (none, or blocks of no elements).
+    let lane = build::arange(ctx, 0.0, lanes as f64, 1.0, dtype)?;
+    let starts = build::mul(ctx, &lane, &n)?;
     let starts = build::reshape(ctx, &starts, &lane_column(lanes, ty.ndim()))?;
     let moved = build::add(ctx, &wrapped, &starts)?;
     let past = build::scalar(ctx, dtype, total)?;
