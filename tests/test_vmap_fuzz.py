@@ -195,6 +195,10 @@ def test_nested_vmap_of_random_programs_is_each_pair_of_lanes_run_alone(spec: An
         np.testing.assert_allclose(got, value, rtol=1e-12, atol=1e-13, err_msg=f"{mode}: {spec}")
         got = np.asarray(batched_grad(gl.tensor(xs)))
         np.testing.assert_allclose(got, grad, rtol=1e-10, atol=1e-12, err_msg=f"{mode}: {spec}")
+    # Outer lanes over empty inner batches: each outer lane's constructs run over no lane.
+    empty = gl.tensor(xs[:, :0])
+    got = np.asarray(gl.vmap(gl.vmap(gl.grad(program)))(empty))
+    assert got.shape == (2, 0, *grad.shape[2:]) and got.dtype == grad.dtype, (got, spec)
 
 
 @pytest.mark.long
