@@ -52,6 +52,7 @@ pub mod tangents;
 pub mod tiles;
 pub mod unary;
 pub mod unary_math;
+mod wide_trig;
 
 /// Output types of a shape rule (most ops have one output: no allocation).
 pub type Types = SmallVec<[TensorType; 1]>;
