@@ -170,19 +170,10 @@ macro_rules! lanes {
                 blocks.iter_mut().zip(sources).for_each(block_from);
                 tail(rest, Some(rest_from));
             };
-            match from {
-                Some(from) if xs.len() >= PARALLEL_THRESHOLD => {
-                    parallel::chunks_mut(xs, TASK, &|k, xs| {
-                        let n = xs.len();
-                        run_from((xs, &from[k * TASK..][..n]))
-                    })
-                }
+            parallel::map_pieces(xs, from, TASK, PARALLEL_THRESHOLD, &|xs, from| match from {
                 Some(from) => run_from((xs, from)),
-                None if xs.len() >= PARALLEL_THRESHOLD => {
-                    parallel::chunks_mut(xs, TASK, &|_, xs| run(xs))
-                }
                 None => run(xs),
-            }
+            });
         }
 
         /// `wide`'s logarithm flushes subnormal inputs to -inf.

@@ -6,6 +6,27 @@
 
 use rayon::prelude::*;
 
+/// Work on one piece of a slice and the same piece of its source, if any.
+pub type PieceFn<'a, T> = dyn Fn(&mut [T], Option<&[T]>) + Sync + 'a;
+
+/// `f(piece, its source)` over `xs` and `from` (of `xs`'s length, when given) in `chunk`-element
+/// pieces, in parallel from `threshold` elements, else once over the whole.
+pub fn map_pieces<T: Send + Sync>(
+    xs: &mut [T],
+    from: Option<&[T]>,
+    chunk: usize,
+    threshold: usize,
+    f: &PieceFn<'_, T>,
+) {
+    if xs.len() < threshold {
+        return f(xs, from);
+    }
+    chunks_mut(xs, chunk, &|k, piece| {
+        let n = piece.len();
+        f(piece, from.map(|from| &from[k * chunk..][..n]))
+    });
+}
+
 /// `f(k, piece)` for each `chunk`-element piece of `xs` (the `k`-th; the last may be shorter),
 /// in parallel.
 pub fn chunks_mut<T: Send>(xs: &mut [T], chunk: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {

@@ -51,17 +51,9 @@ pub(super) fn map(
     if !has_avx512() {
         return false;
     }
-    let run = |xs: &mut [f32], from: Option<&[f32]>| run_avx512(cos, xs, from, scalar);
-    match from {
-        Some(from) if xs.len() >= PARALLEL_THRESHOLD => parallel::chunks_mut(xs, TASK, &|k, xs| {
-            let n = xs.len();
-            run(xs, Some(&from[k * TASK..][..n]))
-        }),
-        None if xs.len() >= PARALLEL_THRESHOLD => {
-            parallel::chunks_mut(xs, TASK, &|_, xs| run(xs, None))
-        }
-        from => run(xs, from),
-    }
+    parallel::map_pieces(xs, from, TASK, PARALLEL_THRESHOLD, &|xs, from| {
+        run_avx512(cos, xs, from, scalar)
+    });
     true
 }
 
