@@ -26,6 +26,32 @@ pub enum Fun {
     Sigmoid,
 }
 
+/// An op whose kernel is `Lanes::map` of one float tensor, as plain functions: its vector
+/// function and its scalar kernel. Machine code calls it on the elements directly, without
+/// the op's boxed kernel between (`executor::frame::native`).
+#[derive(Clone, Copy, Debug)]
+pub enum LaneMap {
+    F32(Fun, fn(f32) -> f32),
+    F64(Fun, fn(f64) -> f64),
+}
+
+/// The element type of a `LaneMap`.
+pub trait LaneElement: Lanes {
+    fn lane_map(fun: Fun, scalar: fn(Self) -> Self) -> LaneMap;
+}
+
+impl LaneElement for f32 {
+    fn lane_map(fun: Fun, scalar: fn(f32) -> f32) -> LaneMap {
+        LaneMap::F32(fun, scalar)
+    }
+}
+
+impl LaneElement for f64 {
+    fn lane_map(fun: Fun, scalar: fn(f64) -> f64) -> LaneMap {
+        LaneMap::F64(fun, scalar)
+    }
+}
+
 /// Elements per parallel task: a few pages of work, so rayon's splitting stays in the noise.
 const TASK: usize = 1 << 13;
 

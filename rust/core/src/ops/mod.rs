@@ -222,6 +222,14 @@ pub trait OpDef: Clone + fmt::Debug + PartialEq + Into<Op> + OpAttrs {
         None
     }
 
+    /// For an op whose kernel on `dtype` is a `Lanes` map of its one input: that map as plain
+    /// functions (`LaneMap`), which machine code calls directly. None (the default): not such
+    /// an op.
+    fn lane_map(&self, dtype: DType) -> Option<lanes::LaneMap> {
+        let _ = dtype;
+        None
+    }
+
     /// For an op that only moves elements (a slice, a pad, a concatenation, a broadcast):
     /// where each element of the output comes from, as its gather kernel reads it. The MLIR
     /// emitter moves small tensors held as host scalars with it (`mlir/scalar.rs`). None (the
@@ -376,6 +384,9 @@ macro_rules! op_table {
             }
             pub fn scalar(&self, dtype: DType) -> Option<ScalarForm> {
                 match self { $( Op::$variant(o) => o.scalar(dtype), )* }
+            }
+            pub fn lane_map(&self, dtype: DType) -> Option<lanes::LaneMap> {
+                match self { $( Op::$variant(o) => o.lane_map(dtype), )* }
             }
             pub fn gather_table(&self, inputs: &[TensorType], output: &TensorType) -> Option<GatherTable> {
                 match self { $( Op::$variant(o) => o.gather_table(inputs, output), )* }

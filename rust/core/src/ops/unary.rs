@@ -13,7 +13,7 @@
 
 use super::attrs::op_attrs;
 use super::kernels::Arith;
-use super::lanes::Fun;
+use super::lanes::{Fun, LaneElement, LaneMap};
 
 use super::rules::{check_dtype, Accepts};
 use super::{
@@ -91,6 +91,10 @@ macro_rules! unary_op {
 
             $(fn scalar(&self, $sd: DType) -> Option<ScalarForm> {
                 $scalar
+            })?
+
+            $(fn lane_map(&self, dtype: DType) -> Option<LaneMap> {
+                crate::with_float!(dtype, $T, { Some(<$T as LaneElement>::lane_map(Fun::$fun, |$x: $T| $kernel)) }, None)
             })?
 
             #[allow(unused_variables)]

@@ -98,13 +98,14 @@ mod avx512 {
             Some(from) => {
                 let (sources, rest_from) = from.as_chunks::<LANES>();
                 for (out, lanes) in whole.iter_mut().zip(sources) {
-                    *out = block(cos, lanes, scalar);
+                    block(cos, lanes, out, scalar);
                 }
                 rest_from
             }
             None => {
                 for out in whole.iter_mut() {
-                    *out = block(cos, out, scalar);
+                    let lanes = *out;
+                    block(cos, &lanes, out, scalar);
                 }
                 &*rest
             }
@@ -112,31 +113,37 @@ mod avx512 {
         if !rest.is_empty() {
             let mut lanes = [1.0; LANES];
             lanes[..rest.len()].copy_from_slice(rest_from);
-            let out = block(cos, &lanes, scalar);
+            let mut out = [0.0; LANES];
+            block(cos, &lanes, &mut out, scalar);
             rest.copy_from_slice(&out[..rest.len()]);
         }
     }
 
-    /// One register of lanes. A register holding a lane past the limit sends each 8-lane
-    /// block of `wide`'s that holds one to `scalar`.
+    /// One register of lanes into `out`, stored there straight from the register. A register
+    /// holding a lane past the limit sends each 8-lane block of `wide`'s that holds one to
+    /// `scalar`.
     #[target_feature(enable = "avx512f")]
+    #[inline]
     #[allow(unsafe_code, reason = "unaligned loads and stores of whole arrays")]
     fn block(
         cos: bool,
         lanes: &[f32; LANES],
+        out: &mut [f32; LANES],
         scalar: &(impl Fn(f32) -> f32 + Sync),
-    ) -> [f32; LANES] {
+    ) {
         // SAFETY: `lanes` holds the 16 f32 one unaligned load reads.
         let x = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
         let (sin, cosine) = sin_cos(x);
-        let mut out = [0.0; LANES];
+        let far = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(x), _mm512_set1_ps(LIMIT));
         // SAFETY: `out` has room for the 16 f32 one unaligned store writes.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), if cos { cosine } else { sin }) };
-        let far = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(x), _mm512_set1_ps(LIMIT));
         if far != 0 {
-            beyond_the_limit(far, lanes, &mut out, scalar);
+            // `lanes` may be `out`'s old values (in place): the arguments are kept in `x`.
+            let mut arguments = [0.0; LANES];
+            // SAFETY: as above, for `arguments`.
+            unsafe { _mm512_storeu_ps(arguments.as_mut_ptr(), x) };
+            beyond_the_limit(far, &arguments, out, scalar);
         }
-        out
     }
 
     /// `scalar` of every lane of each 8-lane block that holds one past the limit (`far`).

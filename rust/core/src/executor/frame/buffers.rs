@@ -93,6 +93,7 @@ impl BufferFrame {
             let output_types = tensor_types(&mut outputs.clone());
             let buffers = |regs: &[Reg]| regs.iter().all(|&r| slots[r as usize].tensor().is_some());
             let mut inline = None;
+            let mut lane_map = None;
             let action = match &step.action {
                 RegisterAction::Const(t) => BufferAction::Const(storage_of(t)?),
                 RegisterAction::Pass => BufferAction::Pass,
@@ -123,6 +124,7 @@ impl BufferFrame {
                     } else {
                         if outputs.len() == 1 {
                             inline = Elementwise::of(op, &inputs, &outputs[0]);
+                            lane_map = op.lane_map(outputs[0].dtype);
                         }
                         BufferAction::Kernel(op.kernel_into(&inputs, &outputs).unwrap_or_else(
                             || crate::ops::through_compute(op.clone(), &inputs, &outputs),
@@ -157,6 +159,7 @@ impl BufferFrame {
                 outputs: step.outputs,
                 in_place: 0,
                 inline,
+                lane_map,
                 domain: step.domain,
             });
         }

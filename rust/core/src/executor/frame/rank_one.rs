@@ -159,6 +159,7 @@ fn candidate(
             outputs: 1,
             in_place: 0,
             inline: None,
+            lane_map: None,
             domain: add.domain,
         };
         Some(Fusion {

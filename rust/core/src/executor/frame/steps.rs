@@ -18,6 +18,7 @@ use crate::dataflow::FusedFrame;
 use crate::dtype::{DType, Element, Storage};
 use crate::error::{Error, Result};
 use crate::graph::ValueType;
+use crate::ops::lanes::LaneMap;
 use crate::ops::DestKernel;
 use crate::runtime_values::{Popped, RtValue, StackValue};
 use crate::shape::{numel, TensorType, DYN};
@@ -62,6 +63,8 @@ pub(crate) struct BufferStep {
     pub in_place: u32,
     /// An op whose native code computes it in place of a kernel call (`native::Elementwise`).
     pub inline: Option<Elementwise>,
+    /// An op whose native code calls its vector function on the elements (`LaneMap`).
+    pub lane_map: Option<LaneMap>,
     /// Steps of one domain are live together when their inputs are (`cluster`).
     pub domain: u32,
 }

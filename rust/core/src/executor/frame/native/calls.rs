@@ -12,6 +12,7 @@ use crate::dtype::Storage;
 use crate::error::{Error, Result};
 use crate::executor::failure::Failure;
 use crate::executor::frame::steps::{address, BufferAction, RawState, State, Steps};
+use crate::ops::lanes::{LaneMap, Lanes};
 use crate::runtime_values::RtValue;
 
 /// What runs the steps machine code calls back for (the stepped interpreter, on the same
@@ -165,6 +166,44 @@ pub(super) extern "C" fn call_kernel(
         }
         other => other,
     };
+    report(ctx, outcome)
+}
+
+/// Step `step`'s vector function (`BufferStep::lane_map`) of the `n` elements at `from` into
+/// those at `to`: the op's kernel without its boxed closure and checks between.
+pub(super) extern "C" fn map_lanes(
+    ctx: *mut Ctx,
+    step: u32,
+    from: *const u8,
+    to: *mut u8,
+    n: usize,
+) -> u32 {
+    // SAFETY: `ctx` is the live `Ctx` of the run that called.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: the steps outlive the run.
+    let steps = unsafe { &*ctx.steps };
+    let Some(map) = steps.steps[step as usize].lane_map else {
+        let failure = Error::internal("executor", "a vector function's call on another step");
+        return report(ctx, Ok(Err(failure.into())));
+    };
+    // SAFETY: the code passes the first elements of the step's input and output registers:
+    // distinct buffers of `n` elements each of the map's type (the emitter checks both
+    // registers' static types), aligned as their `Vec`s are.
+    let outcome = catch_unwind(AssertUnwindSafe(|| unsafe {
+        match map {
+            LaneMap::F32(fun, scalar) => {
+                let xs = std::slice::from_raw_parts(from.cast::<f32>(), n);
+                let ys = std::slice::from_raw_parts_mut(to.cast::<f32>(), n);
+                f32::map(fun, ys, Some(xs), &scalar);
+            }
+            LaneMap::F64(fun, scalar) => {
+                let xs = std::slice::from_raw_parts(from.cast::<f64>(), n);
+                let ys = std::slice::from_raw_parts_mut(to.cast::<f64>(), n);
+                f64::map(fun, ys, Some(xs), &scalar);
+            }
+        }
+        Ok(())
+    }));
     report(ctx, outcome)
 }
 

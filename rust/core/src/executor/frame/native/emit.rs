@@ -15,8 +15,8 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 
 use super::calls::{
-    address_of_elements, call_kernel, clear_value, copy_bytes, pop_in_place, push_in_place,
-    run_step, share_value, stack_step, Ctx, Entry,
+    address_of_elements, call_kernel, clear_value, copy_bytes, map_lanes, pop_in_place,
+    push_in_place, run_step, share_value, stack_step, Ctx, Entry,
 };
 use super::elementwise::{apply, value_type, Elementwise};
 use super::runs;
@@ -24,6 +24,7 @@ use crate::dtype::{DType, Storage};
 use crate::executor::frame::registers::Read;
 use crate::executor::frame::steps::{BufferAction, BufferStep, RawState, Slot, Steps};
 use crate::graph::ValueType;
+use crate::ops::lanes::LaneMap;
 use crate::shape::numel;
 
 /// Frames with more steps stay interpreted: compile time grows with the steps, and a frame
@@ -89,10 +90,11 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
         signature(&[ptr, i32], &[]),
         signature(&[ptr, i32], &[i32]),
         signature(&[ptr, ptr], &[i32]),
+        signature(&[ptr, i32, ptr, ptr, ptr], &[i32]),
     ];
     let mut builder_context = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut context.func, &mut builder_context);
-    let [run_step_sig, call_kernel_sig, copy_sig, share_sig, clear_sig, stack_sig, in_place_sig] =
+    let [run_step_sig, call_kernel_sig, copy_sig, share_sig, clear_sig, stack_sig, in_place_sig, map_lanes_sig] =
         signatures.map(|s| b.import_signature(s));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -141,6 +143,7 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
         clear_sig,
         stack_sig,
         in_place_sig,
+        map_lanes_sig,
         controlled,
         readers: runs::readers(frame),
     };
@@ -197,6 +200,23 @@ fn define(module: &mut JITModule, frame: &Steps) -> Option<cranelift_module::Fun
     Some(id)
 }
 
+/// The elements of a step whose vector function the code calls directly (`map_lanes`): a
+/// kernel (not an update) with a `LaneMap` whose one input and output registers are buffers of
+/// the map's element type and one shape.
+pub(super) fn lane_map_elements(frame: &Steps, step: &BufferStep) -> Option<usize> {
+    let map = step.lane_map?;
+    if !matches!(step.action, BufferAction::Kernel(_)) || step.data.len() != 1 {
+        return None;
+    }
+    let dtype = match map {
+        LaneMap::F32(..) => DType::F32,
+        LaneMap::F64(..) => DType::F64,
+    };
+    let input = frame.slots[step.data[0] as usize].tensor()?;
+    let output = frame.slots[step.out as usize].tensor()?;
+    (input == output && output.dtype == dtype).then(|| numel(&output.shape))
+}
+
 pub(super) fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
@@ -238,6 +258,7 @@ pub(super) struct Emitter<'a, 'f> {
     clear_sig: SigRef,
     stack_sig: SigRef,
     in_place_sig: SigRef,
+    map_lanes_sig: SigRef,
     /// Per node, whether a step reads its dead bit (only those are written).
     controlled: Vec<bool>,
     /// Per register, the steps that read it (`runs::readers`).
@@ -398,7 +419,10 @@ impl Emitter<'_, '_> {
                 match &step.inline {
                     Some(e) if e.small() => self.elementwise(step, e)?,
                     _ => {
-                        let code = self.call_kernel(k, step);
+                        let code = match lane_map_elements(self.frame, step) {
+                            Some(n) => self.map_lanes(k, step, n),
+                            None => self.call_kernel(k, step),
+                        };
                         let cont = self.b.create_block();
                         self.check(k, code, cont);
                         self.b.switch_to_block(cont);
@@ -668,6 +692,19 @@ impl Emitter<'_, '_> {
         args.push(out);
         let f = self.address_of(call_kernel as *const u8);
         let call = self.b.ins().call_indirect(self.call_kernel_sig, f, &args);
+        self.b.inst_results(call)[0]
+    }
+
+    fn map_lanes(&mut self, k: usize, step: &BufferStep, n: usize) -> Value {
+        let args = [
+            self.ctx,
+            self.b.ins().iconst(types::I32, k as i64),
+            self.address(step.data[0] as usize),
+            self.address(step.out as usize),
+            self.b.ins().iconst(self.ptr, n as i64),
+        ];
+        let f = self.address_of(map_lanes as *const u8);
+        let call = self.b.ins().call_indirect(self.map_lanes_sig, f, &args);
         self.b.inst_results(call)[0]
     }
 

@@ -182,6 +182,41 @@ fn inline_comparisons_and_logic_agree_with_the_kernels() {
     check("logical_not", &[(DType::Bool, false)], DType::Bool);
 }
 
+/// The ops whose kernels are `Lanes` maps: machine code calls the map on the elements
+/// (`map_lanes`), which must give the kernel's bits, far arguments, NaN and infinities
+/// included, in place of the op's boxed kernel.
+#[test]
+fn lane_functions_called_from_machine_code_agree_with_their_kernels() {
+    for dtype in [DType::F32, DType::F64] {
+        for op in ["exp", "log", "sin", "cos", "tanh", "sigmoid"] {
+            for n in [1, 9, 16, 67] {
+                let text = graph_of(op, &[(dtype, false)], dtype, n);
+                let graph = parse_graph(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+                let args = vec![
+                    RtValue::from(Tensor::scalar(0i32)),
+                    RtValue::from(values(dtype, n, 0)),
+                    RtValue::from(values(dtype, n, 3)),
+                ];
+                let want = run_graph(&graph, args.clone()).unwrap();
+                let exec = Executor::new(&graph).unwrap();
+                let got = exec.run(args).unwrap();
+                assert_eq!(exec.frame_counts().native, 1, "{op} on {n}: machine code");
+                let direct = compiled_steps(&exec)
+                    .into_iter()
+                    .filter(|(frame, step)| super::emit::lane_map_elements(frame, step) == Some(n))
+                    .count();
+                assert_eq!(direct, 1, "{op} on {n}: called directly");
+                assert!(
+                    same_bits(&got[0], &want[0]),
+                    "{op} on {n}: {:?} against {:?}",
+                    got[0],
+                    want[0]
+                );
+            }
+        }
+    }
+}
+
 /// How many runs of steps native code computes as one pass (`runs::run_at`).
 fn fused_runs(exec: &Executor) -> usize {
     let mut frames: Vec<&Steps> = compiled_steps(exec).into_iter().map(|(f, _)| f).collect();
