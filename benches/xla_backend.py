@@ -14,8 +14,10 @@
 - W7: the first call of a small function (`benches/executor.py`) in a fresh process with an
   empty cache: `backend="xla"` against JAX's first `jax.jit` call of the same program.
 
-Each gradloop column is checked against graph mode first. Medians of `--repeats` calls after a
-warm-up; ratios are taken in the same run. W9 (checkpoints) is `benches/checkpointed.py`'s.
+`graph flushed` is graph mode with subnormals flushed to zero (`gl.set_flush_subnormals`), as
+XLA runs its CPU code. Each gradloop column is checked against graph mode first. Medians of
+`--repeats` calls after a warm-up; ratios are taken in the same run. W9 (checkpoints) is
+`benches/checkpointed.py`'s.
 
 Usage: python benches/xla_backend.py [--repeats R] [--no-iree]
 """
@@ -59,6 +61,19 @@ def gradloop_columns(fn: Callable, args: tuple, iree: bool) -> dict[str, Callabl
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=2e-3, atol=1e-5, err_msg=name)
     return {name: (lambda g=g: _block(g(*args))) for name, g in columns.items()}
+
+
+def flushed(call: Callable[[], object]) -> Callable[[], object]:
+    """`call` with subnormals flushed to zero (`gl.set_flush_subnormals`), as XLA runs."""
+
+    def run() -> object:
+        gl.set_flush_subnormals(True)
+        try:
+            return call()
+        finally:
+            gl.set_flush_subnormals(False)
+
+    return run
 
 
 def _leaves(x):
@@ -171,6 +186,7 @@ def main() -> None:
     trips = 100_000
     x16 = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
     columns = gradloop_columns(w5, (gl.tensor(x16), gl.tensor(trips)), iree)
+    columns["graph flushed"] = flushed(columns["graph"])
     run = jax_peers.w5
     columns["JAX"] = lambda: np.asarray(run(x16, np.int32(trips)))
     times = {k: median_seconds(f, r) / trips * 1e9 for k, f in columns.items()}
@@ -179,6 +195,7 @@ def main() -> None:
     w, u, xs, threshold = rnn_inputs()
     grad = gl.grad(lambda w, u: rnn_loss(w, u, gl.tensor(xs), threshold), argnums=(0, 1))
     columns = gradloop_columns(grad, (gl.tensor(w), gl.tensor(u)), iree)
+    columns["graph flushed"] = flushed(columns["graph"])
     scan = jax_w6()
     columns["JAX scan"] = lambda: [np.asarray(g) for g in scan(w, u, xs)]
     times = {k: median_seconds(f, r) / STEPS * 1e6 for k, f in columns.items()}
@@ -216,8 +233,12 @@ def main() -> None:
 
 def report(title: str, times: dict[str, float], peer: str | None = "JAX") -> None:
     cells = "  ".join(f"{k} {v:9.3f}" for k, v in times.items())
-    ratio = f"  (xla / {peer} {times['xla'] / times[peer]:.2f})" if peer in times else ""
-    print(f"{title}: {cells}{ratio}")
+    ratios = ", ".join(
+        f"{k} / {peer} {times[k] / times[peer]:.2f}"
+        for k in ("xla", "graph", "graph flushed")
+        if k in times and peer in times
+    )
+    print(f"{title}: {cells}" + (f"  ({ratios})" if ratios else ""))
 
 
 if __name__ == "__main__":

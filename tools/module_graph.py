@@ -28,7 +28,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "rust" / "core" / "src"
 #: The layering, leaves first: a module may use those before it (and its own layer, without a
 #: cycle).
 LAYERS: list[set[str]] = [
-    {"error", "dtype", "location", "memory", "pool", "shape", "tensor", "value"},
+    {"error", "dtype", "location", "memory", "pool", "shape", "subnormals", "tensor", "value"},
     {"emit"},
     {"ops"},
     {"tape"},

@@ -147,6 +147,7 @@ from .reductions import (
     sort,
     take_along_axis,
 )
+from .subnormals import set_flush_subnormals
 from .variables import Variable
 
 __version__ = "0.1.0"
@@ -266,6 +267,7 @@ __all__ = [
     "round",
     "scan",
     "searchsorted",
+    "set_flush_subnormals",
     "sigmoid",
     "sign",
     "sin",

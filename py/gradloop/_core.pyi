@@ -551,6 +551,13 @@ def set_compiled_frames(mode: str) -> None:
 def compiled_frames() -> str:
     """How fused frames run now: "on", "buffers", "off" or "check"."""
 
+def set_flush_subnormals(enabled: bool) -> bool:
+    """Flushes subnormal floats to zero (`enabled`) or keeps them, on the calling thread and
+    gradloop's worker threads; False where the CPU has no such mode."""
+
+def flushes_subnormals() -> bool:
+    """Whether the calling thread flushes subnormal floats to zero."""
+
 def frame_statistics() -> dict[str, int]:
     """What the process's fused frames have done since it started: `programs_compiled`,
     `buffer_frames_compiled`, `native_frames_compiled` (each tier a frame was compiled to),

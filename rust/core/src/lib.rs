@@ -31,6 +31,7 @@ pub mod passes;
 pub mod pool;
 pub mod runtime_values;
 pub mod shape;
+pub mod subnormals;
 pub mod tape;
 pub mod tensor;
 #[cfg(test)]

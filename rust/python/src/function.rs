@@ -201,6 +201,20 @@ pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
     Ok(())
 }
 
+/// Flushes subnormal floats to zero (`enabled`), as XLA's CPU code does, or keeps them (the
+/// default), on the calling thread and gradloop's worker threads; false where the CPU has no
+/// such mode (`gradloop::subnormals`).
+#[pyfunction]
+pub fn set_flush_subnormals(enabled: bool) -> bool {
+    gradloop::subnormals::set_flush_subnormals(enabled)
+}
+
+/// Whether the calling thread flushes subnormal floats to zero.
+#[pyfunction]
+pub fn flushes_subnormals() -> bool {
+    gradloop::subnormals::flushes_subnormals()
+}
+
 /// How fused frames run now: "on", "buffers", "off" or "check".
 #[pyfunction]
 pub fn compiled_frames() -> &'static str {

@@ -42,6 +42,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(function::graph_runner, m)?)?;
     m.add_function(wrap_pyfunction!(function::set_compiled_frames, m)?)?;
     m.add_function(wrap_pyfunction!(function::compiled_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(function::set_flush_subnormals, m)?)?;
+    m.add_function(wrap_pyfunction!(function::flushes_subnormals, m)?)?;
     m.add_function(wrap_pyfunction!(function::frame_statistics, m)?)?;
     m.add_function(wrap_pyfunction!(function::set_fused_passes, m)?)?;
     m.add_function(wrap_pyfunction!(function::fused_passes, m)?)?;
