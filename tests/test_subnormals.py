@@ -70,6 +70,28 @@ if supported:
     np.testing.assert_allclose(eager, kept, rtol=1e-6, atol=1e-30)
     assert gl.set_flush_subnormals(False) is True
 check_kept()
+
+# From another thread: an error, not a wait for the main thread (a worker of the pool) that
+# would never come, and nothing changed.
+import threading
+
+errors = []
+
+
+def elsewhere():
+    try:
+        gl.set_flush_subnormals(True)
+    except gl.errors.InvalidArgumentError as e:
+        errors.append(str(e))
+
+
+thread = threading.Thread(target=elsewhere)
+thread.start()
+thread.join(timeout=120)
+assert not thread.is_alive(), "set_flush_subnormals hung on another thread"
+assert len(errors) == supported, errors
+assert not supported or "thread that imported gradloop" in errors[0], errors
+check_kept()
 print("subnormals ok")
 """
 

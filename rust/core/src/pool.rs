@@ -6,12 +6,28 @@
 //! them. As worker 0 the calling thread runs its share of the job itself and the others steal
 //! the rest.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether a thread of the process outside rayon's is the pool's worker 0.
+static ADOPTED: AtomicBool = AtomicBool::new(false);
+
 /// Builds the global pool with the calling thread as its worker 0, unless a pool exists
 /// already; true when it did. Call it only from a thread that lives as long as the process
 /// (Python's main thread): a pool's worker that exits leaves the pool a thread short.
 pub fn adopt_current_thread() -> bool {
-    rayon::ThreadPoolBuilder::new()
+    let adopted = rayon::ThreadPoolBuilder::new()
         .use_current_thread()
         .build_global()
-        .is_ok()
+        .is_ok();
+    if adopted {
+        ADOPTED.store(true, Ordering::Relaxed);
+    }
+    adopted
+}
+
+/// Whether work sent to every thread of the pool (`rayon::broadcast`) can finish when the
+/// calling thread sends it: the adopted worker 0 runs pool work only while it waits on the
+/// pool itself, so from another thread such work would wait for it, maybe for ever.
+pub fn every_worker_reachable() -> bool {
+    !ADOPTED.load(Ordering::Relaxed) || rayon::current_thread_index().is_some()
 }

@@ -8,19 +8,30 @@
 //! numerics and speed. It is a per-thread mode of the CPU, so it is set on every thread of
 //! rayon's pool, which runs gradloop's parallel work, and on the calling thread.
 
+use crate::error::{Error, Result};
+
 /// The SSE control register's flush-to-zero and denormals-are-zero bits.
 #[cfg(target_arch = "x86_64")]
 const FTZ_DAZ: u32 = 0x8040;
 
 /// Flushes subnormals to zero (`on`), or keeps them, on the calling thread and every thread of
-/// rayon's global pool. False, with nothing changed, where the CPU has no such mode here.
-pub fn set_flush_subnormals(on: bool) -> bool {
+/// rayon's global pool. False, with nothing changed, where the CPU has no such mode here. An
+/// error, with nothing changed, from a thread that cannot reach the pool's adopted worker 0
+/// (`pool::every_worker_reachable`): the thread that loaded gradloop sets it.
+pub fn set_flush_subnormals(on: bool) -> Result<bool> {
     if !SUPPORTED {
-        return false;
+        return Ok(false);
+    }
+    if !crate::pool::every_worker_reachable() {
+        return Err(Error::invalid(
+            "set_flush_subnormals",
+            "the mode is set from the thread that imported gradloop (its main thread): one of \
+             gradloop's worker threads is that thread, and only it can set its own mode",
+        ));
     }
     rayon::broadcast(|_| set_on_this_thread(on));
     set_on_this_thread(on);
-    true
+    Ok(true)
 }
 
 /// Whether the calling thread flushes subnormals to zero.
@@ -106,7 +117,7 @@ mod tests {
     #[test]
     fn the_mode_flushes_on_this_thread_and_on_a_pools_threads_and_clears() {
         if !SUPPORTED {
-            assert!(!set_flush_subnormals(true));
+            assert!(!set_flush_subnormals(true).expect("no mode to set"));
             return;
         }
         // A private pool: the global one serves the other tests running beside this one.

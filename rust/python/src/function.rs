@@ -205,8 +205,10 @@ pub fn set_compiled_frames(py: Python<'_>, mode: &str) -> PyResult<()> {
 /// default), on the calling thread and gradloop's worker threads; false where the CPU has no
 /// such mode (`gradloop::subnormals`).
 #[pyfunction]
-pub fn set_flush_subnormals(enabled: bool) -> bool {
-    gradloop::subnormals::set_flush_subnormals(enabled)
+pub fn set_flush_subnormals(py: Python<'_>, enabled: bool) -> PyResult<bool> {
+    // Without the GIL: a worker busy with a callback into Python finishes it first.
+    py.detach(|| gradloop::subnormals::set_flush_subnormals(enabled))
+        .py(py)
 }
 
 /// Whether the calling thread flushes subnormal floats to zero.
