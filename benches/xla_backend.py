@@ -16,8 +16,8 @@
 
 `graph flushed` is graph mode with subnormals flushed to zero (`gl.set_flush_subnormals`), as
 XLA runs its CPU code. Each gradloop column is checked against graph mode first. Medians of
-`--repeats` calls after a warm-up; ratios are taken in the same run. W9 (checkpoints) is
-`benches/checkpointed.py`'s.
+`--repeats` calls after a warm-up, the columns called in turn within each repeat; ratios are
+taken in the same run. W9 (checkpoints) is `benches/checkpointed.py`'s.
 
 Usage: python benches/xla_backend.py [--repeats R] [--no-iree]
 """
@@ -28,6 +28,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 
@@ -39,7 +40,6 @@ import jax
 import jax.numpy as jnp
 import jax_peers
 from executor import STEPS, H, rnn_inputs, rnn_loss, w5
-from numerics import median_seconds
 from ode import diffrax_value_and_grad, solve
 from run import BATCH, LEARNING_RATE, MLP_SIZES, gl_loss, init_mlp
 
@@ -61,6 +61,20 @@ def gradloop_columns(fn: Callable, args: tuple, iree: bool) -> dict[str, Callabl
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=2e-3, atol=1e-5, err_msg=name)
     return {name: (lambda g=g: _block(g(*args))) for name, g in columns.items()}
+
+
+def medians(columns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each column's median seconds, the columns called in turn within each repeat (one
+    warm-up call each first), so that the machine's drift falls on all of them alike."""
+    for call in columns.values():
+        call()
+    times: dict[str, list[float]] = {k: [] for k in columns}
+    for _ in range(repeats):
+        for name, call in columns.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def flushed(call: Callable[[], object]) -> Callable[[], object]:
@@ -189,7 +203,7 @@ def main() -> None:
     columns["graph flushed"] = flushed(columns["graph"])
     run = jax_peers.w5
     columns["JAX"] = lambda: np.asarray(run(x16, np.int32(trips)))
-    times = {k: median_seconds(f, r) / trips * 1e9 for k, f in columns.items()}
+    times = {k: v / trips * 1e9 for k, v in medians(columns, r).items()}
     report("W5 ns/trip", times)
 
     w, u, xs, threshold = rnn_inputs()
@@ -198,13 +212,13 @@ def main() -> None:
     columns["graph flushed"] = flushed(columns["graph"])
     scan = jax_w6()
     columns["JAX scan"] = lambda: [np.asarray(g) for g in scan(w, u, xs)]
-    times = {k: median_seconds(f, r) / STEPS * 1e6 for k, f in columns.items()}
+    times = {k: v / STEPS * 1e6 for k, v in medians(columns, r).items()}
     report("W6 us/step", times, peer="JAX scan")
     # the same loop under maximum_iterations: its pure StableHLO gradient keeps residual rows
     grad = gl.grad(lambda w, u: bounded_rnn_loss(w, u, gl.tensor(xs), threshold), argnums=(0, 1))
     columns = gradloop_columns(grad, (gl.tensor(w), gl.tensor(u)), iree)
     columns["JAX scan"] = lambda: [np.asarray(g) for g in scan(w, u, xs)]
-    times = {k: median_seconds(f, r) / STEPS * 1e6 for k, f in columns.items()}
+    times = {k: v / STEPS * 1e6 for k, v in medians(columns, r).items()}
     report(f"W6 under maximum_iterations={BOUND} us/step", times, peer="JAX scan")
 
     damping = gl.tensor(0.3, dtype=gl.float64)
@@ -212,7 +226,7 @@ def main() -> None:
     diffrax = diffrax_value_and_grad()
     if diffrax is not None:
         columns["Diffrax"] = diffrax
-    times = {k: median_seconds(f, r) * 1e3 for k, f in columns.items()}
+    times = {k: v * 1e3 for k, v in medians(columns, r).items()}
     report("W11 ms", times, peer="Diffrax" if diffrax is not None else None)
 
     params, x, onehot = mlp_inputs()
@@ -220,7 +234,7 @@ def main() -> None:
     columns = gradloop_columns(mlp_step, (gl_params, gl.tensor(x), gl.tensor(onehot)), iree)
     jax_params = tuple(jnp.asarray(p) for p in params)
     columns["JAX"] = lambda: _block(jax_peers.w4(jax_params, x, onehot))
-    times = {k: median_seconds(f, r) * 1e3 for k, f in columns.items()}
+    times = {k: v * 1e3 for k, v in medians(columns, r).items()}
     report("W4 ms/step", times)
 
     first_call("gradloop", GRADLOOP_FIRST)  # writes gradloop's bytecode
