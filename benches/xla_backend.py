@@ -16,9 +16,10 @@
 
 `graph flushed` (W6) is graph mode with subnormals flushed to zero (`gl.set_flush_subnormals`),
 as XLA runs its CPU code; each call sets and clears the mode, which costs a wake-up of every
-worker thread (W5, which meets no subnormal, would show only that). Each gradloop column is checked against graph mode first. Medians of
-`--repeats` calls after a warm-up, the columns called in turn within each repeat; ratios are
-taken in the same run. W9 (checkpoints) is `benches/checkpointed.py`'s.
+worker thread (W5, which meets no subnormal, would show only that). Each gradloop column is
+checked against graph mode first. Medians of `--repeats` calls after a warm-up, the columns
+called in turn within each repeat; ratios are taken in the same run. W9 (checkpoints) is
+`benches/checkpointed.py`'s.
 
 Usage: python benches/xla_backend.py [--repeats R] [--no-iree]
 """
