@@ -13,7 +13,8 @@ closing over the other's argument), `recompute_grad` (also made on the fly, clos
 differentiated value), code that closes over differentiated values of the enclosing construct
 (its input, and a scalar computed from it where the construct is called: a loop body's
 closures, which `checkpoints` must differentiate too), `stop_gradient`, `x ** 2`/`x ** 3`
-(negative bases), a float32 detour, and Variable reads; loop bodies may `assign_add` to a
+(negative bases), a float32 detour, the transcendentals (`exp`, `log`, `sin`, `cos`, `tanh`,
+`sigmoid`, whose vector maps machine code calls directly), and Variable reads; loop bodies may `assign_add` to a
 second Variable or to the one the leaves read, forward the state into another variable's place
 or make a variable a constant; a loop that assigns nothing may keep `checkpoints` instead of
 stacks for its gradient.
@@ -67,6 +68,7 @@ LEAVES = (
     "arrays",
     "implicit",
     "linear_solve",
+    "exp_log",
 )
 
 #: Leaves whose derivative is not the code's (a custom rule that says otherwise, or none).
@@ -438,6 +440,7 @@ class Program:
             ),
             "implicit": lambda: implicit_root(x),
             "linear_solve": lambda: diagonal_solve(x),
+            "exp_log": lambda: gl.log(1.0 + gl.exp(-(x * x))) + gl.cos(x) * 0.5,
         }
         return leaves[name]()
 
