@@ -14,10 +14,10 @@ differentiated value), code that closes over differentiated values of the enclos
 (its input, and a scalar computed from it where the construct is called: a loop body's
 closures, which `checkpoints` must differentiate too), `stop_gradient`, `x ** 2`/`x ** 3`
 (negative bases), a float32 detour, the transcendentals (`exp`, `log`, `sin`, `cos`, `tanh`,
-`sigmoid`, whose vector maps machine code calls directly), and Variable reads; loop bodies may `assign_add` to a
-second Variable or to the one the leaves read, forward the state into another variable's place
-or make a variable a constant; a loop that assigns nothing may keep `checkpoints` instead of
-stacks for its gradient.
+`sigmoid`, whose vector maps machine code calls directly), and Variable reads; loop bodies may
+`assign_add` to a second Variable or to the one the leaves read, forward the state into another
+variable's place or make a variable a constant; a loop that assigns nothing may keep
+`checkpoints` instead of stacks for its gradient.
 
 `build(spec)` returns `(fn, pure)`: `fn(x)` gives a float64 scalar, and `pure` says whether the
 program's gradient is its true derivative (no custom gradient or stop_gradient), so that it can
