@@ -18,8 +18,8 @@ def set_flush_subnormals(enabled: bool) -> bool:
 
     The mode belongs to each CPU thread: it is set on the calling thread and on gradloop's
     worker threads. Like `torch.set_flush_denormal`, it also applies to whatever else runs on
-    the calling thread (numpy included) until it is cleared. Modules compiled by `gl.jit` run
-    on IREE's threads, which keep subnormals; `backend="xla"` flushes them, as JAX does.
+    the calling thread (numpy included) until it is cleared. Modules compiled by `gl.jit`
+    flush subnormals whatever this says: IREE's and XLA's CPU code both run that way.
 
     Args:
         enabled: True to flush subnormals to zero, False to keep them.

@@ -1,6 +1,7 @@
 //! Subnormal floats flushed to zero, on request (`set_flush_subnormals`).
 //!
-//! By default gradloop computes with IEEE subnormals, as numpy does. Intel cores take a
+//! By default gradloop computes with IEEE subnormals eagerly and in graph mode, as numpy does
+//! (compiled modules flush them, as IREE's and XLA's CPU code runs). Intel cores take a
 //! microcode assist, about a hundred cycles, for each vector instruction that meets one, and a
 //! loop gradient meets many: a cotangent that shrinks through hundreds of steps passes through
 //! the subnormal range. XLA runs its CPU code with them flushed (FTZ: a subnormal result becomes
