@@ -11,10 +11,6 @@
 
 use crate::error::{Error, Result};
 
-/// The SSE control register's flush-to-zero and denormals-are-zero bits.
-#[cfg(target_arch = "x86_64")]
-const FTZ_DAZ: u32 = 0x8040;
-
 /// Flushes subnormals to zero (`on`), or keeps them, on the calling thread and every thread of
 /// rayon's global pool. False, with nothing changed, where the CPU has no such mode here. An
 /// error, with nothing changed, from a thread that cannot reach the pool's adopted worker 0
@@ -43,8 +39,9 @@ pub fn flushes_subnormals() -> bool {
 /// Whether this target has the mode.
 const SUPPORTED: bool = cfg!(target_arch = "x86_64");
 
+/// The SSE control register's flush-to-zero and denormals-are-zero bits.
 #[cfg(target_arch = "x86_64")]
-const FLUSH_BITS: u32 = FTZ_DAZ;
+const FLUSH_BITS: u32 = 0x8040;
 #[cfg(not(target_arch = "x86_64"))]
 const FLUSH_BITS: u32 = 0;
 
