@@ -170,7 +170,7 @@ def test_batched_loops_over_many_lanes_give_the_same_bits_compiled_and_interpret
 
 def test_the_passes_thresholds_are_a_setting_that_checks_its_arguments():
     saved = gl._core.fused_passes()
-    assert saved == (65, 4)
+    assert saved == (8, 4)
     for bad in [(1, 4), (65, 1), (0, 0)]:
         with pytest.raises(gl.errors.InvalidArgumentError, match="set_fused_passes"):
             gl._core.set_fused_passes(*bad)

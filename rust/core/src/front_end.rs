@@ -232,11 +232,17 @@ impl Runtime {
 
     /// Narrows level `level`'s current lanes by `narrowing` until `widen`; false when the level
     /// is not active.
-    pub fn narrow_batch_level(&mut self, level: u64, narrowing: Narrowing) -> bool {
+    /// `shortcut`: the ancestor these lanes are rows of, and those rows (`LaneSet::child_via`).
+    pub fn narrow_batch_level(
+        &mut self,
+        level: u64,
+        narrowing: Narrowing,
+        shortcut: Option<(Arc<LaneSet>, Val)>,
+    ) -> bool {
         match self.batch_levels.iter().rposition(|s| s.level == level) {
             Some(i) => {
                 let levels = Arc::make_mut(&mut self.batch_levels);
-                levels[i] = LaneSet::child(&levels[i], narrowing);
+                levels[i] = LaneSet::child_via(&levels[i], narrowing, shortcut);
                 true
             }
             None => false,

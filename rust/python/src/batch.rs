@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use gradloop::batch::{lanes_at, new_level, over, stand_ins, strip, LaneSet, Lanes, Narrowing};
+use gradloop::ops::build;
+use gradloop::trace::Val;
 use gradloop::{ErrorKind, Value};
 use pyo3::prelude::*;
 
@@ -104,7 +106,24 @@ pub fn lanes_levels(t: &Bound<'_, PyTensor>) -> Vec<u64> {
 /// over wider lanes are gathered when used, until `lanes_widen(level)`.
 #[pyfunction]
 pub fn lanes_narrow(py: Python<'_>, level: u64, rows: &Bound<'_, PyTensor>) -> PyResult<()> {
-    narrow(py, level, Narrowing::Rows(rows.get().inner.clone()))
+    let rows = rows.get().inner.clone();
+    let current = runtime::batch_levels()
+        .into_iter()
+        .rfind(|s| s.level == level);
+    // Rows of rows: these lanes as rows of the chain's top, gathered from it once.
+    let shortcut = match current.as_ref().and_then(|c| Some((c, c.narrowing()?))) {
+        Some((set, (parent, Narrowing::Rows(parent_rows)))) => {
+            let (ancestor, through) = match set.shortcut() {
+                Some((a, r)) => (a.clone(), r.clone()),
+                None => (parent.clone(), parent_rows.clone()),
+            };
+            let picked = rows.clone();
+            let composed = runtime::run(py, 0, move |ctx| build::take(ctx, &through, &picked, 0))?;
+            Some((ancestor, composed))
+        }
+        _ => None,
+    };
+    narrow(py, level, Narrowing::Rows(rows), shortcut)
 }
 
 /// Narrows level `level` to stand-ins: each lane outside `mask` (bool over its current lanes)
@@ -114,11 +133,16 @@ pub fn lanes_stand_in(py: Python<'_>, level: u64, mask: &Bound<'_, PyTensor>) ->
     let mask = mask.get().inner.clone();
     let lanes = mask.ty().shape.first().copied().unwrap_or(0);
     let (lanes_in, _any) = runtime::run(py, 0, move |ctx| stand_ins(ctx, &mask, lanes, "vmap"))?;
-    narrow(py, level, lanes_in.into())
+    narrow(py, level, lanes_in.into(), None)
 }
 
-fn narrow(py: Python<'_>, level: u64, narrowing: Narrowing) -> PyResult<()> {
-    if runtime::narrow_batch_level(level, narrowing) {
+fn narrow(
+    py: Python<'_>,
+    level: u64,
+    narrowing: Narrowing,
+    shortcut: Option<(Arc<LaneSet>, Val)>,
+) -> PyResult<()> {
+    if runtime::narrow_batch_level(level, narrowing, shortcut) {
         return Ok(());
     }
     Err(new_err(

@@ -88,8 +88,15 @@ pub fn batch_levels() -> Vec<Arc<LaneSet>> {
 }
 
 /// Narrows `level`'s current lanes (`Runtime::narrow_batch_level`).
-pub fn narrow_batch_level(level: u64, narrowing: Narrowing) -> bool {
-    RUNTIME.with(|r| r.borrow_mut().narrow_batch_level(level, narrowing))
+pub fn narrow_batch_level(
+    level: u64,
+    narrowing: Narrowing,
+    shortcut: Option<(Arc<LaneSet>, Val)>,
+) -> bool {
+    RUNTIME.with(|r| {
+        r.borrow_mut()
+            .narrow_batch_level(level, narrowing, shortcut)
+    })
 }
 
 /// Undoes the last narrowing of `level`.

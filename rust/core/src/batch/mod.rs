@@ -59,6 +59,12 @@ pub fn over(ctx: &mut dyn Context<Val>, lanes: &Lanes, set: &Arc<LaneSet>) -> Re
     let Some((parent, narrowing)) = set.narrowing() else {
         return Err(escaped_lanes("vmap"));
     };
+    if let Some((ancestor, rows)) = set.shortcut() {
+        if ancestor.descends_from(&lanes.set) {
+            let above = over(ctx, lanes, ancestor)?;
+            return crate::ops::build::take(ctx, &above, rows, 0);
+        }
+    }
     let above = over(ctx, lanes, parent)?;
     match narrowing {
         Narrowing::Rows(rows) => crate::ops::build::take(ctx, &above, rows, 0),

@@ -67,11 +67,13 @@ pub fn default_threads() -> usize {
 
 /// The passes a graph goes through before it is lowered: constants folded (an op that would
 /// fail is left to fail only if it runs), branches on constants replaced by calls, repeated
-/// pure nodes merged. Each keeps the lazy semantics and is verified.
+/// pure nodes merged, batched loops' stand-ins bypassed where their lanes are discarded. Each
+/// keeps the lazy semantics and is verified.
 pub fn optimize(graph: &Graph) -> Result<Graph> {
     let graph = passes::fold_constants(graph)?;
     let graph = passes::eliminate_dead_branches(&graph)?;
-    passes::eliminate_common_subexpressions(&graph)
+    let graph = passes::eliminate_common_subexpressions(&graph)?;
+    passes::elide_discarded_stand_ins(&graph)
 }
 
 /// A lowered graph, planned and ready to run any number of times (from any thread).

@@ -70,8 +70,9 @@ pub fn compiled_frames() -> CompiledFrames {
 }
 
 /// When native code runs elementwise ops as one pass over their lanes (`frame::native::fused`):
-/// ops over `from_elements` or more elements, in runs of `min_ops` or more side by side. Ops
-/// over fewer elements are unrolled one by one; shorter runs call their kernels.
+/// ops over `from_elements` or more elements, in runs of `min_ops` or more side by side. An op
+/// outside such a run is unrolled up to `UNROLL_AT_MOST` elements and calls its kernel past
+/// that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedPasses {
     pub from_elements: usize,
@@ -79,14 +80,18 @@ pub struct FusedPasses {
 }
 
 impl FusedPasses {
-    /// Unrolled up to 64 elements (past that the code grows with the lanes); runs of four ops
-    /// (fewer call their kernels, whose vectors are twice as wide: a loop of `x * c + d` over
-    /// 1,024 float64 lanes took 0.60 µs a trip as one pass, 0.47 as two kernels).
+    /// Runs of four ops or more (fewer call their kernels, whose vectors are twice as wide)
+    /// over eight lanes or more: from there a pass costs less than the ops unrolled one by one,
+    /// which store and load every lane between ops (`docs/notes.md`, fused passes).
     pub const DEFAULT: FusedPasses = FusedPasses {
-        from_elements: 65,
+        from_elements: 8,
         min_ops: 4,
     };
 }
+
+/// The most elements an op outside a fused run is unrolled over: past that the code grows
+/// with the lanes, and a kernel call costs less.
+pub const UNROLL_AT_MOST: usize = 64;
 
 static FUSED_FROM_ELEMENTS: AtomicUsize = AtomicUsize::new(FusedPasses::DEFAULT.from_elements);
 static FUSED_MIN_OPS: AtomicUsize = AtomicUsize::new(FusedPasses::DEFAULT.min_ops);

@@ -9,6 +9,8 @@
 //! - `fold_constants`, `eliminate_common_subexpressions`, `eliminate_dead_branches`: local
 //!   simplifications that keep lazy semantics (a failing op is not folded; only pure nodes
 //!   merge; an `If`/`Case` on a constant becomes a `Call` of its branch).
+//! - `elide_discarded_stand_ins`: a batched loop's stand-in lanes compute on their own values
+//!   where what they compute is discarded and cannot fail.
 //! - `functionalize_variables`: variables become values threaded through control flow (the
 //!   value on entry a parameter, the value on exit an extra result), for the MLIR emitter.
 
@@ -18,11 +20,14 @@ mod functionalize_rewrite;
 mod inline;
 mod prune;
 mod simplify;
+mod stand_ins;
 
 #[cfg(test)]
 mod functionalize_tests;
 #[cfg(test)]
 mod simplify_tests;
+#[cfg(test)]
+mod stand_ins_tests;
 
 pub use bind::bind_params;
 pub use functionalize::{
@@ -32,6 +37,7 @@ pub use functionalize::{
 pub use inline::inline_calls;
 pub use prune::{eliminate_dead_code, prune};
 pub use simplify::{eliminate_common_subexpressions, eliminate_dead_branches, fold_constants};
+pub use stand_ins::elide_discarded_stand_ins;
 
 use crate::error::Result;
 use crate::graph::NodeKind;

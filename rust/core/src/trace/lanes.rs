@@ -18,6 +18,11 @@ pub struct LaneSet {
     /// How many lanes (`DYN` when known only at run time).
     pub count: usize,
     parent: Option<(Arc<LaneSet>, Narrowing)>,
+    /// These lanes as rows of an ancestor past a chain of `Rows` narrowings (int64 indices into
+    /// its lanes): a value of that ancestor is gathered once, not once per narrowing between
+    /// (a loop in buckets narrows three times, and its body gathers what it closes over every
+    /// trip).
+    shortcut: Option<(Arc<LaneSet>, Val)>,
 }
 
 /// How a child set's lanes come from its parent's.
@@ -38,11 +43,21 @@ impl LaneSet {
             level,
             count,
             parent: None,
+            shortcut: None,
         })
     }
 
     /// The lanes of `parent` that `narrowing` gives.
     pub fn child(parent: &Arc<LaneSet>, narrowing: Narrowing) -> Arc<LaneSet> {
+        Self::child_via(parent, narrowing, None)
+    }
+
+    /// `child`, whose lanes are also `shortcut`'s ancestor's lanes at its rows.
+    pub fn child_via(
+        parent: &Arc<LaneSet>,
+        narrowing: Narrowing,
+        shortcut: Option<(Arc<LaneSet>, Val)>,
+    ) -> Arc<LaneSet> {
         let count = match &narrowing {
             Narrowing::Rows(rows) => rows.ty().shape.first().copied().unwrap_or(DYN),
             Narrowing::StandIns { .. } => parent.count,
@@ -51,7 +66,25 @@ impl LaneSet {
             level: parent.level,
             count,
             parent: Some((parent.clone(), narrowing)),
+            shortcut,
         })
+    }
+
+    /// The ancestor these lanes are rows of, and those rows (`child_via`).
+    pub fn shortcut(&self) -> Option<(&Arc<LaneSet>, &Val)> {
+        self.shortcut.as_ref().map(|(a, r)| (a, r))
+    }
+
+    /// Whether `set` is this set or one of its ancestors.
+    pub fn descends_from(self: &Arc<Self>, set: &Arc<LaneSet>) -> bool {
+        let mut at = Some(self);
+        while let Some(s) = at {
+            if Arc::ptr_eq(s, set) {
+                return true;
+            }
+            at = s.parent();
+        }
+        false
     }
 
     pub fn parent(&self) -> Option<&Arc<LaneSet>> {

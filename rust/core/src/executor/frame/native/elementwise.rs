@@ -1,8 +1,8 @@
 //! Elementwise ops that native code computes itself: those whose scalar form (`OpDef::scalar`,
 //! declared beside each op's kernel with exactly its semantics) is one or a few machine
 //! instructions, on tensors of static types read as they are or broadcast from one element.
-//! Small tensors are computed unrolled, op by op; larger ones in runs of ops over the same
-//! lanes (`fused`), and a larger op alone calls its kernel.
+//! Runs of ops over the same lanes are computed in one pass (`fused`); an op outside a run is
+//! unrolled over a small tensor and calls its kernel over a larger one.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use crate::dtype::DType;
 use crate::emit::ScalarForm;
-use crate::executor::tiers::fused_passes;
+use crate::executor::tiers::{fused_passes, UNROLL_AT_MOST};
 use crate::ops::dest::Source;
 use crate::ops::Op;
 use crate::shape::{numel, TensorType};
@@ -55,9 +55,14 @@ impl Elementwise {
         e.lowers().then_some(e)
     }
 
-    /// Whether it runs inline on its own, unrolled (else in a fused run, or as a kernel call).
-    pub fn small(&self) -> bool {
-        self.elements < fused_passes().from_elements
+    /// Whether it may join a fused run (`runs::run_at`): over enough lanes.
+    pub fn fuses(&self) -> bool {
+        self.elements >= fused_passes().from_elements
+    }
+
+    /// Whether, outside a fused run, it runs inline, unrolled (else it calls its kernel).
+    pub fn unrolls(&self) -> bool {
+        self.elements <= UNROLL_AT_MOST
     }
 
     /// Whether `apply` has this form for these dtypes.

@@ -417,7 +417,7 @@ impl Emitter<'_, '_> {
                     self.transfer(step.reads[0], out);
                 }
                 match &step.inline {
-                    Some(e) if e.small() => self.elementwise(step, e)?,
+                    Some(e) if e.unrolls() => self.elementwise(step, e)?,
                     _ => {
                         let code = match lane_map_elements(self.frame, step) {
                             Some(n) => self.map_lanes(k, step, n),

@@ -11,7 +11,7 @@ use crate::executor::tiers::fused_passes;
 /// and an inline form over the same lanes, more than run inline one by one, in one domain.
 pub(super) fn run_at(steps: &[BufferStep], k: usize) -> Option<usize> {
     let lanes = |s: &BufferStep| match (&s.action, &s.inline) {
-        (BufferAction::Kernel(_), Some(e)) if !e.small() && s.outputs == 1 => {
+        (BufferAction::Kernel(_), Some(e)) if e.fuses() && s.outputs == 1 => {
             Some((e.elements, s.domain))
         }
         _ => None,

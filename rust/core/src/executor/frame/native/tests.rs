@@ -4,6 +4,7 @@
 //! compared with the frame's interpreted program.
 
 use crate::dtype::DType;
+use crate::executor::tiers::fused_passes;
 use crate::executor::{Executor, FrameCounts};
 use crate::graph::parse_graph;
 use crate::interpret::{run_graph, RtValue};
@@ -121,7 +122,8 @@ fn check(op: &str, operands: &[(DType, bool)], result: DType) {
             1,
             "{op} on {n} ran as machine code"
         );
-        assert_eq!(fused_runs(&exec), usize::from(n > 64), "{op} on {n}: runs");
+        let fused = n >= fused_passes().from_elements;
+        assert_eq!(fused_runs(&exec), usize::from(fused), "{op} on {n}: runs");
         assert!(
             same_bits(&got[0], &want[0]),
             "{op} on {n}: {:?} against {:?}",
