@@ -1,4 +1,5 @@
-"""The benches' shared timing: a median over repeated calls after warm-up calls."""
+"""The benches' shared timing: medians over repeated calls after warm-up calls, of one call
+alone (`median_time`) or of several called in turn (`medians`)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,30 @@ def median_time(fn: Callable[[], Any], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def medians(
+    columns: dict[str, Callable[[], object]],
+    repeats: int,
+    warmups: int = 1,
+    settle: int = 0,
+    block: int = 1,
+) -> dict[str, float]:
+    """Each column's median seconds per call, the columns called in turn within each repeat
+    (`warmups` calls each first), so that the machine's drift falls on all of them alike. In a
+    repeat each column makes `settle` untimed calls, then `block` timed ones: on a machine of
+    few cores, a call just after another library's finds that library's threads still spinning
+    and its own caches cold."""
+    for call in columns.values():
+        for _ in range(warmups):
+            call()
+    times: dict[str, list[float]] = {k: [] for k in columns}
+    for _ in range(repeats):
+        for name, call in columns.items():
+            for _ in range(settle):
+                call()
+            for _ in range(block):
+                start = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}

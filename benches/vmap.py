@@ -5,8 +5,9 @@ V1: 1,024 Newton solves of x^3 = a to a relative tolerance, whose trip counts di
 root, 5% far away). Value = the roots; gradient = dx*/da per lane (`vmap(grad)`). Peers: JAX's
 `jit(vmap)` of `lax.while_loop` (values only: `jax.vmap(jax.grad)` refuses the loop) and
 Equinox's checkpointed `while_loop` under `jit(vmap(grad))`. Each figure is the median over
-`--repeats` calls after three warm-up calls (tracing, compiling); ratios are against JAX's value and
-Equinox's gradient measured in the same run. Lane utilisation: the mean trips per lane over the
+`--repeats` blocks of ten calls after ten warm-up calls (tracing, compiling), every column's block
+in turn within each repeat, three untimed calls first, so that the machine's drift falls on all
+alike; ratios are against JAX's value and Equinox's gradient measured in the same run. Lane utilisation: the mean trips per lane over the
 trips of the slowest lane (what a masked batch pays for).
 
 Every lane's trip count is checked against the unbatched function's before timing.
@@ -22,9 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _timing import median_time
+from _timing import medians
 
 TOL = 1e-12
+# Calls of each column before timing: graph mode compiles its frames to machine code at their
+# third run, and a loop's phases each have their own frames.
+WARMUPS = 10
+# Per repeat and column: untimed calls, then timed ones (`_timing.medians`).
+SETTLE, BLOCK = 3, 10
 
 
 def problem(kind: str, lanes: int) -> np.ndarray:
@@ -139,10 +145,14 @@ def main() -> None:
             f"lane utilisation of a masked batch {k.mean() / k.max():.2f}"
         )
         rows = {**gradloop_runs(a), **jax_runs(a)}
-        times = {
-            name: [None if f is None else median_time(f, repeats) for f in pair]
+        columns = {
+            (name, which): f
             for name, pair in rows.items()
+            for which, f in zip(("value", "gradient"), pair, strict=True)
+            if f is not None
         }
+        measured = medians(columns, repeats, warmups=WARMUPS, settle=SETTLE, block=BLOCK)
+        times = {name: [measured.get((name, w)) for w in ("value", "gradient")] for name in rows}
         jax_value = times.get("JAX jit(vmap)", [None])[0]
         eqx_grad = times.get("Equinox jit(vmap(grad))", [None, None])[1]
         print(f"  {'':26} {'value ms':>9} {'vs JAX':>7} {'gradient ms':>12} {'vs Equinox':>11}")

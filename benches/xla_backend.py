@@ -30,7 +30,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Callable
 
@@ -41,6 +40,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import jax
 import jax.numpy as jnp
 import jax_peers
+from _timing import medians
 from executor import STEPS, H, rnn_inputs, rnn_loss, w5
 from ode import diffrax_value_and_grad, solve
 from run import BATCH, LEARNING_RATE, MLP_SIZES, gl_loss, init_mlp
@@ -63,20 +63,6 @@ def gradloop_columns(fn: Callable, args: tuple, iree: bool) -> dict[str, Callabl
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=2e-3, atol=1e-5, err_msg=name)
     return {name: (lambda g=g: _block(g(*args))) for name, g in columns.items()}
-
-
-def medians(columns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Each column's median seconds, the columns called in turn within each repeat (one
-    warm-up call each first), so that the machine's drift falls on all of them alike."""
-    for call in columns.values():
-        call()
-    times: dict[str, list[float]] = {k: [] for k in columns}
-    for _ in range(repeats):
-        for name, call in columns.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def flushed(call: Callable[[], object]) -> Callable[[], object]:

@@ -148,6 +148,7 @@ fn emit(graph: &Graph, in_module: bool, options: EmitOptions) -> Result<(String,
     // Tracing repeats pure nodes (a batched value narrowed at each use, a gradient's rules
     // rebuilding what another built): one copy each keeps modules small for the compiler.
     let graph = &crate::passes::eliminate_common_subexpressions(graph)?;
+    let graph = &crate::passes::elide_discarded_stand_ins(graph)?;
     let entry = graph.entry_function()?;
     let mut lowering = Lowering::new(&graph.library);
     lowering.e.options = options;

@@ -108,6 +108,53 @@ fn gather_rows<T: Copy + Default>(
     out
 }
 
+/// `take`'s rows `raw` (negative from the end) of each block of `n` rows of `suf` elements in
+/// `data`, into `out`: each index wrapped and checked as it is used, with no list of them made
+/// first (a batched loop's gathers are small and run every trip).
+fn take_into<T: Copy, I: Copy + Into<i64>>(
+    data: &[T],
+    n: usize,
+    suf: usize,
+    raw: &[I],
+    axis: usize,
+    out: &mut [T],
+) -> Result<()> {
+    if n == 0 || suf == 0 || raw.is_empty() {
+        let idx = wrap_all("take", raw, n, axis)?;
+        gather_rows_into(data, n, suf, &idx, out);
+        return Ok(());
+    }
+    let size = n as i64;
+    let row = |i: I| -> Result<usize> {
+        let i: i64 = i.into();
+        let j = i + (size & (i >> 63));
+        if (j as u64) < n as u64 {
+            Ok(j as usize)
+        } else {
+            Err(Error::index(
+                "take",
+                format!("index {i} is out of bounds for axis {axis} with size {n}"),
+            ))
+        }
+    };
+    for (block, dest) in data
+        .chunks_exact(n * suf)
+        .zip(out.chunks_exact_mut(raw.len() * suf))
+    {
+        if suf == 1 {
+            for (o, &i) in dest.iter_mut().zip(raw) {
+                *o = block[row(i)?];
+            }
+            continue;
+        }
+        for (d, &i) in dest.chunks_exact_mut(suf).zip(raw) {
+            let j = row(i)?;
+            d.copy_from_slice(&block[j * suf..(j + 1) * suf]);
+        }
+    }
+    Ok(())
+}
+
 /// `gather_rows` into `out` (`pre * idx.len() * suf` elements).
 fn gather_rows_into<T: Copy>(data: &[T], n: usize, suf: usize, idx: &[usize], out: &mut [T]) {
     if suf == 0 || n == 0 || idx.is_empty() {
@@ -260,15 +307,14 @@ impl OpDef for Take {
         let (_, n, suf) = split_at_axis(&x.shape, self.axis, 1);
         let (dtype, idx_dtype, axis) = (x.dtype, idx.dtype, self.axis);
         Some(Box::new(move |ins, outs| {
-            let idx = match idx_dtype {
-                DType::I32 => wrap_all("take", dest::input::<i32>(ins, 1)?, n, axis)?,
-                _ => wrap_all("take", dest::input::<i64>(ins, 1)?, n, axis)?,
-            };
             crate::with_dtype!(dtype, T, {
                 let x = dest::input::<T>(ins, 0)?;
-                gather_rows_into(x, n, suf, &idx, dest::output::<T>(outs, 0)?);
-            });
-            Ok(())
+                let out = dest::output::<T>(outs, 0)?;
+                match idx_dtype {
+                    DType::I32 => take_into(x, n, suf, dest::input::<i32>(ins, 1)?, axis, out),
+                    _ => take_into(x, n, suf, dest::input::<i64>(ins, 1)?, axis, out),
+                }
+            })
         }))
     }
 
