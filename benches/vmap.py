@@ -1,14 +1,14 @@
 """Batching (`gl.vmap`) over data-dependent loops, beside JAX and Equinox where installed.
 
 V1: 1,024 Newton solves of x^3 = a to a relative tolerance, whose trip counts differ per lane
-(`uniform`: a spread over four decades, trips 5-24; `heavy`: 95% of lanes start near their
-root, 5% far away). Value = the roots; gradient = dx*/da per lane (`vmap(grad)`). Peers: JAX's
-`jit(vmap)` of `lax.while_loop` (values only: `jax.vmap(jax.grad)` refuses the loop) and
-Equinox's checkpointed `while_loop` under `jit(vmap(grad))`. Each figure is the median over
-`--repeats` blocks of ten calls after ten warm-up calls (tracing, compiling), every column's block
-in turn within each repeat, three untimed calls first, so that the machine's drift falls on all
-alike; ratios are against JAX's value and Equinox's gradient measured in the same run. Lane utilisation: the mean trips per lane over the
-trips of the slowest lane (what a masked batch pays for).
+(`uniform`: a spread over four decades, trips 3-18; `heavy`: 95% of lanes start near their root, 5%
+far away: trips 2-49). Value = the roots; gradient = dx*/da per lane (`vmap(grad)`). Peers: JAX's
+`jit(vmap)` of `lax.while_loop` (values only: `jax.vmap(jax.grad)` refuses the loop) and Equinox's
+checkpointed `while_loop` under `jit(vmap(grad))`. Each figure is the median over `--repeats`
+blocks of ten calls after ten warm-up calls (tracing, compiling), every column's block in turn
+within each repeat, three untimed calls first, so that the machine's drift falls on all alike;
+ratios are against JAX's value and Equinox's gradient measured in the same run. Lane utilisation:
+the mean trips per lane over the trips of the slowest lane (what a masked batch pays for).
 
 Every lane's trip count is checked against the unbatched function's before timing.
 
