@@ -137,22 +137,7 @@ fn take_into<T: Copy, I: Copy + Into<i64>>(
             ))
         }
     };
-    for (block, dest) in data
-        .chunks_exact(n * suf)
-        .zip(out.chunks_exact_mut(raw.len() * suf))
-    {
-        if suf == 1 {
-            for (o, &i) in dest.iter_mut().zip(raw) {
-                *o = block[row(i)?];
-            }
-            continue;
-        }
-        for (d, &i) in dest.chunks_exact_mut(suf).zip(raw) {
-            let j = row(i)?;
-            d.copy_from_slice(&block[j * suf..(j + 1) * suf]);
-        }
-    }
-    Ok(())
+    gather_rows_by(data, n, suf, raw, row, out)
 }
 
 /// `gather_rows` into `out` (`pre * idx.len() * suf` elements).
@@ -160,6 +145,20 @@ fn gather_rows_into<T: Copy>(data: &[T], n: usize, suf: usize, idx: &[usize], ou
     if suf == 0 || n == 0 || idx.is_empty() {
         return;
     }
+    let in_range: Result<()> = gather_rows_by(data, n, suf, idx, |i| Ok(i), out);
+    debug_assert!(in_range.is_ok());
+}
+
+/// Row `row(i)` for each `i` of `idx`, of each block of `n` rows of `suf` (both nonzero)
+/// elements in `data`, into `out`; the first error `row` gives stops it.
+fn gather_rows_by<T: Copy, I: Copy>(
+    data: &[T],
+    n: usize,
+    suf: usize,
+    idx: &[I],
+    row: impl Fn(I) -> Result<usize>,
+    out: &mut [T],
+) -> Result<()> {
     for (block, dest) in data
         .chunks_exact(n * suf)
         .zip(out.chunks_exact_mut(idx.len() * suf))
@@ -167,14 +166,16 @@ fn gather_rows_into<T: Copy>(data: &[T], n: usize, suf: usize, idx: &[usize], ou
         if suf == 1 {
             // one element a row: a plain gather, not a copy call per element
             for (o, &i) in dest.iter_mut().zip(idx) {
-                *o = block[i];
+                *o = block[row(i)?];
             }
             continue;
         }
-        for (row, &i) in dest.chunks_exact_mut(suf).zip(idx) {
-            row.copy_from_slice(&block[i * suf..(i + 1) * suf]);
+        for (d, &i) in dest.chunks_exact_mut(suf).zip(idx) {
+            let j = row(i)?;
+            d.copy_from_slice(&block[j * suf..(j + 1) * suf]);
         }
     }
+    Ok(())
 }
 
 /// Zeros of `pre` blocks of `n` rows of `suf` elements, with row `j` of each block of
@@ -623,6 +624,7 @@ pub fn scatter_add<V: Value>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::Element;
     use crate::ops::EagerContext;
     use crate::testing::gradcheck::{check_op_gradients, expect_error, iota, ramp};
     use crate::ErrorKind;
@@ -680,6 +682,56 @@ mod tests {
                 .to_f64_vec(),
             [0.0, 0.0, 1.0]
         );
+    }
+
+    /// The destination kernel (graph mode's frames) against `compute`: rows of any sign, axes
+    /// with rows of one element and of several, int32 and int64 indices, and an index out of
+    /// range, which is the same error.
+    #[test]
+    fn take_into_buffers_gathers_and_checks_as_compute_does() {
+        let x = iota(&[3, 4]);
+        let storage = |t: &Tensor| f64::into_storage(t.as_slice::<f64>().unwrap().to_vec());
+        for axis in [0, 1] {
+            for raw in [vec![2i64, -1, 0, -3, 1], vec![1, 1], vec![]] {
+                for i32_rows in [false, true] {
+                    let rows = if i32_rows {
+                        let narrow = raw.iter().map(|&i| i as i32).collect();
+                        Tensor::from_vec::<i32>(narrow, &[raw.len()]).unwrap()
+                    } else {
+                        idx(raw.clone(), &[raw.len()])
+                    };
+                    let op = Take { axis };
+                    let run = |rows: &Tensor| {
+                        let types = [x.ty().clone(), rows.ty().clone()];
+                        let outputs = op.infer(&types).unwrap();
+                        let want = op.compute(&[x.clone(), rows.clone()], &outputs);
+                        (want, op.kernel_into(&types, &outputs).unwrap())
+                    };
+                    let (want, kernel) = run(&rows);
+                    let want = want.unwrap().remove(0);
+                    let index = crate::with_dtype!(rows.dtype(), T, {
+                        T::into_storage(rows.as_slice::<T>().unwrap().to_vec())
+                    });
+                    let mut out = [f64::into_storage(vec![7.0; want.numel()])];
+                    kernel(&[&storage(&x), &index], &mut out).unwrap();
+                    assert_eq!(f64::slice(&out[0]).unwrap(), want.to_f64_vec().as_slice());
+                }
+            }
+            for (raw, bad) in [(vec![0i64, 4, -9], "index 4"), (vec![0, -9, 4], "index -9")] {
+                let rows = idx(raw.clone(), &[3]);
+                let types = [x.ty().clone(), rows.ty().clone()];
+                let op = Take { axis };
+                let kernel = op.kernel_into(&types, &op.infer(&types).unwrap());
+                let mut out = [f64::into_storage(vec![0.0; 3 * [4, 3][axis]])];
+                let got = kernel.unwrap()(&[&storage(&x), &i64::into_storage(raw)], &mut out);
+                expect_error(
+                    got,
+                    ErrorKind::Index,
+                    "take",
+                    &[bad, &format!("axis {axis}")],
+                );
+            }
+        }
     }
 
     #[test]
