@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::emit::ScalarForm;
 use crate::error::Result;
 use crate::graph::{Function, Graph, Library, NodeKind, Port};
 use crate::ops::Op;
@@ -153,7 +154,7 @@ fn discarded(
 
 /// Whether `op` (read on a value of `shape`) computes each lane from that lane alone and
 /// cannot fail: an op with a scalar form (`OpDef::scalar`: one output, elementwise, no error)
-/// whose output has `shape` and whose operands have it or one element.
+/// that cannot trap, whose output has `shape` and whose operands have it or one element.
 fn lane_by_lane(
     f: &Function,
     op: &Op,
@@ -177,7 +178,20 @@ fn lane_by_lane(
     let fits = operands
         .iter()
         .all(|t| t.shape == out.shape || t.shape.iter().product::<usize>() == 1);
-    fits && operands
-        .last()
-        .is_some_and(|last| op.scalar(last.dtype).is_some())
+    let form = operands.last().and_then(|last| op.scalar(last.dtype));
+    fits && form.is_some_and(|form| !traps(&form))
+}
+
+/// Whether a scalar form may trap on a lane's own values (an integer divided by zero, which a
+/// compiled target need not guard) rather than give a value the select discards.
+fn traps(form: &ScalarForm) -> bool {
+    const INTEGER_DIVISIONS: [&str; 6] = [
+        "arith.divsi",
+        "arith.divui",
+        "arith.remsi",
+        "arith.remui",
+        "arith.floordivsi",
+        "arith.ceildivsi",
+    ];
+    matches!(form, ScalarForm::Op(m) if INTEGER_DIVISIONS.contains(m))
 }

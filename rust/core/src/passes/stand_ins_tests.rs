@@ -90,3 +90,27 @@ fn a_stand_in_is_kept_where_its_lanes_reach_anything_else() {
         assert!(!bypassed(&program(tail, results)), "{tail}");
     }
 }
+
+#[test]
+fn a_stand_in_is_kept_where_a_lane_of_its_own_could_trap() {
+    // An integer remainder by a finished lane's own zero need not be guarded by a compiled
+    // target: the stand-in (a running lane's nonzero value) stays.
+    let text = r#"graph @main
+
+func @main(%0: i64[4]) -> (i64[4]) {
+  %1 = const() {value=[0]} : i64[]
+  %2 = greater(%0, %1) : bool[4]
+  %3 = const() {value=[0]} : i64[1]
+  %4 = take(%0, %3) {axis=0} : i64[1]
+  %5 = stop_gradient(%4) : i64[1]
+  %6 = where(%2, %0, %5) : i64[4]
+  %7 = const() {value=[7]} : i64[]
+  %8 = rem(%7, %6) : i64[4]
+  %9 = where(%2, %8, %0) : i64[4]
+  return %9
+}
+"#;
+    let g = parse_graph(text).unwrap();
+    let elided = elide_discarded_stand_ins(&g).unwrap();
+    assert!(elided.to_string().contains("rem(%7, %6)"), "{elided}");
+}
