@@ -114,3 +114,36 @@ func @main(%0: i64[4]) -> (i64[4]) {
     let elided = elide_discarded_stand_ins(&g).unwrap();
     assert!(elided.to_string().contains("rem(%7, %6)"), "{elided}");
 }
+
+/// Newton's method under `vmap` as graph mode traces it (`gl.function(gl.vmap(newton))` on four
+/// lanes, source locations dropped): each trip on stand-ins for the lanes that are done.
+const VMAP_NEWTON: &str = include_str!("../../examples/vmap_newton.graph");
+
+#[test]
+fn a_traced_batched_trip_runs_on_its_own_lanes_after_the_executors_passes() {
+    let g = parse_graph(VMAP_NEWTON).unwrap();
+    let optimized = crate::executor::optimize(&g).unwrap();
+    let needed = crate::passes::eliminate_dead_code(&optimized).unwrap();
+    let text = needed.to_string();
+    let body = text
+        .split("\nfunc @")
+        .find(|f| f.starts_with("while_body_1"))
+        .unwrap();
+    // the stand-ins' search for a running lane and their gathers no longer run
+    for gone in ["take(", "min(", "stop_gradient("] {
+        assert!(!body.contains(gone), "{gone} in\n{body}");
+    }
+    // lanes of 0, 6, 8 and 16 trips: each root and trip count as the interpreter gives them
+    let roots = Tensor::from_vec(vec![1.0, 8.0, 1000.0, 0.5], &[4]).unwrap();
+    let trips = Tensor::from_vec(vec![0i32; 4], &[4]).unwrap();
+    let args = vec![RtValue::Tensor(roots), RtValue::Tensor(trips)];
+    let want = run_graph(&g, args.clone()).unwrap();
+    let got = crate::executor::Executor::new(&g)
+        .unwrap()
+        .run(args)
+        .unwrap();
+    for (w, g) in want.into_iter().zip(got) {
+        let (w, g) = (w.into_tensor().unwrap(), g.into_tensor().unwrap());
+        assert_eq!(w.to_f64_vec(), g.to_f64_vec());
+    }
+}
