@@ -131,8 +131,8 @@ def small_buckets() -> Iterator[None]:
 def small_passes() -> Iterator[None]:
     """Machine code's passes over lanes (runs of elementwise ops computed as one loop) from 2
     elements and 2 ops: the fuzzer's few lanes take the code that production gives from 8
-    elements and 4 ops, with its vector blocks and odd tails. The tests run frames in check mode, so each
-    pass is compared bit for bit with the frame's register program."""
+    elements and 4 ops, with its vector blocks and odd tails. The tests run frames in check
+    mode, so each pass is compared bit for bit with the frame's register program."""
     saved = gl._core.fused_passes()
     gl._core.set_fused_passes(2, 2)
     try:

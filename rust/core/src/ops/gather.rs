@@ -145,7 +145,7 @@ fn gather_rows_into<T: Copy>(data: &[T], n: usize, suf: usize, idx: &[usize], ou
     if suf == 0 || n == 0 || idx.is_empty() {
         return;
     }
-    let in_range: Result<()> = gather_rows_by(data, n, suf, idx, |i| Ok(i), out);
+    let in_range: Result<()> = gather_rows_by(data, n, suf, idx, Ok, out);
     debug_assert!(in_range.is_ok());
 }
 
